@@ -1,0 +1,57 @@
+#pragma once
+/// @file detail/window_base.hpp
+/// Host-memory implementation behind ParameterWindow (pimpl, non-template).
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/roster.hpp"
+
+namespace paramwin::detail {
+
+class WindowImpl;
+
+/// Everything a ParameterWindow does on host memory. Move-only; see ParameterWindow.
+class WindowBase {
+ public:
+  WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options);
+  WindowBase(const WindowBase&) = delete;
+  WindowBase& operator=(const WindowBase&) = delete;
+  WindowBase(WindowBase&& other) noexcept;
+  WindowBase& operator=(WindowBase&& other) noexcept;
+  ~WindowBase();
+
+  void close();
+  [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
+
+  [[nodiscard]] int rank() const;
+  [[nodiscard]] int size() const;
+  [[nodiscard]] MPI_Comm comm() const;
+  [[nodiscard]] const Layout& layout() const;
+  [[nodiscard]] const WindowOptions& options() const;
+  [[nodiscard]] Transport transport_for(int rank) const;
+  [[nodiscard]] std::uint64_t version() const;
+  [[nodiscard]] std::size_t wire_bytes() const;
+
+  PublishResult publish_host(std::span<const ConstLayerRef> layers);
+  PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
+                       const PullOptions& options);
+
+  [[nodiscard]] RosterEntry roster(int rank) const;
+  [[nodiscard]] std::vector<RosterEntry> roster_all() const;
+  void set_status(const AgentStatus& status);
+  [[nodiscard]] const AgentStatus& status() const;
+
+ private:
+  [[nodiscard]] WindowImpl& impl() const;
+  std::unique_ptr<WindowImpl> impl_;
+};
+
+}  // namespace paramwin::detail

@@ -1,0 +1,62 @@
+#pragma once
+/// @file error.hpp
+/// Exception types thrown by paramwin. Every error names what was wrong (layer, rank, sizes).
+
+#include <stdexcept>
+#include <string>
+
+namespace paramwin {
+
+/// Base of every exception paramwin throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A caller passed something invalid: wrong sizes, names, dtypes, ranks, options.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Layouts differ between ranks (at window creation) or between an agent and a donor.
+class LayoutMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A donor cannot serve a pull: never published, incompatible, non-finite data, left, stale.
+class DonorError : public Error {
+ public:
+  DonorError(int rank, const std::string& what) : Error(what), rank_(rank) {}
+  /// Rank (in the window's communicator) of the donor concerned.
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
+/// A window failed its self-check: remote reads did not return the bytes the owner wrote.
+class VerificationError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An MPI call returned an error code. Keeps the code, the call and MPI's own message.
+class MpiError : public Error {
+ public:
+  MpiError(int code, std::string call, const std::string& mpi_message)
+      : Error(call + " failed: " + mpi_message + " (MPI error code " + std::to_string(code) + ")"),
+        code_(code),
+        call_(std::move(call)) {}
+  /// The MPI error code returned by the call.
+  [[nodiscard]] int code() const noexcept { return code_; }
+  /// The MPI function (and context) that failed.
+  [[nodiscard]] const std::string& call() const noexcept { return call_; }
+
+ private:
+  int code_;
+  std::string call_;
+};
+
+}  // namespace paramwin

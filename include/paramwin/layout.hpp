@@ -1,0 +1,75 @@
+#pragma once
+/// @file layout.hpp
+/// Ordered named layers: what an agent's parameters look like, and the fingerprint that
+/// tells whether two agents can exchange them.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paramwin/dtype.hpp"
+
+namespace paramwin {
+
+/// One named layer: its shape (empty for a 0-dim scalar), element count and dtype.
+struct LayerSpec {
+  std::string name;                ///< unique within the layout
+  std::vector<std::size_t> shape;  ///< dimensions; {} is a scalar (count 1)
+  std::size_t count = 0;           ///< number of elements (product of shape)
+  DType dtype = DType::float32;    ///< element type in the caller's memory
+
+  /// "name [64x32 float32]".
+  [[nodiscard]] std::string describe() const;
+  friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
+};
+
+/// Ordered named layers with a fingerprint over names, shapes, dtypes and order.
+class Layout {
+ public:
+  Layout() = default;
+
+  /// Appends a layer with the given shape ({} for a scalar). Throws InvalidArgument on an
+  /// empty or duplicate name.
+  Layout& add(std::string name, std::vector<std::size_t> shape, DType dtype = DType::float32);
+  /// Appends a flat layer of @p count elements (shape {count}).
+  Layout& add(std::string name, std::size_t count, DType dtype = DType::float32);
+
+  /// Number of layers.
+  [[nodiscard]] std::size_t size() const noexcept { return layers_.size(); }
+  /// True when the layout has no layers.
+  [[nodiscard]] bool empty() const noexcept { return layers_.empty(); }
+  /// Layer @p i in order; throws InvalidArgument when out of range.
+  [[nodiscard]] const LayerSpec& operator[](std::size_t i) const;
+  /// All layers in order.
+  [[nodiscard]] const std::vector<LayerSpec>& layers() const noexcept { return layers_; }
+  /// Index of the layer called @p name, if any.
+  [[nodiscard]] std::optional<std::size_t> find(std::string_view name) const noexcept;
+  /// Index of the layer called @p name; throws InvalidArgument naming the known layers.
+  [[nodiscard]] std::size_t index_of(std::string_view name) const;
+  /// Sum of all layers' element counts.
+  [[nodiscard]] std::size_t total_elements() const noexcept { return total_elements_; }
+  /// Sum of all layers' sizes in bytes (in their own dtypes).
+  [[nodiscard]] std::size_t total_bytes() const noexcept { return total_bytes_; }
+  /// 64-bit FNV-1a hash over names, shapes, dtypes and order.
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+
+  /// A compact text form that deserialize() reads back (used to explain mismatches).
+  [[nodiscard]] std::string serialize() const;
+  /// Reads what serialize() wrote; throws InvalidArgument on malformed text.
+  [[nodiscard]] static Layout deserialize(std::string_view text);
+  /// Human explanation of the first difference between two layouts ("" when equal).
+  [[nodiscard]] static std::string first_difference(const Layout& a, const Layout& b);
+
+  friend bool operator==(const Layout& a, const Layout& b) { return a.layers_ == b.layers_; }
+
+ private:
+  std::vector<LayerSpec> layers_;
+  std::size_t total_elements_ = 0;
+  std::size_t total_bytes_ = 0;
+  std::uint64_t fingerprint_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace paramwin

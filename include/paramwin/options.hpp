@@ -1,0 +1,94 @@
+#pragma once
+/// @file options.hpp
+/// Options of a window and of a pull, and the records publish and pull return.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace paramwin {
+
+/// How a donor's memory is read.
+enum class Transport : std::uint8_t {
+  automatic = 0,  ///< shared memory for donors on this node, RMA (MPI_Get) for the others
+  shm = 1,        ///< shared memory only; a donor on another node is an error
+  rma = 2,        ///< MPI_Get for every donor (the multi-node path, testable on one node)
+};
+
+/// Lower-case name of @p transport ("auto", "shm", "rma").
+[[nodiscard]] std::string_view transport_name(Transport transport) noexcept;
+
+/// Element format of the published copy (the bytes readers move).
+enum class WireFormat : std::uint8_t {
+  native = 0,    ///< each layer in its own dtype
+  bfloat16 = 1,  ///< float32 layers stored as bfloat16 (float64/16-bit layers stay native)
+  float16 = 2,   ///< float32 layers stored as IEEE float16 (float64/16-bit layers stay native)
+};
+
+/// How strictly window creation compares layouts across ranks.
+enum class LayoutCheck : std::uint8_t {
+  strict = 0,     ///< every rank must have the same layout (else LayoutMismatch everywhere)
+  per_donor = 1,  ///< layouts may differ; a pull from an incompatible donor is a DonorError
+};
+
+/// Options fixed when a window is created.
+struct WindowOptions {
+  Transport transport = Transport::automatic;  ///< donor transport
+  WireFormat wire = WireFormat::native;        ///< published element format
+  LayoutCheck layout_check = LayoutCheck::strict;
+  bool verify = true;               ///< self-check remote reads at creation (recommended)
+  bool stage_through_host = false;  ///< force the host staging path (tests the device path)
+};
+
+/// How donors are combined.
+enum class Reduction : std::uint8_t {
+  mean = 0,      ///< arithmetic mean of the donors
+  weighted = 1,  ///< sum(w_i x_i) / sum(w_i); weights finite, >= 0, positive sum
+};
+
+/// What a pull does with a donor whose snapshot holds NaN or infinity.
+enum class NonFinitePolicy : std::uint8_t {
+  fail = 0,       ///< throw DonorError, output untouched
+  skip_donor = 1, ///< leave that donor out (fails if none is left)
+  allow = 2,      ///< no check: non-finite values propagate
+};
+
+/// Options of one pull.
+struct PullOptions {
+  Reduction reduction = Reduction::mean;
+  std::vector<double> weights;     ///< one per donor, for Reduction::weighted
+  double momentum = 0.0;           ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
+  NonFinitePolicy non_finite = NonFinitePolicy::fail;
+  unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
+  std::size_t chunk_bytes = 0;       ///< bytes per chunk of the fused pass (0: library default)
+};
+
+/// What one pull read from one donor.
+struct DonorRead {
+  int rank = -1;                   ///< donor rank in the window's communicator
+  std::uint64_t version = 0;       ///< the donor's publish version that was read
+  Transport transport = Transport::shm;  ///< how it was read (shm or rma)
+  std::size_t bytes = 0;           ///< bytes moved from the donor
+  unsigned attempts = 0;           ///< reads started (1 unless a publish overlapped)
+  bool pinned = false;             ///< the final read pinned the donor's slot
+  bool skipped = false;            ///< left out (non-finite values, NonFinitePolicy::skip_donor)
+  double weight = 0.0;             ///< normalised weight applied (0 if skipped)
+  double metric = 0.0;             ///< donor's roster metric when it was read
+};
+
+/// What a pull did.
+struct PullResult {
+  std::vector<DonorRead> donors;   ///< in the order the donors were given
+  std::size_t bytes = 0;           ///< bytes moved from all donors
+  double seconds = 0.0;            ///< wall time of the pull
+};
+
+/// What a publish did.
+struct PublishResult {
+  bool published = false;          ///< false when skipped because a reader pinned the slot
+  std::uint64_t version = 0;       ///< the owner's version after this call
+  double seconds = 0.0;            ///< wall time of the publish
+};
+
+}  // namespace paramwin

@@ -1,0 +1,11 @@
+#pragma once
+/// @file paramwin.hpp
+/// Umbrella header: everything a trainer needs.
+
+#include "paramwin/dtype.hpp"
+#include "paramwin/error.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/roster.hpp"
+#include "paramwin/window.hpp"

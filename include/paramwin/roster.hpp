@@ -1,0 +1,41 @@
+#pragma once
+/// @file roster.hpp
+/// The small per-agent header that anyone can read one-sidedly: version, iteration, age,
+/// fitness metric, generation, layout fingerprint and state.
+
+#include <cstdint>
+#include <string_view>
+
+namespace paramwin {
+
+/// Lifecycle state an agent advertises in its roster.
+enum class AgentState : std::uint32_t {
+  fresh = 0,    ///< window created, nothing published yet
+  active = 1,   ///< training and publishing
+  rebirth = 2,  ///< being reborn: do not choose as a donor
+  left = 3,     ///< left the population: do not choose as a donor
+};
+
+/// Lower-case name of @p state.
+[[nodiscard]] std::string_view state_name(AgentState state) noexcept;
+
+/// The fields an owner sets about itself (everything but the version, which publish sets).
+struct AgentStatus {
+  std::int64_t iteration = 0;         ///< trainer's step counter
+  std::int64_t age = 0;               ///< steps since (re)birth
+  double metric = 0.0;                ///< fitness: loss or reward, direction is the policy's
+  std::uint64_t generation = 0;       ///< times reborn
+  AgentState state = AgentState::fresh;
+};
+
+/// One agent's roster as read (locally or remotely) at one instant.
+struct RosterEntry {
+  int rank = -1;                      ///< rank in the window's communicator
+  std::uint64_t version = 0;          ///< completed publishes (0: never published)
+  std::uint64_t fingerprint = 0;      ///< layout fingerprint of the agent
+  std::uint64_t status_updates = 0;   ///< number of set_status calls (changes on every update)
+  double publish_time = 0.0;          ///< MPI_Wtime of the latest publish (0 if none)
+  AgentStatus status;                 ///< the owner's self-reported fields
+};
+
+}  // namespace paramwin

@@ -1,0 +1,184 @@
+#pragma once
+/// @file window.hpp
+/// ParameterWindow: one agent's parameters exposed through MPI windows, published as
+/// consistent snapshots and pulled (averaged) one-sidedly from donors.
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "paramwin/detail/window_base.hpp"
+#include "paramwin/error.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/roster.hpp"
+
+namespace paramwin {
+
+/// One agent's parameter window. @p MemorySpace is where the caller's parameters live:
+/// host-accessible spaces are read and written directly; other spaces are staged through
+/// a host copy (Kokkos::deep_copy) on publish and pull.
+///
+/// Every rank of the communicator owns one agent slot: a roster header and a versioned
+/// double buffer, in page-aligned memory shared with the ranks of its node and exposed
+/// through an RMA window to the others. Not thread-safe: one thread per window.
+template <class MemorySpace = Kokkos::HostSpace>
+class ParameterWindow {
+ public:
+  using memory_space = MemorySpace;
+
+  /// Creates the window over @p comm (duplicated), checks layouts across ranks (strict mode:
+  /// LayoutMismatch naming the differing layer, thrown on every rank) and verifies that
+  /// remote reads return the owner's bytes (VerificationError otherwise).
+  /// @note Collective over @p comm.
+  ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {})
+      : base_(comm, std::move(layout), options) {}
+
+  ParameterWindow(const ParameterWindow&) = delete;
+  ParameterWindow& operator=(const ParameterWindow&) = delete;
+  /// Moves the window; the source becomes empty (only destruction and assignment allowed).
+  ParameterWindow(ParameterWindow&&) noexcept = default;
+  /// Frees this window (collectively, see close()) and takes over @p other's.
+  ParameterWindow& operator=(ParameterWindow&&) noexcept = default;
+  /// Frees the window. Never throws; errors are swallowed (call close() to see them).
+  /// @note Collective over the window's communicator.
+  ~ParameterWindow() = default;
+
+  /// Frees the MPI windows and the communicator, reporting errors as exceptions.
+  /// @note Collective over the window's communicator.
+  void close() { base_.close(); }
+  /// False once moved from or closed.
+  [[nodiscard]] bool valid() const noexcept { return base_.valid(); }
+
+  /// This rank's rank in the window's communicator.
+  [[nodiscard]] int rank() const { return base_.rank(); }
+  /// Number of agents (ranks) in the window.
+  [[nodiscard]] int size() const { return base_.size(); }
+  /// The window's own duplicate of the communicator it was created on.
+  [[nodiscard]] MPI_Comm comm() const { return base_.comm(); }
+  /// This rank's layout.
+  [[nodiscard]] const Layout& layout() const { return base_.layout(); }
+  /// Options the window was created with.
+  [[nodiscard]] const WindowOptions& options() const { return base_.options(); }
+  /// Transport a pull from @p rank uses (shm or rma).
+  [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
+  /// Number of completed publishes of this rank.
+  [[nodiscard]] std::uint64_t version() const { return base_.version(); }
+  /// Bytes one snapshot of this rank occupies in wire format.
+  [[nodiscard]] std::size_t wire_bytes() const { return base_.wire_bytes(); }
+
+  /// Publishes the caller's parameters as the next version: one pass over them, never waits
+  /// for readers. Skips (published == false) only if a reader pinned the slot it would
+  /// overwrite. Layers bind by position (unnamed refs) or by name (named refs).
+  PublishResult publish(std::span<const ConstLayerRef> layers) {
+    if (!needs_staging(layers)) {
+      return base_.publish_host(layers);
+    }
+    std::vector<ConstLayerRef> host;
+    host.reserve(layers.size());
+    staging_.resize(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      host.push_back(stage_in(layers[i], staging_[i]));
+    }
+    return base_.publish_host(host);
+  }
+  /// @copydoc publish(std::span<const ConstLayerRef>)
+  PublishResult publish(std::initializer_list<ConstLayerRef> layers) {
+    return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()));
+  }
+
+  /// Reads the latest complete snapshot of every donor and reduces it into @p out (mean,
+  /// weights, momentum). Transactional: on any exception @p out is unchanged.
+  PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
+                  const PullOptions& options = {}) {
+    if (!needs_staging(out)) {
+      return base_.pull_host(donors, out, options);
+    }
+    std::vector<LayerRef> host;
+    host.reserve(out.size());
+    staging_.resize(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      // The current values are needed for momentum; copying them in also keeps the staged
+      // output identical to the caller's memory if the pull fails.
+      ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
+      host.emplace_back(out[i].name(), const_cast<void*>(staged.data()), staged.count(),
+                        staged.dtype());
+    }
+    PullResult result = base_.pull_host(donors, host, options);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      stage_out(staging_[i], out[i]);
+    }
+    return result;
+  }
+  /// @copydoc pull(std::span<const int>, std::span<const LayerRef>, const PullOptions&)
+  PullResult pull(std::initializer_list<int> donors, std::initializer_list<LayerRef> out,
+                  const PullOptions& options = {}) {
+    return pull(std::span<const int>(donors.begin(), donors.size()),
+                std::span<const LayerRef>(out.begin(), out.size()), options);
+  }
+  /// @copydoc pull(std::span<const int>, std::span<const LayerRef>, const PullOptions&)
+  PullResult pull(std::span<const int> donors, std::initializer_list<LayerRef> out,
+                  const PullOptions& options = {}) {
+    return pull(donors, std::span<const LayerRef>(out.begin(), out.size()), options);
+  }
+
+  /// Reads one agent's roster (one-sided; @p rank may be this rank).
+  [[nodiscard]] RosterEntry roster(int rank) const { return base_.roster(rank); }
+  /// Reads every agent's roster (one-sided, no collective), indexed by rank.
+  [[nodiscard]] std::vector<RosterEntry> roster_all() const { return base_.roster_all(); }
+  /// Sets this agent's own roster fields (iteration, age, metric, generation, state).
+  void set_status(const AgentStatus& status) { base_.set_status(status); }
+  /// This agent's own roster fields as last set.
+  [[nodiscard]] const AgentStatus& status() const { return base_.status(); }
+
+ private:
+  static constexpr bool kHostSpace =
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+
+  template <class Ref>
+  bool needs_staging(std::span<const Ref> refs) const {
+    if (base_.valid() && base_.options().stage_through_host) {
+      return true;
+    }
+    for (const Ref& r : refs) {
+      if (!r.host_accessible() || !kHostSpace) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  using HostBytes = Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using SpaceBytes = Kokkos::View<char*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  static std::size_t bytes_of(DType dtype, std::size_t count) { return dtype_size(dtype) * count; }
+
+  static ConstLayerRef stage_in(const ConstLayerRef& ref, std::vector<char>& buf) {
+    const std::size_t bytes = bytes_of(ref.dtype(), ref.count());
+    buf.resize(bytes);
+    if (bytes != 0) {
+      Kokkos::deep_copy(HostBytes(buf.data(), bytes),
+                        SpaceBytes(static_cast<char*>(const_cast<void*>(ref.data())), bytes));
+    }
+    return ConstLayerRef(ref.name(), buf.data(), ref.count(), ref.dtype());
+  }
+
+  static void stage_out(std::vector<char>& buf, const LayerRef& ref) {
+    if (!buf.empty()) {
+      Kokkos::deep_copy(SpaceBytes(static_cast<char*>(ref.data()), buf.size()),
+                        HostBytes(buf.data(), buf.size()));
+    }
+  }
+
+  detail::WindowBase base_;
+  std::vector<std::vector<char>> staging_;
+};
+
+}  // namespace paramwin

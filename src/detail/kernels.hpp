@@ -1,0 +1,30 @@
+#pragma once
+// The inner loops: writing a layer in wire format, accumulating donors chunk by chunk, and
+// committing the mix into the caller's memory. Memory-bound; written to vectorise.
+
+#include <cstddef>
+
+#include "paramwin/dtype.hpp"
+
+namespace paramwin::detail {
+
+/// Copies (or narrows) @p count elements from @p src (type @p from) to @p dst (type @p to).
+/// Supported: identical types (memcpy), and float32 to bfloat16/float16.
+void convert(void* dst, DType to, const void* src, DType from, std::size_t count);
+
+/// acc[i] = (first ? 0 : acc[i]) + weight * widen(src[i]) for i < count, where @p acc holds
+/// the accumulation type of a layer of @p layer_dtype (double for float64, else float).
+/// Returns false if some src element is NaN or infinite (only looked for when @p check).
+bool accumulate(void* acc, DType layer_dtype, const void* src, DType wire, std::size_t count,
+                double weight, bool first, bool check);
+
+/// out[i] = momentum * out[i] + (1 - momentum) * acc[i], narrowed to @p out_dtype
+/// (out[i] = acc[i] when momentum is 0).
+void commit(void* out, DType out_dtype, const void* acc, std::size_t count, double momentum);
+
+/// Bytes per element of the accumulation type for a layer of @p layer_dtype.
+[[nodiscard]] constexpr std::size_t acc_size(DType layer_dtype) noexcept {
+  return layer_dtype == DType::float64 ? sizeof(double) : sizeof(float);
+}
+
+}  // namespace paramwin::detail

@@ -1,0 +1,36 @@
+#pragma once
+// MPI error handling: one function turns an error code into an MpiError, and checked
+// narrowing to the int counts MPI takes.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+
+namespace paramwin::detail {
+
+/// Throws MpiError naming @p call when @p code is not MPI_SUCCESS.
+void check_mpi(int code, const char* call);
+
+/// MPI's own text for @p code.
+[[nodiscard]] std::string mpi_error_string(int code);
+
+/// @p value as an int; throws InvalidArgument naming @p what when it does not fit.
+[[nodiscard]] int checked_int(std::size_t value, const char* what);
+
+/// Info object with alloc_shared_noncontig=true; freed on scope exit.
+class SharedInfo {
+ public:
+  SharedInfo();
+  SharedInfo(const SharedInfo&) = delete;
+  SharedInfo& operator=(const SharedInfo&) = delete;
+  SharedInfo(SharedInfo&&) = delete;
+  SharedInfo& operator=(SharedInfo&&) = delete;
+  ~SharedInfo();
+  [[nodiscard]] MPI_Info get() const noexcept { return info_; }
+
+ private:
+  MPI_Info info_ = MPI_INFO_NULL;
+};
+
+}  // namespace paramwin::detail

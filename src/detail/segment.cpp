@@ -1,0 +1,43 @@
+#include "detail/segment.hpp"
+
+#include <cstddef>
+
+namespace paramwin::detail {
+
+static_assert(offsetof(SegmentHeader, version) == kVersionOffset);
+static_assert(offsetof(SegmentHeader, begun) == kBegunOffset);
+static_assert(offsetof(SegmentHeader, publish_time) == kPublishTimeOffset);
+static_assert(offsetof(SegmentHeader, rma_pins) == kRmaPinsOffset);
+static_assert(offsetof(SegmentHeader, status_seq) == kStatusOffset);
+static_assert(offsetof(SegmentHeader, state) + 8 == kStatusOffset + kStatusBytes);
+static_assert(offsetof(SegmentHeader, verify) == kVerifyOffset);
+
+DType wire_dtype(DType dtype, WireFormat wire) noexcept {
+  if (dtype != DType::float32) {
+    return dtype;  // float64 keeps its precision; 16-bit layers are already narrow
+  }
+  switch (wire) {
+    case WireFormat::bfloat16: return DType::bfloat16;
+    case WireFormat::float16: return DType::float16;
+    case WireFormat::native: break;
+  }
+  return dtype;
+}
+
+SlotLayout make_slot_layout(const Layout& layout, WireFormat wire) {
+  SlotLayout slots;
+  slots.entries.reserve(layout.size());
+  std::size_t offset = 0;
+  for (const LayerSpec& layer : layout.layers()) {
+    const DType w = wire_dtype(layer.dtype, wire);
+    slots.entries.push_back({offset, layer.count, w});
+    offset = round_up(offset + bytes_of(layer.count, w), kLayerAlign);
+  }
+  slots.payload_bytes = offset;
+  slots.stride = round_up(offset == 0 ? 1 : offset, kPage);
+  // Mix the wire format into the layout fingerprint: same layout, other wire = other bytes.
+  slots.fingerprint = layout.fingerprint() ^ (0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(wire) + 1));
+  return slots;
+}
+
+}  // namespace paramwin::detail

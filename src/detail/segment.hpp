@@ -1,0 +1,98 @@
+#pragma once
+// The memory format of one agent's window segment:
+//   [ header page | slot 0 | slot 1 ]      every part page-aligned, sizes multiples of 4096
+// The header holds the publish seqlock, the reader pins, the roster and a verification
+// pattern; each slot holds one complete snapshot of all layers in wire format.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "paramwin/dtype.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+
+namespace paramwin::detail {
+
+inline constexpr std::size_t kPage = 4096;
+inline constexpr std::size_t kLayerAlign = 64;
+inline constexpr std::uint64_t kMagic = 0x70617261'6d77696eULL;  // "paramwin"
+
+[[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
+  return (n + to - 1) / to * to;
+}
+
+/// Bytes of @p count elements of @p dtype: the one place element counts become bytes.
+[[nodiscard]] constexpr std::size_t bytes_of(std::size_t count, DType dtype) noexcept {
+  return count * dtype_size(dtype);
+}
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// Header at the start of every segment. Fields are 64-bit atomics so that owner stores and
+/// same-node loads are race-free; remote readers fetch them with MPI_Get.
+struct alignas(64) SegmentHeader {
+  // line 0: immutable after creation
+  std::atomic<std::uint64_t> magic;
+  std::atomic<std::uint64_t> fingerprint;  // slot fingerprint: layout and wire format
+  std::atomic<std::uint64_t> slot_bytes;   // payload bytes of one slot
+  std::atomic<std::uint64_t> slot_stride;  // distance between slot 0 and slot 1
+
+  // line 1: publish seqlock, written by the owner only
+  alignas(64) std::atomic<std::uint64_t> version;  // completed publishes; latest in slot version%2
+  std::atomic<std::uint64_t> begun;                // publishes begun
+  std::atomic<std::uint64_t> publish_time;         // bits of MPI_Wtime() of the latest publish
+
+  // line 2: pins by same-node readers (CPU atomics); line 3: pins by RMA readers (MPI atomics).
+  // Kept apart: MPI atomics and CPU atomics are not atomic with respect to each other.
+  alignas(64) std::atomic<std::uint64_t> shm_pins[2];
+  alignas(64) std::atomic<std::uint64_t> rma_pins[2];
+
+  // line 4: roster, under its own seqlock (odd while the owner writes)
+  alignas(64) std::atomic<std::uint64_t> status_seq;
+  std::atomic<std::uint64_t> iteration;
+  std::atomic<std::uint64_t> age;
+  std::atomic<std::uint64_t> metric;       // bits of a double
+  std::atomic<std::uint64_t> generation;
+  std::atomic<std::uint64_t> state;
+
+  // line 5: verification pattern written at creation
+  alignas(64) std::atomic<std::uint64_t> verify[8];
+};
+static_assert(sizeof(SegmentHeader) <= kPage);
+
+/// Word offsets of header fields, for MPI_Get / MPI_Fetch_and_op on remote headers.
+inline constexpr std::size_t kVersionOffset = 64;
+inline constexpr std::size_t kBegunOffset = 72;
+inline constexpr std::size_t kPublishTimeOffset = 80;
+inline constexpr std::size_t kRmaPinsOffset = 192;
+inline constexpr std::size_t kStatusOffset = 256;
+inline constexpr std::size_t kStatusBytes = 48;
+inline constexpr std::size_t kVerifyOffset = 320;
+
+/// Where each layer sits inside a slot, and in which element type.
+struct SlotLayout {
+  struct Entry {
+    std::size_t offset;  // bytes from the start of the slot
+    std::size_t count;   // elements
+    DType wire;          // element type in the slot
+  };
+  std::vector<Entry> entries;
+  std::size_t payload_bytes = 0;  // bytes up to the end of the last layer
+  std::size_t stride = 0;         // payload rounded up to whole pages (at least one page)
+  std::uint64_t fingerprint = 0;  // layout fingerprint combined with the wire format
+};
+
+/// The element type a layer of @p dtype is stored in under @p wire.
+[[nodiscard]] DType wire_dtype(DType dtype, WireFormat wire) noexcept;
+
+/// Computes the slot format of @p layout under @p wire.
+[[nodiscard]] SlotLayout make_slot_layout(const Layout& layout, WireFormat wire);
+
+/// Total segment bytes: header page plus two slots.
+[[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots) noexcept {
+  return kPage + 2 * slots.stride;
+}
+
+}  // namespace paramwin::detail

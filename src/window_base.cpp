@@ -1,0 +1,61 @@
+// ParameterWindow's non-template part: forwards to WindowImpl, guards moved-from use.
+#include "paramwin/detail/window_base.hpp"
+
+#include "detail/window_impl.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+
+WindowBase::WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options)
+    : impl_(std::make_unique<WindowImpl>(comm, std::move(layout), options)) {}
+
+WindowBase::WindowBase(WindowBase&& other) noexcept = default;
+
+WindowBase& WindowBase::operator=(WindowBase&& other) noexcept {
+  if (this != &other) {
+    impl_.reset();  // frees this window's MPI resources (collective) before taking over
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+WindowBase::~WindowBase() = default;
+
+WindowImpl& WindowBase::impl() const {
+  if (!impl_) {
+    throw Error("paramwin: use of a ParameterWindow that was moved from or closed");
+  }
+  return *impl_;
+}
+
+void WindowBase::close() {
+  if (impl_) {
+    std::unique_ptr<WindowImpl> doomed = std::move(impl_);
+    doomed->close();
+  }
+}
+
+int WindowBase::rank() const { return impl().rank(); }
+int WindowBase::size() const { return impl().size(); }
+MPI_Comm WindowBase::comm() const { return impl().comm(); }
+const Layout& WindowBase::layout() const { return impl().layout(); }
+const WindowOptions& WindowBase::options() const { return impl().options(); }
+Transport WindowBase::transport_for(int rank) const { return impl().transport_for(rank); }
+std::uint64_t WindowBase::version() const { return impl().version(); }
+std::size_t WindowBase::wire_bytes() const { return impl().wire_bytes(); }
+
+PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers) {
+  return impl().publish(layers);
+}
+
+PullResult WindowBase::pull_host(std::span<const int> donors, std::span<const LayerRef> out,
+                                 const PullOptions& options) {
+  return impl().pull(donors, out, options);
+}
+
+RosterEntry WindowBase::roster(int rank) const { return impl().roster(rank); }
+std::vector<RosterEntry> WindowBase::roster_all() const { return impl().roster_all(); }
+void WindowBase::set_status(const AgentStatus& status) { impl().set_status(status); }
+const AgentStatus& WindowBase::status() const { return impl().status(); }
+
+}  // namespace paramwin::detail

@@ -1,0 +1,611 @@
+// Creation, self-verification, destruction and roster of a window.
+#include "detail/window_impl.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "detail/mpi_check.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+namespace {
+
+std::uint64_t verify_word(int rank, std::size_t i, std::uint64_t salt) {
+  // splitmix64 of (rank, i): distinct per rank so a read of another rank's bytes shows.
+  std::uint64_t z = salt + 0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(rank) * 64 + i + 1);
+  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31U);
+}
+
+constexpr std::size_t kVerifyWords = 8;
+
+void* align_page(void* p) {
+  const auto u = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<void*>(round_up(u, kPage));
+}
+constexpr std::size_t kMaxRmaPiece = std::size_t{1} << 30;  // bytes per MPI_Rget
+
+}  // namespace
+
+// --- RmaBatch ---------------------------------------------------------------------------
+
+RmaBatch::~RmaBatch() {
+  if (!requests_.empty()) {
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+}
+
+void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset) {
+  auto* out = static_cast<std::byte*>(dst);
+  while (bytes > 0) {
+    const std::size_t piece = std::min(bytes, kMaxRmaPiece);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Rget(out, checked_int(piece, "RMA piece bytes"), MPI_BYTE, target,
+                       static_cast<MPI_Aint>(offset), checked_int(piece, "RMA piece bytes"),
+                       MPI_BYTE, win_, &request),
+              "MPI_Rget");
+    requests_.push_back(request);
+    out += piece;
+    offset += piece;
+    bytes -= piece;
+  }
+}
+
+void RmaBatch::wait() {
+  if (requests_.empty()) {
+    return;
+  }
+  const int code =
+      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  requests_.clear();
+  check_mpi(code, "MPI_Waitall (RMA reads)");
+}
+
+// --- creation ---------------------------------------------------------------------------
+
+WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options)
+    : layout_(std::move(layout)), options_(options) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0) {
+    throw Error("paramwin: ParameterWindow needs MPI to be initialized and not finalized");
+  }
+  if (comm == MPI_COMM_NULL) {
+    throw InvalidArgument("paramwin: ParameterWindow created on MPI_COMM_NULL");
+  }
+  if (options.transport > Transport::rma || options.wire > WireFormat::float16 ||
+      options.layout_check > LayoutCheck::per_donor) {
+    throw InvalidArgument("paramwin: WindowOptions holds an out-of-range enumerator");
+  }
+  try {
+    create(comm);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void WindowImpl::create(MPI_Comm comm) {
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+
+  slots_ = make_slot_layout(layout_, options_.wire);
+  if (options_.layout_check == LayoutCheck::strict) {
+    check_layouts_strict(slots_.fingerprint);
+  }
+
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_comm_),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  check_mpi(MPI_Comm_set_errhandler(node_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  int node_size = 0;
+  check_mpi(MPI_Comm_size(node_comm_, &node_size), "MPI_Comm_size(node)");
+
+  const std::size_t bytes = segment_bytes(slots_);
+  SharedInfo info;
+  void* raw = nullptr;
+  // One spare page: MPICH does not always hand out page-aligned segments (seen with one
+  // rank per node), so align inside the allocation. Offsets within a page are the same in
+  // every process that maps the segment, so peers align their view of it identically.
+  check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + kPage), 1, info.get(),
+                                    node_comm_, &raw, &shm_win_),
+            "MPI_Win_allocate_shared");
+  check_mpi(MPI_Win_set_errhandler(shm_win_, MPI_ERRORS_RETURN), "MPI_Win_set_errhandler");
+  void* base = align_page(raw);
+  segment_ = ByteView(static_cast<std::byte*>(base), bytes);
+  check_mpi(MPI_Win_create(base, static_cast<MPI_Aint>(bytes), 1, info.get(), comm_, &rma_win_),
+            "MPI_Win_create");
+  check_mpi(MPI_Win_set_errhandler(rma_win_, MPI_ERRORS_RETURN), "MPI_Win_set_errhandler");
+  int* model = nullptr;
+  int has_model = 0;
+  check_mpi(MPI_Win_get_attr(rma_win_, MPI_WIN_MODEL, &model, &has_model), "MPI_Win_get_attr");
+  if (has_model == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
+    throw Error("paramwin: the MPI library offers only the separate RMA memory model; "
+                "paramwin's lock-free snapshots need MPI_WIN_UNIFIED");
+  }
+
+  auto* h = new (base) SegmentHeader();
+  h->magic.store(kMagic, std::memory_order_relaxed);
+  h->fingerprint.store(slots_.fingerprint, std::memory_order_relaxed);
+  h->slot_bytes.store(slots_.payload_bytes, std::memory_order_relaxed);
+  h->slot_stride.store(slots_.stride, std::memory_order_relaxed);
+  h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
+
+  check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm_win_), "MPI_Win_lock_all(shm)");
+  shm_locked_ = true;
+  check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, rma_win_), "MPI_Win_lock_all(rma)");
+  rma_locked_ = true;
+
+  // Map every comm rank on this node to its segment.
+  shm_base_.assign(static_cast<std::size_t>(size_), nullptr);
+  MPI_Group world_group = MPI_GROUP_NULL;
+  MPI_Group node_group = MPI_GROUP_NULL;
+  check_mpi(MPI_Comm_group(comm_, &world_group), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(node_comm_, &node_group), "MPI_Comm_group(node)");
+  std::vector<int> node_ranks(static_cast<std::size_t>(node_size));
+  std::vector<int> comm_ranks(static_cast<std::size_t>(node_size));
+  for (int i = 0; i < node_size; ++i) {
+    node_ranks[static_cast<std::size_t>(i)] = i;
+  }
+  const int translated = MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(),
+                                                   world_group, comm_ranks.data());
+  MPI_Group_free(&world_group);
+  MPI_Group_free(&node_group);
+  check_mpi(translated, "MPI_Group_translate_ranks");
+  for (int i = 0; i < node_size; ++i) {
+    MPI_Aint seg_size = 0;
+    int disp_unit = 0;
+    void* ptr = nullptr;
+    check_mpi(MPI_Win_shared_query(shm_win_, i, &seg_size, &disp_unit, &ptr),
+              "MPI_Win_shared_query");
+    if (ptr == nullptr || static_cast<std::size_t>(seg_size) < 2 * kPage) {
+      throw VerificationError("paramwin: MPI_Win_shared_query returned no usable segment for "
+                              "node rank " + std::to_string(i));
+    }
+    shm_base_[static_cast<std::size_t>(comm_ranks[static_cast<std::size_t>(i)])] =
+        static_cast<std::byte*>(align_page(ptr));
+  }
+
+  if (options_.verify) {
+    verify();
+  } else {
+    check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+  }
+}
+
+void WindowImpl::check_layouts_strict(std::uint64_t slot_fingerprint) {
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&slot_fingerprint, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_),
+            "MPI_Allgather(fingerprints)");
+  const auto differs = std::find_if(all.begin(), all.end(),
+                                    [&](std::uint64_t f) { return f != all.front(); });
+  if (differs == all.end()) {
+    return;
+  }
+  // Every rank saw the same fingerprints, so every rank takes this path: exchange the
+  // layouts and explain the first difference identically everywhere.
+  const int other = static_cast<int>(differs - all.begin());
+  std::string mine = layout_.serialize() + "wire " +
+                     std::to_string(static_cast<int>(options_.wire)) + "\n";
+  int my_len = checked_int(mine.size(), "serialized layout bytes");
+  std::vector<int> lens(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&my_len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+  std::vector<int> displs(static_cast<std::size_t>(size_), 0);
+  for (std::size_t i = 1; i < displs.size(); ++i) {
+    displs[i] = displs[i - 1] + lens[i - 1];
+  }
+  std::string text(static_cast<std::size_t>(displs.back() + lens.back()), '\0');
+  check_mpi(MPI_Allgatherv(mine.data(), my_len, MPI_CHAR, text.data(), lens.data(),
+                           displs.data(), MPI_CHAR, comm_),
+            "MPI_Allgatherv(layouts)");
+  auto layout_of = [&](int r) {
+    std::string s = text.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
+                                static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
+    const std::size_t wire_pos = s.rfind("wire ");
+    const std::string wire = s.substr(wire_pos + 5, s.size() - wire_pos - 6);
+    return std::pair{Layout::deserialize(std::string_view(s).substr(0, wire_pos)), wire};
+  };
+  const auto [first, first_wire] = layout_of(0);
+  const auto [second, second_wire] = layout_of(other);
+  std::string why = Layout::first_difference(first, second);
+  if (why.empty()) {
+    auto wire_name = [](const std::string& w) {
+      static const char* names[] = {"native", "bfloat16", "float16"};
+      const int i = std::stoi(w);
+      return std::string(i >= 0 && i < 3 ? names[i] : "?");
+    };
+    why = "wire format " + wire_name(first_wire) + " vs " + wire_name(second_wire);
+  }
+  throw LayoutMismatch("paramwin: layouts differ across ranks: rank 0 vs rank " +
+                       std::to_string(other) + " differ at " + why + " (this is rank " +
+                       std::to_string(rank_) + ")");
+}
+
+void WindowImpl::verify() {
+  // Each rank writes a rank-specific pattern at both ends of its segment; every rank then
+  // reads its peers' patterns through shared memory and through MPI_Get. MPICH 4.0.2 + UCX
+  // has been seen to return other ranks' bytes silently for misaligned windows.
+  SegmentHeader& h = header();
+  const std::uint64_t salt = slots_.fingerprint;
+  std::byte* tail = segment_.data() + segment_.extent(0) - kVerifyWords * 8;
+  for (std::size_t i = 0; i < kVerifyWords; ++i) {
+    h.verify[i].store(verify_word(rank_, i, salt), std::memory_order_relaxed);
+    const std::uint64_t w = ~verify_word(rank_, i, salt);
+    std::memcpy(tail + i * 8, &w, 8);
+  }
+  check_mpi(MPI_Win_sync(shm_win_), "MPI_Win_sync");
+  check_mpi(MPI_Win_sync(rma_win_), "MPI_Win_sync");
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+
+  std::vector<int> peers;
+  if (size_ <= 64) {
+    for (int r = 0; r < size_; ++r) {
+      peers.push_back(r);
+    }
+  } else {
+    for (int d : {0, 1, size_ - 1, size_ / 2}) {
+      peers.push_back((rank_ + d) % size_);
+    }
+  }
+  const std::size_t tail_offset = segment_.extent(0) - kVerifyWords * 8;
+  std::vector<std::uint64_t> got(peers.size() * kVerifyWords * 2);
+  {
+    RmaBatch batch(rma_win_);
+    for (std::size_t p = 0; p < peers.size(); ++p) {
+      batch.get(&got[p * kVerifyWords * 2], kVerifyWords * 8, peers[p], kVerifyOffset);
+      batch.get(&got[p * kVerifyWords * 2 + kVerifyWords], kVerifyWords * 8, peers[p],
+                tail_offset);
+    }
+    batch.wait();
+  }
+  int bad = INT_MAX;  // encoded (reader * size + target) of the first failure, INT_MAX if none
+  std::string how;
+  for (std::size_t p = 0; p < peers.size() && bad == INT_MAX; ++p) {
+    const int target = peers[p];
+    for (std::size_t i = 0; i < kVerifyWords; ++i) {
+      const std::uint64_t want = verify_word(target, i, salt);
+      if (got[p * kVerifyWords * 2 + i] != want || got[p * kVerifyWords * 2 + kVerifyWords + i] != ~want) {
+        bad = rank_ * size_ + target;
+        how = "MPI_Get";
+        break;
+      }
+      if (const std::byte* peer = shm_base_[static_cast<std::size_t>(target)]) {
+        const auto* ph = reinterpret_cast<const SegmentHeader*>(peer);
+        std::uint64_t tail_word = 0;
+        std::memcpy(&tail_word, peer + tail_offset + i * 8, 8);
+        if (ph->verify[i].load(std::memory_order_relaxed) != want || tail_word != ~want) {
+          bad = rank_ * size_ + target;
+          how = "shared-memory load";
+          break;
+        }
+      }
+    }
+  }
+  int first_bad = INT_MAX;
+  check_mpi(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+  // Slot memory is the owner's again; nobody reads it before the first publish.
+  std::memset(tail, 0, kVerifyWords * 8);
+  if (first_bad != INT_MAX) {
+    throw VerificationError(
+        "paramwin: window self-check failed: rank " + std::to_string(first_bad / size_) +
+        " read bytes from rank " + std::to_string(first_bad % size_) +
+        " that the owner did not write" + (how.empty() ? "" : " (via " + how + ")") +
+        "; the MPI library returns wrong data for this window (known for MPICH 4.0.2 + UCX "
+        "with misaligned segments)");
+  }
+}
+
+// --- destruction ------------------------------------------------------------------------
+
+void WindowImpl::release() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) {
+    // MPI is gone: nothing can be freed any more. The memory was MPI's and went with it.
+    comm_ = node_comm_ = MPI_COMM_NULL;
+    shm_win_ = rma_win_ = MPI_WIN_NULL;
+    return;
+  }
+  if (rma_locked_) {
+    MPI_Win_unlock_all(rma_win_);
+    rma_locked_ = false;
+  }
+  if (shm_locked_) {
+    MPI_Win_unlock_all(shm_win_);
+    shm_locked_ = false;
+  }
+  if (rma_win_ != MPI_WIN_NULL) {
+    MPI_Win_free(&rma_win_);
+  }
+  if (shm_win_ != MPI_WIN_NULL) {
+    MPI_Win_free(&shm_win_);
+  }
+  if (node_comm_ != MPI_COMM_NULL) {
+    MPI_Comm_free(&node_comm_);
+  }
+  if (comm_ != MPI_COMM_NULL) {
+    MPI_Comm_free(&comm_);
+  }
+}
+
+WindowImpl::~WindowImpl() { release(); }
+
+void WindowImpl::close() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) {
+    release();
+    throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; the window's "
+                "MPI resources could not be freed");
+  }
+  int first_error = MPI_SUCCESS;
+  const char* first_call = "";
+  auto note = [&](int code, const char* call) {
+    if (code != MPI_SUCCESS && first_error == MPI_SUCCESS) {
+      first_error = code;
+      first_call = call;
+    }
+  };
+  if (rma_locked_) {
+    note(MPI_Win_unlock_all(rma_win_), "MPI_Win_unlock_all(rma)");
+    rma_locked_ = false;
+  }
+  if (shm_locked_) {
+    note(MPI_Win_unlock_all(shm_win_), "MPI_Win_unlock_all(shm)");
+    shm_locked_ = false;
+  }
+  if (rma_win_ != MPI_WIN_NULL) {
+    note(MPI_Win_free(&rma_win_), "MPI_Win_free(rma)");
+  }
+  if (shm_win_ != MPI_WIN_NULL) {
+    note(MPI_Win_free(&shm_win_), "MPI_Win_free(shm)");
+  }
+  release();
+  check_mpi(first_error, first_call);
+}
+
+// --- queries ----------------------------------------------------------------------------
+
+void WindowImpl::check_rank(int rank, const char* what) const {
+  if (rank < 0 || rank >= size_) {
+    throw InvalidArgument(std::string("paramwin: ") + what + " rank " + std::to_string(rank) +
+                          " is out of range (window has " + std::to_string(size_) + " ranks)");
+  }
+}
+
+Transport WindowImpl::transport_for(int rank) const {
+  check_rank(rank, "transport_for:");
+  const bool same_node = shm_base_[static_cast<std::size_t>(rank)] != nullptr;
+  switch (options_.transport) {
+    case Transport::rma: return Transport::rma;
+    case Transport::shm:
+      if (!same_node) {
+        throw InvalidArgument("paramwin: rank " + std::to_string(rank) +
+                              " is on another node but the window was created with "
+                              "Transport::shm; use Transport::automatic or Transport::rma");
+      }
+      return Transport::shm;
+    case Transport::automatic: break;
+  }
+  return same_node ? Transport::shm : Transport::rma;
+}
+
+std::byte* WindowImpl::scratch(std::size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+// --- roster -----------------------------------------------------------------------------
+
+void WindowImpl::set_status(const AgentStatus& status) {
+  if (status.state > AgentState::left) {
+    throw InvalidArgument("paramwin: set_status with an out-of-range AgentState");
+  }
+  SegmentHeader& h = header();
+  const std::uint64_t seq = h.status_seq.load(std::memory_order_relaxed);
+  h.status_seq.store(seq + 1, std::memory_order_relaxed);  // odd: writing
+  std::atomic_thread_fence(std::memory_order_release);
+  h.iteration.store(static_cast<std::uint64_t>(status.iteration), std::memory_order_relaxed);
+  h.age.store(static_cast<std::uint64_t>(status.age), std::memory_order_relaxed);
+  h.metric.store(std::bit_cast<std::uint64_t>(status.metric), std::memory_order_relaxed);
+  h.generation.store(status.generation, std::memory_order_relaxed);
+  h.state.store(static_cast<std::uint64_t>(status.state), std::memory_order_relaxed);
+  h.status_seq.store(seq + 2, std::memory_order_release);
+  status_ = status;
+}
+
+namespace {
+
+struct StatusWords {
+  std::uint64_t seq, iteration, age, metric, generation, state;
+};
+static_assert(sizeof(StatusWords) == kStatusBytes);
+
+struct HeadWords {  // lines 0 and 1 of the header
+  std::uint64_t magic, fingerprint, slot_bytes, stride, pad[4];
+  std::uint64_t version, begun, publish_time, pad2[5];
+};
+static_assert(sizeof(HeadWords) == 128);
+
+RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
+  RosterEntry e;
+  e.rank = rank;
+  e.version = head.version;
+  e.fingerprint = head.fingerprint;
+  e.publish_time = std::bit_cast<double>(head.publish_time);
+  e.status_updates = s.seq / 2;
+  e.status.iteration = static_cast<std::int64_t>(s.iteration);
+  e.status.age = static_cast<std::int64_t>(s.age);
+  e.status.metric = std::bit_cast<double>(s.metric);
+  e.status.generation = s.generation;
+  e.status.state = s.state <= 3 ? static_cast<AgentState>(s.state) : AgentState::left;
+  return e;
+}
+
+}  // namespace
+
+RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) const {
+  HeadWords head{};
+  StatusWords s{};
+  for (;;) {
+    s.seq = h.status_seq.load(std::memory_order_acquire);
+    if ((s.seq & 1U) != 0) {
+      continue;  // the owner is between two stores; it never blocks, so this is brief
+    }
+    s.iteration = h.iteration.load(std::memory_order_relaxed);
+    s.age = h.age.load(std::memory_order_relaxed);
+    s.metric = h.metric.load(std::memory_order_relaxed);
+    s.generation = h.generation.load(std::memory_order_relaxed);
+    s.state = h.state.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (h.status_seq.load(std::memory_order_relaxed) == s.seq) {
+      break;
+    }
+  }
+  head.magic = h.magic.load(std::memory_order_relaxed);
+  head.fingerprint = h.fingerprint.load(std::memory_order_relaxed);
+  head.version = h.version.load(std::memory_order_acquire);
+  head.publish_time = h.publish_time.load(std::memory_order_relaxed);
+  return make_entry(rank, head, s);
+}
+
+RosterEntry WindowImpl::roster(int rank) const {
+  check_rank(rank, "roster:");
+  if (rank == rank_ || transport_for(rank) == Transport::shm) {
+    return read_local_roster(rank, rank == rank_ ? header() : *shm_header(rank));
+  }
+  std::vector<RosterEntry> all = roster_all();
+  return all[static_cast<std::size_t>(rank)];
+}
+
+std::vector<RosterEntry> WindowImpl::roster_all() const {
+  std::vector<RosterEntry> out(static_cast<std::size_t>(size_));
+  std::vector<int> remote;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || transport_for(r) == Transport::shm) {
+      out[static_cast<std::size_t>(r)] =
+          read_local_roster(r, r == rank_ ? header() : *shm_header(r));
+    } else {
+      remote.push_back(r);
+    }
+  }
+  if (remote.empty()) {
+    return out;
+  }
+  // Remote seqlock read in three pipelined phases over all remote ranks: sequence word,
+  // header and status block, sequence word again. Retry the ranks whose sequence moved.
+  const std::size_t n = remote.size();
+  std::vector<std::uint64_t> seq_after(n);
+  std::vector<HeadWords> heads(n);
+  std::vector<StatusWords> status(n);
+  std::vector<int> pending = remote;
+  for (int round = 0; !pending.empty(); ++round) {
+    if (round > 10000) {
+      throw Error("paramwin: roster read did not settle after 10000 rounds");
+    }
+    std::vector<std::uint64_t> seq_before(pending.size());
+    RmaBatch batch(rma_win_);
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      batch.get(&seq_before[i], 8, pending[i], kStatusOffset);
+    }
+    batch.wait();
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      batch.get(&heads[slot], sizeof(HeadWords), pending[i], 0);
+      batch.get(&status[slot], sizeof(StatusWords), pending[i], kStatusOffset);
+    }
+    batch.wait();
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      batch.get(&seq_after[slot], 8, pending[i], kStatusOffset);
+    }
+    batch.wait();
+    std::vector<int> again;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      const std::uint64_t before = seq_before[i];
+      if ((before & 1U) != 0 || before != seq_after[slot] || status[slot].seq != before) {
+        again.push_back(pending[i]);
+      } else {
+        out[static_cast<std::size_t>(pending[i])] = make_entry(pending[i], heads[slot], status[slot]);
+      }
+    }
+    pending.swap(again);
+  }
+  return out;
+}
+
+// --- layer binding ----------------------------------------------------------------------
+
+namespace {
+
+template <class Ref>
+std::vector<std::size_t> bind_impl(const Layout& layout, std::span<const Ref> refs,
+                                   const char* op) {
+  const std::string where = std::string("paramwin: ") + op + ": ";
+  if (refs.size() != layout.size()) {
+    throw InvalidArgument(where + "got " + std::to_string(refs.size()) + " layers, the layout has " +
+                          std::to_string(layout.size()));
+  }
+  std::size_t named = 0;
+  for (const Ref& r : refs) {
+    named += r.name().empty() ? std::size_t{0} : std::size_t{1};
+  }
+  if (named != 0 && named != refs.size()) {
+    throw InvalidArgument(where + "either name every layer or none (" + std::to_string(named) +
+                          " of " + std::to_string(refs.size()) + " are named)");
+  }
+  std::vector<std::size_t> order(layout.size(), static_cast<std::size_t>(-1));
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    const std::size_t layer = named != 0 ? layout.index_of(refs[i].name()) : i;
+    if (order[layer] != static_cast<std::size_t>(-1)) {
+      throw InvalidArgument(where + "layer '" + layout[layer].name + "' given twice");
+    }
+    order[layer] = i;
+    const LayerSpec& spec = layout[layer];
+    const Ref& r = refs[i];
+    if (r.count() != spec.count) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects " +
+                            std::to_string(spec.count) + " elements, got " +
+                            std::to_string(r.count()));
+    }
+    if (r.dtype() != spec.dtype) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects dtype " +
+                            std::string(dtype_name(spec.dtype)) + ", got " +
+                            std::string(dtype_name(r.dtype())));
+    }
+    if (!r.contiguous()) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " is not contiguous");
+    }
+    if (r.count() != 0 && r.data() == nullptr) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " has a null data pointer");
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const ConstLayerRef> refs,
+                                     const char* operation) {
+  return bind_impl(layout, refs, operation);
+}
+
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const LayerRef> refs,
+                                     const char* operation) {
+  return bind_impl(layout, refs, operation);
+}
+
+}  // namespace paramwin::detail
