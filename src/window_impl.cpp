@@ -235,8 +235,10 @@ void WindowImpl::verify() {
   // reads its peers' patterns through shared memory and through MPI_Get. MPICH 4.0.2 + UCX
   // has been seen to return other ranks' bytes silently for misaligned windows.
   SegmentHeader& h = header();
-  const std::uint64_t salt = slots_.fingerprint;
-  std::byte* tail = segment_.data() + segment_.extent(0) - kVerifyWords * 8;
+  // Independent of the layout: under LayoutCheck::per_donor ranks differ in layout and size.
+  const std::uint64_t salt = kMagic;
+  const std::size_t my_tail = segment_.extent(0) - kVerifyWords * 8;
+  std::byte* tail = segment_.data() + my_tail;
   for (std::size_t i = 0; i < kVerifyWords; ++i) {
     h.verify[i].store(verify_word(rank_, i, salt), std::memory_order_relaxed);
     const std::uint64_t w = ~verify_word(rank_, i, salt);
@@ -256,32 +258,55 @@ void WindowImpl::verify() {
       peers.push_back((rank_ + d) % size_);
     }
   }
-  const std::size_t tail_offset = segment_.extent(0) - kVerifyWords * 8;
-  std::vector<std::uint64_t> got(peers.size() * kVerifyWords * 2);
-  {
+  // Phase 1: each peer's header (for its slot stride) and head pattern; phase 2: its tail.
+  constexpr std::size_t kWords = 2 * kVerifyWords;
+  std::vector<std::uint64_t> got(peers.size() * kWords);
+  std::vector<std::uint64_t> strides(peers.size());
+  auto sane = [](std::uint64_t stride) { return stride != 0 && stride % kPage == 0; };
+  std::string read_error;  // a local MPI failure must not skip the collective below
+  try {
     RmaBatch batch(rma_win_);
     for (std::size_t p = 0; p < peers.size(); ++p) {
-      batch.get(&got[p * kVerifyWords * 2], kVerifyWords * 8, peers[p], kVerifyOffset);
-      batch.get(&got[p * kVerifyWords * 2 + kVerifyWords], kVerifyWords * 8, peers[p],
-                tail_offset);
+      batch.get(&strides[p], 8, peers[p], offsetof(SegmentHeader, slot_stride));
+      batch.get(&got[p * kWords], kVerifyWords * 8, peers[p], kVerifyOffset);
     }
     batch.wait();
+    for (std::size_t p = 0; p < peers.size(); ++p) {
+      if (sane(strides[p])) {
+        batch.get(&got[p * kWords + kVerifyWords], kVerifyWords * 8, peers[p],
+                  kPage + 2 * strides[p] - kVerifyWords * 8);
+      }
+    }
+    batch.wait();
+  } catch (const std::exception& e) {
+    read_error = e.what();
   }
   int bad = INT_MAX;  // encoded (reader * size + target) of the first failure, INT_MAX if none
   std::string how;
+  if (!read_error.empty()) {
+    bad = rank_ * size_ + rank_;
+    how = read_error;
+  }
   for (std::size_t p = 0; p < peers.size() && bad == INT_MAX; ++p) {
     const int target = peers[p];
+    if (!sane(strides[p])) {
+      bad = rank_ * size_ + target;
+      how = "MPI_Get of the header";
+      break;
+    }
+    const std::byte* peer = shm_base_[static_cast<std::size_t>(target)];
+    const std::size_t peer_tail = kPage + 2 * strides[p] - kVerifyWords * 8;
     for (std::size_t i = 0; i < kVerifyWords; ++i) {
       const std::uint64_t want = verify_word(target, i, salt);
-      if (got[p * kVerifyWords * 2 + i] != want || got[p * kVerifyWords * 2 + kVerifyWords + i] != ~want) {
+      if (got[p * kWords + i] != want || got[p * kWords + kVerifyWords + i] != ~want) {
         bad = rank_ * size_ + target;
         how = "MPI_Get";
         break;
       }
-      if (const std::byte* peer = shm_base_[static_cast<std::size_t>(target)]) {
+      if (peer != nullptr) {
         const auto* ph = reinterpret_cast<const SegmentHeader*>(peer);
         std::uint64_t tail_word = 0;
-        std::memcpy(&tail_word, peer + tail_offset + i * 8, 8);
+        std::memcpy(&tail_word, peer + peer_tail + i * 8, 8);
         if (ph->verify[i].load(std::memory_order_relaxed) != want || tail_word != ~want) {
           bad = rank_ * size_ + target;
           how = "shared-memory load";

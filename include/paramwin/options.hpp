@@ -57,7 +57,7 @@ enum class NonFinitePolicy : std::uint8_t {
 /// Options of one pull.
 struct PullOptions {
   Reduction reduction = Reduction::mean;
-  std::vector<double> weights;     ///< one per donor, for Reduction::weighted
+  std::vector<double> weights{};   ///< one per donor, for Reduction::weighted
   double momentum = 0.0;           ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
@@ -79,7 +79,7 @@ struct DonorRead {
 
 /// What a pull did.
 struct PullResult {
-  std::vector<DonorRead> donors;   ///< in the order the donors were given
+  std::vector<DonorRead> donors{}; ///< in the order the donors were given
   std::size_t bytes = 0;           ///< bytes moved from all donors
   double seconds = 0.0;            ///< wall time of the pull
 };

@@ -1,0 +1,224 @@
+// Every bad input to the core gets a clear exception on the ranks concerned, and nothing
+// changes: the caller's output stays as it was, the window stays usable.
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+template <class E>
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing '" << fragment << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message was: " << e.what() << "\nexpected to contain: " << fragment;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what();
+  }
+}
+
+class BadInput : public ::testing::TestWithParam<pw::Transport> {
+ protected:
+  void SetUp() override {
+    layout_.add("w", std::size_t{64}).add("b", {4}, pw::DType::float64);
+  }
+  pw::Layout layout_;
+};
+
+TEST_P(BadInput, PullRejectsBadArgumentsAndLeavesOutputUntouched) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout_, {.transport = GetParam()});
+  const int rank = win.rank();
+  const int n = win.size();
+  const int donor = (rank + 1) % n;
+  std::vector<float> w(64, 7.0F);
+  std::vector<double> b(4, 9.0);
+  const std::vector<float> w0 = w;
+  const std::vector<double> b0 = b;
+  auto unchanged = [&] {
+    EXPECT_EQ(w, w0);
+    EXPECT_EQ(b, b0);
+  };
+
+  // Before anyone published: "never published", named with the rank.
+  expect_error<pw::DonorError>([&] { (void)win.pull({donor}, {w, b}); },
+                               "donor " + std::to_string(donor) + " has never published");
+  unchanged();
+  MPI_Barrier(MPI_COMM_WORLD);
+  (void)win.publish({w, b});
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  std::vector<float> short_w(63);
+  std::vector<float> b_as_float(4);
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {short_w, b}); },
+                                    "expects 64 elements, got 63");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b_as_float}); },
+                                    "expects dtype float64, got float32");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w}); },
+                                    "got 1 layers, the layout has 2");
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("bias", b)}); },
+      "unknown layer 'bias' (layers: 'w', 'b')");
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("w", w)}); },
+      "layer 'w' given twice");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {pw::LayerRef("w", w), b}); },
+                                    "either name every layer or none");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({n}, {w, b}); },
+                                    "rank " + std::to_string(n) + " is out of range");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({-1}, {w, b}); },
+                                    "rank -1 is out of range");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({rank}, {w, b}); },
+                                    "is this rank itself");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor, donor}, {w, b}); },
+                                    "is listed twice");
+  const std::vector<int> none;
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull(std::span<const int>(none), {w, b}); }, "donor list is empty");
+
+  pw::PullOptions weighted{.reduction = pw::Reduction::weighted, .weights = {1.0, 2.0}};
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
+                                    "got 2 weights for 1 donors");
+  weighted.weights = {std::numeric_limits<double>::quiet_NaN()};
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
+                                    "weights must be finite and >= 0");
+  weighted.weights = {-1.0};
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
+                                    "weights must be finite and >= 0");
+  weighted.weights = {0.0};
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
+                                    "weights sum to 0");
+  pw::PullOptions mean_with_weights{.weights = {1.0}};
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, mean_with_weights); },
+                                    "use Reduction::weighted");
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull({donor}, {w, b}, {.momentum = 1.0}); }, "outside [0, 1)");
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull({donor}, {w, b}, {.chunk_bytes = 8}); }, "chunk_bytes 8");
+  unchanged();
+
+  // Publish with bad input: rejected, version unchanged.
+  expect_error<pw::InvalidArgument>([&] { (void)win.publish({short_w, b}); },
+                                    "expects 64 elements, got 63");
+  EXPECT_EQ(win.version(), 1U);
+
+  // The window still works after all of that.
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<float> ow(64);
+  std::vector<double> ob(4);
+  (void)win.pull({donor}, {ow, ob});
+  EXPECT_EQ(ow, std::vector<float>(64, 7.0F));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_P(BadInput, NonFiniteDonorFailsOrIsSkipped) {
+  PARAMWIN_REQUIRE_RANKS(3);
+  pw::Layout layout;
+  layout.add("w", std::size_t{5000});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
+  const int rank = win.rank();
+  // Rank 1 publishes a NaN deep inside its layer (in a later chunk), everyone else finite.
+  std::vector<float> w(5000, static_cast<float>(rank));
+  if (rank == 1) {
+    w[4321] = std::numeric_limits<float>::quiet_NaN();
+  }
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::vector<float> out(5000, -1.0F);
+    expect_error<pw::DonorError>([&] { (void)win.pull({1, 2}, {out}); },
+                                 "donor 1 (version 1) holds NaN or infinity in layer 'w'");
+    EXPECT_EQ(out, std::vector<float>(5000, -1.0F));
+    pw::PullResult r = win.pull({1, 2}, {out}, {.non_finite = pw::NonFinitePolicy::skip_donor});
+    EXPECT_TRUE(r.donors[0].skipped);
+    EXPECT_FALSE(r.donors[1].skipped);
+    EXPECT_DOUBLE_EQ(r.donors[1].weight, 1.0);
+    EXPECT_EQ(out, std::vector<float>(5000, 2.0F));
+    expect_error<pw::DonorError>(
+        [&] { (void)win.pull({1}, {out}, {.non_finite = pw::NonFinitePolicy::skip_donor}); },
+        "every donor was left out");
+    EXPECT_EQ(out, std::vector<float>(5000, 2.0F));
+    (void)win.pull({1}, {out}, {.non_finite = pw::NonFinitePolicy::allow});
+    EXPECT_TRUE(std::isnan(out[4321]));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, BadInput,
+                         ::testing::Values(pw::Transport::shm, pw::Transport::rma),
+                         [](const auto& param_info) {
+                           return std::string(pw::transport_name(param_info.param));
+                         });
+
+TEST(LayoutMismatch, ReportedOnEveryRankNamingTheLayer) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  pw::Layout layout;
+  layout.add("w", std::size_t{10});
+  // The last rank's "b" has one element more.
+  layout.add("b", std::size_t{rank == pw::test::world_size() - 1 ? 5U : 4U});
+  const std::string last = std::to_string(pw::test::world_size() - 1);
+  expect_error<pw::LayoutMismatch>(
+      [&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout); },
+      "rank 0 vs rank " + last + " differ at layer 1: 'b' [4 float32] vs 'b' [5 float32]");
+  // Wire formats must agree too.
+  pw::Layout same;
+  same.add("w", std::size_t{10});
+  expect_error<pw::LayoutMismatch>(
+      [&] {
+        pw::ParameterWindow<> win(MPI_COMM_WORLD, same,
+                                  {.wire = rank == 0 ? pw::WireFormat::native
+                                                     : pw::WireFormat::bfloat16});
+      },
+      "wire format native vs bfloat16");
+  // A rank whose window creation failed can create windows again.
+  pw::ParameterWindow<> ok(MPI_COMM_WORLD, same);
+  EXPECT_EQ(ok.size(), pw::test::world_size());
+}
+
+TEST(LayoutMismatch, PerDonorModeRejectsOnlyIncompatibleDonors) {
+  PARAMWIN_REQUIRE_RANKS(3);
+  const int rank = pw::test::world_rank();
+  pw::Layout layout;
+  layout.add("w", std::size_t{rank == 2 ? 11U : 10U});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.layout_check = pw::LayoutCheck::per_donor});
+  std::vector<float> w(layout[0].count, static_cast<float>(rank));
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::vector<float> out(10, -1.0F);
+    expect_error<pw::DonorError>([&] { (void)win.pull({2}, {out}); },
+                                 "donor 2 has an incompatible layout");
+    EXPECT_EQ(out, std::vector<float>(10, -1.0F));
+    (void)win.pull({1}, {out});
+    EXPECT_EQ(out, std::vector<float>(10, 1.0F));
+    EXPECT_NE(win.roster(2).fingerprint, win.roster(1).fingerprint);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(WindowCreation, RejectsNullCommunicatorAndBadOptions) {
+  pw::Layout layout;
+  layout.add("w", std::size_t{1});
+  expect_error<pw::InvalidArgument>([&] { pw::ParameterWindow<> win(MPI_COMM_NULL, layout); },
+                                    "MPI_COMM_NULL");
+  pw::WindowOptions bad;
+  bad.transport = static_cast<pw::Transport>(9);
+  expect_error<pw::InvalidArgument>([&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, bad); },
+                                    "out-of-range enumerator");
+}
+
+}  // namespace
