@@ -1,0 +1,159 @@
+// Issue 2 benchmark: one donor, layer sizes 4 KiB .. 256 MiB. Rank 0 reads rank 1's
+// parameters; rank 1 (the donor) only waits inside MPI (the MPI_MAX reduction of each
+// iteration), which is what lets RMA gets progress on this MPICH build. Baselines in the same
+// binary: memcpy, raw MPI_Get + flush under one lock_all epoch, raw lock / get / unlock.
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace paramwin::bench {
+namespace {
+
+constexpr int kReader = 0;
+constexpr int kDonor = 1;
+
+void expect_donor_values(std::span<const float> got, const char* what) {
+  std::vector<float> want(std::min<std::size_t>(got.size(), 1024));
+  fill_pattern(want, kDonor);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      throw std::runtime_error(std::string(what) + ": read wrong data at element " +
+                               std::to_string(i));
+    }
+  }
+}
+
+void bm_memcpy(benchmark::State& state, std::size_t bytes) {
+  const bool active = env().rank == kReader;
+  Buffer src(active ? bytes : 0);
+  Buffer dst(active ? bytes : 0);
+  for (auto _ : state) {
+    double t = 0.0;
+    if (active) {
+      const double t0 = now();
+      std::memcpy(dst.data(), src.data(), bytes);
+      benchmark::DoNotOptimize(dst.data());
+      benchmark::ClobberMemory();
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  set_bytes(state, bytes);
+}
+
+enum class RawMode { get_flush, lock_get_unlock };
+
+void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
+  RawWindow win(MPI_COMM_WORLD, bytes);
+  const bool reader = env().rank == kReader;
+  if (env().rank == kDonor) {
+    fill_pattern(std::span<float>(reinterpret_cast<float*>(win.base()), bytes / sizeof(float)),
+                 kDonor);
+  }
+  Buffer dst(reader ? bytes : 0);
+  if (mode == RawMode::get_flush) {
+    check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win.win()), "MPI_Win_lock_all");
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    double t = 0.0;
+    if (reader) {
+      const double t0 = now();
+      if (mode == RawMode::get_flush) {
+        get_bytes(dst.data(), bytes, kDonor, win.win());
+        check(MPI_Win_flush(kDonor, win.win()), "MPI_Win_flush");
+      } else {
+        check(MPI_Win_lock(MPI_LOCK_SHARED, kDonor, 0, win.win()), "MPI_Win_lock");
+        get_bytes(dst.data(), bytes, kDonor, win.win());
+        check(MPI_Win_unlock(kDonor, win.win()), "MPI_Win_unlock");
+      }
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  if (mode == RawMode::get_flush) {
+    check(MPI_Win_unlock_all(win.win()), "MPI_Win_unlock_all");
+  }
+  if (reader) {
+    expect_donor_values(dst.as<const float>(), "raw MPI_Get");
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  set_bytes(state, bytes);
+}
+
+void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
+             std::size_t chunk_bytes) {
+  const std::size_t n = bytes / sizeof(float);
+  Layout layout;
+  layout.add("w", n);
+  WindowOptions wopt;
+  wopt.transport = transport;
+  ParameterWindow<> win(MPI_COMM_WORLD, layout, wopt);
+  std::vector<float> params(n);
+  fill_pattern(params, env().rank);
+  win.publish({ConstLayerRef(params)});
+  polite_barrier(MPI_COMM_WORLD);
+  const bool reader = env().rank == kReader;
+  const std::array<int, 1> donors{kDonor};
+  PullOptions popt;
+  popt.chunk_bytes = chunk_bytes;
+  for (auto _ : state) {
+    double t = 0.0;
+    if (reader) {
+      const double t0 = now();
+      win.pull(donors, {LayerRef(params)}, popt);
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  if (reader) {
+    expect_donor_values(params, "paramwin pull");
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  set_bytes(state, bytes);
+}
+
+void reg(const std::string& name, auto fn) {
+  with_stats(benchmark::RegisterBenchmark(name.c_str(), fn))
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+void register_pull_benchmarks() {
+  if (env().size < 2) {
+    return;
+  }
+  for (std::size_t bytes = 4096; bytes <= (std::size_t{256} << 20U); bytes *= 4) {
+    const std::string suffix = "/bytes:" + std::to_string(bytes);
+    reg("one_donor/memcpy" + suffix, [bytes](benchmark::State& s) { bm_memcpy(s, bytes); });
+    reg("one_donor/get_flush" + suffix,
+        [bytes](benchmark::State& s) { bm_raw_get(s, bytes, RawMode::get_flush); });
+    reg("one_donor/lock_get_unlock" + suffix,
+        [bytes](benchmark::State& s) { bm_raw_get(s, bytes, RawMode::lock_get_unlock); });
+    reg("one_donor/pull_shm" + suffix,
+        [bytes](benchmark::State& s) { bm_pull(s, bytes, Transport::shm, 0); });
+    reg("one_donor/pull_rma" + suffix,
+        [bytes](benchmark::State& s) { bm_pull(s, bytes, Transport::rma, 0); });
+  }
+  // PullOptions::chunk_bytes sweep (0 = library default: 32 KiB shm, 512 KiB rma).
+  for (const std::size_t bytes : {std::size_t{16} << 20U, std::size_t{64} << 20U}) {
+    for (const std::size_t chunk : {std::size_t{8} << 10U, std::size_t{32} << 10U,
+                                    std::size_t{128} << 10U, std::size_t{512} << 10U,
+                                    std::size_t{2} << 20U, std::size_t{8} << 20U}) {
+      const std::string suffix =
+          "/chunk:" + std::to_string(chunk) + "/bytes:" + std::to_string(bytes);
+      reg("chunk/pull_shm" + suffix,
+          [bytes, chunk](benchmark::State& s) { bm_pull(s, bytes, Transport::shm, chunk); });
+      reg("chunk/pull_rma" + suffix,
+          [bytes, chunk](benchmark::State& s) { bm_pull(s, bytes, Transport::rma, chunk); });
+    }
+  }
+}
+
+}  // namespace paramwin::bench
