@@ -9,3 +9,6 @@
 #include "paramwin/options.hpp"
 #include "paramwin/roster.hpp"
 #include "paramwin/window.hpp"
+#include "paramwin/policy.hpp"
+#include "paramwin/event.hpp"
+#include "paramwin/agent.hpp"

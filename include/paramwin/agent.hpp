@@ -1,0 +1,123 @@
+#pragma once
+/// @file agent.hpp
+/// Agent: the facade a training loop calls once per step. It owns one ParameterWindow and a
+/// Policy; it decides whether this agent dies, chooses donors, pulls and mixes their
+/// parameters into the caller's storage, republishes and returns a StepEvent.
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <span>
+#include <utility>
+
+#include "paramwin/detail/agent_core.hpp"
+#include "paramwin/event.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/policy.hpp"
+#include "paramwin/window.hpp"
+
+namespace paramwin {
+
+/// One member of a population. @p MemorySpace is where the caller's parameters live (see
+/// ParameterWindow). Move-only; not thread-safe (one thread per agent). Only the
+/// constructor from a communicator, close() and the destructor are collective: step() never
+/// waits for other agents.
+template <class MemorySpace = Kokkos::HostSpace>
+class Agent {
+ public:
+  using memory_space = MemorySpace;                  ///< where the parameters live
+  using window_type = ParameterWindow<MemorySpace>;  ///< the owned window
+
+  /// Validates @p options on every rank (InvalidArgument on every rank if any rank's are
+  /// invalid), then creates the window over @p comm.
+  /// @note Collective over @p comm.
+  Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
+        const WindowOptions& window_options = {})
+      : core_(detail::AgentCore::create_collective(comm, std::move(options))),
+        window_(comm, std::move(layout), window_options) {}
+
+  /// Takes ownership of an existing @p window; validates @p options locally (not collective).
+  explicit Agent(window_type&& window, AgentOptions options = {})
+      : core_(std::move(options), window.rank(), window.size()), window_(std::move(window)) {}
+
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+  /// Moves the agent; the source is left empty (only destruction and assignment allowed).
+  Agent(Agent&&) noexcept = default;
+  /// Frees this agent's window (collectively) and takes over @p other's.
+  Agent& operator=(Agent&&) noexcept = default;
+  /// Frees the window; never throws.
+  /// @note Collective over the window's communicator.
+  ~Agent() = default;
+
+  /// One training step: reports @p metric, may die and be reborn from donors into
+  /// @p params (the caller's layers, bound like ParameterWindow::publish), publishes per
+  /// the cadence and returns what happened. On a rebirth @p params hold the mixed
+  /// parameters and on_rebirth has been called before they are republished. A failed
+  /// pull leaves @p params unchanged and defers the death.
+  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
+    detail::WindowAccessOf<window_type> access(window_);
+    return core_.step(access, iteration, metric, params);
+  }
+  /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
+  StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
+    return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
+  /// Publishes @p params now, outside the cadence (e.g. the initial parameters before the
+  /// first step, so that early deaths elsewhere find this agent as a donor).
+  PublishResult publish(std::span<const ConstLayerRef> params) {
+    detail::WindowAccessOf<window_type> access(window_);
+    return core_.publish(access, params);
+  }
+  /// @copydoc publish(std::span<const ConstLayerRef>)
+  PublishResult publish(std::initializer_list<ConstLayerRef> params) {
+    return publish(std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+
+  /// Marks this agent as having left the population: others stop choosing it as a donor
+  /// and stop ranking it. Its window stays readable until destruction.
+  void leave() {
+    detail::WindowAccessOf<window_type> access(window_);
+    core_.leave(access);
+  }
+
+  /// Frees the window, reporting errors as exceptions.
+  /// @note Collective over the window's communicator.
+  void close() { window_.close(); }
+
+  /// The owned window (roster reads, transport queries, direct pulls).
+  [[nodiscard]] window_type& window() noexcept { return window_; }
+  /// @copydoc window()
+  [[nodiscard]] const window_type& window() const noexcept { return window_; }
+  /// The decision engine (age, maximum age, generation, options).
+  [[nodiscard]] const Policy& policy() const noexcept { return core_.policy(); }
+  /// Counters and timers so far.
+  [[nodiscard]] const AgentStats& stats() const noexcept { return core_.stats(); }
+  /// Options in force.
+  [[nodiscard]] const AgentOptions& options() const noexcept { return core_.policy().options(); }
+
+  [[nodiscard]] int rank() const { return window_.rank(); }  ///< rank in the window
+  [[nodiscard]] int size() const { return window_.size(); }  ///< agents in the window
+  [[nodiscard]] std::int64_t steps() const noexcept { return policy().steps(); }  ///< steps
+  [[nodiscard]] std::int64_t age() const noexcept { return policy().age(); }  ///< since birth
+  [[nodiscard]] std::int64_t max_age() const noexcept { return policy().max_age(); }  ///< drawn
+  [[nodiscard]] std::uint64_t generation() const noexcept { return policy().generation(); }  ///< rebirths
+
+  /// Writes the counters and phase timers (see AgentStats::write_summary).
+  void write_summary(std::ostream& out) const { stats().write_summary(out); }
+  /// Replaces the event log (the one opened from AgentOptions::event_log, if any).
+  void set_event_log(EventLog log) noexcept { core_.set_event_log(std::move(log)); }
+
+ private:
+  detail::AgentCore core_;  // first: validated before the collective window creation
+  window_type window_;
+};
+
+}  // namespace paramwin
