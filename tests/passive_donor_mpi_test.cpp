@@ -1,0 +1,58 @@
+// Passive donors: a donor computing for seconds without any MPI call does not delay a
+// shared-memory pull from it. Checked logically, not with a timing threshold: the donor
+// raises a flag (its roster iteration, a plain store into its own segment) only after its
+// computation; every pull must return while that flag is still down.
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+/// Busy computation without any MPI call, for at least @p seconds.
+double compute_for(double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  volatile double sink = 0.0;
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    for (int i = 0; i < 1000; ++i) sink = sink + 1e-9 * i;
+  }
+  return sink;
+}
+
+TEST(PassiveDonor, ShmPullNeverWaitsForAComputingDonor) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{1} << 18);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = pw::Transport::shm});
+  const int rank = win.rank();
+  std::vector<float> w(layout[0].count, static_cast<float>(rank + 1));
+  win.set_status({.iteration = 0, .state = pw::AgentState::active});
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  if (rank == 1) {
+    (void)compute_for(2.0);  // no MPI call in here
+    win.set_status({.iteration = 1, .state = pw::AgentState::active});  // "done computing"
+  } else if (rank == 0) {
+    std::vector<float> out(w.size());
+    int pulls_during_compute = 0;
+    for (int p = 0; p < 20; ++p) {
+      (void)win.pull({1}, {out});
+      // Still 0 means the donor had not finished computing when this pull returned.
+      if (win.roster(1).status.iteration == 0) ++pulls_during_compute;
+      ASSERT_EQ(out[0], 2.0F);
+    }
+    EXPECT_EQ(pulls_during_compute, 20)
+        << "a shared-memory pull returned only after the donor finished computing";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace

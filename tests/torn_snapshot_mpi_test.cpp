@@ -1,0 +1,132 @@
+// No torn snapshot: publishers republish version-stamped patterns in a tight loop while
+// readers pull; every pulled snapshot must hold exactly one version across all layers,
+// and that version must be the one the pull reports.
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+float stamp(int rank, std::uint64_t version, std::size_t layer, std::size_t i) {
+  // Exact in float (< 2^24): differs between versions, ranks, layers and elements.
+  return static_cast<float>(((version * 31 + layer * 7 + i) % 65536) +
+                            static_cast<std::uint64_t>(rank) * 65536);
+}
+
+struct Model {
+  pw::Layout layout;
+  std::vector<std::vector<float>> layers;
+  Model() {
+    layout.add("tiny", std::size_t{1}).add("none", std::size_t{0});
+    layout.add("mid", std::size_t{3001}).add("big", std::size_t{250000});
+    for (const auto& l : layout.layers()) layers.emplace_back(l.count);
+  }
+  void fill(int rank, std::uint64_t version) {
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (std::size_t i = 0; i < layers[l].size(); ++i) layers[l][i] = stamp(rank, version, l, i);
+  }
+  std::vector<pw::ConstLayerRef> crefs() const { return {layers.begin(), layers.end()}; }
+  std::vector<pw::LayerRef> refs() { return {layers.begin(), layers.end()}; }
+};
+
+struct Counts {
+  long pulls = 0, bad = 0, retried = 0, pinned = 0, skipped_publishes = 0, publishes = 0;
+};
+
+Counts stress(pw::Transport transport, unsigned optimistic_attempts, int pulls_per_reader) {
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  const int publishers = n / 2;  // ranks [0, publishers) publish, the others read
+  Model model;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, model.layout, {.transport = transport});
+  model.fill(rank, 1);
+  (void)win.publish(model.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  Counts c;
+  MPI_Request done = MPI_REQUEST_NULL;
+  if (rank < publishers) {
+    // Publish as fast as possible until every reader is finished; MPI_Test keeps MPI
+    // progressing so RMA readers are served.
+    MPI_Ibarrier(MPI_COMM_WORLD, &done);
+    int finished = 0;
+    while (finished == 0) {
+      model.fill(rank, win.version() + 1);
+      const pw::PublishResult r = win.publish(model.crefs());
+      ++c.publishes;
+      c.skipped_publishes += r.published ? 0 : 1;
+      MPI_Test(&done, &finished, MPI_STATUS_IGNORE);
+    }
+  } else {
+    std::mt19937 rng(static_cast<unsigned>(rank) * 7919U);
+    Model out;
+    pw::PullOptions opt;
+    opt.optimistic_attempts = optimistic_attempts;
+    for (int p = 0; p < pulls_per_reader; ++p) {
+      const int donor = static_cast<int>(rng() % static_cast<unsigned>(publishers));
+      auto refs = out.refs();
+      const pw::PullResult r = win.pull(std::span<const int>(&donor, 1), refs, opt);
+      ++c.pulls;
+      c.retried += r.donors[0].attempts > 1 ? 1 : 0;
+      c.pinned += r.donors[0].pinned ? 1 : 0;
+      const std::uint64_t v = r.donors[0].version;
+      bool ok = true;
+      for (std::size_t l = 0; l < out.layers.size() && ok; ++l)
+        for (std::size_t i = 0; i < out.layers[l].size(); ++i)
+          if (out.layers[l][i] != stamp(donor, v, l, i)) {
+            ok = false;
+            break;
+          }
+      c.bad += ok ? 0 : 1;
+    }
+    MPI_Ibarrier(MPI_COMM_WORLD, &done);
+    MPI_Wait(&done, MPI_STATUS_IGNORE);
+  }
+  Counts total;
+  long mine[6] = {c.pulls, c.bad, c.retried, c.pinned, c.skipped_publishes, c.publishes};
+  long sum[6] = {};
+  MPI_Allreduce(mine, sum, 6, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  total = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5]};
+  if (rank == 0) {
+    std::printf("[ stress  ] %s optimistic=%u: %ld pulls verified, %ld torn, %ld retried, "
+                "%ld pinned; %ld publishes, %ld skipped for pins\n",
+                std::string(pw::transport_name(transport)).c_str(), optimistic_attempts,
+                total.pulls, total.bad, total.retried, total.pinned, total.publishes,
+                total.skipped_publishes);
+  }
+  return total;
+}
+
+class TornSnapshot : public ::testing::TestWithParam<pw::Transport> {};
+
+TEST_P(TornSnapshot, EveryPullIsOneCompleteVersion) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const Counts c = stress(GetParam(), 4, 300);
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_EQ(c.pulls, 300L * (pw::test::world_size() - pw::test::world_size() / 2));
+}
+
+TEST_P(TornSnapshot, AlwaysPinnedReadsAreConsistentAndPublishersNeverWait) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  // optimistic_attempts = 0: every read pins; publishers skip instead of waiting.
+  const Counts c = stress(GetParam(), 0, 200);
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_EQ(c.pinned, c.pulls);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TornSnapshot,
+                         ::testing::Values(pw::Transport::shm, pw::Transport::rma),
+                         [](const auto& param_info) {
+                           return std::string(pw::transport_name(param_info.param));
+                         });
+
+}  // namespace
