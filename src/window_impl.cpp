@@ -41,19 +41,24 @@ RmaBatch::~RmaBatch() {
   }
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
+                                                              std::size_t max_piece) {
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  for (std::size_t done = 0; done < bytes; done += max_piece) {
+    pieces.emplace_back(done, std::min(max_piece, bytes - done));
+  }
+  return pieces;
+}
+
 void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset) {
   auto* out = static_cast<std::byte*>(dst);
-  while (bytes > 0) {
-    const std::size_t piece = std::min(bytes, kMaxRmaPiece);
+  for (const auto& [at, piece] : split_pieces(bytes, kMaxRmaPiece)) {
+    const int count = checked_int(piece, "RMA piece bytes");
     MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Rget(out, checked_int(piece, "RMA piece bytes"), MPI_BYTE, target,
-                       static_cast<MPI_Aint>(offset), checked_int(piece, "RMA piece bytes"),
-                       MPI_BYTE, win_, &request),
+    check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at),
+                       count, MPI_BYTE, win_, &request),
               "MPI_Rget");
     requests_.push_back(request);
-    out += piece;
-    offset += piece;
-    bytes -= piece;
   }
 }
 

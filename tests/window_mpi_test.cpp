@@ -246,3 +246,47 @@ TEST(WindowMove, MoveConstructAssignAndSelfMove) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(WindowViews, KokkosViewsAndTheHostStagingPath) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", {8, 5}).add("b", {5}, pw::DType::float64);
+  // stage_through_host forces the copy-through-host path a device memory space takes.
+  for (bool staged : {false, true}) {
+    pw::ParameterWindow<Kokkos::HostSpace> win(
+        MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma, .stage_through_host = staged});
+    const int rank = win.rank();
+    Kokkos::View<float**, Kokkos::HostSpace> w("w", 8, 5);
+    Kokkos::View<double*, Kokkos::HostSpace> b("b", 5);
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t j = 0; j < 5; ++j) w(i, j) = value(rank, 0, i * 5 + j);
+    for (std::size_t j = 0; j < 5; ++j) b(j) = rank + 0.5;
+    (void)win.publish({pw::ConstLayerRef("w", w), pw::ConstLayerRef("b", b)});
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int donor = (rank + 1) % win.size();
+    Kokkos::View<float**, Kokkos::HostSpace> ow("ow", 8, 5);
+    Kokkos::View<double*, Kokkos::HostSpace> ob("ob", 5);
+    Kokkos::deep_copy(ow, 3.0F);
+    (void)win.pull({donor}, {pw::LayerRef("w", ow), pw::LayerRef("b", ob)}, {.momentum = 0.5});
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t j = 0; j < 5; ++j)
+        ASSERT_FLOAT_EQ(ow(i, j), 0.5F * 3.0F + 0.5F * value(donor, 0, i * 5 + j)) << staged;
+    EXPECT_DOUBLE_EQ(ob(0), 0.5 * (donor + 0.5));
+    // A strided (non-contiguous) view is refused with the layer named.
+    auto column = Kokkos::subview(ow, Kokkos::ALL(), 0);
+    try {
+      pw::Layout one;
+      one.add("c", std::size_t{8});
+      pw::ParameterWindow<> w1(MPI_COMM_WORLD, one);
+      (void)w1.publish({pw::ConstLayerRef("c", column)});
+      ADD_FAILURE() << "non-contiguous view accepted";
+    } catch (const pw::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("not contiguous"), std::string::npos) << e.what();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+}  // namespace

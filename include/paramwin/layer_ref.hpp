@@ -42,7 +42,7 @@ class ConstLayerRef {
 
   /// From a contiguous Kokkos view of any rank in any memory space.
   template <class T, class... P>
-    requires Element<std::remove_cv_t<T>>
+    requires Element<typename Kokkos::View<T, P...>::non_const_value_type>
   ConstLayerRef(std::string_view name, const Kokkos::View<T, P...>& view)
       : name_(name),
         data_(view.data()),
@@ -53,6 +53,7 @@ class ConstLayerRef {
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
+    requires Element<typename Kokkos::View<T, P...>::non_const_value_type>
   ConstLayerRef(const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
       : ConstLayerRef(std::string_view{}, view) {}
 
@@ -99,7 +100,7 @@ class LayerRef {
 
   /// From a contiguous, non-const Kokkos view of any rank in any memory space.
   template <class T, class... P>
-    requires Element<std::remove_cv_t<typename Kokkos::View<T, P...>::value_type>> &&
+    requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
              (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
   LayerRef(std::string_view name, const Kokkos::View<T, P...>& view)
       : name_(name),
@@ -111,6 +112,8 @@ class LayerRef {
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
+    requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
+             (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
   LayerRef(const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
       : LayerRef(std::string_view{}, view) {}
 

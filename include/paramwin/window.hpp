@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paramwin/detail/window_base.hpp"
@@ -144,15 +145,20 @@ class ParameterWindow {
 
   template <class Ref>
   bool needs_staging(std::span<const Ref> refs) const {
-    if (base_.valid() && base_.options().stage_through_host) {
-      return true;
-    }
+    bool staging = base_.valid() && base_.options().stage_through_host;
     for (const Ref& r : refs) {
-      if (!r.host_accessible() || !kHostSpace) {
-        return true;
+      if (!r.contiguous()) {
+        // Checked here too: staging copies bytes, which would hide a strided layout.
+        throw InvalidArgument("paramwin: layer '" + std::string(r.name()) +
+                              "' is a view that is not contiguous");
       }
+      staging = staging || !r.host_accessible() || !kHostSpace;
     }
-    return false;
+    if (staging && !Kokkos::is_initialized()) {
+      throw Error("paramwin: staging parameters through host memory needs Kokkos to be "
+                  "initialized (Kokkos::ScopeGuard or Kokkos::initialize)");
+    }
+    return staging;
   }
 
   using HostBytes = Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

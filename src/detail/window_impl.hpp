@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "detail/segment.hpp"
@@ -103,6 +104,11 @@ std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const Const
                                      const char* operation);
 std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const LayerRef> refs,
                                      const char* operation);
+
+/// Splits @p bytes into consecutive pieces of at most @p max_piece bytes (offset, size), so
+/// that no MPI count exceeds INT_MAX however large a layer is.
+std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
+                                                              std::size_t max_piece);
 
 /// Batches of request-based RMA reads on one window, chunked below INT_MAX bytes.
 class RmaBatch {

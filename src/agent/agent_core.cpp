@@ -1,0 +1,260 @@
+// AgentCore: one training step of an agent — decide, select, pull, mix, publish, record.
+#include <optional>
+#include <string>
+
+#include "paramwin/detail/agent_core.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string expand_rank(std::string path, int rank) {
+  const std::string token = "{rank}";
+  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
+    path.replace(at, token.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+}  // namespace
+
+AgentCore::AgentCore(AgentOptions options, int rank, int population)
+    : policy_(std::move(options), rank, population) {
+  if (!policy_.options().event_log.empty()) {
+    log_ = EventLog(expand_rank(policy_.options().event_log, rank));
+  }
+}
+
+AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options) {
+  int rank = 0;
+  int size = 0;
+  if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS) {
+    throw InvalidArgument("paramwin: Agent: invalid communicator");
+  }
+  std::optional<AgentCore> core;
+  std::string error;
+  try {
+    core.emplace(std::move(options), rank, size);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // Every rank learns whether any rank failed, so that none goes on into the collective
+  // window creation alone.
+  int ok = error.empty() ? 1 : 0;
+  int all_ok = 0;
+  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
+    throw InvalidArgument("paramwin: Agent: MPI_Allreduce over the communicator failed");
+  }
+  if (all_ok == 0) {
+    throw InvalidArgument(!error.empty() ? error
+                                         : "paramwin: Agent: options are invalid on another rank "
+                                           "of the communicator (see that rank's error)");
+  }
+  return std::move(*core);
+}
+
+std::uint64_t AgentCore::fingerprint(WindowAccess& w) {
+  if (!have_fingerprint_) {
+    fingerprint_ = w.roster(w.rank()).fingerprint;
+    have_fingerprint_ = true;
+  }
+  return fingerprint_;
+}
+
+void AgentCore::set_status(WindowAccess& w, AgentState state, std::int64_t iteration,
+                           double metric) {
+  w.set_status(AgentStatus{.iteration = iteration,
+                           .age = policy_.age(),
+                           .metric = metric,
+                           .generation = policy_.generation(),
+                           .state = state});
+}
+
+bool AgentCore::publish_due(Clock::time_point now) const {
+  const PublishOptions& p = policy_.options().publish;
+  if (p.every > 0 && steps_since_publish_ >= p.every) {
+    return true;
+  }
+  return p.interval_ms > 0.0 &&
+         std::chrono::duration<double, std::milli>(now - last_publish_).count() >= p.interval_ms;
+}
+
+void AgentCore::do_publish(WindowAccess& w, std::span<const LayerRef> params, StepEvent& event) {
+  const auto t = Clock::now();
+  const_refs_.clear();
+  for (const LayerRef& r : params) {
+    const_refs_.push_back(r.as_const());
+  }
+  const PublishResult r = w.publish(const_refs_);
+  event.seconds.publish = seconds_since(t);
+  if (r.published) {
+    event.published = true;
+    publish_pending_ = false;
+    steps_since_publish_ = 0;
+    last_publish_ = Clock::now();
+  } else {
+    // A reader pinned the slot: never wait for it, try again next step.
+    event.publish_skipped = true;
+    publish_pending_ = true;
+  }
+}
+
+PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
+  PublishResult r = w.publish(params);
+  if (r.published) {
+    publish_pending_ = false;
+    steps_since_publish_ = 0;
+    last_publish_ = Clock::now();
+  }
+  return r;
+}
+
+void AgentCore::leave(WindowAccess& w) {
+  set_status(w, AgentState::left, w.roster(w.rank()).status.iteration,
+             w.roster(w.rank()).status.metric);
+}
+
+AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef> params,
+                                      StepEvent& event) {
+  const AgentOptions& o = policy_.options();
+  const auto t_decide = Clock::now();
+  std::string note;
+
+  if (o.mixing.kind == MixingKind::reset) {
+    set_status(w, AgentState::rebirth, event.iteration, event.metric);
+    event.seconds.decide += seconds_since(t_decide);
+    const auto t_mix = Clock::now();
+    o.reset(params, policy_.next_reset_seed());
+    event.seconds.mix += seconds_since(t_mix);
+    return {true, note};
+  }
+
+  const std::uint64_t fp = fingerprint(w);
+  std::vector<int> exclude;
+  constexpr int kAttempts = 3;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const auto t_select = Clock::now();
+    // Select first, then advertise the rebirth: of two agents dying at once, at most one can
+    // see the other mid-rebirth, so they never both wait for each other.
+    const std::vector<RosterEntry> rosters = w.roster_all();
+    const DonorChoice choice = policy_.select_donors(rosters, fp, exclude);
+    if (choice.ranks.empty()) {
+      event.seconds.decide += seconds_since(t_select);
+      note += (note.empty() ? "" : "; ") + choice.shortfall;
+      return {false, note};
+    }
+    if (!choice.shortfall.empty()) {
+      note += (note.empty() ? "clamped: " : "; clamped: ") + choice.shortfall;
+    }
+    set_status(w, AgentState::rebirth, event.iteration, event.metric);
+    event.seconds.decide += seconds_since(t_select);
+
+    const auto t_weights = Clock::now();
+    std::vector<int> donors = choice.ranks;  // best first
+    PullOptions pull;
+    pull.momentum = o.mixing.momentum;
+    pull.non_finite = o.mixing.non_finite;
+    if (o.mixing.kind == MixingKind::best) {
+      donors.resize(1);
+    } else if (o.mixing.kind == MixingKind::weighted) {
+      pull.reduction = Reduction::weighted;
+      pull.weights = policy_.mixing_weights(choice.metrics);
+    }
+    event.seconds.mix += seconds_since(t_weights);
+
+    const auto t_pull = Clock::now();
+    try {
+      const PullResult r = w.pull(donors, params, pull);
+      event.seconds.pull += seconds_since(t_pull);
+      event.donors.clear();
+      for (const DonorRead& d : r.donors) {
+        event.donors.push_back(DonorRecord{.rank = d.rank,
+                                           .version = d.version,
+                                           .metric = d.metric,
+                                           .weight = d.weight,
+                                           .bytes = d.bytes,
+                                           .transport = d.transport,
+                                           .skipped = d.skipped});
+      }
+      event.bytes += r.bytes;
+      return {true, note};
+    } catch (const DonorError& e) {
+      // Transactional pull: params are unchanged. Leave that donor out and choose again.
+      event.seconds.pull += seconds_since(t_pull);
+      set_status(w, AgentState::active, event.iteration, event.metric);
+      note += (note.empty() ? "" : "; ") + std::string(e.what());
+      if (e.rank() < 0 || std::find(exclude.begin(), exclude.end(), e.rank()) != exclude.end()) {
+        break;
+      }
+      exclude.push_back(e.rank());
+    }
+  }
+  return {false, note};
+}
+
+StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
+                          std::span<const LayerRef> params) {
+  const auto t0 = Clock::now();
+  StepEvent event;
+  event.rank = policy_.rank();
+  event.iteration = iteration;
+  event.metric = metric;
+  event.mixing = policy_.options().mixing.kind;
+  ++steps_since_publish_;
+
+  const std::uint64_t fp = fingerprint(w);
+  const DeathReason reason =
+      policy_.decide(iteration, metric, [&w] { return w.roster_all(); }, fp);
+  event.step = policy_.steps();
+  event.age = policy_.age();
+  event.max_age = policy_.max_age();
+  event.reason = reason;
+  event.seconds.decide = seconds_since(t0);
+
+  if (reason == DeathReason::none) {
+    set_status(w, AgentState::active, iteration, metric);
+  } else {
+    try {
+      const Rebirth r = rebirth(w, params, event);
+      event.note = r.note;
+      if (r.done) {
+        event.died = true;
+        policy_.reborn();
+        event.generation = policy_.generation();
+        event.next_max_age = policy_.max_age();
+        const auto t_mix = Clock::now();
+        if (policy_.options().on_rebirth) {
+          policy_.options().on_rebirth(event, params);
+        }
+        event.seconds.mix += seconds_since(t_mix);
+      } else {
+        event.deferred = true;
+      }
+      // The reborn agent keeps reporting its last metric until the next step measures one.
+      set_status(w, AgentState::active, iteration, metric);
+    } catch (...) {
+      // Never stay advertised as mid-rebirth after an error (others would skip us forever).
+      set_status(w, AgentState::active, iteration, metric);
+      throw;
+    }
+  }
+
+  if (event.died || publish_pending_ || publish_due(Clock::now())) {
+    do_publish(w, params, event);
+  }
+  event.generation = policy_.generation();
+  event.next_max_age = policy_.max_age();
+  event.version = w.version();
+  stats_.record(event);
+  log_.write(event);
+  return event;
+}
+
+}  // namespace paramwin::detail

@@ -1,0 +1,234 @@
+// StepEvent as JSON, AgentStats counters and timers, and the JSON-lines EventLog.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "paramwin/error.hpp"
+#include "paramwin/event.hpp"
+
+namespace paramwin {
+
+double PhaseSeconds::operator[](Phase phase) const noexcept {
+  switch (phase) {
+    case Phase::decide: return decide;
+    case Phase::pull: return pull;
+    case Phase::mix: return mix;
+    case Phase::publish: return publish;
+  }
+  return 0.0;
+}
+
+namespace {
+
+void put_number(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";  // JSON has no NaN or infinity
+    return;
+  }
+  char buf[32];
+  const auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  out.append(buf, ec == std::errc() ? ptr : buf);
+}
+
+template <class Int>
+void put_int(std::string& out, Int v) {
+  out += std::to_string(v);
+}
+
+void put_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+void key(std::string& out, std::string_view k) {
+  if (out.back() != '{') out += ',';
+  put_string(out, k);
+  out += ':';
+}
+
+}  // namespace
+
+std::string to_json(const StepEvent& e) {
+  std::string out = "{";
+  key(out, "rank"); put_int(out, e.rank);
+  key(out, "iteration"); put_int(out, e.iteration);
+  key(out, "step"); put_int(out, e.step);
+  key(out, "metric"); put_number(out, e.metric);
+  key(out, "died"); out += e.died ? "true" : "false";
+  key(out, "deferred"); out += e.deferred ? "true" : "false";
+  key(out, "reason"); put_string(out, reason_name(e.reason));
+  key(out, "age"); put_int(out, e.age);
+  key(out, "max_age"); put_int(out, e.max_age);
+  key(out, "next_max_age"); put_int(out, e.next_max_age);
+  key(out, "generation"); put_int(out, e.generation);
+  key(out, "mixing"); put_string(out, mixing_name(e.mixing));
+  key(out, "donors");
+  out += '[';
+  for (std::size_t i = 0; i < e.donors.size(); ++i) {
+    const DonorRecord& d = e.donors[i];
+    out += i == 0 ? "{" : ",{";
+    key(out, "rank"); put_int(out, d.rank);
+    key(out, "version"); put_int(out, d.version);
+    key(out, "metric"); put_number(out, d.metric);
+    key(out, "weight"); put_number(out, d.weight);
+    key(out, "bytes"); put_int(out, d.bytes);
+    key(out, "transport"); put_string(out, transport_name(d.transport));
+    key(out, "skipped"); out += d.skipped ? "true" : "false";
+    out += '}';
+  }
+  out += ']';
+  key(out, "bytes"); put_int(out, e.bytes);
+  key(out, "published"); out += e.published ? "true" : "false";
+  key(out, "version"); put_int(out, e.version);
+  key(out, "seconds");
+  out += '{';
+  for (std::size_t p = 0; p < kPhaseCount; ++p) {
+    const auto phase = static_cast<Phase>(p);
+    key(out, phase_name(phase));
+    put_number(out, e.seconds[phase]);
+  }
+  out += '}';
+  if (!e.note.empty()) {
+    key(out, "note"); put_string(out, e.note);
+  }
+  out += '}';
+  return out;
+}
+
+void AgentStats::record(const StepEvent& e) {
+  ++steps_;
+  if (e.died) {
+    ++deaths_[static_cast<std::size_t>(e.reason)];
+    if (!e.donors.empty()) {
+      ++pulls_;
+    }
+    for (const DonorRecord& d : e.donors) {
+      donors_used_ += d.skipped ? 0 : 1;
+    }
+  }
+  if (e.deferred) ++deferred_;
+  bytes_pulled_ += e.bytes;
+  if (e.published) ++publishes_;
+  if (e.publish_skipped) ++publishes_skipped_;
+  samples_[static_cast<std::size_t>(Phase::decide)].push_back(e.seconds.decide);
+  if (e.died && !e.donors.empty()) {
+    samples_[static_cast<std::size_t>(Phase::pull)].push_back(e.seconds.pull);
+  }
+  if (e.died) {
+    samples_[static_cast<std::size_t>(Phase::mix)].push_back(e.seconds.mix);
+  }
+  if (e.published || e.publish_skipped) {
+    samples_[static_cast<std::size_t>(Phase::publish)].push_back(e.seconds.publish);
+  }
+}
+
+std::int64_t AgentStats::deaths() const noexcept {
+  std::int64_t n = 0;
+  for (std::size_t r = 1; r < deaths_.size(); ++r) n += deaths_[r];
+  return n;
+}
+
+std::int64_t AgentStats::deaths(DeathReason reason) const noexcept {
+  const auto i = static_cast<std::size_t>(reason);
+  return i < deaths_.size() ? deaths_[i] : 0;
+}
+
+TimerSummary AgentStats::timer(Phase phase) const {
+  std::vector<double> s = samples_[static_cast<std::size_t>(phase)];
+  TimerSummary t;
+  t.count = s.size();
+  if (s.empty()) {
+    return t;
+  }
+  std::sort(s.begin(), s.end());
+  t.min = s.front();
+  t.max = s.back();
+  const std::size_t mid = s.size() / 2;
+  t.median = s.size() % 2 == 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2.0;
+  for (double x : s) t.total += x;
+  return t;
+}
+
+void AgentStats::write_summary(std::ostream& out) const {
+  std::ostringstream o;
+  o << "steps " << steps_ << ", deaths " << deaths() << " (";
+  for (std::size_t r = 1; r < deaths_.size(); ++r) {
+    o << (r == 1 ? "" : ", ") << reason_name(static_cast<DeathReason>(r)) << ' ' << deaths_[r];
+  }
+  o << "), deferred " << deferred_ << ", pulls " << pulls_ << ", donors used " << donors_used_
+    << ", bytes pulled " << bytes_pulled_ << ", publishes " << publishes_ << " (skipped "
+    << publishes_skipped_ << ")\n";
+  o << std::fixed << std::setprecision(1);
+  for (std::size_t p = 0; p < kPhaseCount; ++p) {
+    const TimerSummary t = timer(static_cast<Phase>(p));
+    o << "  " << std::left << std::setw(8) << phase_name(static_cast<Phase>(p)) << std::right
+      << " n=" << std::setw(6) << t.count << "  min " << std::setw(10) << t.min * 1e6
+      << " us  median " << std::setw(10) << t.median * 1e6 << " us  max " << std::setw(10)
+      << t.max * 1e6 << " us  total " << std::setw(10) << t.total * 1e3 << " ms\n";
+  }
+  out << o.str();
+}
+
+EventLog::EventLog() noexcept = default;
+
+EventLog::EventLog(std::ostream& out, bool include_deferred)
+    : out_(&out), include_deferred_(include_deferred) {}
+
+EventLog::EventLog(const std::string& path, bool include_deferred)
+    : include_deferred_(include_deferred) {
+  auto file = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
+  if (!*file) {
+    throw InvalidArgument("paramwin: cannot open event log '" + path + "' for writing");
+  }
+  out_ = file.get();
+  owned_ = std::move(file);
+}
+
+EventLog::EventLog(EventLog&& other) noexcept
+    : owned_(std::move(other.owned_)), out_(other.out_), include_deferred_(other.include_deferred_) {
+  other.out_ = nullptr;
+}
+
+EventLog& EventLog::operator=(EventLog&& other) noexcept {
+  if (this != &other) {
+    owned_ = std::move(other.owned_);
+    out_ = other.out_;
+    include_deferred_ = other.include_deferred_;
+    other.out_ = nullptr;
+  }
+  return *this;
+}
+
+EventLog::~EventLog() = default;
+
+void EventLog::write(const StepEvent& event) {
+  if (out_ == nullptr || !(event.died || (include_deferred_ && event.deferred))) {
+    return;
+  }
+  *out_ << to_json(event) << '\n';
+  out_->flush();
+}
+
+}  // namespace paramwin

@@ -1,0 +1,306 @@
+// Validation of AgentOptions, and AgentOptions from string key/value pairs.
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <system_error>
+
+#include "paramwin/error.hpp"
+#include "paramwin/policy.hpp"
+
+namespace paramwin {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw InvalidArgument("paramwin: AgentOptions: " + what); }
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  return s;
+}
+
+bool any_trigger(const TriggerOptions& t) {
+  return t.age.enabled || t.threshold.enabled || t.worst_fraction.enabled ||
+         static_cast<bool>(t.custom);
+}
+
+}  // namespace
+
+void validate(const AgentOptions& o, int population) {
+  if (population < 1) {
+    bad("population must be >= 1, got " + std::to_string(population));
+  }
+  const TriggerOptions& t = o.triggers;
+  if (t.age.lo < 1 || t.age.hi < 1) {
+    bad("triggers.age: ages must be >= 1, got [" + std::to_string(t.age.lo) + ", " +
+        std::to_string(t.age.hi) + "]");
+  }
+  if (t.age.lo > t.age.hi) {
+    bad("triggers.age: lo " + std::to_string(t.age.lo) + " > hi " + std::to_string(t.age.hi));
+  }
+  if (t.threshold.enabled && std::isnan(t.threshold.value)) {
+    bad("triggers.threshold.value is NaN");
+  }
+  if (!(t.worst_fraction.fraction >= 0.0 && t.worst_fraction.fraction <= 1.0)) {
+    bad("triggers.worst_fraction.fraction " + num(t.worst_fraction.fraction) +
+        " is outside [0, 1]");
+  }
+  if (t.worst_fraction.every < 1) {
+    bad("triggers.worst_fraction.every must be >= 1, got " +
+        std::to_string(t.worst_fraction.every));
+  }
+  if (t.warmup < 0) {
+    bad("triggers.warmup must be >= 0, got " + std::to_string(t.warmup));
+  }
+  if (t.cooldown < 0) {
+    bad("triggers.cooldown must be >= 0, got " + std::to_string(t.cooldown));
+  }
+
+  const SelectionOptions& s = o.selection;
+  if (s.k <= 0) {
+    bad("selection.k must be >= 1, got " + std::to_string(s.k));
+  }
+  if (s.tournament_size <= 0) {
+    bad("selection.tournament_size must be >= 1, got " + std::to_string(s.tournament_size));
+  }
+  if (s.shortfall != Shortfall::defer && s.shortfall != Shortfall::clamp &&
+      s.shortfall != Shortfall::error) {
+    bad("selection.shortfall is out of range");
+  }
+
+  const MixingOptions& m = o.mixing;
+  if (m.kind != MixingKind::reset && any_trigger(t) && s.shortfall != Shortfall::clamp &&
+      s.k > population - 1) {
+    bad("selection.k = " + std::to_string(s.k) + " but only " + std::to_string(population - 1) +
+        " other agent(s) can donate in a population of " + std::to_string(population) +
+        " (lower k, or set selection.shortfall = Shortfall::clamp)");
+  }
+  if (!(m.momentum >= 0.0 && m.momentum < 1.0)) {
+    bad("mixing.momentum " + num(m.momentum) + " is outside [0, 1)");
+  }
+  if (!(m.temperature > 0.0) || !std::isfinite(m.temperature)) {
+    bad("mixing.temperature must be finite and > 0, got " + num(m.temperature));
+  }
+  if (!m.weights.empty()) {
+    if (m.kind != MixingKind::weighted) {
+      bad("mixing.weights given but mixing is '" + std::string(mixing_name(m.kind)) +
+          "' (weights apply to 'weighted' only)");
+    }
+    if (m.weights.size() != static_cast<std::size_t>(s.k)) {
+      bad("mixing.weights has " + std::to_string(m.weights.size()) +
+          " entries but selection.k = " + std::to_string(s.k) + " donors");
+    }
+    for (std::size_t i = 0; i < m.weights.size(); ++i) {
+      if (!(m.weights[i] > 0.0) || !std::isfinite(m.weights[i])) {
+        bad("mixing.weights[" + std::to_string(i) + "] = " + num(m.weights[i]) +
+            " (weights must be finite and > 0)");
+      }
+    }
+  }
+  if (m.kind == MixingKind::reset && !o.reset) {
+    bad("mixing 'reset' needs a reset callback (AgentOptions::reset)");
+  }
+  if (m.non_finite != NonFinitePolicy::fail && m.non_finite != NonFinitePolicy::skip_donor &&
+      m.non_finite != NonFinitePolicy::allow) {
+    bad("mixing.non_finite is out of range");
+  }
+
+  const PublishOptions& p = o.publish;
+  if (p.every < 0) {
+    bad("publish.every must be >= 0, got " + std::to_string(p.every));
+  }
+  if (!(p.interval_ms >= 0.0) || !std::isfinite(p.interval_ms)) {
+    bad("publish.interval_ms must be finite and >= 0, got " + num(p.interval_ms));
+  }
+  if (p.every == 0 && p.interval_ms == 0.0) {
+    bad("publish.every and publish.interval_ms are both 0: parameters would only be "
+        "published after rebirths");
+  }
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+[[noreturn]] void bad_value(std::string_view key, std::string_view value, std::string_view what) {
+  throw InvalidArgument("paramwin: option '" + std::string(key) + "': '" + std::string(value) +
+                        "' is not " + std::string(what));
+}
+
+template <class Int>
+Int to_int(std::string_view key, std::string_view v) {
+  v = trim(v);
+  Int out{};
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty()) {
+    bad_value(key, v, "an integer");
+  }
+  return out;
+}
+
+double to_double(std::string_view key, std::string_view v) {
+  v = trim(v);
+  double out = 0.0;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty()) {
+    bad_value(key, v, "a number");
+  }
+  return out;
+}
+
+bool to_bool(std::string_view key, std::string_view v) {
+  v = trim(v);
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  bad_value(key, v, "a boolean (true/false)");
+}
+
+std::vector<std::string_view> split_list(std::string_view v) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const std::size_t comma = v.find(',');
+    out.push_back(trim(v.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+NonFinitePolicy parse_non_finite(std::string_view v) {
+  if (v == "fail") return NonFinitePolicy::fail;
+  if (v == "skip_donor" || v == "skip") return NonFinitePolicy::skip_donor;
+  if (v == "allow") return NonFinitePolicy::allow;
+  throw InvalidArgument("paramwin: unknown non-finite policy '" + std::string(v) +
+                        "' (valid: fail, skip_donor, allow)");
+}
+
+}  // namespace
+
+AgentOptions parse_agent_options(const std::map<std::string, std::string, std::less<>>& config) {
+  AgentOptions o;
+  for (const auto& [key, raw] : config) {
+    const std::string_view v = trim(raw);
+    if (key == "seed") {
+      o.seed = to_int<std::uint64_t>(key, v);
+    } else if (key == "direction") {
+      o.direction = parse_direction(v);
+    } else if (key == "triggers") {
+      o.triggers.age.enabled = false;
+      o.triggers.threshold.enabled = false;
+      o.triggers.worst_fraction.enabled = false;
+      if (v != "none" && !v.empty()) {
+        for (std::string_view name : split_list(v)) {
+          switch (parse_trigger(name)) {
+            case DeathReason::age: o.triggers.age.enabled = true; break;
+            case DeathReason::threshold: o.triggers.threshold.enabled = true; break;
+            case DeathReason::worst_fraction: o.triggers.worst_fraction.enabled = true; break;
+            default:
+              throw InvalidArgument("paramwin: option 'triggers': 'custom' needs a callable; "
+                                    "set AgentOptions::triggers.custom in code");
+          }
+        }
+      }
+    } else if (key == "age") {
+      std::size_t sep = v.find("..");
+      std::size_t skip = 2;
+      if (sep == std::string_view::npos) {
+        sep = v.find(',');
+        skip = 1;
+      }
+      if (sep == std::string_view::npos) {
+        bad_value(key, v, "a range 'lo..hi' or 'lo,hi'");
+      }
+      o.triggers.age.lo = to_int<std::int64_t>(key, v.substr(0, sep));
+      o.triggers.age.hi = to_int<std::int64_t>(key, v.substr(sep + skip));
+    } else if (key == "age_lo") {
+      o.triggers.age.lo = to_int<std::int64_t>(key, v);
+    } else if (key == "age_hi") {
+      o.triggers.age.hi = to_int<std::int64_t>(key, v);
+    } else if (key == "threshold") {
+      o.triggers.threshold.value = to_double(key, v);
+    } else if (key == "worst_fraction" || key == "fraction") {
+      o.triggers.worst_fraction.fraction = to_double(key, v);
+    } else if (key == "worst_every") {
+      o.triggers.worst_fraction.every = to_int<std::int64_t>(key, v);
+    } else if (key == "warmup") {
+      o.triggers.warmup = to_int<std::int64_t>(key, v);
+    } else if (key == "cooldown") {
+      o.triggers.cooldown = to_int<std::int64_t>(key, v);
+    } else if (key == "selection") {
+      o.selection.kind = parse_selection(v);
+    } else if (key == "k") {
+      o.selection.k = to_int<int>(key, v);
+    } else if (key == "tournament_size") {
+      o.selection.tournament_size = to_int<int>(key, v);
+    } else if (key == "shortfall") {
+      o.selection.shortfall = parse_shortfall(v);
+    } else if (key == "clamp") {
+      o.selection.shortfall = to_bool(key, v) ? Shortfall::clamp : Shortfall::defer;
+    } else if (key == "mixing") {
+      o.mixing.kind = parse_mixing(v);
+    } else if (key == "weighting") {
+      o.mixing.weighting = parse_weighting(v);
+    } else if (key == "temperature") {
+      o.mixing.temperature = to_double(key, v);
+    } else if (key == "weights") {
+      o.mixing.weights.clear();
+      for (std::string_view w : split_list(v)) {
+        o.mixing.weights.push_back(to_double(key, w));
+      }
+    } else if (key == "momentum") {
+      o.mixing.momentum = to_double(key, v);
+    } else if (key == "non_finite") {
+      o.mixing.non_finite = parse_non_finite(v);
+    } else if (key == "publish_every") {
+      o.publish.every = to_int<std::int64_t>(key, v);
+    } else if (key == "publish_interval_ms") {
+      o.publish.interval_ms = to_double(key, v);
+    } else if (key == "event_log") {
+      o.event_log = std::string(v);
+    } else {
+      throw InvalidArgument(
+          "paramwin: unknown option '" + key +
+          "' (valid: seed, direction, triggers, age, age_lo, age_hi, threshold, worst_fraction, "
+          "worst_every, warmup, cooldown, selection, k, tournament_size, shortfall, clamp, "
+          "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
+          "publish_interval_ms, event_log)");
+    }
+  }
+  return o;
+}
+
+AgentOptions parse_agent_options(std::string_view text) {
+  std::map<std::string, std::string, std::less<>> config;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                               text[i] == '\r' || text[i] == ';')) {
+      ++i;
+    }
+    std::size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != '\t' && text[j] != '\n' &&
+           text[j] != '\r' && text[j] != ';') {
+      ++j;
+    }
+    if (j > i) {
+      const std::string_view token = text.substr(i, j - i);
+      const std::size_t eq = token.find('=');
+      if (eq == std::string_view::npos || eq == 0) {
+        throw InvalidArgument("paramwin: option token '" + std::string(token) +
+                              "' is not key=value");
+      }
+      const auto [it, inserted] =
+          config.emplace(std::string(token.substr(0, eq)), std::string(token.substr(eq + 1)));
+      if (!inserted) {
+        throw InvalidArgument("paramwin: option '" + it->first + "' given twice");
+      }
+    }
+    i = j;
+  }
+  return parse_agent_options(config);
+}
+
+}  // namespace paramwin

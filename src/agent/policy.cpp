@@ -1,0 +1,232 @@
+// Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
+#include <algorithm>
+#include <string>
+
+#include "paramwin/error.hpp"
+#include "paramwin/policy.hpp"
+
+namespace paramwin {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27U)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31U);
+}
+
+// Independent streams per (seed, rank, purpose): an age sequence does not depend on how many
+// selections happened, so drawn ages are reproducible whatever the population's timing.
+std::mt19937_64 stream(std::uint64_t seed, int rank, std::uint64_t purpose) {
+  const std::uint64_t s =
+      splitmix64(splitmix64(seed) ^ splitmix64(static_cast<std::uint64_t>(rank) + 1) ^
+                 splitmix64(purpose * 0x632be59bd9b4e019ULL));
+  return std::mt19937_64(s);
+}
+
+// Uniform in [0, n): rejection sampling instead of std::uniform_int_distribution, whose
+// output is implementation-defined (mt19937_64's own sequence is fixed by the standard).
+std::uint64_t below(std::mt19937_64& rng, std::uint64_t n) {
+  const std::uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+  while (true) {
+    const std::uint64_t r = rng();
+    if (r >= threshold) {
+      return r % n;
+    }
+  }
+}
+
+}  // namespace
+
+Policy::Policy(AgentOptions options, int rank, int population)
+    : options_(std::move(options)), rank_(rank), population_(population) {
+  validate(options_, population_);
+  if (rank_ < 0 || rank_ >= population_) {
+    throw InvalidArgument("paramwin: Policy: rank " + std::to_string(rank_) +
+                          " is outside the population [0, " + std::to_string(population_) + ")");
+  }
+  age_rng_ = stream(options_.seed, rank_, 1);
+  select_rng_ = stream(options_.seed, rank_, 2);
+  reset_rng_ = stream(options_.seed, rank_, 3);
+  max_age_ = draw_max_age();
+}
+
+std::int64_t Policy::draw_max_age() {
+  const AgeTrigger& a = options_.triggers.age;
+  const auto span = static_cast<std::uint64_t>(a.hi - a.lo) + 1;
+  return a.lo + static_cast<std::int64_t>(below(age_rng_, span));
+}
+
+bool Policy::death_allowed() const noexcept {
+  const TriggerOptions& t = options_.triggers;
+  if (steps_ <= t.warmup) {
+    return false;
+  }
+  return generation_ == 0 || steps_ - rebirth_step_ > t.cooldown;
+}
+
+DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterReader& rosters,
+                           std::uint64_t fingerprint) {
+  ++steps_;
+  ++age_;
+  if (!death_allowed()) {
+    return DeathReason::none;
+  }
+  if (pending_ != DeathReason::none) {
+    return pending_;
+  }
+  const TriggerOptions& t = options_.triggers;
+  DeathReason reason = DeathReason::none;
+  if (t.age.enabled && age_ >= max_age_) {
+    reason = DeathReason::age;
+  } else if (t.threshold.enabled && is_better(options_.direction, t.threshold.value, metric)) {
+    reason = DeathReason::threshold;
+  } else if (t.worst_fraction.enabled && steps_ % t.worst_fraction.every == 0 &&
+             t.worst_fraction.fraction > 0.0) {
+    const std::vector<RosterEntry> all = rosters ? rosters() : std::vector<RosterEntry>{};
+    const std::vector<int> worst = worst_ranks(all, rank_, metric, fingerprint,
+                                               options_.direction, t.worst_fraction.fraction);
+    if (std::find(worst.begin(), worst.end(), rank_) != worst.end()) {
+      reason = DeathReason::worst_fraction;
+    }
+  }
+  if (reason == DeathReason::none && t.custom) {
+    const TriggerContext ctx{.rank = rank_,
+                             .population = population_,
+                             .iteration = iteration,
+                             .step = steps_,
+                             .age = age_,
+                             .max_age = max_age_,
+                             .metric = metric,
+                             .generation = generation_};
+    if (t.custom(ctx)) {
+      reason = DeathReason::custom;
+    }
+  }
+  pending_ = reason;
+  return reason;
+}
+
+DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uint64_t fingerprint,
+                                  std::span<const int> exclude) {
+  std::vector<int> eligible = eligible_donors(rosters, rank_, fingerprint);
+  std::erase_if(eligible, [&](int r) {
+    return std::find(exclude.begin(), exclude.end(), r) != exclude.end();
+  });
+  const auto metric_of = [&](int r) {
+    for (const RosterEntry& e : rosters) {
+      if (e.rank == r) return e.status.metric;
+    }
+    return 0.0;
+  };
+  // Best first; equal metrics: the lower rank first (deterministic).
+  const auto better = [&](int a, int b) {
+    const double ma = metric_of(a);
+    const double mb = metric_of(b);
+    if (is_better(options_.direction, ma, mb)) return true;
+    if (is_better(options_.direction, mb, ma)) return false;
+    return a < b;
+  };
+
+  DonorChoice choice;
+  choice.candidates = eligible.size();
+  const SelectionOptions& s = options_.selection;
+  auto want = static_cast<std::size_t>(s.k);
+  if (eligible.size() < want) {
+    std::string why = "need " + std::to_string(s.k) + " donor(s) but only " +
+                      std::to_string(eligible.size()) + " eligible";
+    std::string skipped;
+    for (const RosterEntry& e : rosters) {
+      if (e.rank == rank_) continue;
+      std::string reason;
+      if (std::find(exclude.begin(), exclude.end(), e.rank) != exclude.end()) reason = "excluded";
+      else if (e.version == 0) reason = "never published";
+      else if (e.fingerprint != fingerprint) reason = "incompatible layout";
+      else if (e.status.state == AgentState::rebirth) reason = "mid-rebirth";
+      else if (e.status.state == AgentState::left) reason = "left";
+      if (!reason.empty()) {
+        skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") +
+                   std::to_string(e.rank) + " " + reason;
+      }
+    }
+    if (!skipped.empty()) why += " (" + skipped + ")";
+    choice.shortfall = why;
+    switch (s.shortfall) {
+      case Shortfall::error:
+        throw DonorError(-1, "paramwin: agent " + std::to_string(rank_) + ": " + why +
+                                 "; set selection.shortfall to clamp or defer to tolerate this");
+      case Shortfall::defer:
+        return choice;
+      case Shortfall::clamp:
+        want = eligible.size();
+        break;
+    }
+  }
+
+  std::vector<int> chosen;
+  chosen.reserve(want);
+  switch (s.kind) {
+    case SelectionKind::uniform: {
+      std::vector<int> pool = eligible;
+      for (std::size_t i = 0; i < want; ++i) {
+        const std::size_t j = i + static_cast<std::size_t>(below(select_rng_, pool.size() - i));
+        std::swap(pool[i], pool[j]);
+        chosen.push_back(pool[i]);
+      }
+      break;
+    }
+    case SelectionKind::fittest: {
+      std::vector<int> pool = eligible;
+      std::sort(pool.begin(), pool.end(), better);
+      chosen.assign(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(want));
+      break;
+    }
+    case SelectionKind::tournament: {
+      std::vector<int> pool = eligible;
+      for (std::size_t pick = 0; pick < want; ++pick) {
+        const std::size_t t = std::min(static_cast<std::size_t>(s.tournament_size), pool.size());
+        std::vector<std::size_t> idx(pool.size());
+        for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+        std::size_t winner = 0;
+        for (std::size_t i = 0; i < t; ++i) {
+          const std::size_t j = i + static_cast<std::size_t>(below(select_rng_, idx.size() - i));
+          std::swap(idx[i], idx[j]);
+          if (i == 0 || better(pool[idx[i]], pool[winner])) winner = idx[i];
+        }
+        chosen.push_back(pool[winner]);
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(winner));
+      }
+      break;
+    }
+  }
+  std::sort(chosen.begin(), chosen.end(), better);
+  choice.ranks = chosen;
+  for (int r : chosen) choice.metrics.push_back(metric_of(r));
+  return choice;
+}
+
+std::vector<double> Policy::mixing_weights(std::span<const double> metrics_best_first) const {
+  const MixingOptions& m = options_.mixing;
+  if (!m.weights.empty()) {
+    const std::size_t n = std::min(metrics_best_first.size(), m.weights.size());
+    std::vector<double> w(m.weights.begin(), m.weights.begin() + static_cast<std::ptrdiff_t>(n));
+    double sum = 0.0;
+    for (double x : w) sum += x;
+    for (double& x : w) x /= sum;
+    return w;
+  }
+  return fitness_weights(metrics_best_first, options_.direction, m.weighting, m.temperature);
+}
+
+void Policy::reborn() {
+  age_ = 0;
+  ++generation_;
+  max_age_ = draw_max_age();
+  rebirth_step_ = steps_;
+  pending_ = DeathReason::none;
+}
+
+std::uint64_t Policy::next_reset_seed() { return reset_rng_(); }
+
+}  // namespace paramwin

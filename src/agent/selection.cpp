@@ -1,0 +1,121 @@
+// Roster-based decisions: who may donate, who is in the worst fraction, fitness weights.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "paramwin/error.hpp"
+#include "paramwin/policy.hpp"
+
+namespace paramwin {
+
+std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
+                                 std::uint64_t fingerprint) {
+  std::vector<int> out;
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == self || e.version == 0 || e.fingerprint != fingerprint ||
+        e.status.state == AgentState::rebirth || e.status.state == AgentState::left) {
+      continue;
+    }
+    out.push_back(e.rank);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
+                             std::uint64_t fingerprint, MetricDirection direction,
+                             double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    throw InvalidArgument("paramwin: worst_ranks: fraction " + std::to_string(fraction) +
+                          " is outside [0, 1]");
+  }
+  struct Ranked {
+    int rank;
+    double metric;
+  };
+  std::vector<Ranked> ranked;
+  bool self_seen = false;
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == self) {
+      ranked.push_back({self, own_metric});
+      self_seen = true;
+    } else if (e.fingerprint == fingerprint && (e.status.state == AgentState::active ||
+                                                e.status.state == AgentState::rebirth)) {
+      ranked.push_back({e.rank, e.status.metric});
+    }
+  }
+  if (!self_seen) {
+    ranked.push_back({self, own_metric});
+  }
+  // Worst first; equal metrics: the higher rank is worse, so every reader orders the same
+  // roster the same way.
+  std::sort(ranked.begin(), ranked.end(), [direction](const Ranked& a, const Ranked& b) {
+    if (is_better(direction, b.metric, a.metric)) return true;
+    if (is_better(direction, a.metric, b.metric)) return false;
+    return a.rank > b.rank;
+  });
+  const auto count = static_cast<std::size_t>(
+      std::floor(fraction * static_cast<double>(ranked.size()) + 1e-9));
+  std::vector<int> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count && i < ranked.size(); ++i) {
+    out.push_back(ranked[i].rank);
+  }
+  return out;
+}
+
+std::vector<double> fitness_weights(std::span<const double> metrics, MetricDirection direction,
+                                    FitnessWeighting weighting, double temperature) {
+  const std::size_t n = metrics.size();
+  std::vector<double> w(n, 0.0);
+  if (n == 0) {
+    return w;
+  }
+  if (weighting == FitnessWeighting::rank) {
+    // Order best first; a group of equal metrics shares the mean of its positions' weights.
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    const auto better = [&](std::size_t a, std::size_t b) {
+      const double ma = std::isfinite(metrics[a]) ? metrics[a] : std::nan("");
+      const double mb = std::isfinite(metrics[b]) ? metrics[b] : std::nan("");
+      return is_better(direction, ma, mb);
+    };
+    std::stable_sort(order.begin(), order.end(), better);
+    std::size_t i = 0;
+    while (i < n) {
+      std::size_t j = i + 1;
+      while (j < n && !better(order[i], order[j]) && !better(order[j], order[i])) ++j;
+      // Positions i..j-1 weigh n-i .. n-j+1; their mean:
+      const double mean = (static_cast<double>(n - i) + static_cast<double>(n - j + 1)) / 2.0;
+      for (std::size_t p = i; p < j; ++p) w[order[p]] = mean;
+      i = j;
+    }
+  } else {
+    if (!(temperature > 0.0) || !std::isfinite(temperature)) {
+      throw InvalidArgument("paramwin: fitness_weights: temperature must be finite and > 0");
+    }
+    std::vector<double> score(n);
+    double best = -INFINITY;
+    double worst = INFINITY;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::isfinite(metrics[i])) {
+        score[i] = direction == MetricDirection::lower_is_better ? -metrics[i] : metrics[i];
+        best = std::max(best, score[i]);
+        worst = std::min(worst, score[i]);
+      }
+    }
+    if (!std::isfinite(best)) {
+      best = worst = 0.0;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const double s = std::isfinite(metrics[i]) ? score[i] : worst;
+      // Floor keeps every weight positive even when exp underflows.
+      w[i] = std::max(std::exp((s - best) / temperature), 1e-300);
+    }
+  }
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& x : w) x /= sum;
+  return w;
+}
+
+}  // namespace paramwin
