@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds paramwin (scripts/setup.sh) and runs the whole benchmark suite, each case with the
+# rank count it needs, writing Google Benchmark JSON into out/bench/; then regenerates
+# docs/benchmarks.md and docs/img/*.png with scripts/bench_report.py.
+#   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick]
+# Timings are only meaningful on a quiet machine: the script records the load average
+# before each run and the report prints it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=build
+do_build=1
+run=1
+reps=5
+min_time=0.1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --report-only) run=0; do_build=0; shift ;;
+    --quick) reps=2; min_time=0.02; shift ;;
+    *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$do_build" = 1 ]; then
+  bash scripts/setup.sh --build-dir "$build_dir"
+fi
+bench="$build_dir/benchmarks/paramwin_bench"
+out=out/bench
+mkdir -p "$out"
+
+run_suite() {  # run_suite <ranks> <filter>
+  local np=$1 filter=$2
+  echo "bench: $np ranks, filter $filter"
+  { date -Is; cat /proc/loadavg; } > "$out/load_np$np.txt"
+  /usr/bin/mpiexec.mpich -n "$np" "$bench" \
+    --benchmark_filter="$filter" \
+    --benchmark_repetitions="$reps" --benchmark_min_time="$min_time" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/np$np.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/load_np$np.txt"
+}
+
+if [ "$run" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  rm -f "$out"/np*.json "$out"/load_np*.txt
+  # 2 ranks (fits the 2 cores): issue 2's one-donor sweep, chunk sizes, wire formats,
+  # publish, busy donor, roster, and k = 1 for the scale comparison.
+  run_suite 2 '^(one_donor|chunk|wire|publish|busy|roster|stream)/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
+  # 4 ranks (k = 1..3 donors + the reader; oversubscribed, waiting ranks sleep-poll).
+  run_suite 4 '^(k_donors|stream|roster)/'
+  # 8 ranks: roster reads and the k = 1 rebirth at scale.
+  run_suite 8 '^roster/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
+fi
+
+python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --img-dir docs/img
+echo "bench: wrote docs/benchmarks.md"
