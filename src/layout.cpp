@@ -85,8 +85,9 @@ Layout& Layout::add(std::string name, std::vector<std::size_t> shape, DType dtyp
   return *this;
 }
 
-Layout& Layout::add(std::string name, std::size_t count, DType dtype) {
-  return add(std::move(name), std::vector<std::size_t>{count}, dtype);
+void Layout::throw_negative_count(const std::string& name, long long count) {
+  throw InvalidArgument("layer '" + name + "' has a negative element count " +
+                        std::to_string(count));
 }
 
 const LayerSpec& Layout::operator[](std::size_t i) const {

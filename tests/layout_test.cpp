@@ -23,6 +23,18 @@ TEST(Layout, AddsLayersInOrderWithCountsAndBytes) {
   EXPECT_EQ(l[2].describe(), "'s' [scalar bfloat16]");
 }
 
+TEST(Layout, BracedListsAreShapesAndIntegersAreCounts) {
+  pw::Layout l;
+  l.add("scalar", {}).add("vec", {7}).add("mat", {2, 3}).add("n", 5).add("m", std::size_t{6});
+  EXPECT_TRUE(l[0].shape.empty());
+  EXPECT_EQ(l[0].count, 1U);
+  EXPECT_EQ(l[1].shape, std::vector<std::size_t>{7});
+  EXPECT_EQ(l[2].count, 6U);
+  EXPECT_EQ(l[3].shape, std::vector<std::size_t>{5});
+  EXPECT_EQ(l[4].count, 6U);
+  EXPECT_THROW(l.add("neg", -3), pw::InvalidArgument);
+}
+
 TEST(Layout, RejectsBadNamesAndLookups) {
   pw::Layout l;
   l.add("w", std::size_t{1});

@@ -3,11 +3,13 @@
 /// Ordered named layers: what an agent's parameters look like, and the fingerprint that
 /// tells whether two agents can exchange them.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "paramwin/dtype.hpp"
@@ -34,8 +36,17 @@ class Layout {
   /// Appends a layer with the given shape ({} for a scalar). Throws InvalidArgument on an
   /// empty or duplicate name.
   Layout& add(std::string name, std::vector<std::size_t> shape, DType dtype = DType::float32);
-  /// Appends a flat layer of @p count elements (shape {count}).
-  Layout& add(std::string name, std::size_t count, DType dtype = DType::float32);
+  /// Appends a flat layer of @p count elements (shape {count}). A template so that a braced
+  /// list always means a shape: add("s", {}) is a 0-dim scalar, never a 0-element layer.
+  template <std::integral Count>
+  Layout& add(std::string name, Count count, DType dtype = DType::float32) {
+    if constexpr (std::is_signed_v<Count>) {
+      if (count < 0) {
+        throw_negative_count(name, static_cast<long long>(count));
+      }
+    }
+    return add(std::move(name), std::vector<std::size_t>{static_cast<std::size_t>(count)}, dtype);
+  }
 
   /// Number of layers.
   [[nodiscard]] std::size_t size() const noexcept { return layers_.size(); }
@@ -66,6 +77,7 @@ class Layout {
   friend bool operator==(const Layout& a, const Layout& b) { return a.layers_ == b.layers_; }
 
  private:
+  [[noreturn]] static void throw_negative_count(const std::string& name, long long count);
   std::vector<LayerSpec> layers_;
   std::size_t total_elements_ = 0;
   std::size_t total_bytes_ = 0;
