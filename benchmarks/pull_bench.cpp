@@ -45,6 +45,65 @@ void bm_memcpy(benchmark::State& state, std::size_t bytes) {
   set_bytes(state, bytes);
 }
 
+// memcpy straight out of the donor's shared-memory segment (MPI_Win_allocate_shared +
+// MPI_Win_shared_query): what plain loads from another process's pages cost here, i.e. the
+// floor under the shm transport (separates platform cost from library overhead).
+void bm_shm_memcpy(benchmark::State& state, std::size_t bytes) {
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type");
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  if (node_size != env().size) {
+    MPI_Comm_free(&node);
+    throw std::runtime_error("one_donor/shm_memcpy needs every rank on one node");
+  }
+  MPI_Info info = MPI_INFO_NULL;
+  check(MPI_Info_create(&info), "MPI_Info_create");
+  check(MPI_Info_set(info, "alloc_shared_noncontig", "true"), "MPI_Info_set");
+  void* base = nullptr;
+  MPI_Win win = MPI_WIN_NULL;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(page_round(bytes)), 1, info, node,
+                                         &base, &win);
+  MPI_Info_free(&info);
+  check(rc, "MPI_Win_allocate_shared");
+  auto* mine = static_cast<float*>(base);
+  fill_pattern(std::span<float>(mine, bytes / sizeof(float)), env().rank);
+  MPI_Aint donor_size = 0;
+  int disp = 0;
+  void* donor_base = nullptr;
+  check(MPI_Win_shared_query(win, kDonor, &donor_size, &disp, &donor_base),
+        "MPI_Win_shared_query");
+  check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win), "MPI_Win_lock_all");
+  check(MPI_Win_sync(win), "MPI_Win_sync");
+  polite_barrier(MPI_COMM_WORLD);
+  check(MPI_Win_sync(win), "MPI_Win_sync");
+  const bool reader = env().rank == kReader;
+  Buffer dst(reader ? bytes : 0);
+  if (reader) {
+    std::memcpy(dst.data(), donor_base, bytes);  // warm-up: maps the donor's pages here
+  }
+  for (auto _ : state) {
+    double t = 0.0;
+    if (reader) {
+      const double t0 = now();
+      std::memcpy(dst.data(), donor_base, bytes);
+      benchmark::DoNotOptimize(dst.data());
+      benchmark::ClobberMemory();
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  if (reader) {
+    expect_donor_values(dst.as<const float>(), "shm memcpy");
+  }
+  check(MPI_Win_unlock_all(win), "MPI_Win_unlock_all");
+  polite_barrier(MPI_COMM_WORLD);
+  MPI_Win_free(&win);
+  MPI_Comm_free(&node);
+  set_bytes(state, bytes);
+}
+
 enum class RawMode { get_flush, lock_get_unlock };
 
 void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
@@ -59,6 +118,19 @@ void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
     check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win.win()), "MPI_Win_lock_all");
   }
   polite_barrier(MPI_COMM_WORLD);
+  const auto read_once = [&] {
+    if (mode == RawMode::get_flush) {
+      get_bytes(dst.data(), bytes, kDonor, win.win());
+      check(MPI_Win_flush(kDonor, win.win()), "MPI_Win_flush");
+    } else {
+      check(MPI_Win_lock(MPI_LOCK_SHARED, kDonor, 0, win.win()), "MPI_Win_lock");
+      get_bytes(dst.data(), bytes, kDonor, win.win());
+      check(MPI_Win_unlock(kDonor, win.win()), "MPI_Win_unlock");
+    }
+  };
+  if (reader) {
+    read_once();  // warm-up (untimed), as for the pulls
+  }
   for (auto _ : state) {
     double t = 0.0;
     if (reader) {
@@ -86,7 +158,7 @@ void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
 }
 
 void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
-             std::size_t chunk_bytes) {
+             std::size_t chunk_bytes, NonFinitePolicy non_finite = NonFinitePolicy::fail) {
   const std::size_t n = bytes / sizeof(float);
   Layout layout;
   layout.add("w", n);
@@ -101,6 +173,12 @@ void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
   const std::array<int, 1> donors{kDonor};
   PullOptions popt;
   popt.chunk_bytes = chunk_bytes;
+  popt.non_finite = non_finite;
+  if (reader) {
+    // Warm-up (untimed): the first pull grows the window's accumulation scratch and maps
+    // the donor's pages; the timed pulls are the steady state of a trainer that pulls often.
+    win.pull(donors, {LayerRef(params)}, popt);
+  }
   for (auto _ : state) {
     double t = 0.0;
     if (reader) {
@@ -132,6 +210,8 @@ void register_pull_benchmarks() {
   for (std::size_t bytes = 4096; bytes <= (std::size_t{256} << 20U); bytes *= 4) {
     const std::string suffix = "/bytes:" + std::to_string(bytes);
     reg("one_donor/memcpy" + suffix, [bytes](benchmark::State& s) { bm_memcpy(s, bytes); });
+    reg("one_donor/shm_memcpy" + suffix,
+        [bytes](benchmark::State& s) { bm_shm_memcpy(s, bytes); });
     reg("one_donor/get_flush" + suffix,
         [bytes](benchmark::State& s) { bm_raw_get(s, bytes, RawMode::get_flush); });
     reg("one_donor/lock_get_unlock" + suffix,
@@ -140,6 +220,13 @@ void register_pull_benchmarks() {
         [bytes](benchmark::State& s) { bm_pull(s, bytes, Transport::shm, 0); });
     reg("one_donor/pull_rma" + suffix,
         [bytes](benchmark::State& s) { bm_pull(s, bytes, Transport::rma, 0); });
+    // Without the default NaN/infinity scan of the donor values (NonFinitePolicy::allow).
+    reg("one_donor/pull_shm_nocheck" + suffix, [bytes](benchmark::State& s) {
+      bm_pull(s, bytes, Transport::shm, 0, NonFinitePolicy::allow);
+    });
+    reg("one_donor/pull_rma_nocheck" + suffix, [bytes](benchmark::State& s) {
+      bm_pull(s, bytes, Transport::rma, 0, NonFinitePolicy::allow);
+    });
   }
   // PullOptions::chunk_bytes sweep (0 = library default: 32 KiB shm, 512 KiB rma).
   for (const std::size_t bytes : {std::size_t{16} << 20U, std::size_t{64} << 20U}) {
