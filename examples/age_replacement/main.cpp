@@ -54,6 +54,7 @@ struct Options {
   std::uint64_t seed = 1;
   bool plot = true;
   bool control = true;
+  bool free_running = false;
   int report_every = 50;
   std::size_t hidden = 32;
   std::int64_t age_lo = 50;
@@ -76,7 +77,10 @@ constexpr const char* kUsage =
     "  --seed S           seed of data, initialisations and deaths (default 1)\n"
     "  --no-plot          do not run gnuplot\n"
     "  --no-control       skip the control run (no replacement)\n"
-    "  --report-every N   progress table cadence in steps (default 50)\n"
+    "  --report-every N   progress table cadence in steps (default 50); the progress gather\n"
+    "                     also keeps the agents within N steps of each other\n"
+    "  --free-running     only rank 0 waits for the progress gathers: agents drift apart\n"
+    "                     freely (as fast or slow as the scheduler lets each one run)\n"
     "  --age LO..HI       range of the drawn maximum age (default 50..150)\n"
     "  --selection NAME   donor selection: fittest, uniform, tournament (default fittest)\n"
     "  --donors K         donors per rebirth (default 1)\n"
@@ -122,6 +126,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--seed") o.seed = parse_number<std::uint64_t>(a, value(i));
     else if (a == "--no-plot") o.plot = false;
     else if (a == "--no-control") o.control = false;
+    else if (a == "--free-running") o.free_running = true;
     else if (a == "--report-every") o.report_every = parse_number<int>(a, value(i));
     else if (a == "--age") std::tie(o.age_lo, o.age_hi) = parse_range<std::int64_t>(a, value(i));
     else if (a == "--selection") o.selection = value(i);
@@ -175,7 +180,10 @@ void barrier_politely(MPI_Comm comm) {
 /// contribution and carry on training, completing it later (poll()).
 class ProgressGather {
  public:
-  ProgressGather(MPI_Comm comm, int steps) : comm_(comm), steps_(steps) {
+  /// With @p lockstep every rank waits (politely) for each gather, which keeps the agents
+  /// within one report interval of each other; otherwise only rank 0 waits.
+  ProgressGather(MPI_Comm comm, int steps, bool lockstep)
+      : comm_(comm), steps_(steps), lockstep_(lockstep) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
   }
@@ -193,11 +201,12 @@ class ProgressGather {
     check_mpi(MPI_Igather(p->send.data(), 2, MPI_DOUBLE, p->recv.data(), 2, MPI_DOUBLE, 0,
                           comm_, &p->request),
               "MPI_Igather(progress)");
-    if (rank_ != 0) {
+    if (rank_ != 0 && !lockstep_) {
       pending_.push_back(std::move(p));
       return;
     }
     wait_politely(p->request);
+    if (rank_ != 0) return;
     std::vector<double> losses;
     long deaths_total = 0;
     for (int r = 0; r < size_; ++r) {
@@ -231,6 +240,7 @@ class ProgressGather {
   };
   MPI_Comm comm_;
   int steps_;
+  bool lockstep_;
   int rank_ = 0;
   int size_ = 1;
   std::deque<std::unique_ptr<Pending>> pending_;
@@ -356,7 +366,7 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
   std::vector<double> history(static_cast<std::size_t>(o.steps));
   std::string deaths_text;  // one CSV-ish line per death, parsed on rank 0
   std::int64_t deaths = 0;
-  ProgressGather progress(comm, o.steps);
+  ProgressGather progress(comm, o.steps, !o.free_running);
   for (int step = 0; step < o.steps; ++step) {
     double loss = mlp.loss(data.train, /*want_grad=*/true);
     if (!std::isfinite(loss)) loss = std::numeric_limits<double>::max();

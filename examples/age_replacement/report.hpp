@@ -130,11 +130,11 @@ inline void print_comparison(const RunResult& repl, const RunResult& ctrl, int l
   };
   auto row = [](const char* label, double a, double b) {
     const char* verdict = std::isnan(a) || std::isnan(b) ? "" : a < b ? "replacement" : a > b ? "control" : "tie";
-    std::printf("  %-38s %13.5f %13.5f   %-12s %8.2fx\n", label, a, b, verdict,
+    std::printf("  %-44s %13.5f %13.5f   %-12s %8.2fx\n", label, a, b, verdict,
                 a > 0.0 ? b / a : std::numeric_limits<double>::quiet_NaN());
   };
   std::printf("\n== replacement vs control (same seeds, same data; lower is better) ==\n");
-  std::printf("  %-38s %13s %13s   %-12s %9s\n", "", "replacement", "control", "better",
+  std::printf("  %-44s %13s %13s   %-12s %9s\n", "", "replacement", "control", "better",
               "ctrl/repl");
   row("final training loss: best", fr.best, fc.best);
   row("final training loss: median", fr.median, fc.median);
@@ -149,8 +149,8 @@ inline void print_comparison(const RunResult& repl, const RunResult& ctrl, int l
   row("held-out loss: best", hr.best, hc.best);
   row("held-out loss: median", hr.median, hc.median);
   row("held-out loss: worst", hr.worst, hc.worst);
-  std::printf("  %-38s %13zu %13zu\n", "deaths", repl.deaths.size(), ctrl.deaths.size());
-  std::printf("  %-38s %12.2fs %12.2fs\n", "wall time", repl.seconds, ctrl.seconds);
+  std::printf("  %-44s %13zu %13zu\n", "deaths", repl.deaths.size(), ctrl.deaths.size());
+  std::printf("  %-44s %12.2fs %12.2fs\n", "wall time", repl.seconds, ctrl.seconds);
 
   std::printf("\n  per agent (held-out loss after the last step):\n");
   std::printf("  %5s %9s %7s %13s %13s\n", "agent", "lr", "deaths", "replacement", "control");
