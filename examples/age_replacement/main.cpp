@@ -27,12 +27,16 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mlp.hpp"
@@ -143,6 +147,14 @@ Options parse_options(int argc, char** argv) {
   if (o.hidden < 1) throw UsageError("--hidden must be >= 1");
   if (o.last_n < 1) throw UsageError("--last must be >= 1");
   if (!(o.lr_min > 0.0) || !(o.lr_max >= o.lr_min)) throw UsageError("--lr needs 0 < MIN <= MAX");
+  if (o.age_lo < 1 || o.age_hi < o.age_lo) throw UsageError("--age needs 1 <= LO <= HI");
+  if (o.donors < 1) throw UsageError("--donors must be >= 1");
+  try {  // the library's own parsers name the valid choices
+    (void)pw::parse_selection(o.selection);
+    (void)pw::parse_mixing(o.mixing);
+  } catch (const pw::InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
   return o;
 }
 
@@ -547,6 +559,11 @@ int main(int argc, char** argv) {
       int size = 1;
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       if (size < 2) throw UsageError("needs at least 2 ranks (one agent per rank)");
+      if (options.donors > size - 1) {
+        throw UsageError("--donors " + std::to_string(options.donors) + " needs at least " +
+                         std::to_string(options.donors + 1) + " ranks (donors never include the "
+                         "dying agent), have " + std::to_string(size));
+      }
       rc = run(options, want_plot, repl, ctrl);
     } catch (const UsageError& e) {
       // Every rank parses the same command line, so every rank gets here: no hang.
