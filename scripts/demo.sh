@@ -30,9 +30,10 @@ echo "demo: running $exe on $ranks ranks (MPICH: /usr/bin/mpiexec.mpich)"
 # blocks in MPI (it polls with sleeps), so oversubscribing is fine.
 /usr/bin/mpiexec.mpich -n "$ranks" "$exe" --out "$out" "${args[@]+"${args[@]}"}"
 
+out_abs=$(cd "$out" && pwd)
 echo
-echo "demo: outputs in $out/"
+echo "demo: outputs in $out_abs/"
 for f in losses.csv deaths.csv summary.csv events.jsonl losses.png; do
-  [ -e "$out/$f" ] && echo "  $out/$f"
+  if [ -e "$out/$f" ]; then echo "  $out_abs/$f"; fi
 done
 [ -e "$out/losses.png" ] || echo "  (no plot: gnuplot missing or --no-plot; redraw with: cd $out && gnuplot plot.gp)"

@@ -6,6 +6,10 @@
 //
 //   mpiexec -n 4 ./age_replacement [--steps N] [--out DIR] [--seed S] [--no-plot] ...
 //
+// The trainer sees paramwin only through Agent::step(iteration, loss, spans). Everything
+// else here is reporting: progress is gathered to rank 0 every --report-every steps with
+// nonblocking collectives completed by polling with sleeps, never by spinning in MPI.
+//
 // Rank 0 prints a live progress table and writes, under --out:
 //   losses.csv    run,agent,lr,step,loss,generation   (every agent, every step, both runs)
 //   deaths.csv    run,agent,step,generation,reason,donors,donor_versions,loss_before,loss_after
