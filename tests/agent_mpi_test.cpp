@@ -357,6 +357,31 @@ TEST(AgentValidation, InvalidOptionsOnOneRankThrowOnEveryRank) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(AgentMove, MoveConstructAssignAndSelfMoveKeepTheAgent) {
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = quiet_options();
+  pw::Agent<> a(MPI_COMM_WORLD, layout(), o);
+  Params p;
+  p.fill(rank, 1);
+  (void)a.step(0, 1.0, p.refs());
+  pw::Agent<> b(std::move(a));
+  EXPECT_FALSE(a.window().valid());  // NOLINT(bugprone-use-after-move): specified state
+  EXPECT_EQ(b.window().version(), 1U);
+  EXPECT_EQ(b.stats().steps(), 1);
+  // Move-assign over a live agent: its window is freed collectively, none leaks.
+  pw::Agent<> c(MPI_COMM_WORLD, layout(), o);
+  c = std::move(b);
+  EXPECT_EQ(c.steps(), 1);
+  auto& alias = c;
+  c = std::move(alias);
+  EXPECT_TRUE(c.window().valid());
+  EXPECT_EQ(c.stats().steps(), 1);
+  EXPECT_TRUE(c.step(1, 1.0, p.refs()).published);
+  EXPECT_EQ(c.window().version(), 2U);
+  c.close();
+  EXPECT_FALSE(c.window().valid());
+}
+
 // --- end to end ---------------------------------------------------------------------------
 
 TEST(AgentEndToEnd, DeathsAtDrawnAgesRebornFromExactDonorAverages) {

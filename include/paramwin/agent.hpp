@@ -50,8 +50,14 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
   /// Moves the agent; the source is left empty (only destruction and assignment allowed).
   Agent(Agent&&) noexcept = default;
-  /// Frees this agent's window (collectively) and takes over @p other's.
-  Agent& operator=(Agent&&) noexcept = default;
+  /// Frees this agent's window (collectively) and takes over @p other's; self-move keeps it.
+  Agent& operator=(Agent&& other) noexcept {
+    if (this != &other) {
+      core_ = std::move(other.core_);
+      window_ = std::move(other.window_);
+    }
+    return *this;
+  }
   /// Frees the window; never throws.
   /// @note Collective over the window's communicator.
   ~Agent() = default;
