@@ -7,11 +7,12 @@ assertions). Optionally runs scripts/bench_report.py on it.
 """
 import argparse
 import json
+import re
 import subprocess
 import sys
 
 FILTER = (r"^(one_donor/[a-z_]+/bytes:(4096|65536)|roster/.*|stream/add/n:1M"
-          r"|k_donors/[a-z_]+/k:1/n:1M|publish/[a-z]+(/wire:native)?/n:1M)/manual_time$")
+          r"|k_donors/[a-z_]+/k:1/n:1M|publish/[a-z]+(/wire:native)?/n:1M)(/iterations:\d+)?/manual_time$")
 EXPECTED = ["one_donor/memcpy/bytes:4096", "one_donor/get_flush/bytes:4096",
             "one_donor/lock_get_unlock/bytes:4096", "one_donor/pull_shm/bytes:65536",
             "one_donor/pull_rma/bytes:65536", "k_donors/pull_shm/k:1/n:1M",
@@ -37,7 +38,7 @@ def main():
     assert ctx.get("mpi_ranks") == "2", f"context.mpi_ranks is {ctx.get('mpi_ranks')!r}"
     runs = data["benchmarks"]
     for r in runs:  # UseManualTime() appends "/manual_time" to every name
-        r["run_name"] = r["run_name"].removesuffix("/manual_time")
+        r["run_name"] = re.sub(r"/(iterations|repeats):\d+|/manual_time$", "", r["run_name"])
     names = {r["run_name"] for r in runs}
     missing = [e for e in EXPECTED if e not in names]
     assert not missing, f"missing benchmarks: {missing}"

@@ -2,7 +2,7 @@
 # Builds paramwin (scripts/setup.sh) and runs the whole benchmark suite, each case with the
 # rank count it needs, writing Google Benchmark JSON into out/bench/; then regenerates
 # docs/benchmarks.md and docs/img/*.png with scripts/bench_report.py.
-#   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick]
+#   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick] [--reps N]
 # Timings are only meaningful on a quiet machine: the script records the load average
 # before each run and the report prints it.
 set -euo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build_dir=build
 do_build=1
 run=1
-reps=5
+reps=3
 min_time=0.1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -19,6 +19,7 @@ while [ $# -gt 0 ]; do
     --no-build) do_build=0; shift ;;
     --report-only) run=0; do_build=0; shift ;;
     --quick) reps=2; min_time=0.02; shift ;;
+    --reps) reps=$2; shift 2 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +46,10 @@ run_suite() {  # run_suite <ranks> <filter>
 if [ "$run" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   rm -f "$out"/np*.json "$out"/load_np*.txt
+  git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null || echo unknown > "$out/commit.txt"
+  if ! git diff --quiet HEAD -- src include 2>/dev/null; then
+    sed -i 's/$/ (with uncommitted changes in src\/ or include\/)/' "$out/commit.txt"
+  fi
   # 2 ranks (fits the 2 cores): issue 2's one-donor sweep, chunk sizes, wire formats,
   # publish, busy donor, roster, and k = 1 for the scale comparison.
   run_suite 2 '^(one_donor|chunk|wire|publish|busy|roster|stream)/|^k_donors/pull_(shm|rma)/k:1/n:10M/'

@@ -36,6 +36,11 @@ class Result:
         return self.bytes / t if self.bytes and t else None
 
 
+def clean_name(name):
+    """Drops Google Benchmark's /iterations:N, /repeats:N and /manual_time suffixes."""
+    return re.sub(r"/(iterations|repeats):\d+|/manual_time$", "", name)
+
+
 def load(paths):
     results, contexts = {}, {}
     for path in paths:
@@ -46,7 +51,7 @@ def load(paths):
         contexts[np_] = ctx
         iters, aggs, counters = {}, {}, {}
         for r in data.get("benchmarks", []):
-            name = r["run_name"].removesuffix("/manual_time")
+            name = clean_name(r["run_name"])
             t = r["real_time"] * UNIT[r.get("time_unit", "ns")]
             if r.get("run_type") == "aggregate":
                 aggs.setdefault(name, {})[r.get("aggregate_name")] = t
@@ -164,6 +169,10 @@ def machine(data, json_dir):
         f"kernel {platform.release()}",
         f"- Build: Release (`-O3`), C++20; Google Benchmark {gbench}",
     ]
+    commit_file = os.path.join(json_dir, "commit.txt") if json_dir else ""
+    if commit_file and os.path.exists(commit_file):
+        with open(commit_file) as f:
+            lines.append(f"- Source: commit `{f.read().strip()}`")
     noisy = False
     for np_ in sorted(data.ctx):
         ctx = data.ctx[np_]
@@ -547,6 +556,35 @@ def main():
             rows.append([np_] + cells)
         w(table(["ranks", "shm", "rma"], rows) + "\n")
         w("k = 2 needs 3 ranks, so the fixed-k comparison against 2 ranks uses k = 1.\n")
+
+    # ---- analysis ----
+    if sizes:
+        rows = []
+        for s in big:
+            def t(m, s=s):
+                res = data.get(f"one_donor/{m}/bytes:{s}", 2)
+                return res.median if res else None
+            rows.append([fsize(s), fr(ratio(t("memcpy"), t("shm_memcpy"))),
+                         fr(ratio(t("pull_shm"), t("pull_shm_nocheck"))),
+                         fr(ratio(t("memcpy"), t("pull_shm_nocheck"))),
+                         fr(ratio(t("pull_rma"), t("pull_rma_nocheck"))),
+                         fr(ratio(t("get_flush"), t("pull_rma_nocheck")))])
+        w("## What limits the one-donor pull\n")
+        w("Decomposition at sizes ≥ 1 MiB (ratios of median times from the same run). "
+          "*shm memcpy* copies straight out of the donor's `MPI_Win_allocate_shared` segment, "
+          "so a shm memcpy / memcpy bandwidth ratio near 1 means reading another process's shared "
+          "pages costs nothing extra. "
+          "*nocheck* is the same pull with `NonFinitePolicy::allow` (no NaN/infinity scan).\n")
+        w(table(["size", "shm memcpy / memcpy (BW)", "shm: check / nocheck (time)",
+                 "shm nocheck / memcpy (BW)", "rma: check / nocheck (time)",
+                 "rma nocheck / MPI_Get+flush (BW)"], rows) + "\n")
+        w("How a pull works (src/pull.cpp at the measured commit): each chunk of every donor is "
+          "accumulated (scaled by its weight, scanned for NaN/infinity unless "
+          "`NonFinitePolicy::allow`) into a whole-model scratch buffer, and only after every "
+          "donor's copy is accepted is the scratch copied into the caller's memory. A one-donor "
+          "pull therefore streams the model at least twice (accumulate, then commit), which "
+          "caps it near 0.5x memcpy even with a free scan; over RMA the data also lands in a "
+          "chunk buffer first.\n")
 
     # ---- plots ----
     if not args.no_plots:
