@@ -215,8 +215,10 @@ def plot_one_donor(data, sizes, methods, img_dir, tmp):
     out = os.path.join(img_dir, "one_donor_bandwidth.png")
     gnuplot(f"""set terminal pngcairo size 900,560 font ',10'
 set output '{out}'
+set termoption noenhanced
 set title 'One donor, 2 ranks: bandwidth vs size (median, bars min-max)'
 set logscale x 4
+set logscale y
 set xlabel 'size [KiB]'
 set ylabel 'GB/s'
 set key top left
@@ -249,6 +251,7 @@ def plot_k(data, counts, methods, img_dir, tmp, np_):
     out = os.path.join(img_dir, "k_donors_time.png")
     gnuplot(f"""set terminal pngcairo size 1300,460 font ',10'
 set output '{out}'
+set termoption noenhanced
 set multiplot layout 1,{len(counts)} title 'Pull time vs k donors ({np_} ranks; median, bars min-max)'
 set xlabel 'k (donors)'
 set ylabel 'ms'
