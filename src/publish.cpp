@@ -1,44 +1,65 @@
 // Publish: the owner's side of the versioned double buffer (seqlock).
 //
 // Publish p writes slot p % 2, never the slot of the latest complete version p - 1 that
-// readers are told to read. Order: begun = p, full fence, check pins, write the slot,
-// release fence, version = p. A reader of version v accepts its copy only if begun <= v + 1
-// afterwards, i.e. publish v + 2 (the next one to write slot v % 2) had not started.
+// readers are told to read. Order: begun = p, full fence, check pins, write the slot (and its
+// finiteness record), release fence, version = p. A reader of version v accepts its copy only
+// if begun <= v + 1 afterwards, i.e. publish v + 2 (the next one to write slot v % 2) had not
+// started. In live mode there is one slot, the trainer's own memory: publish only advances
+// the version.
 #include <atomic>
 #include <bit>
 
 #include "detail/kernels.hpp"
 #include "detail/window_impl.hpp"
+#include "paramwin/error.hpp"
 
 namespace paramwin::detail {
 
 PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers) {
   const double t0 = MPI_Wtime();
-  const std::vector<std::size_t> order = bind_layers(layout_, layers, "publish");
+  const bool live = options_.exposure == Exposure::live;
+  if (layers.empty() && !live && !layout_.empty()) {
+    throw InvalidArgument("paramwin: publish() without layers is only for Exposure::live "
+                          "windows; pass the parameters to publish");
+  }
+  const std::vector<std::size_t> order =
+      layers.empty() ? std::vector<std::size_t>{} : bind_layers(layout_, layers, "publish");
   SegmentHeader& h = header();
   const std::uint64_t p = version_ + 1;
-  const std::size_t slot = p & 1U;
+  const std::size_t slot = live ? 0 : (p & 1U);
 
-  h.begun.store(p, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // A reader that could not get a clean copy optimistically pins the slot it reads. Pinned
-  // means: this publish would overwrite it, so skip it (never wait). The Dekker pair
-  // (begun store, fence, pin load) vs (pin increment, begun load) makes one side see the other.
-  if (h.shm_pins[slot].load(std::memory_order_relaxed) != 0 ||
-      h.rma_pins[slot].load(std::memory_order_relaxed) != 0) {
-    h.begun.store(version_, std::memory_order_relaxed);
-    return PublishResult{false, version_, MPI_Wtime() - t0};
+  if (!live) {
+    h.begun.store(p, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // A reader that could not get a clean copy optimistically pins the slot it reads. Pinned
+    // means: this publish would overwrite it, so skip it (never wait). The Dekker pair (begun
+    // store, fence, pin load) vs (pin increment, begun load) makes one side see the other.
+    if (h.shm_pins[slot].load(std::memory_order_relaxed) != 0 ||
+        h.rma_pins[slot].load(std::memory_order_relaxed) != 0) {
+      h.begun.store(version_, std::memory_order_relaxed);
+      return PublishResult{false, version_, MPI_Wtime() - t0};
+    }
   }
 
-  std::byte* dst = segment_.data() + kPage + slot * slots_.stride;
+  std::byte* dst = segment_.data() + slot_offset(p, slots_.stride, live);
+  std::uint64_t bad_layer = live ? kUnknownFinite : 0;
   for (std::size_t layer = 0; layer < order.size(); ++layer) {
     const ConstLayerRef& ref = layers[order[layer]];
     const SlotLayout::Entry& e = slots_.entries[layer];
-    convert(dst + e.offset, e.wire, ref.data(), ref.dtype(), e.count);
+    if (live && ref.data() == dst + e.offset) {
+      continue;  // already the live memory
+    }
+    const bool finite = convert(dst + e.offset, e.wire, ref.data(), ref.dtype(), e.count);
+    if (!finite && bad_layer == 0) {
+      bad_layer = layer + 1;
+    }
   }
 
-  const double now = MPI_Wtime();
-  h.publish_time.store(std::bit_cast<std::uint64_t>(now), std::memory_order_relaxed);
+  h.bad_layer[slot].store(bad_layer, std::memory_order_relaxed);
+  h.publish_time.store(std::bit_cast<std::uint64_t>(MPI_Wtime()), std::memory_order_relaxed);
+  if (live) {
+    h.begun.store(p, std::memory_order_relaxed);
+  }
   h.version.store(p, std::memory_order_release);
   version_ = p;
   if (status_.state == AgentState::fresh) {
@@ -47,6 +68,13 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers) {
     set_status(s);
   }
   return PublishResult{true, p, MPI_Wtime() - t0};
+}
+
+std::byte* WindowImpl::live_layer(std::size_t layer) const {
+  if (options_.exposure != Exposure::live) {
+    throw InvalidArgument("paramwin: live_span needs a window created with Exposure::live");
+  }
+  return segment_.data() + kPage + slots_.entries.at(layer).offset;
 }
 
 }  // namespace paramwin::detail

@@ -1,13 +1,17 @@
 // Pull: the reader's side of the versioned double buffer, fused over k donors.
 //
-// One pass walks the model chunk by chunk; for each chunk it adds every donor's values
-// (weighted, widened to float / double) into the accumulation scratch while the chunk is
-// hot in cache. Same-node donors are read with plain loads from their shared segments;
-// other donors with MPI_Rget, the next chunk in flight while this one is accumulated.
-// Each donor's copy is accepted only if no second publish started on its slot (checked
-// per chunk on shared memory, once at the end over RMA); a donor that keeps tearing is
-// pinned, which makes its owner skip (never wait for) the publish that would overwrite it.
-// The caller's memory is written only after every donor's copy has been accepted.
+// Two ways through, both one pass over the model in cache-sized chunks, adding every donor's
+// values (weighted, widened to float / double) while the chunk is hot:
+//
+//  * direct (every donor on this node, ReadMode automatic or pinned): pin every donor's
+//    current slot first, check the per-slot finiteness record its publish left, then stream
+//    the weighted sum straight into the caller's memory. Nothing can fail after the first
+//    write, so the pull stays transactional at (k + 1) memory streams.
+//  * staged (some donor over RMA, a live donor, or ReadMode optimistic): accumulate into a
+//    library-owned scratch, validate every donor's copy (seqlock), retry torn donors and pin
+//    those that keep tearing, and commit into the caller's memory only once all are accepted.
+//    RMA donors are read with MPI_Rget, the next chunk of each in flight while this one is
+//    accumulated.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -25,21 +29,25 @@ namespace {
 constexpr std::size_t kShmChunkBytes = 32 * 1024;
 constexpr std::size_t kRmaChunkBytes = 512 * 1024;
 constexpr unsigned kMaxPinTries = 1U << 20;
+constexpr std::size_t kLine1 = offsetof(HeadWords, version);      // version .. bad_layer
+constexpr std::size_t kLine1Bytes = offsetof(HeadWords, pad1) - kLine1;
 
 struct Donor {
   int rank = -1;
   Transport transport = Transport::shm;
   SegmentHeader* shm = nullptr;  // same-node header, nullptr over RMA
+  bool live = false;             // donor exposes live memory: no snapshot, no finiteness record
   double user_weight = 1.0;
   double weight = 0.0;           // normalised over the donors still in
   std::uint64_t version = 0;
+  std::uint64_t bad_layer = 0;   // the read slot's finiteness record (see SegmentHeader)
   unsigned attempts = 0;
   bool pinned = false;           // the current read holds a pin
   bool ever_pinned = false;
   bool skipped = false;
   bool torn = false;
   bool non_finite = false;
-  std::size_t bad_layer = 0;
+  std::size_t bad_index = 0;     // layer index for the error message
   double metric = 0.0;
   std::byte* buffers[2] = {nullptr, nullptr};  // RMA chunk buffers
 };
@@ -66,32 +74,24 @@ class PullEngine {
       donors_.push_back(d);
     }
   }
+  PullEngine(const PullEngine&) = delete;
+  PullEngine& operator=(const PullEngine&) = delete;
+  PullEngine(PullEngine&&) = delete;
+  PullEngine& operator=(PullEngine&&) = delete;
+  ~PullEngine() { unpin_all_noexcept(); }
 
   PullResult run() {
     const double t0 = MPI_Wtime();
     read_heads();
     plan_chunks();
-    const unsigned max_rounds = options_.optimistic_attempts + 64;
-    for (unsigned round = 0;; ++round) {
-      if (round >= max_rounds) {
-        throw DonorError(first_torn_rank(), "paramwin: pull could not read a consistent "
-                                            "snapshot after " + std::to_string(round) + " rounds");
-      }
-      normalise_weights();
-      begin_reads();
-      try {
-        pass();
-      } catch (...) {
-        end_pins_noexcept();
-        throw;
-      }
-      end_reads();
-      if (!settle()) {
-        continue;
-      }
-      break;
+    const bool all_shm_snapshots = std::all_of(donors_.begin(), donors_.end(), [](const Donor& d) {
+      return d.shm != nullptr && !d.live;
+    });
+    if (all_shm_snapshots && options_.read_mode != ReadMode::optimistic) {
+      run_direct();
+    } else {
+      run_staged();
     }
-    commit();
     return result(MPI_Wtime() - t0);
   }
 
@@ -147,6 +147,9 @@ class PullEngine {
     if (options_.non_finite > NonFinitePolicy::allow) {
       throw InvalidArgument(where + "unknown non-finite policy");
     }
+    if (options_.read_mode > ReadMode::pinned) {
+      throw InvalidArgument(where + "unknown read mode");
+    }
     if (options_.chunk_bytes != 0 &&
         (options_.chunk_bytes < 256 || options_.chunk_bytes > (std::size_t{1} << 30))) {
       throw InvalidArgument(where + "chunk_bytes " + std::to_string(options_.chunk_bytes) +
@@ -155,11 +158,6 @@ class PullEngine {
   }
 
   // --- setup ------------------------------------------------------------------------------
-  struct HeadWords {
-    std::uint64_t magic, fingerprint, slot_bytes, stride, pad[4];
-    std::uint64_t version, begun, publish_time, pad2[5];
-  };
-
   void read_heads() {
     std::vector<HeadWords> heads(donors_.size());
     std::vector<std::uint64_t> metrics(donors_.size());
@@ -169,10 +167,11 @@ class PullEngine {
         const Donor& d = donors_[i];
         if (d.shm == nullptr) {
           batch.get(&heads[i], sizeof(HeadWords), d.rank, 0);
-          batch.get(&metrics[i], 8, d.rank, kStatusOffset + 24);
+          batch.get(&metrics[i], 8, d.rank, offsetof(SegmentHeader, metric));
         } else {
           heads[i].magic = d.shm->magic.load(std::memory_order_relaxed);
           heads[i].fingerprint = d.shm->fingerprint.load(std::memory_order_relaxed);
+          heads[i].exposure = d.shm->exposure.load(std::memory_order_relaxed);
           heads[i].version = d.shm->version.load(std::memory_order_acquire);
           metrics[i] = d.shm->metric.load(std::memory_order_relaxed);
         }
@@ -195,7 +194,9 @@ class PullEngine {
         throw DonorError(d.rank, "paramwin: pull: donor " + std::to_string(d.rank) +
                                      " has never published");
       }
+      d.live = heads[i].exposure == static_cast<std::uint64_t>(Exposure::live);
       d.version = heads[i].version;
+      d.bad_layer = heads[i].bad_layer[heads[i].version & 1U];
       d.metric = std::bit_cast<double>(metrics[i]);
     }
   }
@@ -220,9 +221,10 @@ class PullEngine {
         const std::size_t n = std::min(per_chunk, spec.count - first);
         chunks_.push_back(Chunk{l, first, n});
         max_chunk_wire = std::max(max_chunk_wire, n * wsize);
+        max_chunk_acc_ = std::max(max_chunk_acc_, n * acc_size(spec.dtype));
       }
     }
-    acc_ = w_.scratch(std::max<std::size_t>(acc_bytes, 64));
+    scratch_bytes_ = std::max<std::size_t>(acc_bytes, 64);
     if (any_rma) {
       const std::size_t stride = round_up(max_chunk_wire, kLayerAlign);
       std::size_t n_rma = 0;
@@ -256,24 +258,113 @@ class PullEngine {
     }
   }
 
-  // --- one read of every donor ------------------------------------------------------------
-  void begin_reads() {
-    std::vector<std::uint64_t> versions(donors_.size());
+  /// Marks @p d non-finite from its slot's finiteness record (live slots have none).
+  void note_record(Donor& d) const {
+    if (d.live || d.bad_layer == 0 || d.bad_layer == kUnknownFinite) {
+      return;
+    }
+    d.non_finite = true;
+    d.bad_index = static_cast<std::size_t>(d.bad_layer - 1);
+  }
+
+  /// Applies NonFinitePolicy to donors marked non-finite; returns true if one was dropped.
+  bool apply_non_finite() {
+    bool dropped = false;
+    for (Donor& d : donors_) {
+      if (d.skipped || !d.non_finite || d.torn || options_.non_finite == NonFinitePolicy::allow) {
+        continue;
+      }
+      if (options_.non_finite == NonFinitePolicy::fail) {
+        throw DonorError(d.rank, "paramwin: pull: donor " + std::to_string(d.rank) +
+                                     " (version " + std::to_string(d.version) +
+                                     ") holds NaN or infinity in layer " +
+                                     w_.layout()[std::min(d.bad_index, w_.layout().size() - 1)].describe());
+      }
+      d.skipped = true;
+      dropped = true;
+      unpin(d);
+    }
+    return dropped;
+  }
+
+  // --- direct path ------------------------------------------------------------------------
+  void run_direct() {
+    for (Donor& d : donors_) {
+      pin(d);
+      d.bad_layer = d.shm->bad_layer[d.version & 1U].load(std::memory_order_relaxed);
+      d.attempts = 1;
+      note_record(d);
+    }
+    (void)apply_non_finite();
+    normalise_weights();
+    std::byte* acc = w_.scratch(max_chunk_acc_ + 64);
+    const Layout& layout = w_.layout();
+    for (const Chunk& c : chunks_) {
+      const DType layer_dtype = layout[c.layer].dtype;
+      const DType wire = w_.slots().entries[c.layer].wire;
+      bool first = true;
+      for (const Donor& d : donors_) {
+        if (!d.skipped) {
+          const std::byte* src = w_.shm_segment(d.rank) + data_offset(d, c);
+          (void)accumulate(acc, layer_dtype, src, wire, c.count, d.weight, first, false);
+          first = false;
+        }
+      }
+      const LayerRef& ref = out_[order_[c.layer]];
+      commit(static_cast<std::byte*>(ref.data()) + c.first * dtype_size(ref.dtype()), ref.dtype(),
+             acc, c.count, options_.momentum);
+    }
+    for (Donor& d : donors_) {
+      unpin(d);
+    }
+  }
+
+  // --- staged path ------------------------------------------------------------------------
+  void run_staged() {
+    acc_ = w_.scratch(scratch_bytes_);
+    const unsigned optimistic =
+        options_.read_mode == ReadMode::pinned ? 0U : options_.optimistic_attempts;
+    const unsigned max_rounds = optimistic + 64;
+    for (unsigned round = 0;; ++round) {
+      if (round >= max_rounds) {
+        throw DonorError(first_torn_rank(), "paramwin: pull could not read a consistent "
+                                            "snapshot after " + std::to_string(round) + " rounds");
+      }
+      normalise_weights();
+      begin_reads(optimistic);
+      pass();
+      end_reads();
+      if (settle()) {
+        break;
+      }
+    }
+    const Layout& layout = w_.layout();
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      const LayerRef& ref = out_[order_[l]];
+      commit(ref.data(), ref.dtype(), acc_ + acc_offset_[l], layout[l].count, options_.momentum);
+    }
+  }
+
+  void begin_reads(unsigned optimistic) {
+    std::vector<HeadWords> line1(donors_.size());
     {
       RmaBatch batch(w_.rma_win());
       for (std::size_t i = 0; i < donors_.size(); ++i) {
         Donor& d = donors_[i];
         d.torn = false;
         d.non_finite = false;
-        if (d.skipped || d.attempts >= options_.optimistic_attempts) {
+        if (d.skipped || d.attempts >= optimistic || d.live) {
           continue;
         }
         if (d.shm != nullptr) {
-          versions[i] = d.shm->version.load(std::memory_order_acquire);
-        } else if (d.attempts > 0) {  // the first attempt uses the version read_heads saw
-          batch.get(&versions[i], 8, d.rank, kVersionOffset);
+          line1[i].version = d.shm->version.load(std::memory_order_acquire);
+          line1[i].bad_layer[line1[i].version & 1U] =
+              d.shm->bad_layer[line1[i].version & 1U].load(std::memory_order_relaxed);
+        } else if (d.attempts > 0) {  // the first attempt uses what read_heads saw
+          batch.get(&line1[i].version, kLine1Bytes, d.rank, kLine1);
         } else {
-          versions[i] = d.version;
+          line1[i].version = d.version;
+          line1[i].bad_layer[d.version & 1U] = d.bad_layer;
         }
       }
       batch.wait();
@@ -283,12 +374,17 @@ class PullEngine {
       if (d.skipped) {
         continue;
       }
-      if (d.attempts >= options_.optimistic_attempts) {
+      if (d.live) {
+        // Live memory has one slot and no protocol: read it as it is now.
+        d.version = d.shm != nullptr ? d.shm->version.load(std::memory_order_acquire) : d.version;
+      } else if (d.attempts >= optimistic) {
         pin(d);
       } else {
-        d.version = versions[i];
+        d.version = line1[i].version;
+        d.bad_layer = line1[i].bad_layer[d.version & 1U];
       }
       ++d.attempts;
+      note_record(d);
     }
   }
 
@@ -300,18 +396,23 @@ class PullEngine {
         const std::uint64_t b = d.shm->begun.load(std::memory_order_seq_cst);
         if (b <= v + 1) {
           d.version = v;
+          d.bad_layer = d.shm->bad_layer[v & 1U].load(std::memory_order_relaxed);
           d.pinned = d.ever_pinned = true;
           return;
         }
         d.shm->shm_pins[v & 1U].fetch_sub(1, std::memory_order_seq_cst);
       } else {
-        std::uint64_t v = 0;
+        HeadWords head{};
         std::uint64_t b = 0;
-        get_word(&v, d.rank, kVersionOffset);
+        get_words(&head.version, kLine1Bytes, d.rank, kLine1);
+        const std::uint64_t v = head.version;
         rma_pin_add(d.rank, v, 1);
-        get_word(&b, d.rank, kBegunOffset);
+        get_words(&b, 8, d.rank, kBegunOffset);
         if (b <= v + 1) {
+          // bad_layer was read before the pin, but no publish to this slot had begun by the
+          // time begun was read after it, so the record belongs to version v.
           d.version = v;
+          d.bad_layer = head.bad_layer[v & 1U];
           d.pinned = d.ever_pinned = true;
           return;
         }
@@ -322,10 +423,10 @@ class PullEngine {
                                  std::to_string(d.rank) + " (it publishes too fast)");
   }
 
-  void get_word(std::uint64_t* dst, int rank, std::size_t offset) const {
-    check_mpi(MPI_Get(dst, 8, MPI_BYTE, rank, static_cast<MPI_Aint>(offset), 8, MPI_BYTE,
-                      w_.rma_win()),
-              "MPI_Get(header word)");
+  void get_words(void* dst, std::size_t bytes, int rank, std::size_t offset) const {
+    check_mpi(MPI_Get(dst, static_cast<int>(bytes), MPI_BYTE, rank, static_cast<MPI_Aint>(offset),
+                      static_cast<int>(bytes), MPI_BYTE, w_.rma_win()),
+              "MPI_Get(header)");
     check_mpi(MPI_Win_flush(rank, w_.rma_win()), "MPI_Win_flush");
   }
 
@@ -350,18 +451,19 @@ class PullEngine {
     }
   }
 
-  void end_pins_noexcept() noexcept {
+  void unpin_all_noexcept() noexcept {
     for (Donor& d : donors_) {
       try {
         unpin(d);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while another error unwinds
+      } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while an error unwinds
       }
     }
   }
 
-  [[nodiscard]] std::size_t slot_offset(const Donor& d, const Chunk& c) const {
+  /// Offset, inside the donor's segment, of chunk @p c of the version being read.
+  [[nodiscard]] std::size_t data_offset(const Donor& d, const Chunk& c) const {
     const SlotLayout::Entry& e = w_.slots().entries[c.layer];
-    return kPage + (d.version & 1U) * w_.slots().stride + e.offset +
+    return slot_offset(d.version, w_.slots().stride, d.live) + e.offset +
            c.first * dtype_size(e.wire);
   }
 
@@ -370,13 +472,13 @@ class PullEngine {
     const std::size_t bytes = chunk.count * dtype_size(w_.slots().entries[chunk.layer].wire);
     for (Donor& d : donors_) {
       if (!d.skipped && d.shm == nullptr) {
-        batch.get(d.buffers[c & 1U], bytes, d.rank, slot_offset(d, chunk));
+        batch.get(d.buffers[c & 1U], bytes, d.rank, data_offset(d, chunk));
       }
     }
   }
 
   void pass() {
-    const bool check = options_.non_finite != NonFinitePolicy::allow;
+    const bool check_live = options_.non_finite != NonFinitePolicy::allow;
     const bool any_rma = !rma_buffers_.empty();
     RmaBatch batches[2] = {RmaBatch(w_.rma_win()), RmaBatch(w_.rma_win())};
     if (any_rma && !chunks_.empty()) {
@@ -399,16 +501,16 @@ class PullEngine {
         if (d.skipped) {
           continue;
         }
-        const std::byte* src = d.shm != nullptr ? w_.shm_segment(d.rank) + slot_offset(d, chunk)
+        const std::byte* src = d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk)
                                                 : d.buffers[c & 1U];
         const bool finite = accumulate(acc, layer_dtype, src, wire, chunk.count, d.weight, first,
-                                       check);
+                                       check_live && d.live);
         first = false;
         if (!finite && !d.non_finite) {
           d.non_finite = true;
-          d.bad_layer = chunk.layer;
+          d.bad_index = chunk.layer;
         }
-        if (d.shm != nullptr && !d.pinned) {
+        if (d.shm != nullptr && !d.pinned && !d.live) {
           std::atomic_thread_fence(std::memory_order_acquire);
           if (d.shm->begun.load(std::memory_order_relaxed) > d.version + 1) {
             d.torn = true;  // its slot is being overwritten: no use finishing this round
@@ -425,21 +527,16 @@ class PullEngine {
       RmaBatch batch(w_.rma_win());
       for (std::size_t i = 0; i < donors_.size(); ++i) {
         const Donor& d = donors_[i];
-        if (!d.skipped && !d.pinned && d.shm == nullptr) {
+        if (!d.skipped && !d.pinned && !d.live && d.shm == nullptr) {
           batch.get(&begun[i], 8, d.rank, kBegunOffset);
         }
       }
-      try {
-        batch.wait();
-      } catch (...) {
-        end_pins_noexcept();
-        throw;
-      }
+      batch.wait();
     }
     std::atomic_thread_fence(std::memory_order_acquire);
     for (std::size_t i = 0; i < donors_.size(); ++i) {
       Donor& d = donors_[i];
-      if (d.skipped) {
+      if (d.skipped || d.live) {
         continue;
       }
       if (d.pinned) {
@@ -454,28 +551,10 @@ class PullEngine {
 
   /// True when the round's copies are all accepted; otherwise marks what to redo.
   bool settle() {
-    bool again = false;
-    for (Donor& d : donors_) {
-      if (d.skipped) {
-        continue;
-      }
-      if (d.torn) {
-        again = true;
-        continue;
-      }
-      if (d.non_finite) {
-        const std::string what =
-            "paramwin: pull: donor " + std::to_string(d.rank) + " (version " +
-            std::to_string(d.version) + ") holds NaN or infinity in layer " +
-            w_.layout()[d.bad_layer].describe();
-        if (options_.non_finite == NonFinitePolicy::fail) {
-          throw DonorError(d.rank, what);
-        }
-        d.skipped = true;
-        again = true;
-      }
-    }
-    return !again;
+    const bool any_torn = std::any_of(donors_.begin(), donors_.end(),
+                                      [](const Donor& d) { return !d.skipped && d.torn; });
+    const bool dropped = apply_non_finite();
+    return !any_torn && !dropped;
   }
 
   [[nodiscard]] int first_torn_rank() const {
@@ -485,15 +564,6 @@ class PullEngine {
       }
     }
     return donors_.front().rank;
-  }
-
-  void commit() {
-    const Layout& layout = w_.layout();
-    for (std::size_t l = 0; l < layout.size(); ++l) {
-      const LayerRef& ref = out_[order_[l]];
-      detail::commit(ref.data(), ref.dtype(), acc_ + acc_offset_[l], layout[l].count,
-                     options_.momentum);
-    }
   }
 
   PullResult result(double seconds) const {
@@ -523,6 +593,8 @@ class PullEngine {
   std::vector<Donor> donors_;
   std::vector<Chunk> chunks_;
   std::vector<std::size_t> acc_offset_;
+  std::size_t scratch_bytes_ = 0;
+  std::size_t max_chunk_acc_ = 0;
   std::byte* acc_ = nullptr;
   std::vector<std::byte> rma_buffers_;
 };

@@ -53,6 +53,9 @@ PullResult WindowBase::pull_host(std::span<const int> donors, std::span<const La
   return impl().pull(donors, out, options);
 }
 
+void* WindowBase::live_layer(std::size_t layer) const { return impl().live_layer(layer); }
+void WindowBase::progress() const { impl().progress(); }
+
 RosterEntry WindowBase::roster(int rank) const { return impl().roster(rank); }
 std::vector<RosterEntry> WindowBase::roster_all() const { return impl().roster_all(); }
 void WindowBase::set_status(const AgentStatus& status) { impl().set_status(status); }

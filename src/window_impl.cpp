@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <new>
@@ -87,8 +88,23 @@ WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& option
     throw InvalidArgument("paramwin: ParameterWindow created on MPI_COMM_NULL");
   }
   if (options.transport > Transport::rma || options.wire > WireFormat::float16 ||
-      options.layout_check > LayoutCheck::per_donor) {
+      options.layout_check > LayoutCheck::per_donor || options.exposure > Exposure::live) {
     throw InvalidArgument("paramwin: WindowOptions holds an out-of-range enumerator");
+  }
+  if (options.exposure == Exposure::live && options.wire != WireFormat::native) {
+    throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own memory, so its "
+                          "wire format must be WireFormat::native");
+  }
+  if (options.progress_thread) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      throw InvalidArgument("paramwin: WindowOptions::progress_thread needs MPI initialized with "
+                            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+    }
+    if (options.progress_interval_us == 0 || options.progress_interval_us > 1000000) {
+      throw InvalidArgument("paramwin: progress_interval_us must be in [1, 1000000]");
+    }
   }
   try {
     create(comm);
@@ -115,7 +131,7 @@ void WindowImpl::create(MPI_Comm comm) {
   int node_size = 0;
   check_mpi(MPI_Comm_size(node_comm_, &node_size), "MPI_Comm_size(node)");
 
-  const std::size_t bytes = segment_bytes(slots_);
+  const std::size_t bytes = segment_bytes(slots_, options_.exposure);
   SharedInfo info;
   void* raw = nullptr;
   // One spare page: MPICH does not always hand out page-aligned segments (seen with one
@@ -143,6 +159,7 @@ void WindowImpl::create(MPI_Comm comm) {
   h->fingerprint.store(slots_.fingerprint, std::memory_order_relaxed);
   h->slot_bytes.store(slots_.payload_bytes, std::memory_order_relaxed);
   h->slot_stride.store(slots_.stride, std::memory_order_relaxed);
+  h->exposure.store(static_cast<std::uint64_t>(options_.exposure), std::memory_order_relaxed);
   h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
 
   check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm_win_), "MPI_Win_lock_all(shm)");
@@ -185,6 +202,36 @@ void WindowImpl::create(MPI_Comm comm) {
   } else {
     check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
   }
+  if (options_.progress_thread) {
+    start_progress_thread();
+  }
+}
+
+void WindowImpl::start_progress_thread() {
+  const auto interval = std::chrono::microseconds(options_.progress_interval_us);
+  MPI_Comm comm = comm_;
+  progress_thread_ = std::jthread([comm, interval](const std::stop_token& stop) {
+    // Any MPI call drives MPICH's progress engine, which serves the active messages that
+    // emulate other ranks' MPI_Get / MPI_Fetch_and_op on this rank's window.
+    while (!stop.stop_requested()) {
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+      std::this_thread::sleep_for(interval);
+    }
+  });
+}
+
+void WindowImpl::stop_progress_thread() noexcept {
+  if (progress_thread_.joinable()) {
+    progress_thread_.request_stop();
+    progress_thread_.join();
+  }
+}
+
+void WindowImpl::progress() const {
+  int flag = 0;
+  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE),
+            "MPI_Iprobe (progress)");
 }
 
 void WindowImpl::check_layouts_strict(std::uint64_t slot_fingerprint) {
@@ -266,20 +313,25 @@ void WindowImpl::verify() {
   // Phase 1: each peer's header (for its slot stride) and head pattern; phase 2: its tail.
   constexpr std::size_t kWords = 2 * kVerifyWords;
   std::vector<std::uint64_t> got(peers.size() * kWords);
-  std::vector<std::uint64_t> strides(peers.size());
-  auto sane = [](std::uint64_t stride) { return stride != 0 && stride % kPage == 0; };
+  std::vector<HeadWords> heads(peers.size());
+  auto sane = [](const HeadWords& head) {
+    return head.stride != 0 && head.stride % kPage == 0 && head.exposure <= 1;
+  };
+  auto tail_of = [](const HeadWords& head) {
+    return kPage + slot_count(static_cast<Exposure>(head.exposure)) * head.stride -
+           kVerifyWords * 8;
+  };
   std::string read_error;  // a local MPI failure must not skip the collective below
   try {
     RmaBatch batch(rma_win_);
     for (std::size_t p = 0; p < peers.size(); ++p) {
-      batch.get(&strides[p], 8, peers[p], offsetof(SegmentHeader, slot_stride));
+      batch.get(&heads[p], sizeof(HeadWords), peers[p], 0);
       batch.get(&got[p * kWords], kVerifyWords * 8, peers[p], kVerifyOffset);
     }
     batch.wait();
     for (std::size_t p = 0; p < peers.size(); ++p) {
-      if (sane(strides[p])) {
-        batch.get(&got[p * kWords + kVerifyWords], kVerifyWords * 8, peers[p],
-                  kPage + 2 * strides[p] - kVerifyWords * 8);
+      if (sane(heads[p])) {
+        batch.get(&got[p * kWords + kVerifyWords], kVerifyWords * 8, peers[p], tail_of(heads[p]));
       }
     }
     batch.wait();
@@ -294,13 +346,13 @@ void WindowImpl::verify() {
   }
   for (std::size_t p = 0; p < peers.size() && bad == INT_MAX; ++p) {
     const int target = peers[p];
-    if (!sane(strides[p])) {
+    if (!sane(heads[p])) {
       bad = rank_ * size_ + target;
       how = "MPI_Get of the header";
       break;
     }
     const std::byte* peer = shm_base_[static_cast<std::size_t>(target)];
-    const std::size_t peer_tail = kPage + 2 * strides[p] - kVerifyWords * 8;
+    const std::size_t peer_tail = tail_of(heads[p]);
     for (std::size_t i = 0; i < kVerifyWords; ++i) {
       const std::uint64_t want = verify_word(target, i, salt);
       if (got[p * kWords + i] != want || got[p * kWords + kVerifyWords + i] != ~want) {
@@ -337,6 +389,7 @@ void WindowImpl::verify() {
 // --- destruction ------------------------------------------------------------------------
 
 void WindowImpl::release() noexcept {
+  stop_progress_thread();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized != 0) {
@@ -370,6 +423,7 @@ void WindowImpl::release() noexcept {
 WindowImpl::~WindowImpl() { release(); }
 
 void WindowImpl::close() {
+  stop_progress_thread();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized != 0) {
@@ -457,17 +511,6 @@ void WindowImpl::set_status(const AgentStatus& status) {
 }
 
 namespace {
-
-struct StatusWords {
-  std::uint64_t seq, iteration, age, metric, generation, state;
-};
-static_assert(sizeof(StatusWords) == kStatusBytes);
-
-struct HeadWords {  // lines 0 and 1 of the header
-  std::uint64_t magic, fingerprint, slot_bytes, stride, pad[4];
-  std::uint64_t version, begun, publish_time, pad2[5];
-};
-static_assert(sizeof(HeadWords) == 128);
 
 RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
   RosterEntry e;

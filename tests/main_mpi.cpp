@@ -33,7 +33,9 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // THREAD_MULTIPLE so that tests can use WindowOptions::progress_thread.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int failed = 0;

@@ -55,4 +55,43 @@ TEST(PassiveDonor, ShmPullNeverWaitsForAComputingDonor) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(PassiveDonor, RmaPullIsServedByTheProgressThreadWhileTheDonorComputes) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{1} << 16);
+  // Over RMA (MPICH ch4:ucx), a get is served only when the donor is inside MPI. The progress
+  // thread keeps the donor inside MPI while its main thread computes without any MPI call.
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout,
+                            {.transport = pw::Transport::rma, .progress_thread = true,
+                             .progress_interval_us = 100});
+  const int rank = win.rank();
+  std::vector<float> w(layout[0].count, static_cast<float>(rank + 1));
+  win.set_status({.iteration = 0, .state = pw::AgentState::active});
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    (void)compute_for(2.0);
+    win.set_status({.iteration = 1, .state = pw::AgentState::active});
+  } else if (rank == 0) {
+    std::vector<float> out(w.size());
+    int pulls_during_compute = 0;
+    for (int p = 0; p < 10; ++p) {
+      (void)win.pull({1}, {out});
+      if (win.roster(1).status.iteration == 0) ++pulls_during_compute;
+      ASSERT_EQ(out[0], 2.0F);
+    }
+    EXPECT_EQ(pulls_during_compute, 10)
+        << "an RMA pull waited for the donor despite its progress thread";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(PassiveDonor, ProgressCallIsCheapAndSafe) {
+  pw::Layout layout;
+  layout.add("w", std::size_t{1});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout);
+  for (int i = 0; i < 1000; ++i) win.progress();
+  SUCCEED();
+}
+
 }  // namespace

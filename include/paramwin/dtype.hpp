@@ -41,6 +41,14 @@ struct float16 {
   friend constexpr bool operator==(float16, float16) = default;
 };
 
+namespace detail {
+/// Branch-free select (keeps conversion loops vectorisable).
+[[nodiscard]] constexpr std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) noexcept {
+  const std::uint32_t m = 0U - static_cast<std::uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+}  // namespace detail
+
 /// Widens a bfloat16 to float (exact).
 [[nodiscard]] inline float to_float(bfloat16 v) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(v.bits) << 16U);
@@ -49,49 +57,40 @@ struct float16 {
 /// Narrows a float to bfloat16, rounding to nearest even; NaN stays NaN.
 [[nodiscard]] inline bfloat16 to_bfloat16(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffU) > 0x7f800000U) {
-    return bfloat16{static_cast<std::uint16_t>((u >> 16U) | 0x0040U)};
-  }
-  const std::uint32_t rounding = 0x7fffU + ((u >> 16U) & 1U);
-  return bfloat16{static_cast<std::uint16_t>((u + rounding) >> 16U)};
+  const std::uint32_t rounded = (u + 0x7fffU + ((u >> 16U) & 1U)) >> 16U;
+  const std::uint32_t quiet_nan = (u >> 16U) | 0x40U;
+  return bfloat16{static_cast<std::uint16_t>(
+      detail::select_bits((u & 0x7fffffffU) > 0x7f800000U, quiet_nan, rounded))};
 }
 
 /// Widens an IEEE binary16 to float (exact, subnormals included).
 [[nodiscard]] inline float to_float(float16 v) noexcept {
   const std::uint32_t h = v.bits;
-  const std::uint32_t sign = (h & 0x8000U) << 16U;
-  const std::uint32_t exp = (h >> 10U) & 0x1fU;
-  const std::uint32_t man = h & 0x3ffU;
-  if (exp == 0x1fU) {
-    return std::bit_cast<float>(sign | 0x7f800000U | (man << 13U));
-  }
-  if (exp != 0) {
-    return std::bit_cast<float>(sign | ((exp + 112U) << 23U) | (man << 13U));
-  }
-  // zero or subnormal: man * 2^-24
-  const float mag = static_cast<float>(man) * 5.9604644775390625e-8F;
-  return sign != 0 ? -mag : mag;
+  std::uint32_t o = (h & 0x7fffU) << 13U;  // exponent and mantissa in float position
+  const std::uint32_t exp = o & 0x0f800000U;
+  o += 0x38000000U;                        // rebias 15 -> 127
+  o = detail::select_bits(exp == 0x0f800000U, o + 0x38000000U, o);  // infinity / NaN
+  // Subnormal: let the FPU normalise man * 2^-24.
+  const float sub = std::bit_cast<float>(o + 0x00800000U) - std::bit_cast<float>(0x38800000U);
+  const std::uint32_t bits = detail::select_bits(exp == 0, std::bit_cast<std::uint32_t>(sub), o);
+  return std::bit_cast<float>(bits | ((h & 0x8000U) << 16U));
 }
 
 /// Narrows a float to IEEE binary16, rounding to nearest even; overflow gives infinity.
 [[nodiscard]] inline float16 to_float16(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  const auto sign = static_cast<std::uint16_t>((u >> 16U) & 0x8000U);
+  const std::uint32_t sign = (u >> 16U) & 0x8000U;
   const std::uint32_t abs = u & 0x7fffffffU;
-  if (abs > 0x7f800000U) {  // NaN
-    return float16{static_cast<std::uint16_t>(sign | 0x7e00U | ((abs >> 13U) & 0x3ffU))};
-  }
-  if (abs >= 0x477ff000U) {  // rounds to >= 65520: infinity
-    return float16{static_cast<std::uint16_t>(sign | 0x7c00U)};
-  }
-  if (abs < 0x38800000U) {  // below the smallest normal half (2^-14): subnormal or zero
-    // Adding 0.5 lets the FPU's round-to-nearest-even place the bits of man * 2^-24.
-    const float shifted = std::bit_cast<float>(abs) + 0.5F;
-    return float16{static_cast<std::uint16_t>(sign | (std::bit_cast<std::uint32_t>(shifted) - 0x3f000000U))};
-  }
-  const std::uint32_t odd = (abs >> 13U) & 1U;
-  const std::uint32_t rounded = abs + 0xc8000fffU + odd;  // rebias exponent (-112 << 23) and round
-  return float16{static_cast<std::uint16_t>(sign | (rounded >> 13U))};
+  const std::uint32_t nan = 0x7e00U | ((abs >> 13U) & 0x3ffU);
+  // Below 2^-14 the result is subnormal: adding 0.5 lets the FPU's round-to-nearest-even
+  // place the bits of man * 2^-24.
+  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(abs) + 0.5F) - 0x3f000000U;
+  // Normal: rebias the exponent (-112 << 23) and round at bit 13, ties to even.
+  const std::uint32_t normal = (abs + 0xc8000fffU + ((abs >> 13U) & 1U)) >> 13U;
+  std::uint32_t r = detail::select_bits(abs < 0x38800000U, sub, normal);
+  r = detail::select_bits(abs >= 0x477ff000U, 0x7c00U, r);  // rounds to >= 65520: infinity
+  r = detail::select_bits(abs > 0x7f800000U, nan, r);
+  return float16{static_cast<std::uint16_t>(sign | r)};
 }
 
 /// Maps a C++ element type to its DType (float, double, bfloat16, float16).

@@ -26,6 +26,22 @@ enum class WireFormat : std::uint8_t {
   float16 = 2,   ///< float32 layers stored as IEEE float16 (float64/16-bit layers stay native)
 };
 
+/// How an agent exposes its parameters.
+enum class Exposure : std::uint8_t {
+  snapshot = 0,  ///< publish copies into a versioned double buffer: readers never see a torn state
+  live = 1,      ///< the window memory *is* the trainer's parameters (live_span): publish is free,
+                 ///< readers see whatever is there, with no snapshot guarantee
+};
+
+/// How a pull reads its donors.
+enum class ReadMode : std::uint8_t {
+  automatic = 0,   ///< same-node-only pulls pin and stream into the output in one pass;
+                   ///< pulls with RMA donors read optimistically and pin only after retries
+  optimistic = 1,  ///< never pin first: read, validate, retry (pin after optimistic_attempts)
+  pinned = 2,      ///< pin every donor before reading (its owner skips the publish that would
+                   ///< overwrite the slot being read)
+};
+
 /// How strictly window creation compares layouts across ranks.
 enum class LayoutCheck : std::uint8_t {
   strict = 0,     ///< every rank must have the same layout (else LayoutMismatch everywhere)
@@ -39,6 +55,11 @@ struct WindowOptions {
   LayoutCheck layout_check = LayoutCheck::strict;
   bool verify = true;               ///< self-check remote reads at creation (recommended)
   bool stage_through_host = false;  ///< force the host staging path (tests the device path)
+  Exposure exposure = Exposure::snapshot;  ///< snapshot (copying publish) or live (zero-copy)
+  /// Start a thread that polls MPI so that RMA readers are served while this rank computes
+  /// (needs MPI_THREAD_MULTIPLE). See docs/rma-semantics.md.
+  bool progress_thread = false;
+  unsigned progress_interval_us = 200;  ///< sleep between two polls of the progress thread
 };
 
 /// How donors are combined.
@@ -60,6 +81,7 @@ struct PullOptions {
   std::vector<double> weights{};   ///< one per donor, for Reduction::weighted
   double momentum = 0.0;           ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
+  ReadMode read_mode = ReadMode::automatic;
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
   std::size_t chunk_bytes = 0;       ///< bytes per chunk of the fused pass (0: library default)
 };

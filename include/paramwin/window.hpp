@@ -95,6 +95,39 @@ class ParameterWindow {
     return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()));
   }
 
+  /// Exposure::live only: advances the version of the parameters that already live in the
+  /// window (see live_span); copies nothing.
+  PublishResult publish() { return base_.publish_host({}); }
+
+  /// Exposure::live only: the window memory of layer @p name, to be used as the trainer's
+  /// own parameters (readers see it as it is, with no snapshot guarantee). @p T must be the
+  /// layer's element type.
+  template <Element T>
+  [[nodiscard]] std::span<T> live_span(std::string_view name) {
+    static_assert(kHostSpace, "live_span needs a host-accessible memory space");
+    const std::size_t i = layout().index_of(name);
+    const LayerSpec& spec = layout()[i];
+    if (dtype_of<T>::value != spec.dtype) {
+      throw InvalidArgument("paramwin: live_span<" + std::string(dtype_name(dtype_of<T>::value)) +
+                            ">: layer " + spec.describe() + " has another dtype");
+    }
+    return std::span<T>(static_cast<T*>(base_.live_layer(i)), spec.count);
+  }
+
+  /// Exposure::live only: layer @p name's window memory as an unmanaged rank-1 Kokkos view.
+  template <Element T>
+  [[nodiscard]] Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+  live_view(std::string_view name) {
+    std::span<T> s = live_span<T>(name);
+    return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(s.data(),
+                                                                                        s.size());
+  }
+
+  /// Lets MPI progress once, serving RMA readers of this rank (on MPICH's ch4:ucx an MPI_Get
+  /// waits until its target enters MPI). Cheap: place it in a training loop that otherwise
+  /// makes no MPI call, or use WindowOptions::progress_thread.
+  void progress() const { base_.progress(); }
+
   /// Reads the latest complete snapshot of every donor and reduces it into @p out (mean,
   /// weights, momentum). Transactional: on any exception @p out is unchanged.
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,

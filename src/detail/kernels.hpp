@@ -1,6 +1,7 @@
 #pragma once
 // The inner loops: writing a layer in wire format, accumulating donors chunk by chunk, and
-// committing the mix into the caller's memory. Memory-bound; written to vectorise.
+// committing the mix into the caller's memory. Memory-bound; written to vectorise (finiteness
+// is tested on exponent bits and conversions are branch-free, see dtype.hpp).
 
 #include <cstddef>
 
@@ -8,9 +9,10 @@
 
 namespace paramwin::detail {
 
-/// Copies (or narrows) @p count elements from @p src (type @p from) to @p dst (type @p to).
-/// Supported: identical types (memcpy), and float32 to bfloat16/float16.
-void convert(void* dst, DType to, const void* src, DType from, std::size_t count);
+/// Copies (or narrows) @p count elements from @p src (type @p from) to @p dst (type @p to)
+/// in one pass, and returns whether every element written is finite. Supported: identical
+/// types, and float32 to bfloat16 / float16 (where large values may overflow to infinity).
+bool convert(void* dst, DType to, const void* src, DType from, std::size_t count);
 
 /// acc[i] = (first ? 0 : acc[i]) + weight * widen(src[i]) for i < count, where @p acc holds
 /// the accumulation type of a layer of @p layer_dtype (double for float64, else float).

@@ -11,6 +11,10 @@ static_assert(offsetof(SegmentHeader, rma_pins) == kRmaPinsOffset);
 static_assert(offsetof(SegmentHeader, status_seq) == kStatusOffset);
 static_assert(offsetof(SegmentHeader, state) + 8 == kStatusOffset + kStatusBytes);
 static_assert(offsetof(SegmentHeader, verify) == kVerifyOffset);
+static_assert(offsetof(SegmentHeader, bad_layer) == kBadLayerOffset);
+static_assert(offsetof(SegmentHeader, exposure) == offsetof(HeadWords, exposure));
+static_assert(offsetof(SegmentHeader, version) == offsetof(HeadWords, version));
+static_assert(offsetof(SegmentHeader, bad_layer) == offsetof(HeadWords, bad_layer));
 
 DType wire_dtype(DType dtype, WireFormat wire) noexcept {
   if (dtype != DType::float32) {

@@ -38,11 +38,15 @@ struct alignas(64) SegmentHeader {
   std::atomic<std::uint64_t> fingerprint;  // slot fingerprint: layout and wire format
   std::atomic<std::uint64_t> slot_bytes;   // payload bytes of one slot
   std::atomic<std::uint64_t> slot_stride;  // distance between slot 0 and slot 1
+  std::atomic<std::uint64_t> exposure;     // Exposure: snapshot (two slots) or live (one)
 
   // line 1: publish seqlock, written by the owner only
   alignas(64) std::atomic<std::uint64_t> version;  // completed publishes; latest in slot version%2
   std::atomic<std::uint64_t> begun;                // publishes begun
   std::atomic<std::uint64_t> publish_time;         // bits of MPI_Wtime() of the latest publish
+  // Per slot: 0 if every value of the snapshot is finite, else 1 + the first layer holding
+  // NaN or infinity (kUnknownFinite in live mode). Written with the slot, before version.
+  std::atomic<std::uint64_t> bad_layer[2];
 
   // line 2: pins by same-node readers (CPU atomics); line 3: pins by RMA readers (MPI atomics).
   // Kept apart: MPI atomics and CPU atomics are not atomic with respect to each other.
@@ -66,10 +70,27 @@ static_assert(sizeof(SegmentHeader) <= kPage);
 inline constexpr std::size_t kVersionOffset = 64;
 inline constexpr std::size_t kBegunOffset = 72;
 inline constexpr std::size_t kPublishTimeOffset = 80;
+inline constexpr std::size_t kBadLayerOffset = 88;
 inline constexpr std::size_t kRmaPinsOffset = 192;
 inline constexpr std::size_t kStatusOffset = 256;
 inline constexpr std::size_t kStatusBytes = 48;
 inline constexpr std::size_t kVerifyOffset = 320;
+
+/// bad_layer value of a live-mode slot: finiteness is not known without reading it.
+inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};
+
+/// Header lines 0 and 1 as plain words: what remote readers fetch in one MPI_Get.
+struct HeadWords {
+  std::uint64_t magic, fingerprint, slot_bytes, stride, exposure, pad0[3];
+  std::uint64_t version, begun, publish_time, bad_layer[2], pad1[3];
+};
+static_assert(sizeof(HeadWords) == 128);
+
+/// The roster block (status sequence word and fields) as plain words.
+struct StatusWords {
+  std::uint64_t seq, iteration, age, metric, generation, state;
+};
+static_assert(sizeof(StatusWords) == kStatusBytes);
 
 /// Where each layer sits inside a slot, and in which element type.
 struct SlotLayout {
@@ -90,9 +111,20 @@ struct SlotLayout {
 /// Computes the slot format of @p layout under @p wire.
 [[nodiscard]] SlotLayout make_slot_layout(const Layout& layout, WireFormat wire);
 
-/// Total segment bytes: header page plus two slots.
-[[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots) noexcept {
-  return kPage + 2 * slots.stride;
+/// Number of slots of a segment: two (double buffer) for snapshots, one in live mode.
+[[nodiscard]] constexpr std::size_t slot_count(Exposure exposure) noexcept {
+  return exposure == Exposure::live ? 1 : 2;
+}
+
+/// Total segment bytes: header page plus the slots.
+[[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots, Exposure exposure) noexcept {
+  return kPage + slot_count(exposure) * slots.stride;
+}
+
+/// Byte offset, inside a segment, of the slot holding @p version.
+[[nodiscard]] constexpr std::size_t slot_offset(std::uint64_t version, std::size_t stride,
+                                                bool live) noexcept {
+  return kPage + (live ? 0 : (version & 1U) * stride);
 }
 
 }  // namespace paramwin::detail

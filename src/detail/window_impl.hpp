@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,10 @@ class WindowImpl {
     return shm_base_[static_cast<std::size_t>(rank)];
   }
   [[nodiscard]] MPI_Win rma_win() const noexcept { return rma_win_; }
+  /// Start of layer @p layer in this rank's live memory (Exposure::live only).
+  [[nodiscard]] std::byte* live_layer(std::size_t layer) const;
+  /// Lets MPI progress (serves RMA readers of this rank); cheap.
+  void progress() const;
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }
   /// Accumulation scratch for one whole model (grown on demand, reused).
   std::byte* scratch(std::size_t bytes);
@@ -74,6 +79,8 @@ class WindowImpl {
   void verify();
   void release() noexcept;
   void check_layouts_strict(std::uint64_t slot_fingerprint);
+  void start_progress_thread();
+  void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -91,6 +98,7 @@ class WindowImpl {
   std::vector<std::byte*> shm_base_;     // per comm rank: segment base if on this node
   std::uint64_t version_ = 0;
   AgentStatus status_;
+  std::jthread progress_thread_;
   struct FreeBytes {
     void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
   };

@@ -44,6 +44,9 @@ class WindowBase {
   PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
                        const PullOptions& options);
 
+  [[nodiscard]] void* live_layer(std::size_t layer) const;
+  void progress() const;
+
   [[nodiscard]] RosterEntry roster(int rank) const;
   [[nodiscard]] std::vector<RosterEntry> roster_all() const;
   void set_status(const AgentStatus& status);
