@@ -79,6 +79,31 @@ void bm_publish(benchmark::State& state, std::size_t n, WireFormat wire) {
   set_bytes(state, n * sizeof(float));
 }
 
+// Exposure::live: the parameters live in the window; publish only advances the version.
+void bm_publish_live(benchmark::State& state, std::size_t n) {
+  Layout layout;
+  layout.add("w", n);
+  WindowOptions wopt;
+  wopt.exposure = Exposure::live;
+  ParameterWindow<> win(MPI_COMM_WORLD, layout, wopt);
+  const std::span<float> live = win.live_span<float>("w");
+  fill_pattern(live, env().rank);
+  win.publish();
+  polite_barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    double t = 0.0;
+    if (env().rank == kReader) {
+      const double t0 = now();
+      const PublishResult r = win.publish();
+      benchmark::DoNotOptimize(r);
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  set_bytes(state, n * sizeof(float));
+}
+
 void bm_publish_memcpy(benchmark::State& state, std::size_t n) {
   const bool active = env().rank == kReader;
   Buffer src(active ? n * sizeof(float) : 0);
@@ -100,7 +125,9 @@ void bm_publish_memcpy(benchmark::State& state, std::size_t n) {
 // --- 5. busy donor: the donor computes without MPI calls while rank 0 pulls ----------------
 constexpr double kBusySeconds = 0.3;
 
-void compute_without_mpi(double seconds) {
+// Computes for @p seconds; with @p win set, calls its progress() about every 10 us of
+// compute (the RMA progress aid a trainer places in its loop).
+void compute_without_mpi(double seconds, const ParameterWindow<>* win) {
   const double end = now() + seconds;
   double x = 1.0;
   while (now() < end) {
@@ -108,10 +135,16 @@ void compute_without_mpi(double seconds) {
       x = x * 1.0000001 + 1e-9;
     }
     benchmark::DoNotOptimize(x);
+    if (win != nullptr) {
+      win->progress();
+    }
   }
 }
 
-void bm_busy(benchmark::State& state, std::size_t n, Transport transport, bool busy) {
+enum class Donor { idle, busy, busy_progress };
+
+void bm_busy(benchmark::State& state, std::size_t n, Transport transport, Donor donor) {
+  const bool busy = donor != Donor::idle;
   Layout layout;
   layout.add("w", n);
   WindowOptions wopt;
@@ -134,7 +167,8 @@ void bm_busy(benchmark::State& state, std::size_t n, Transport transport, bool b
       win.pull(donors, {LayerRef(params)});
       t = now() - t0;
     } else if (env().rank == kDonor && busy) {
-      compute_without_mpi(kBusySeconds);  // not the measured operation: reports 0
+      // Not the measured operation: reports 0.
+      compute_without_mpi(kBusySeconds, donor == Donor::busy_progress ? &win : nullptr);
     }
     finish_iteration(state, t);
   }
@@ -188,6 +222,8 @@ void register_misc_benchmarks() {
     const std::string nl = "/n:" + count_label(n);
     reg("publish/memcpy" + nl, [n](benchmark::State& s) { bm_publish_memcpy(s, n); },
         benchmark::kMillisecond);
+    reg("publish/live" + nl, [n](benchmark::State& s) { bm_publish_live(s, n); },
+        benchmark::kMicrosecond);
     for (const WireFormat w : {WireFormat::native, WireFormat::bfloat16}) {
       reg("publish/paramwin/wire:" + std::string(wire_name(w)) + nl,
           [n, w](benchmark::State& s) { bm_publish(s, n, w); }, benchmark::kMillisecond);
@@ -206,12 +242,18 @@ void register_misc_benchmarks() {
     }
   }
   for (const Transport t : {Transport::shm, Transport::rma}) {
-    for (const bool busy : {false, true}) {
+    for (const Donor d : {Donor::idle, Donor::busy, Donor::busy_progress}) {
+      if (t == Transport::shm && d == Donor::busy_progress) {
+        continue;
+      }
       const std::size_t n = 1000000;
-      const std::string name = "busy/pull_" + std::string(transport_name(t)) +
-                               (busy ? "/donor:busy" : "/donor:idle") + "/n:" + count_label(n);
+      const char* dn = d == Donor::idle ? "/donor:idle"
+                       : d == Donor::busy ? "/donor:busy"
+                                          : "/donor:busy_progress";
+      const std::string name =
+          "busy/pull_" + std::string(transport_name(t)) + dn + "/n:" + count_label(n);
       with_stats(benchmark::RegisterBenchmark(
-                     name.c_str(), [n, t, busy](benchmark::State& s) { bm_busy(s, n, t, busy); }))
+                     name.c_str(), [n, t, d](benchmark::State& s) { bm_busy(s, n, t, d); }))
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->Iterations(5)

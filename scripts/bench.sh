@@ -50,6 +50,7 @@ if [ "$run" = 1 ]; then
   if ! git diff --quiet HEAD -- src include 2>/dev/null; then
     sed -i 's/$/ (with uncommitted changes in src\/ or include\/)/' "$out/commit.txt"
   fi
+  sed -i "s/\$/; binary built $(date -r "$bench" -Is)/" "$out/commit.txt"
   # 2 ranks (fits the 2 cores): issue 2's one-donor sweep, chunk sizes, wire formats,
   # publish, busy donor, roster, and k = 1 for the scale comparison.
   run_suite 2 '^(one_donor|chunk|wire|publish|busy|roster|stream)/|^k_donors/pull_(shm|rma)/k:1/n:10M/'

@@ -382,8 +382,11 @@ def main():
     targets.append(("5", "publish of 50M ≤ 1.2x memcpy time", fr(r), verdict(r, 1.2, False),
                     f"publish {ftime(pub.median if pub else None)}, memcpy "
                     f"{ftime(mem.median if mem else None)}"))
-    targets.append(("5", "publish, live mode: costs nothing", "–", "NOT MEASURED",
-                    "no live mode in the current API"))
+    live = data.get(f"publish/live/n:{n50}", 2)
+    targets.append(("5", "publish, live mode (Exposure::live), 50M: costs nothing",
+                    ftime(live.median if live else None), "info" if live else "NOT MEASURED",
+                    f"{fr(ratio(live.median if live else None, mem.median if mem else None))} "
+                    "of a memcpy"))
     busy = data.get("busy/pull_shm/donor:busy/n:1M", 2)
     idle = data.get("busy/pull_shm/donor:idle/n:1M", 2)
     r = ratio(busy.median if busy else None, idle.median if idle else None)
@@ -393,9 +396,14 @@ def main():
                     f"{ftime(idle.median if idle else None)}"))
     rb = data.get("busy/pull_rma/donor:busy/n:1M", 2)
     ri = data.get("busy/pull_rma/donor:idle/n:1M", 2)
-    targets.append(("5", "busy donor, rma (no target; progress aid not in the API yet)",
+    rp = data.get("busy/pull_rma/donor:busy_progress/n:1M", 2)
+    targets.append(("5", "busy donor, rma, no progress aid (no target)",
                     fr(ratio(rb.median if rb else None, ri.median if ri else None)), "info",
                     f"busy {ftime(rb.median if rb else None)}, idle "
+                    f"{ftime(ri.median if ri else None)}"))
+    targets.append(("5", "busy donor, rma, donor calls progress() in its loop (no target)",
+                    fr(ratio(rp.median if rp else None, ri.median if ri else None)), "info",
+                    f"busy+progress {ftime(rp.median if rp else None)}, idle "
                     f"{ftime(ri.median if ri else None)}"))
     for tr in ("shm", "rma"):
         a8 = data.get(f"k_donors/pull_{tr}/k:1/n:10M", 8)
@@ -521,25 +529,31 @@ def main():
             bf = data.get(f"publish/paramwin/wire:bfloat16/n:{n}", 2)
             if not mem:
                 continue
+            live = data.get(f"publish/live/n:{n}", 2)
             rows.append([n, ftime_range(mem), ftime_range(nat), ftime_range(bf),
+                         ftime_range(live),
                          fr(ratio(nat.median if nat else None, mem.median)),
                          fr(ratio(bf.median if bf else None, mem.median))])
-        w(table(["N", "memcpy", "publish (float32)", "publish (bfloat16)",
+        w(table(["N", "memcpy", "publish (float32)", "publish (bfloat16)", "publish (live)",
                  "float32 / memcpy", "bfloat16 / memcpy"], rows) + "\n")
-        w("Live (zero-copy) mode is not in the API yet, so it is not measured.\n")
 
     # ---- busy ----
     if data.has_prefix("busy/"):
         w("## 5. Busy donor, 2 ranks, 1M float32\n")
         w("The donor computes for 0.3 s per iteration without any MPI call while rank 0 pulls "
           "(after a 2 ms head start); *idle*: the donor waits inside MPI. Median (min – max):\n")
+        w("*busy + progress()*: the donor calls `ParameterWindow::progress()` between "
+          "compute blocks of about 10 µs (the RMA progress aid).\n")
         rows = []
         for tr in ("shm", "rma"):
             i = data.get(f"busy/pull_{tr}/donor:idle/n:1M", 2)
             b = data.get(f"busy/pull_{tr}/donor:busy/n:1M", 2)
-            rows.append([tr, ftime_range(i), ftime_range(b),
-                         fr(ratio(b.median if b else None, i.median if i else None))])
-        w(table(["transport", "idle donor", "busy donor", "busy / idle"], rows) + "\n")
+            p = data.get(f"busy/pull_{tr}/donor:busy_progress/n:1M", 2)
+            rows.append([tr, ftime_range(i), ftime_range(b), ftime_range(p),
+                         fr(ratio(b.median if b else None, i.median if i else None)),
+                         fr(ratio(p.median if p else None, i.median if i else None))])
+        w(table(["transport", "idle donor", "busy donor", "busy + progress()", "busy / idle",
+                 "busy+progress / idle"], rows) + "\n")
 
     # ---- roster / scale ----
     if data.has_prefix("roster/"):
@@ -581,13 +595,13 @@ def main():
         w(table(["size", "shm memcpy / memcpy (BW)", "shm: check / nocheck (time)",
                  "shm nocheck / memcpy (BW)", "rma: check / nocheck (time)",
                  "rma nocheck / MPI_Get+flush (BW)"], rows) + "\n")
-        w("How a pull works (src/pull.cpp at the measured commit): each chunk of every donor is "
-          "accumulated (scaled by its weight, scanned for NaN/infinity unless "
-          "`NonFinitePolicy::allow`) into a whole-model scratch buffer, and only after every "
-          "donor's copy is accepted is the scratch copied into the caller's memory. A one-donor "
-          "pull therefore streams the model at least twice (accumulate, then commit), which "
-          "caps it near 0.5x memcpy even with a free scan; over RMA the data also lands in a "
-          "chunk buffer first.\n")
+        w("How a pull works (src/pull.cpp at the measured commit, see its header comment): "
+          "a pull whose donors are all on this node pins each donor's slot and streams the "
+          "weighted sum straight into the caller's memory ((k+1) memory streams: the "
+          "streaming bound); a pull with RMA donors reads chunks with `MPI_Rget` into chunk "
+          "buffers, accumulates into a whole-model scratch and copies the scratch into the "
+          "caller's memory once every copy is validated (at least two extra streams, plus one "
+          "round trip per chunk that the donor must serve from inside MPI).\n")
 
     # ---- plots ----
     if not args.no_plots:
