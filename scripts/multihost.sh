@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Two emulated hosts on one machine, and MPI programs launched across them.
+#
+#   scripts/multihost.sh run [--ppn N] [--transport-env] -- PROGRAM [ARGS...]
+#       builds hosts hostA and hostB, runs `mpiexec -n 2N PROGRAM ARGS` with N ranks per
+#       host (default 2) from hostA, tears the hosts down, exits with mpiexec's status
+#   scripts/multihost.sh check
+#       builds the hosts and checks them (hostnames, addresses, isolation, an MPI hello)
+#   scripts/multihost.sh shell
+#       builds the hosts and opens a shell on hostA (PARAMWIN_MH_MPIEXEC is set there)
+#
+# Each host is a long-lived holder process with its own network, IPC, UTS and mount
+# namespaces (own hostname, own System V IPC, own /dev/shm tmpfs: no shared memory can leak
+# between hosts). A veth pair joins them: hostA = 10.77.0.1/24, hostB = 10.77.0.2/24 on an
+# interface called mh0 in both; those two addresses and loopback are the only ones that
+# exist inside the hosts. MPICH's hydra launches its proxies through
+# scripts/multihost/launch.sh (in place of ssh), which enters the host's namespaces.
+#
+# UCX is told to use TCP between the hosts (UCX_TLS=tcp,self, UCX_NET_DEVICES=mh0): UCX's
+# shared-memory transports decide "same machine" from the boot id, which the two emulated
+# hosts share, so they must be kept out (see docs/cluster.md). Override by exporting UCX_TLS
+# / UCX_NET_DEVICES before calling.
+#
+# Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN). Without it: prints why and exits 77
+# (CTest's SKIP_RETURN_CODE). The hosts are torn down on exit, on errors and on signals; the
+# holders also die with this script (parent-death signal) if it is killed outright.
+set -euo pipefail
+
+readonly SKIP=77
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+launcher=$here/multihost/launch.sh
+mpiexec=${PARAMWIN_MPIEXEC:-/usr/bin/mpiexec.mpich}
+
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+mode=${1:-}
+[[ -n $mode ]] || usage
+shift
+ppn=2
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --ppn) ppn=$2; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+case $mode in
+  run) [[ $# -gt 0 ]] || usage ;;
+  check|shell) ;;
+  *) usage ;;
+esac
+
+skip() { echo "multihost: SKIPPED: $*" >&2; exit "$SKIP"; }
+
+# ---- can we build hosts at all? -------------------------------------------------------
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network/IPC/UTS namespaces (running as uid $(id -u))"
+for tool in ip unshare nsenter setpriv; do
+  command -v "$tool" >/dev/null || skip "'$tool' not found (iproute2 / util-linux)"
+done
+[[ -x $mpiexec ]] || skip "$mpiexec not found"
+if ! err=$(unshare --net --ipc --uts --mount true 2>&1); then
+  skip "cannot create namespaces here (no CAP_SYS_ADMIN?): $err"
+fi
+
+# ---- build the hosts ----------------------------------------------------------------
+state=$(mktemp -d /tmp/paramwin-mh.XXXXXX)
+tag=$$                                  # keeps concurrent harnesses' veth names apart
+holders=()
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
+  # Everything still running inside our hosts (ranks, proxies, shells) was started by us:
+  # end it, then the holders (unshare ignores SIGTERM with --fork; SIGKILL it, and
+  # --kill-child takes its sleeping child along).
+  local ns pid
+  for p in "${holders[@]}"; do
+    ns=$(readlink "/proc/$p/ns/net" 2>/dev/null) || continue
+    for pid in $(find /proc/[0-9]*/ns/net -lname "$ns" 2>/dev/null | cut -d/ -f3); do
+      [[ $pid == "$p" ]] || kill -KILL "$pid" 2>/dev/null || true
+    done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  for p in "${holders[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.02; done
+  done
+  # The veth pair dies with the network namespaces; remove it if setup stopped halfway.
+  ip link del "mha$tag" 2>/dev/null || true
+  ip link del "mhb$tag" 2>/dev/null || true
+  rm -rf "$state"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+make_host() {  # name ip
+  local name=$1 ip=$2
+  # setpriv --pdeathsig: the holder dies with this script even on SIGKILL; --kill-child: the
+  # sleeping child goes with it. The holder gets its own hostname and /dev/shm.
+  setpriv --pdeathsig KILL \
+    unshare --net --ipc --uts --mount --propagation private --fork --kill-child -- \
+    /bin/sh -c "hostname $name && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+                touch $state/$name.ready && exec sleep infinity" &
+  local pid=$!
+  disown "$pid"  # no "Killed" job notice at teardown
+  holders+=("$pid")
+  for _ in $(seq 100); do
+    [[ -e $state/$name.ready ]] && break
+    kill -0 "$pid" 2>/dev/null || { echo "multihost: host $name failed to start" >&2; exit 1; }
+    sleep 0.05
+  done
+  [[ -e $state/$name.ready ]] || { echo "multihost: host $name did not start" >&2; exit 1; }
+  echo "$pid" >"$state/$name.pid"
+  echo "$pid" >"$state/$ip.pid"
+}
+
+in_host() {  # name cmd...
+  local name=$1; shift
+  nsenter --target "$(<"$state/$name.pid")" --net --ipc --uts --mount -- "$@"
+}
+
+make_host hostA 10.77.0.1
+make_host hostB 10.77.0.2
+ip link add "mha$tag" type veth peer name "mhb$tag"
+ip link set "mha$tag" netns "$(<"$state/hostA.pid")"
+ip link set "mhb$tag" netns "$(<"$state/hostB.pid")"
+for h in A:1:a B:2:b; do
+  IFS=: read -r name octet side <<<"$h"
+  in_host "host$name" ip link set "mh$side$tag" name mh0
+  in_host "host$name" ip addr add "10.77.0.$octet/24" dev mh0
+  in_host "host$name" ip link set mh0 up
+  in_host "host$name" ip link set lo up
+done
+# Names resolvable inside the hosts without touching the machine's /etc/hosts: each host's
+# mount namespace gets its own copy.
+for name in hostA hostB; do
+  cp /etc/hosts "$state/hosts.$name"
+  printf '10.77.0.1 hostA\n10.77.0.2 hostB\n' >>"$state/hosts.$name"
+  in_host "$name" mount --bind "$state/hosts.$name" /etc/hosts
+done
+
+export PARAMWIN_MH_DIR=$state
+export UCX_TLS=${UCX_TLS:-tcp,self}
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-mh0}
+# Hydra: proxies connect back to mpiexec over mh0; the ssh launcher is our namespace hopper.
+mpiexec_cmd=("$mpiexec" -launcher ssh -launcher-exec "$launcher" -iface mh0
+             -hosts hostA,hostB -ppn "$ppn" -n $((2 * ppn)))
+
+case $mode in
+  run)
+    echo "multihost: hostA=10.77.0.1 hostB=10.77.0.2, $ppn ranks per host," \
+         "UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES" >&2
+    # In the background + wait, so that a signal reaches the trap (and the teardown) at once.
+    in_host hostA env -C "$PWD" "${mpiexec_cmd[@]}" "$@" &
+    rc=0
+    wait $! || rc=$?
+    exit "$rc"
+    ;;
+  check)
+    # The hosts are what they claim: own names, own addresses, reachable over mh0 only,
+    # no shared memory across (/dev/shm, System V); hydra reaches both hosts over mh0.
+    [[ $(in_host hostA hostname) == hostA && $(in_host hostB hostname) == hostB ]]
+    in_host hostA touch /dev/shm/paramwin-mh-probe
+    if in_host hostB test -e /dev/shm/paramwin-mh-probe; then
+      echo "multihost: /dev/shm is shared between hosts" >&2; exit 1
+    fi
+    in_host hostA ipcmk -M 4096 >/dev/null
+    if [[ -n $(in_host hostB ipcs -m | awk '$1 ~ /^0x/') ]]; then
+      echo "multihost: System V shared memory leaks between hosts" >&2; exit 1
+    fi
+    in_host hostA ip -o -4 addr show | awk '{print "hostA", $2, $4}'
+    in_host hostB ip -o -4 addr show | awk '{print "hostB", $2, $4}'
+    "${mpiexec_cmd[0]}" --version >/dev/null
+    in_host hostA env -C "$PWD" "${mpiexec_cmd[@]}" /bin/sh -c 'echo "rank $PMI_RANK on $(hostname)"' |
+      sort
+    echo "multihost: check passed"
+    ;;
+  shell)
+    in_host hostA env -C "$PWD" PARAMWIN_MH_MPIEXEC="${mpiexec_cmd[*]}" PS1='hostA# ' \
+      bash --norc -i || true
+    ;;
+esac
