@@ -215,7 +215,7 @@ void register_misc_benchmarks() {
                                             [t](benchmark::State& s) { bm_roster(s, t); }))
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond)
-        ->Iterations(1000);
+        ->Iterations(200);
   }
   const std::size_t counts[] = {1000000, 10000000, 50000000};
   for (const std::size_t n : counts) {

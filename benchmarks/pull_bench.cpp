@@ -197,11 +197,11 @@ void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
 }
 
 // A fixed iteration count per size: with one MPI_MAX reduction per iteration (~10 us), a
-// min-time rule would run ~10^6 iterations of a 0.1 us memcpy. 128 MiB of traffic per
-// repetition, at least 4 and at most 1000 iterations.
+// min-time rule would run ~10^6 iterations of a 0.1 us memcpy. 64 MiB of traffic per
+// repetition, at least 4 and at most 200 iterations.
 benchmark::IterationCount iterations_for(std::size_t bytes) {
-  const std::size_t n = (std::size_t{128} << 20U) / bytes;
-  return static_cast<benchmark::IterationCount>(std::clamp<std::size_t>(n, 4, 1000));
+  const std::size_t n = (std::size_t{64} << 20U) / bytes;
+  return static_cast<benchmark::IterationCount>(std::clamp<std::size_t>(n, 4, 200));
 }
 
 void reg(const std::string& name, std::size_t bytes, auto fn) {

@@ -12,7 +12,7 @@ build_dir=build
 do_build=1
 run=1
 reps=3
-min_time=0.1
+min_time=0.05
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
