@@ -82,6 +82,8 @@ class PullEngine {
 
   PullResult run() {
     const double t0 = MPI_Wtime();
+    deadline_ = options_.timeout_seconds > 0.0 ? t0 + options_.timeout_seconds : 0.0;
+    w_.reap_finished();
     read_heads();
     plan_chunks();
     const bool all_shm_snapshots = std::all_of(donors_.begin(), donors_.end(), [](const Donor& d) {
@@ -150,6 +152,10 @@ class PullEngine {
     if (options_.read_mode > ReadMode::pinned) {
       throw InvalidArgument(where + "unknown read mode");
     }
+    if (!std::isfinite(options_.timeout_seconds) || options_.timeout_seconds < 0.0) {
+      throw InvalidArgument(where + "timeout_seconds " + std::to_string(options_.timeout_seconds) +
+                            " must be finite and >= 0 (0: no deadline)");
+    }
     if (options_.chunk_bytes != 0 &&
         (options_.chunk_bytes < 256 || options_.chunk_bytes > (std::size_t{1} << 30))) {
       throw InvalidArgument(where + "chunk_bytes " + std::to_string(options_.chunk_bytes) +
@@ -157,12 +163,17 @@ class PullEngine {
     }
   }
 
+  /// A batch whose reads land in the arena and that honours the pull's deadline.
+  [[nodiscard]] RmaBatch batch() const {
+    return RmaBatch(w_.rma_win(), &w_.graveyard(), arena_, deadline_);
+  }
+
   // --- setup ------------------------------------------------------------------------------
   void read_heads() {
-    std::vector<HeadWords> heads(donors_.size());
-    std::vector<std::uint64_t> metrics(donors_.size());
+    HeadWords* heads = arena_->make<HeadWords>(donors_.size());
+    std::uint64_t* metrics = arena_->make<std::uint64_t>(donors_.size());
     {
-      RmaBatch batch(w_.rma_win());
+      RmaBatch batch = this->batch();
       for (std::size_t i = 0; i < donors_.size(); ++i) {
         const Donor& d = donors_[i];
         if (d.shm == nullptr) {
@@ -231,15 +242,16 @@ class PullEngine {
       for (const Donor& d : donors_) {
         n_rma += d.shm == nullptr ? 1 : 0;
       }
-      rma_buffers_.resize(std::max<std::size_t>(1, 2 * n_rma * stride));
+      std::byte* buffers = arena_->make<std::byte>(2 * n_rma * stride);
       std::size_t k = 0;
       for (Donor& d : donors_) {
         if (d.shm == nullptr) {
-          d.buffers[0] = rma_buffers_.data() + (2 * k) * stride;
-          d.buffers[1] = rma_buffers_.data() + (2 * k + 1) * stride;
+          d.buffers[0] = buffers + (2 * k) * stride;
+          d.buffers[1] = buffers + (2 * k + 1) * stride;
           ++k;
         }
       }
+      any_rma_ = true;
     }
   }
 
@@ -346,9 +358,9 @@ class PullEngine {
   }
 
   void begin_reads(unsigned optimistic) {
-    std::vector<HeadWords> line1(donors_.size());
+    HeadWords* line1 = arena_->make<HeadWords>(donors_.size());
     {
-      RmaBatch batch(w_.rma_win());
+      RmaBatch batch = this->batch();
       for (std::size_t i = 0; i < donors_.size(); ++i) {
         Donor& d = donors_[i];
         d.torn = false;
@@ -402,41 +414,44 @@ class PullEngine {
         }
         d.shm->shm_pins[v & 1U].fetch_sub(1, std::memory_order_seq_cst);
       } else {
-        HeadWords head{};
-        std::uint64_t b = 0;
-        get_words(&head.version, kLine1Bytes, d.rank, kLine1);
-        const std::uint64_t v = head.version;
+        HeadWords* head = arena_->make<HeadWords>(1);
+        std::uint64_t* b = arena_->make<std::uint64_t>(1);
+        {
+          RmaBatch batch = this->batch();
+          batch.get(&head->version, kLine1Bytes, d.rank, kLine1);
+          batch.wait();
+        }
+        const std::uint64_t v = head->version;
         rma_pin_add(d.rank, v, 1);
-        get_words(&b, 8, d.rank, kBegunOffset);
-        if (b <= v + 1) {
+        d.version = v;
+        d.pinned = true;  // from here on the pin is released on every path
+        {
+          // Issued after the pin completed: MPI does not order two operations otherwise.
+          RmaBatch batch = this->batch();
+          batch.get(b, 8, d.rank, kBegunOffset);
+          batch.wait();
+        }
+        if (*b <= v + 1) {
           // bad_layer was read before the pin, but no publish to this slot had begun by the
           // time begun was read after it, so the record belongs to version v.
-          d.version = v;
-          d.bad_layer = head.bad_layer[v & 1U];
-          d.pinned = d.ever_pinned = true;
+          d.bad_layer = head->bad_layer[v & 1U];
+          d.ever_pinned = true;
           return;
         }
-        rma_pin_add(d.rank, v, -1);
+        unpin(d);
       }
     }
     throw DonorError(d.rank, "paramwin: pull: could not pin a snapshot of donor " +
                                  std::to_string(d.rank) + " (it publishes too fast)");
   }
 
-  void get_words(void* dst, std::size_t bytes, int rank, std::size_t offset) const {
-    check_mpi(MPI_Get(dst, static_cast<int>(bytes), MPI_BYTE, rank, static_cast<MPI_Aint>(offset),
-                      static_cast<int>(bytes), MPI_BYTE, w_.rma_win()),
-              "MPI_Get(header)");
-    check_mpi(MPI_Win_flush(rank, w_.rma_win()), "MPI_Win_flush");
-  }
-
-  void rma_pin_add(int rank, std::uint64_t version, std::int64_t delta) const {
-    std::int64_t old = 0;
-    check_mpi(MPI_Fetch_and_op(&delta, &old, MPI_INT64_T, rank,
-                               static_cast<MPI_Aint>(kRmaPinsOffset + (version & 1U) * 8),
-                               MPI_SUM, w_.rma_win()),
-              "MPI_Fetch_and_op(pin)");
-    check_mpi(MPI_Win_flush(rank, w_.rma_win()), "MPI_Win_flush");
+  /// Adds @p delta to the RMA pin of @p version's slot at @p rank and waits (deadline).
+  void rma_pin_add(int rank, std::uint64_t version, std::int64_t delta) {
+    auto* in = arena_->make<std::int64_t>(2);
+    in[0] = delta;
+    RmaBatch batch = this->batch();
+    batch.fetch_add(&in[0], &in[1], rank, kRmaPinsOffset + (version & 1U) * 8);
+    batch.wait();
   }
 
   void unpin(Donor& d) {
@@ -453,8 +468,23 @@ class PullEngine {
 
   void unpin_all_noexcept() noexcept {
     for (Donor& d : donors_) {
+      if (!d.pinned) {
+        continue;
+      }
+      d.pinned = false;
+      if (d.shm != nullptr) {
+        d.shm->shm_pins[d.version & 1U].fetch_sub(1, std::memory_order_seq_cst);
+        continue;
+      }
+      // Unwinding (possibly from a deadline): release the pin without waiting for it; the
+      // request completes in the background (MPI orders accumulates to one location, so it
+      // applies after the pin's increment).
       try {
-        unpin(d);
+        auto* in = arena_->make<std::int64_t>(2);
+        in[0] = -1;
+        RmaBatch batch = this->batch();
+        batch.fetch_add(&in[0], &in[1], d.rank, kRmaPinsOffset + (d.version & 1U) * 8);
+        batch.abandon();
       } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while an error unwinds
       }
     }
@@ -479,8 +509,8 @@ class PullEngine {
 
   void pass() {
     const bool check_live = options_.non_finite != NonFinitePolicy::allow;
-    const bool any_rma = !rma_buffers_.empty();
-    RmaBatch batches[2] = {RmaBatch(w_.rma_win()), RmaBatch(w_.rma_win())};
+    const bool any_rma = any_rma_;
+    RmaBatch batches[2] = {batch(), batch()};
     if (any_rma && !chunks_.empty()) {
       issue(0, batches[0]);
     }
@@ -514,7 +544,7 @@ class PullEngine {
           std::atomic_thread_fence(std::memory_order_acquire);
           if (d.shm->begun.load(std::memory_order_relaxed) > d.version + 1) {
             d.torn = true;  // its slot is being overwritten: no use finishing this round
-            return;         // ~RmaBatch completes reads still in flight
+            return;         // reads still in flight complete in the background (graveyard)
           }
         }
       }
@@ -522,9 +552,9 @@ class PullEngine {
   }
 
   void end_reads() {
-    std::vector<std::uint64_t> begun(donors_.size());
+    std::uint64_t* begun = arena_->make<std::uint64_t>(donors_.size());
     {
-      RmaBatch batch(w_.rma_win());
+      RmaBatch batch = this->batch();
       for (std::size_t i = 0; i < donors_.size(); ++i) {
         const Donor& d = donors_[i];
         if (!d.skipped && !d.pinned && !d.live && d.shm == nullptr) {
@@ -596,7 +626,11 @@ class PullEngine {
   std::size_t scratch_bytes_ = 0;
   std::size_t max_chunk_acc_ = 0;
   std::byte* acc_ = nullptr;
-  std::vector<std::byte> rma_buffers_;
+  bool any_rma_ = false;
+  double deadline_ = 0.0;  // absolute MPI_Wtime, 0: none
+  // Destination of every RMA read of this pull; shared with the window's graveyard when a
+  // deadline abandons reads in flight.
+  std::shared_ptr<RmaArena> arena_ = std::make_shared<RmaArena>();
 };
 
 }  // namespace

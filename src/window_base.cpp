@@ -55,6 +55,7 @@ PullResult WindowBase::pull_host(std::span<const int> donors, std::span<const La
 
 void* WindowBase::live_layer(std::size_t layer) const { return impl().live_layer(layer); }
 void WindowBase::progress() const { impl().progress(); }
+std::size_t WindowBase::pending_rma() const { return impl().pending_rma(); }
 
 RosterEntry WindowBase::roster(int rank) const { return impl().roster(rank); }
 std::vector<RosterEntry> WindowBase::roster_all() const { return impl().roster_all(); }

@@ -37,7 +37,12 @@ constexpr std::size_t kMaxRmaPiece = std::size_t{1} << 30;  // bytes per MPI_Rge
 // --- RmaBatch ---------------------------------------------------------------------------
 
 RmaBatch::~RmaBatch() {
-  if (!requests_.empty()) {
+  if (requests_.empty()) {
+    return;
+  }
+  if (graveyard_ != nullptr) {
+    abandon();
+  } else {
     MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   }
 }
@@ -60,17 +65,101 @@ void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset)
                        count, MPI_BYTE, win_, &request),
               "MPI_Rget");
     requests_.push_back(request);
+    targets_.push_back(target);
   }
+}
+
+void RmaBatch::fetch_add(const std::int64_t* delta, std::int64_t* old, int target,
+                         std::size_t offset) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  // Same datatype and op as every other access to the pins: atomic with respect to them.
+  check_mpi(MPI_Rget_accumulate(delta, 1, MPI_INT64_T, old, 1, MPI_INT64_T, target,
+                                static_cast<MPI_Aint>(offset), 1, MPI_INT64_T, MPI_SUM, win_,
+                                &request),
+            "MPI_Rget_accumulate(pin)");
+  requests_.push_back(request);
+  targets_.push_back(target);
 }
 
 void RmaBatch::wait() {
   if (requests_.empty()) {
     return;
   }
-  const int code =
-      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  const int n = static_cast<int>(requests_.size());
+  if (deadline_ <= 0.0) {
+    const int code = MPI_Waitall(n, requests_.data(), MPI_STATUSES_IGNORE);
+    requests_.clear();
+    targets_.clear();
+    check_mpi(code, "MPI_Waitall (RMA)");
+    return;
+  }
+  for (;;) {
+    int done = 0;
+    const int code = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) {
+      abandon();
+      check_mpi(code, "MPI_Testall (RMA)");
+    }
+    if (done != 0) {
+      requests_.clear();
+      targets_.clear();
+      return;
+    }
+    if (MPI_Wtime() > deadline_) {
+      int late = targets_.front();
+      for (std::size_t i = 0; i < requests_.size(); ++i) {
+        if (requests_[i] != MPI_REQUEST_NULL) {
+          late = targets_[i];
+          break;
+        }
+      }
+      abandon();
+      throw TimeoutError(late, "paramwin: pull: RMA read from donor " + std::to_string(late) +
+                                   " did not complete before the deadline (timeout_seconds); the "
+                                   "donor has not entered MPI since (see docs/rma-semantics.md: "
+                                   "progress() or WindowOptions::progress_thread)");
+    }
+  }
+}
+
+void RmaBatch::abandon() noexcept {
+  if (requests_.empty()) {
+    return;
+  }
+  if (graveyard_ == nullptr) {
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  } else {
+    for (MPI_Request r : requests_) {
+      if (r != MPI_REQUEST_NULL) {
+        graveyard_->requests.push_back(r);
+      }
+    }
+    if (arena_) {
+      graveyard_->arenas.push_back(arena_);
+    }
+  }
   requests_.clear();
-  check_mpi(code, "MPI_Waitall (RMA reads)");
+  targets_.clear();
+}
+
+void WindowImpl::reap(bool block) noexcept {
+  Graveyard& g = graveyard_;
+  if (g.requests.empty()) {
+    g.arenas.clear();
+    return;
+  }
+  const int n = static_cast<int>(g.requests.size());
+  int done = 0;
+  if (block) {
+    MPI_Waitall(n, g.requests.data(), MPI_STATUSES_IGNORE);
+    done = 1;
+  } else {
+    MPI_Testall(n, g.requests.data(), &done, MPI_STATUSES_IGNORE);
+  }
+  if (done != 0) {
+    g.requests.clear();
+    g.arenas.clear();
+  }
 }
 
 // --- creation ---------------------------------------------------------------------------
@@ -228,10 +317,11 @@ void WindowImpl::stop_progress_thread() noexcept {
   }
 }
 
-void WindowImpl::progress() const {
+void WindowImpl::progress() {
   int flag = 0;
   check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE),
             "MPI_Iprobe (progress)");
+  reap(false);
 }
 
 void WindowImpl::check_layouts_strict(std::uint64_t slot_fingerprint) {
@@ -398,6 +488,8 @@ void WindowImpl::release() noexcept {
     shm_win_ = rma_win_ = MPI_WIN_NULL;
     return;
   }
+  // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
+  reap(true);
   if (rma_locked_) {
     MPI_Win_unlock_all(rma_win_);
     rma_locked_ = false;
@@ -431,6 +523,7 @@ void WindowImpl::close() {
     throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; the window's "
                 "MPI resources could not be freed");
   }
+  reap(true);
   int first_error = MPI_SUCCESS;
   const char* first_call = "";
   auto note = [&](int code, const char* call) {

@@ -108,6 +108,8 @@ TEST_P(BadInput, PullRejectsBadArgumentsAndLeavesOutputUntouched) {
       [&] { (void)win.pull({donor}, {w, b}, {.momentum = 1.0}); }, "outside [0, 1)");
   expect_error<pw::InvalidArgument>(
       [&] { (void)win.pull({donor}, {w, b}, {.chunk_bytes = 8}); }, "chunk_bytes 8");
+  expect_error<pw::InvalidArgument>(
+      [&] { (void)win.pull({donor}, {w, b}, {.timeout_seconds = -1.0}); }, "timeout_seconds");
   unchanged();
 
   // Publish with bad input: rejected, version unchanged.

@@ -86,6 +86,53 @@ TEST(PassiveDonor, RmaPullIsServedByTheProgressThreadWhileTheDonorComputes) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{1} << 16);
+  // No progress thread: over RMA the busy donor cannot answer until it enters MPI again.
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma});
+  const int rank = win.rank();
+  std::vector<float> w(layout[0].count, static_cast<float>(rank + 1));
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    (void)compute_for(2.0);
+  } else if (rank == 0) {
+    std::vector<float> out(w.size(), -1.0F);
+    for (pw::ReadMode mode : {pw::ReadMode::automatic, pw::ReadMode::pinned}) {
+      pw::PullOptions opt;
+      opt.timeout_seconds = 0.2;
+      opt.read_mode = mode;
+      try {
+        (void)win.pull({1}, {out}, opt);
+        ADD_FAILURE() << "pull from a donor busy for 2 s returned within a 0.2 s deadline";
+      } catch (const pw::TimeoutError& e) {
+        EXPECT_EQ(e.rank(), 1);
+        EXPECT_NE(std::string(e.what()).find("donor 1 did not complete before the deadline"),
+                  std::string::npos) << e.what();
+      }
+      EXPECT_EQ(out, std::vector<float>(w.size(), -1.0F));
+    }
+    EXPECT_GT(win.pending_rma(), 0U);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    // The donor is in MPI again: abandoned reads and pin releases complete, pulls work.
+    while (win.pending_rma() > 0) win.progress();
+    std::vector<float> out(w.size());
+    (void)win.pull({1}, {out}, {.timeout_seconds = 30.0});
+    EXPECT_EQ(out[0], 2.0F);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    // No pin was left behind: both publishes (one per slot) go through.
+    EXPECT_TRUE(win.publish({w}).published);
+    EXPECT_TRUE(win.publish({w}).published);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(PassiveDonor, ProgressCallIsCheapAndSafe) {
   pw::Layout layout;
   layout.add("w", std::size_t{1});

@@ -36,6 +36,14 @@ class DonorError : public Error {
   int rank_;
 };
 
+/// An RMA read did not complete within PullOptions::timeout_seconds (typically: the donor
+/// computes without entering MPI and has no progress thread). The caller's output is
+/// unchanged and the window stays usable.
+class TimeoutError : public DonorError {
+ public:
+  using DonorError::DonorError;
+};
+
 /// A window failed its self-check: remote reads did not return the bytes the owner wrote.
 class VerificationError : public Error {
  public:

@@ -84,6 +84,11 @@ struct PullOptions {
   ReadMode read_mode = ReadMode::automatic;
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
   std::size_t chunk_bytes = 0;       ///< bytes per chunk of the fused pass (0: library default)
+  /// Deadline for the RMA part of the pull, in seconds (0: none). Past it the pull throws
+  /// TimeoutError with the output unchanged; reads still in flight complete in the
+  /// background (the window keeps their buffers) and the window stays usable. Same-node
+  /// (shared-memory) reads never wait for a donor, so no deadline applies to them.
+  double timeout_seconds = 0.0;
 };
 
 /// What one pull read from one donor.

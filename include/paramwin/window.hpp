@@ -128,6 +128,11 @@ class ParameterWindow {
   /// makes no MPI call, or use WindowOptions::progress_thread.
   void progress() const { base_.progress(); }
 
+  /// RMA reads (and pin releases) that a pull abandoned at its deadline
+  /// (PullOptions::timeout_seconds) and that have not completed yet; they complete once the
+  /// donor enters MPI again, and at the latest when the window is freed.
+  [[nodiscard]] std::size_t pending_rma() const { return base_.pending_rma(); }
+
   /// Reads the latest complete snapshot of every donor and reduces it into @p out (mean,
   /// weights, momentum). Transactional: on any exception @p out is unchanged.
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,

@@ -12,6 +12,7 @@
 #include <span>
 #include <thread>
 #include <utility>
+#include <algorithm>
 #include <vector>
 
 #include "detail/segment.hpp"
@@ -23,6 +24,27 @@
 namespace paramwin::detail {
 
 using ByteView = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// Owner of the local buffers RMA reads land in. Shared, so that reads abandoned at a
+/// deadline keep their destination alive until they complete.
+class RmaArena {
+ public:
+  /// Zeroed storage for @p n objects of trivially copyable @p T, alive as long as the arena.
+  template <class T>
+  T* make(std::size_t n) {
+    blocks_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(n, 1) * sizeof(T)));
+    return reinterpret_cast<T*>(blocks_.back().get());
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::byte[]>> blocks_;
+};
+
+/// RMA requests abandoned at a deadline, with the arenas their buffers live in.
+struct Graveyard {
+  std::vector<MPI_Request> requests;
+  std::vector<std::shared_ptr<RmaArena>> arenas;
+};
 
 class WindowImpl {
  public:
@@ -67,8 +89,17 @@ class WindowImpl {
   [[nodiscard]] MPI_Win rma_win() const noexcept { return rma_win_; }
   /// Start of layer @p layer in this rank's live memory (Exposure::live only).
   [[nodiscard]] std::byte* live_layer(std::size_t layer) const;
-  /// Lets MPI progress (serves RMA readers of this rank); cheap.
-  void progress() const;
+  /// Lets MPI progress (serves RMA readers of this rank, completes abandoned reads); cheap.
+  void progress();
+  /// Where RMA operations abandoned at a deadline wait to complete.
+  [[nodiscard]] Graveyard& graveyard() noexcept { return graveyard_; }
+  /// Number of RMA operations abandoned at a deadline that have not completed yet.
+  [[nodiscard]] std::size_t pending_rma() noexcept {
+    reap(false);
+    return graveyard_.requests.size();
+  }
+  /// Completes what finished of the abandoned operations (never blocks).
+  void reap_finished() noexcept { reap(false); }
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }
   /// Accumulation scratch for one whole model (grown on demand, reused).
   std::byte* scratch(std::size_t bytes);
@@ -80,6 +111,7 @@ class WindowImpl {
   void release() noexcept;
   void check_layouts_strict(std::uint64_t slot_fingerprint);
   void start_progress_thread();
+  void reap(bool block) noexcept;
   void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
 
@@ -99,6 +131,7 @@ class WindowImpl {
   std::uint64_t version_ = 0;
   AgentStatus status_;
   std::jthread progress_thread_;
+  Graveyard graveyard_;
   struct FreeBytes {
     void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
   };
@@ -118,24 +151,37 @@ std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const Layer
 std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
                                                               std::size_t max_piece);
 
-/// Batches of request-based RMA reads on one window, chunked below INT_MAX bytes.
+/// A batch of request-based RMA operations on one window, split below INT_MAX bytes, waited
+/// for together, optionally against an absolute deadline (MPI_Wtime).
 class RmaBatch {
  public:
-  explicit RmaBatch(MPI_Win win) : win_(win) {}
+  RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr,
+           std::shared_ptr<RmaArena> arena = nullptr, double deadline = 0.0)
+      : win_(win), graveyard_(graveyard), arena_(std::move(arena)), deadline_(deadline) {}
   RmaBatch(const RmaBatch&) = delete;
   RmaBatch& operator=(const RmaBatch&) = delete;
   RmaBatch(RmaBatch&&) = delete;
   RmaBatch& operator=(RmaBatch&&) = delete;
-  /// Completes outstanding requests (errors ignored) so no buffer is left in flight.
+  /// Completes outstanding requests, or hands them to the graveyard when there is one.
   ~RmaBatch();
   /// Starts reading @p bytes at @p offset of @p target's segment into @p dst.
   void get(void* dst, std::size_t bytes, int target, std::size_t offset);
-  /// Waits for every started read.
+  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
+  /// the old value lands in @p old.
+  void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
+  /// Waits for every started operation; throws TimeoutError naming a donor that has not
+  /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
+  /// Hands outstanding requests to the graveyard without waiting.
+  void abandon() noexcept;
 
  private:
   MPI_Win win_;
+  Graveyard* graveyard_;
+  std::shared_ptr<RmaArena> arena_;
+  double deadline_;
   std::vector<MPI_Request> requests_;
+  std::vector<int> targets_;
 };
 
 }  // namespace paramwin::detail

@@ -46,6 +46,7 @@ class WindowBase {
 
   [[nodiscard]] void* live_layer(std::size_t layer) const;
   void progress() const;
+  [[nodiscard]] std::size_t pending_rma() const;
 
   [[nodiscard]] RosterEntry roster(int rank) const;
   [[nodiscard]] std::vector<RosterEntry> roster_all() const;
