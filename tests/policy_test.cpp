@@ -610,7 +610,8 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"reason\":\"age\"", "\"age\":57", "\"max_age\":57", "\"next_max_age\":102",
         "\"generation\":1", "\"mixing\":\"mean\"",
         "\"donors\":[{\"rank\":0,\"version\":41,\"metric\":0.125,\"weight\":0.5,\"bytes\":4096,"
-        "\"transport\":\"shm\",\"skipped\":false},{\"rank\":2,\"version\":40,\"metric\":null",
+        "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
+        "\"metric\":null",
         "\"bytes\":8192", "\"published\":true", "\"version\":59",
         "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {

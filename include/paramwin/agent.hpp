@@ -67,6 +67,12 @@ class Agent {
   /// the cadence and returns what happened. On a rebirth @p params hold the mixed
   /// parameters and on_rebirth has been called before they are republished. A failed
   /// pull leaves @p params unchanged and defers the death.
+  ///
+  /// Exceptions from user callbacks propagate and leave the agent consistent: its roster
+  /// never stays "rebirth"; a throwing custom trigger undoes the step (age and step count
+  /// unchanged, nothing published); a throwing reset callback keeps the death pending; a
+  /// throwing on_rebirth keeps the rebirth (generation advanced, @p params hold the mix)
+  /// and the next step publishes it. The event of a throwing step is not recorded.
   StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.step(access, iteration, metric, params);
@@ -88,7 +94,8 @@ class Agent {
   }
 
   /// Marks this agent as having left the population: others stop choosing it as a donor
-  /// and stop ranking it. Its window stays readable until destruction.
+  /// and stop ranking it. Its window stays readable until destruction; step() throws
+  /// InvalidArgument from then on (publish() is still allowed).
   void leave() {
     detail::WindowAccessOf<window_type> access(window_);
     core_.leave(access);

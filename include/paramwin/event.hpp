@@ -50,6 +50,9 @@ struct DonorRecord {
   std::size_t bytes = 0;                 ///< bytes moved from the donor
   Transport transport = Transport::shm;  ///< how it was read
   bool skipped = false;                  ///< left out for non-finite values
+  /// Seconds since the donor's latest publish when it was selected (reader's MPI_Wtime minus
+  /// the roster's publish_time): how old the parameters read are, at least.
+  double staleness_seconds = 0.0;
 };
 
 /// What one Agent::step did.
@@ -62,7 +65,9 @@ struct StepEvent {
   /// Why it died; when deferred, why a death is pending; none otherwise.
   DeathReason reason = DeathReason::none;
   bool deferred = false;       ///< a death was due but postponed (too few donors, pull failed)
-  std::string note{};            ///< why it was deferred, or which donors were retried
+  /// Why it was deferred (e.g. "rank 2 stale (no publish for 3.1 s > ...)", "rank 1 left",
+  /// a donor's error), or which donors were retried.
+  std::string note{};
   std::int64_t age = 0;        ///< age at this step, before any rebirth
   std::int64_t max_age = 0;    ///< maximum age in force at this step, before any rebirth
   std::int64_t next_max_age = 0;  ///< maximum age after this step (redrawn when died)

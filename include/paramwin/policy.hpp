@@ -153,6 +153,11 @@ struct SelectionOptions {
   /// Too few eligible donors at a death. With defer or error, k > population - 1 is rejected
   /// at construction; with clamp it is allowed.
   Shortfall shortfall = Shortfall::defer;
+  /// Staleness bound, in seconds: an agent whose latest publish is older than this (the
+  /// reader's MPI_Wtime minus the roster's publish_time) is not eligible as a donor, e.g. a
+  /// trainer that hangs or stopped publishing. 0: no bound. Compares clocks of two ranks:
+  /// exact on one node; across nodes it needs MPI_WTIME_IS_GLOBAL or synchronised clocks.
+  double max_staleness_seconds = 0.0;
 };
 
 /// How donors are mixed.
@@ -210,9 +215,16 @@ void validate(const AgentOptions& options, int population);
 [[nodiscard]] AgentOptions parse_agent_options(std::string_view text);
 
 /// Rank of each agent that may donate to @p self: published (version > 0), not mid-rebirth,
-/// not left, same fingerprint as @p fingerprint, not @p self. Sorted by rank.
+/// not left, same fingerprint as @p fingerprint, not @p self, and — when
+/// @p max_staleness_seconds > 0 — published at most that long before @p now (MPI_Wtime
+/// seconds, as RosterEntry::publish_time). Sorted by rank.
 [[nodiscard]] std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
-                                               std::uint64_t fingerprint);
+                                               std::uint64_t fingerprint,
+                                               double max_staleness_seconds = 0.0,
+                                               double now = 0.0);
+
+/// Seconds between @p entry's latest publish and @p now (0 when it never published).
+[[nodiscard]] double staleness_seconds(const RosterEntry& entry, double now) noexcept;
 
 /// The worst floor(@p fraction * n) of the n ranked agents, worst first. Ranked: state
 /// active or rebirth (a dying agent still counts with its last metric), same @p fingerprint;
@@ -249,17 +261,20 @@ class Policy {
   using RosterReader = std::function<std::vector<RosterEntry>()>;
 
   /// Advances one step (age and step count) and returns why this agent dies now, or none.
-  /// A death stays pending (returned again) until reborn() is called. @p rosters is called
+  /// A death stays pending (returned again) until reborn() is called. If the custom trigger
+  /// or @p rosters throws, the step is undone (age and step count unchanged) and the
+  /// exception propagates. @p rosters is called
   /// only on worst-fraction check steps; @p fingerprint is this agent's roster fingerprint.
   [[nodiscard]] DeathReason decide(std::int64_t iteration, double metric,
                                    const RosterReader& rosters, std::uint64_t fingerprint);
 
   /// Chooses donors among @p rosters per the selection options. Fewer than k eligible:
   /// error → DonorError; clamp → all there are; defer → empty ranks. Never picks self.
-  /// @p exclude lists ranks to leave out (e.g. a donor whose pull just failed).
+  /// @p exclude lists ranks to leave out (e.g. a donor whose pull just failed). @p now
+  /// (MPI_Wtime seconds) judges staleness when selection.max_staleness_seconds > 0.
   [[nodiscard]] DonorChoice select_donors(std::span<const RosterEntry> rosters,
                                           std::uint64_t fingerprint,
-                                          std::span<const int> exclude = {});
+                                          std::span<const int> exclude = {}, double now = 0.0);
 
   /// Mixing weights for donors with @p metrics_best_first (explicit weights, truncated and
   /// renormalised when clamped, or fitness weights). Positive, summing to 1.
@@ -283,6 +298,8 @@ class Policy {
 
  private:
   [[nodiscard]] std::int64_t draw_max_age();
+  [[nodiscard]] DeathReason decide_now(std::int64_t iteration, double metric,
+                                       const RosterReader& rosters, std::uint64_t fingerprint);
 
   AgentOptions options_;
   int rank_;

@@ -23,6 +23,13 @@ std::string expand_rank(std::string path, int rank) {
   return path;
 }
 
+double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == rank) return staleness_seconds(e, now);
+  }
+  return 0.0;
+}
+
 }  // namespace
 
 AgentCore::AgentCore(AgentOptions options, int rank, int population)
@@ -117,8 +124,9 @@ PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef>
 }
 
 void AgentCore::leave(WindowAccess& w) {
-  set_status(w, AgentState::left, w.roster(w.rank()).status.iteration,
-             w.roster(w.rank()).status.metric);
+  const RosterEntry own = w.roster(w.rank());
+  set_status(w, AgentState::left, own.status.iteration, own.status.metric);
+  left_ = true;
 }
 
 AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef> params,
@@ -144,7 +152,8 @@ AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef>
     // Select first, then advertise the rebirth: of two agents dying at once, at most one can
     // see the other mid-rebirth, so they never both wait for each other.
     const std::vector<RosterEntry> rosters = w.roster_all();
-    const DonorChoice choice = policy_.select_donors(rosters, fp, exclude);
+    const double now = MPI_Wtime();
+    const DonorChoice choice = policy_.select_donors(rosters, fp, exclude, now);
     if (choice.ranks.empty()) {
       event.seconds.decide += seconds_since(t_select);
       note += (note.empty() ? "" : "; ") + choice.shortfall;
@@ -181,7 +190,8 @@ AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef>
                                            .weight = d.weight,
                                            .bytes = d.bytes,
                                            .transport = d.transport,
-                                           .skipped = d.skipped});
+                                           .skipped = d.skipped,
+                                           .staleness_seconds = staleness_of(rosters, d.rank, now)});
       }
       event.bytes += r.bytes;
       return {true, note};
@@ -201,6 +211,11 @@ AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef>
 
 StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
+  if (left_) {
+    // A step would advertise the agent as active again behind the others' backs.
+    throw InvalidArgument("paramwin: Agent " + std::to_string(policy_.rank()) +
+                          ": step() after leave(): the agent has left the population");
+  }
   const auto t0 = Clock::now();
   StepEvent event;
   event.rank = policy_.rank();
@@ -229,6 +244,9 @@ StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric
         policy_.reborn();
         event.generation = policy_.generation();
         event.next_max_age = policy_.max_age();
+        // From here the caller's parameters hold the mix: whatever happens next (a throwing
+        // rebirth callback included), they must be published by this or the next step.
+        publish_pending_ = true;
         const auto t_mix = Clock::now();
         if (policy_.options().on_rebirth) {
           policy_.options().on_rebirth(event, params);

@@ -96,6 +96,7 @@ std::string to_json(const StepEvent& e) {
     key(out, "bytes"); put_int(out, d.bytes);
     key(out, "transport"); put_string(out, transport_name(d.transport));
     key(out, "skipped"); out += d.skipped ? "true" : "false";
+    key(out, "staleness_s"); put_number(out, d.staleness_seconds);
     out += '}';
   }
   out += ']';

@@ -66,6 +66,10 @@ void validate(const AgentOptions& o, int population) {
       s.shortfall != Shortfall::error) {
     bad("selection.shortfall is out of range");
   }
+  if (!(s.max_staleness_seconds >= 0.0) || !std::isfinite(s.max_staleness_seconds)) {
+    bad("selection.max_staleness_seconds must be finite and >= 0, got " +
+        num(s.max_staleness_seconds));
+  }
 
   const MixingOptions& m = o.mixing;
   if (m.kind != MixingKind::reset && any_trigger(t) && s.shortfall != Shortfall::clamp &&
@@ -235,6 +239,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.selection.k = to_int<int>(key, v);
     } else if (key == "tournament_size") {
       o.selection.tournament_size = to_int<int>(key, v);
+    } else if (key == "max_staleness_seconds" || key == "max_staleness") {
+      o.selection.max_staleness_seconds = to_double(key, v);
     } else if (key == "shortfall") {
       o.selection.shortfall = parse_shortfall(v);
     } else if (key == "clamp") {
@@ -264,7 +270,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       throw InvalidArgument(
           "paramwin: unknown option '" + key +
           "' (valid: seed, direction, triggers, age, age_lo, age_hi, threshold, worst_fraction, "
-          "worst_every, warmup, cooldown, selection, k, tournament_size, shortfall, clamp, "
+          "worst_every, warmup, cooldown, selection, k, tournament_size, max_staleness_seconds, "
+          "shortfall, clamp, "
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
           "publish_interval_ms, event_log)");
     }

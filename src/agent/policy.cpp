@@ -70,6 +70,18 @@ DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterRe
                            std::uint64_t fingerprint) {
   ++steps_;
   ++age_;
+  try {
+    return decide_now(iteration, metric, rosters, fingerprint);
+  } catch (...) {
+    // A throwing custom trigger or roster read leaves the policy as if the step never ran.
+    --steps_;
+    --age_;
+    throw;
+  }
+}
+
+DeathReason Policy::decide_now(std::int64_t iteration, double metric, const RosterReader& rosters,
+                               std::uint64_t fingerprint) {
   if (!death_allowed()) {
     return DeathReason::none;
   }
@@ -109,8 +121,9 @@ DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterRe
 }
 
 DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uint64_t fingerprint,
-                                  std::span<const int> exclude) {
-  std::vector<int> eligible = eligible_donors(rosters, rank_, fingerprint);
+                                  std::span<const int> exclude, double now) {
+  const double bound = options_.selection.max_staleness_seconds;
+  std::vector<int> eligible = eligible_donors(rosters, rank_, fingerprint, bound, now);
   std::erase_if(eligible, [&](int r) {
     return std::find(exclude.begin(), exclude.end(), r) != exclude.end();
   });
@@ -145,6 +158,10 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       else if (e.fingerprint != fingerprint) reason = "incompatible layout";
       else if (e.status.state == AgentState::rebirth) reason = "mid-rebirth";
       else if (e.status.state == AgentState::left) reason = "left";
+      else if (bound > 0.0 && staleness_seconds(e, now) > bound) {
+        reason = "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
+                 " s > max_staleness_seconds " + std::to_string(bound) + ")";
+      }
       if (!reason.empty()) {
         skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") +
                    std::to_string(e.rank) + " " + reason;

@@ -8,12 +8,20 @@
 
 namespace paramwin {
 
+double staleness_seconds(const RosterEntry& entry, double now) noexcept {
+  return entry.version == 0 ? 0.0 : std::max(0.0, now - entry.publish_time);
+}
+
 std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
-                                 std::uint64_t fingerprint) {
+                                 std::uint64_t fingerprint, double max_staleness_seconds,
+                                 double now) {
   std::vector<int> out;
   for (const RosterEntry& e : rosters) {
     if (e.rank == self || e.version == 0 || e.fingerprint != fingerprint ||
         e.status.state == AgentState::rebirth || e.status.state == AgentState::left) {
+      continue;
+    }
+    if (max_staleness_seconds > 0.0 && staleness_seconds(e, now) > max_staleness_seconds) {
       continue;
     }
     out.push_back(e.rank);

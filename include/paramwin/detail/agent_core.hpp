@@ -98,6 +98,7 @@ class AgentCore {
   std::uint64_t fingerprint_ = 0;
   bool have_fingerprint_ = false;
   bool publish_pending_ = true;  // first step always publishes
+  bool left_ = false;            // leave() was called: step() is refused from then on
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
   std::vector<ConstLayerRef> const_refs_;
