@@ -44,8 +44,12 @@ def clean_name(name):
 def load(paths):
     results, contexts = {}, {}
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            print(f"bench_report: skipping {path}: {e} (an interrupted run?)")
+            continue
         ctx = data.get("context", {})
         np_ = int(ctx.get("mpi_ranks", "0"))
         contexts[np_] = ctx
