@@ -27,7 +27,7 @@ namespace paramwin::detail {
 namespace {
 
 constexpr std::size_t kShmChunkBytes = 32 * 1024;
-constexpr std::size_t kRmaChunkBytes = 512 * 1024;
+constexpr std::size_t kRmaChunkBytes = 4 * 1024 * 1024;  // few round trips: each costs the target a trip through MPI progress
 constexpr unsigned kMaxPinTries = 1U << 20;
 constexpr std::size_t kLine1 = offsetof(HeadWords, version);      // version .. bad_layer
 constexpr std::size_t kLine1Bytes = offsetof(HeadWords, pad1) - kLine1;
