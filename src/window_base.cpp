@@ -43,6 +43,7 @@ const WindowOptions& WindowBase::options() const { return impl().options(); }
 Transport WindowBase::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t WindowBase::version() const { return impl().version(); }
 std::size_t WindowBase::wire_bytes() const { return impl().wire_bytes(); }
+std::uint64_t WindowBase::fingerprint() const { return impl().fingerprint(); }
 
 PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers) {
   return impl().publish(layers);

@@ -72,6 +72,9 @@ class ParameterWindow {
   [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
   /// Number of completed publishes of this rank.
   [[nodiscard]] std::uint64_t version() const { return base_.version(); }
+  /// The fingerprint other agents see in this agent's roster: layout and wire format.
+  /// Donors are compatible when their RosterEntry::fingerprint equals it.
+  [[nodiscard]] std::uint64_t fingerprint() const { return base_.fingerprint(); }
   /// Bytes one snapshot of this rank occupies in wire format.
   [[nodiscard]] std::size_t wire_bytes() const { return base_.wire_bytes(); }
 

@@ -65,6 +65,7 @@ class WindowImpl {
   [[nodiscard]] const WindowOptions& options() const noexcept { return options_; }
   [[nodiscard]] std::uint64_t version() const noexcept { return version_; }
   [[nodiscard]] std::size_t wire_bytes() const noexcept { return slots_.payload_bytes; }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
   [[nodiscard]] Transport transport_for(int rank) const;
 
   PublishResult publish(std::span<const ConstLayerRef> layers);

@@ -39,6 +39,7 @@ class WindowBase {
   [[nodiscard]] Transport transport_for(int rank) const;
   [[nodiscard]] std::uint64_t version() const;
   [[nodiscard]] std::size_t wire_bytes() const;
+  [[nodiscard]] std::uint64_t fingerprint() const;
 
   PublishResult publish_host(std::span<const ConstLayerRef> layers);
   PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
