@@ -1,0 +1,113 @@
+#pragma once
+/// @file agent.hpp
+/// LibTorch adapter, part 2: TorchAgent, a paramwin::Agent driven by a torch::nn::Module and
+/// its optimizer. One call per training step; on a rebirth the module holds the donors' mix
+/// and the optimizer forgets (or is rebuilt for) the replaced parameters.
+
+#include <mpi.h>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "paramwin/agent.hpp"
+#include "paramwin/torch/module.hpp"
+
+namespace paramwin::torch {
+
+/// Builds an optimizer over @p module's parameters (called at construction and on every
+/// rebirth when the agent owns its optimizer).
+using OptimizerBuilder =
+    std::function<std::unique_ptr<::torch::optim::Optimizer>(::torch::nn::Module& module)>;
+
+/// What a TorchAgent does besides the Agent's own options.
+struct TorchAgentOptions {
+  ModuleOptions module{};  ///< which tensors are exchanged, forced staging
+  /// With a borrowed optimizer: on a rebirth, erase the optimizer's per-parameter state
+  /// (Adam moments and step count, SGD momentum buffers, ...) of every replaced parameter,
+  /// so that it restarts as for fresh parameters. Off: the state is kept.
+  bool reset_optimizer_state = true;
+  /// On a rebirth, drop the replaced parameters' gradients (they belong to the parameters
+  /// that died).
+  bool clear_gradients = true;
+};
+
+/// One member of a population training a LibTorch module. Owns a paramwin::Agent (and its
+/// window) whose layout is layout_of(module, options.module). Keeps a reference to the
+/// module: the module must outlive the agent. Move-only; not thread-safe.
+///
+/// With WindowOptions::exposure == Exposure::live the module's exchanged tensors are moved
+/// into the window memory at construction (bind_live) and given their own memory back when
+/// the agent is destroyed or closed.
+class TorchAgent {
+ public:
+  /// Borrows @p optimizer (which must outlive the agent); on a rebirth its state for the
+  /// replaced parameters is reset per TorchAgentOptions::reset_optimizer_state.
+  /// @note Collective over @p comm.
+  TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, ::torch::optim::Optimizer& optimizer,
+             AgentOptions agent_options = {}, TorchAgentOptions options = {},
+             const WindowOptions& window_options = {});
+
+  /// Owns its optimizer: @p builder makes it now and makes a fresh one on every rebirth.
+  /// Call optimizer() each step (a rebirth replaces the object).
+  /// @note Collective over @p comm.
+  TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuilder builder,
+             AgentOptions agent_options = {}, TorchAgentOptions options = {},
+             const WindowOptions& window_options = {});
+
+  TorchAgent(const TorchAgent&) = delete;
+  TorchAgent& operator=(const TorchAgent&) = delete;
+  /// Moves the agent; the source is left empty.
+  TorchAgent(TorchAgent&&) noexcept;
+  /// Frees this agent (collectively) and takes over @p other's.
+  TorchAgent& operator=(TorchAgent&&) noexcept;
+  /// Unbinds a live module, frees the window; never throws.
+  /// @note Collective over the window's communicator.
+  ~TorchAgent();
+
+  /// One training step (Agent::step with the module's tensors): reports @p metric, may die
+  /// and be reborn into the module, publishes per the cadence. Call it after the
+  /// optimizer's step, with the metric of the parameters as they are now. On a rebirth, in
+  /// this order: the module holds the mix; gradients cleared; optimizer state reset or a
+  /// new optimizer built; AgentOptions::on_rebirth called; the result republished.
+  StepEvent step(std::int64_t iteration, double metric);
+
+  /// Publishes the module's tensors now, outside the cadence (e.g. before the first step).
+  PublishResult publish();
+
+  /// The optimizer in force (the borrowed one, or the latest one the builder made).
+  [[nodiscard]] ::torch::optim::Optimizer& optimizer();
+  /// The module the agent trains.
+  [[nodiscard]] ::torch::nn::Module& module();
+  /// The underlying agent (policy, stats, window).
+  [[nodiscard]] Agent<>& agent();
+  /// @copydoc agent()
+  [[nodiscard]] const Agent<>& agent() const;
+  /// Tensors of the module that are not exchanged, with the reason.
+  [[nodiscard]] const std::vector<std::string>& skipped() const;
+  /// Optimizers built so far (1 + rebuilds; 0 for a borrowed optimizer).
+  [[nodiscard]] std::uint64_t optimizers_built() const;
+  /// Optimizer state entries erased by rebirths so far.
+  [[nodiscard]] std::uint64_t optimizer_states_reset() const;
+
+  /// Unbinds a live module and frees the window, reporting errors as exceptions.
+  /// @note Collective over the window's communicator.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Erases @p optimizer's per-parameter state for each of @p params (matched by tensor
+/// identity); returns how many entries were erased. The optimizer re-initialises it lazily on
+/// its next step (Adam: zero moments, step 0).
+std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
+                                  const std::vector<::torch::Tensor>& params);
+
+}  // namespace paramwin::torch

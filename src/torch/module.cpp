@@ -1,0 +1,266 @@
+// LibTorch adapter: module tensors <-> paramwin layers (layout, publish, adopt, live binding).
+#include "paramwin/torch/module.hpp"
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paramwin/error.hpp"
+
+namespace paramwin::torch {
+namespace {
+
+std::string shape_text(std::span<const std::size_t> shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i != 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::vector<std::size_t> shape_of(const ::torch::Tensor& t) {
+  std::vector<std::size_t> shape;
+  shape.reserve(static_cast<std::size_t>(t.dim()));
+  for (const std::int64_t d : t.sizes()) shape.push_back(static_cast<std::size_t>(d));
+  return shape;
+}
+
+std::string kind_of(bool buffer) { return buffer ? "buffer" : "parameter"; }
+
+bool is_exchangeable_type(::torch::ScalarType type) {
+  return type == ::torch::kFloat || type == ::torch::kDouble || type == ::torch::kBFloat16 ||
+         type == ::torch::kHalf;
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  throw InvalidArgument("paramwin::torch: " + message);
+}
+
+/// Device tensors, or every tensor when forced, go through a host copy.
+bool needs_staging(const ::torch::Tensor& t, const ModuleOptions& options) {
+  return options.stage_through_host || !t.device().is_cpu();
+}
+
+/// The window memory of layer @p i of a live window.
+void* live_memory(ParameterWindow<>& window, std::size_t i) {
+  const LayerSpec& spec = window.layout()[i];
+  switch (spec.dtype) {
+    case DType::float32: return window.live_span<float>(spec.name).data();
+    case DType::float64: return window.live_span<double>(spec.name).data();
+    case DType::bfloat16: return window.live_span<bfloat16>(spec.name).data();
+    case DType::float16: return window.live_span<float16>(spec.name).data();
+  }
+  fail("layer " + spec.describe() + ": unknown dtype");
+}
+
+/// Collects and checks @p module against @p window's layout.
+ModuleTensors checked(const ParameterWindow<>& window, const ::torch::nn::Module& module,
+                      const ModuleOptions& options) {
+  ModuleTensors mt = collect(module, options);
+  check_against(mt, window.layout());
+  return mt;
+}
+
+void bump_versions(const ModuleTensors& mt) {
+  for (const ::torch::Tensor& t : mt.tensors) t.unsafeGetTensorImpl()->bump_version();
+}
+
+}  // namespace
+
+DType dtype_of(::torch::ScalarType type, const std::string& what) {
+  switch (type) {
+    case ::torch::kFloat: return DType::float32;
+    case ::torch::kDouble: return DType::float64;
+    case ::torch::kBFloat16: return DType::bfloat16;
+    case ::torch::kHalf: return DType::float16;
+    default: break;
+  }
+  fail(what + " has dtype " + std::string(c10::toString(type)) +
+       ", which paramwin cannot exchange (supported: float32, float64, bfloat16, float16)");
+}
+
+ModuleTensors collect(const ::torch::nn::Module& module, const ModuleOptions& options) {
+  ModuleTensors mt;
+  auto take = [&](const std::string& name, const ::torch::Tensor& t, bool buffer) {
+    const std::string what = kind_of(buffer) + " '" + name + "'";
+    if (!t.defined()) {
+      mt.skipped.push_back(name + ": undefined " + kind_of(buffer) + ", not exchanged");
+      return;
+    }
+    if (buffer && !is_exchangeable_type(t.scalar_type())) {
+      // Counters such as batch norm's num_batches_tracked: not averageable, stay local.
+      mt.skipped.push_back(name + ": " + std::string(c10::toString(t.scalar_type())) +
+                           " buffer, not exchanged (not float32/float64/bfloat16/float16)");
+      return;
+    }
+    if (t.layout() != ::torch::kStrided) {
+      fail(what + " is not a dense (strided) tensor; paramwin exchanges dense tensors only");
+    }
+    const DType dtype = dtype_of(t.scalar_type(), what);
+    mt.layout.add(name, shape_of(t), dtype);  // throws on a duplicate name
+    mt.names.push_back(name);
+    mt.tensors.push_back(t);
+    mt.is_buffer.push_back(buffer);
+  };
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    take(item.key(), item.value(), false);
+  }
+  if (options.buffers) {
+    for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+      take(item.key(), item.value(), true);
+    }
+  }
+  return mt;
+}
+
+Layout layout_of(const ::torch::nn::Module& module, const ModuleOptions& options) {
+  return collect(module, options).layout;
+}
+
+void check_against(const ModuleTensors& mt, const Layout& window_layout) {
+  const std::size_t n = mt.tensors.size();
+  for (std::size_t i = 0; i < n && i < window_layout.size(); ++i) {
+    const LayerSpec& want = window_layout[i];
+    const LayerSpec& have = mt.layout[i];
+    const std::string what = kind_of(mt.is_buffer[i]) + " '" + have.name + "'";
+    if (have.name != want.name) {
+      fail("the module's tensor #" + std::to_string(i) + " is " + what + " but the window's " +
+           "layer #" + std::to_string(i) + " is '" + want.name +
+           "' (the module's parameters changed since the window was created)");
+    }
+    if (have.shape != want.shape) {
+      fail(what + " has shape " + shape_text(have.shape) + " but the window was created with " +
+           shape_text(want.shape) + " (the module changed since; create a new window)");
+    }
+    if (have.dtype != want.dtype) {
+      fail(what + " has dtype " + std::string(dtype_name(have.dtype)) +
+           " but the window was created with " + std::string(dtype_name(want.dtype)));
+    }
+    if (!mt.tensors[i].is_contiguous()) {
+      std::ostringstream strides;
+      strides << mt.tensors[i].strides();
+      fail(what + " is not contiguous (shape " + shape_text(have.shape) + ", strides " +
+           strides.str() + "); make it contiguous (param.set_data(param.contiguous())) first");
+    }
+  }
+  if (n != window_layout.size()) {
+    fail("the module has " + std::to_string(n) + " exchanged tensors but the window was " +
+         "created with " + std::to_string(window_layout.size()) + " layers (" +
+         (n > window_layout.size() ? "new: '" + mt.names[window_layout.size()] + "'"
+                                   : "missing: '" + window_layout[n].name + "'") +
+         "; the module changed since the window was created)");
+  }
+}
+
+PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& module,
+                      const ModuleOptions& options) {
+  const ModuleTensors mt = checked(window, module, options);
+  if (window.options().exposure == Exposure::live) {
+    for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+      if (mt.tensors[i].data_ptr() != live_memory(window, i)) {
+        fail(kind_of(mt.is_buffer[i]) + " '" + mt.names[i] +
+             "' does not live in the window (call bind_live() after creating a live window, "
+             "and do not replace the tensor's data afterwards)");
+      }
+    }
+    return window.publish();
+  }
+  std::vector<::torch::Tensor> staged;  // keeps host copies alive through the publish
+  std::vector<ConstLayerRef> refs;
+  refs.reserve(mt.tensors.size());
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    const ::torch::Tensor& t = mt.tensors[i];
+    const LayerSpec& spec = mt.layout[i];
+    if (needs_staging(t, options)) {
+      staged.push_back(t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      refs.emplace_back(spec.name, staged.back().data_ptr(), spec.count, spec.dtype);
+    } else {
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
+    }
+  }
+  return window.publish(refs);
+}
+
+PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
+                 ::torch::nn::Module& module, const PullOptions& pull_options,
+                 const ModuleOptions& options) {
+  const ModuleTensors mt = checked(window, module, options);
+  ::torch::NoGradGuard no_grad;
+  std::vector<::torch::Tensor> staged(mt.tensors.size());
+  std::vector<LayerRef> refs;
+  refs.reserve(mt.tensors.size());
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    const ::torch::Tensor& t = mt.tensors[i];
+    const LayerSpec& spec = mt.layout[i];
+    if (needs_staging(t, options)) {
+      // Current values too: momentum blends with them, and a failed pull leaves them as is.
+      staged[i] = t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      refs.emplace_back(spec.name, staged[i].data_ptr(), spec.count, spec.dtype);
+    } else {
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
+    }
+  }
+  PullResult result = window.pull(donors, refs, pull_options);
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    if (staged[i].defined()) mt.tensors[i].detach().copy_(staged[i]);
+  }
+  bump_versions(mt);
+  return result;
+}
+
+void bind_live(ParameterWindow<>& window, ::torch::nn::Module& module,
+               const ModuleOptions& options) {
+  if (window.options().exposure != Exposure::live) {
+    fail("bind_live needs a window created with WindowOptions::exposure = Exposure::live");
+  }
+  if (options.stage_through_host) {
+    fail("bind_live: a live module cannot be staged through host memory "
+         "(ModuleOptions::stage_through_host is set)");
+  }
+  const ModuleTensors mt = checked(window, module, options);
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    if (!mt.tensors[i].device().is_cpu()) {
+      fail(kind_of(mt.is_buffer[i]) + " '" + mt.names[i] + "' is on " +
+           mt.tensors[i].device().str() + ": live exposure needs CPU tensors (the window "
+           "memory is host memory); use snapshot exposure, which stages device tensors");
+    }
+  }
+  ::torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    const ::torch::Tensor& t = mt.tensors[i];
+    void* memory = live_memory(window, i);
+    if (t.data_ptr() == memory) continue;  // already bound
+    ::torch::Tensor blob = ::torch::from_blob(memory, t.sizes(), t.options());
+    blob.copy_(t);
+    ::torch::Tensor(t).set_data(blob);
+  }
+  bump_versions(mt);
+}
+
+void unbind_live(::torch::nn::Module& module, const ModuleOptions& options) {
+  const ModuleTensors mt = collect(module, options);
+  ::torch::NoGradGuard no_grad;
+  for (const ::torch::Tensor& t : mt.tensors) {
+    ::torch::Tensor(t).set_data(t.detach().clone());
+  }
+}
+
+bool is_bound_live(ParameterWindow<>& window, const ::torch::nn::Module& module,
+                   const ModuleOptions& options) {
+  if (window.options().exposure != Exposure::live) return false;
+  const ModuleTensors mt = collect(module, options);
+  if (mt.layout != window.layout()) return false;
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    if (mt.tensors[i].data_ptr() != live_memory(window, i)) return false;
+  }
+  return true;
+}
+
+}  // namespace paramwin::torch
