@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what paramwin needs from Debian's archive (idempotent), then configures and
 # builds it with MPICH pinned explicitly.
-#   scripts/setup.sh [--build-dir DIR] [--torch] [--sanitize] [--werror] [--no-build]
+#   scripts/setup.sh [--build-dir DIR] [--no-torch] [--sanitize] [--werror] [--no-build]
+# LibTorch (libtorch-dev, ~150 packages, for the paramwin::torch adapter) is installed by
+# default; --no-torch skips it (the adapter is then not built). --torch is accepted as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
-torch=0
+torch=1
 sanitize=0
 werror=0
 do_build=1
@@ -14,6 +16,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --torch) torch=1; shift ;;
+    --no-torch) torch=0; shift ;;
     --sanitize) sanitize=1; shift ;;
     --werror) werror=1; shift ;;
     --no-build) do_build=0; shift ;;
@@ -47,6 +50,7 @@ done
 cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
             -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich
             -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich)
+[ "$torch" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF)
 [ "$sanitize" = 1 ] && cmake_args+=(-DPARAMWIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [ "$werror" = 1 ] && cmake_args+=(-DPARAMWIN_WERROR=ON)
 cmake "${cmake_args[@]}" >/dev/null
