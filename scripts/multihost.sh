@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two emulated hosts on one machine, and MPI programs launched across them.
 #
-#   scripts/multihost.sh run [--ppn N] [--transport-env] -- PROGRAM [ARGS...]
+#   scripts/multihost.sh run [--ppn N] [--timeout S] -- PROGRAM [ARGS...]
 #       builds hosts hostA and hostB, runs `mpiexec -n 2N PROGRAM ARGS` with N ranks per
 #       host (default 2) from hostA, tears the hosts down, exits with mpiexec's status
 #   scripts/multihost.sh check
@@ -40,6 +40,7 @@ ppn=2
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ppn) ppn=$2; shift 2 ;;
+    --timeout) export MPIEXEC_TIMEOUT=$2; shift 2 ;;  # hydra kills the job after this many s
     --) shift; break ;;
     *) break ;;
   esac
@@ -97,10 +98,12 @@ trap 'exit 129' HUP
 make_host() {  # name ip
   local name=$1 ip=$2
   # setpriv --pdeathsig: the holder dies with this script even on SIGKILL; --kill-child: the
-  # sleeping child goes with it. The holder gets its own hostname and /dev/shm.
+  # sleeping child goes with it. The holder gets its own hostname and /dev/shm, and a sysfs
+  # of its own network namespace (UCX finds its TCP devices in /sys/class/net).
   setpriv --pdeathsig KILL \
     unshare --net --ipc --uts --mount --propagation private --fork --kill-child -- \
     /bin/sh -c "hostname $name && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+                umount -l /sys && mount -t sysfs sysfs /sys &&
                 touch $state/$name.ready && exec sleep infinity" &
   local pid=$!
   disown "$pid"  # no "Killed" job notice at teardown
@@ -152,7 +155,9 @@ case $mode in
     echo "multihost: hostA=10.77.0.1 hostB=10.77.0.2, $ppn ranks per host," \
          "UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES" >&2
     # In the background + wait, so that a signal reaches the trap (and the teardown) at once.
-    in_host hostA env -C "$PWD" "${mpiexec_cmd[@]}" "$@" &
+    # pdeathsig: mpiexec (and through it the job) goes if this script is killed outright.
+    setpriv --pdeathsig KILL nsenter --target "$(<"$state/hostA.pid")" --net --ipc --uts --mount \
+      -- env -C "$PWD" "${mpiexec_cmd[@]}" "$@" &
     rc=0
     wait $! || rc=$?
     exit "$rc"
