@@ -1,0 +1,33 @@
+# Runs torch_population briefly on 4 ranks and checks that it exits 0, records deaths and
+# writes its CSVs.
+#   cmake -DMPIEXEC=... -DNUMPROC_FLAG=-n -DEXE=... -DOUT=dir -P smoke_test.cmake
+file(REMOVE_RECURSE "${OUT}")
+execute_process(
+  COMMAND "${MPIEXEC}" ${NUMPROC_FLAG} 4 "${EXE}"
+          --steps 60 --age 15..25 --report-every 20 --last 10 --hidden 8 --no-plot --out "${OUT}"
+  RESULT_VARIABLE rc
+  OUTPUT_VARIABLE stdout
+  ERROR_VARIABLE stderr)
+message("${stdout}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "torch_population exited with ${rc}:\n${stderr}")
+endif()
+foreach(f losses.csv deaths.csv summary.csv)
+  if(NOT EXISTS "${OUT}/${f}")
+    message(FATAL_ERROR "torch_population did not write ${OUT}/${f}")
+  endif()
+endforeach()
+file(STRINGS "${OUT}/losses.csv" loss_rows)
+list(LENGTH loss_rows n)
+# header + 2 runs x 4 agents x 60 steps
+if(NOT n EQUAL 481)
+  message(FATAL_ERROR "losses.csv has ${n} lines, expected 481")
+endif()
+file(STRINGS "${OUT}/deaths.csv" death_rows)
+list(LENGTH death_rows d)
+if(d LESS 2)
+  message(FATAL_ERROR "deaths.csv records no death in 60 steps with ages 15..25")
+endif()
+if(NOT stdout MATCHES "replacement vs control")
+  message(FATAL_ERROR "no comparison printed")
+endif()

@@ -1,0 +1,506 @@
+// The LibTorch adapter under MPI: layouts from modules (0-dim parameters, buffers, dtypes),
+// bit-exact publish/adopt round trips (direct, adapter-staged, core-staged, live), donor
+// averages landing in the right tensors, optimizer reset and rebuild on rebirth, and clear
+// errors (unsupported dtypes, non-contiguous and reshaped parameters, layouts that differ
+// across ranks).
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "paramwin/torch/agent.hpp"
+#include "paramwin/torch/module.hpp"
+
+namespace pw = paramwin;
+namespace pwt = paramwin::torch;
+using pw::test::world_rank;
+using pw::test::world_size;
+
+namespace {
+
+/// A module with every supported dtype, a 0-dim parameter and batch-norm buffers.
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(std::int64_t hidden = 4) {
+    scale = register_parameter("scale", torch::ones({}));  // 0-dim
+    wide = register_parameter("wide", torch::zeros({2, 3}, torch::kDouble));
+    half = register_parameter("half", torch::zeros({5}, torch::kHalf));
+    brain = register_parameter("brain", torch::zeros({3}, torch::kBFloat16));
+    fc1 = register_module("fc1", torch::nn::Linear(3, hidden));
+    bn = register_module("bn", torch::nn::BatchNorm1d(hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return scale * fc2(torch::tanh(bn(fc1(x))));
+  }
+  torch::Tensor scale, wide, half, brain;
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(Net);
+
+/// A small trainable module: y = scale * fc(x).
+struct TinyImpl : torch::nn::Module {
+  TinyImpl() {
+    fc = register_module("fc", torch::nn::Linear(3, 2));
+    scale = register_parameter("scale", torch::ones({}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return scale * fc(x); }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor scale;
+};
+TORCH_MODULE(Tiny);
+
+/// Fills every exchanged tensor with values drawn from @p seed (the same on every rank).
+void fill_random(torch::nn::Module& m, std::uint64_t seed, const pwt::ModuleOptions& o = {}) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (torch::Tensor& t : pwt::collect(m, o).tensors) {
+    t.copy_(torch::randn(t.sizes(), torch::kDouble).to(t.scalar_type()));
+  }
+}
+
+/// Exact small values: rank * 4 + layer offset + i (exact in every supported dtype).
+void fill_exact(torch::nn::Module& m, int rank, const pwt::ModuleOptions& o = {}) {
+  torch::NoGradGuard no_grad;
+  const pwt::ModuleTensors mt = pwt::collect(m, o);
+  for (std::size_t l = 0; l < mt.tensors.size(); ++l) {
+    torch::Tensor t = mt.tensors[l];
+    const auto base = static_cast<double>(rank * 4 + static_cast<int>(l) * 16);
+    t.copy_((torch::arange(t.numel(), torch::kDouble) + base).reshape(t.sizes()).to(t.scalar_type()));
+  }
+}
+
+/// Byte-wise equality of every exchanged tensor of two modules.
+void expect_bit_equal(torch::nn::Module& a, torch::nn::Module& b, const pwt::ModuleOptions& o = {}) {
+  const pwt::ModuleTensors ta = pwt::collect(a, o);
+  const pwt::ModuleTensors tb = pwt::collect(b, o);
+  ASSERT_EQ(ta.tensors.size(), tb.tensors.size());
+  for (std::size_t i = 0; i < ta.tensors.size(); ++i) {
+    const torch::Tensor x = ta.tensors[i].contiguous();
+    const torch::Tensor y = tb.tensors[i].contiguous();
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << ta.names[i];
+    EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0)
+        << "rank " << world_rank() << ": " << ta.names[i] << " differs";
+  }
+}
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+// --- layouts ------------------------------------------------------------------------------
+
+TEST(TorchLayout, EveryParameterIncludingZeroDimWithDtypes) {
+  Net net;
+  const pwt::ModuleTensors mt = pwt::collect(*net);
+  const pw::Layout& l = mt.layout;
+  ASSERT_EQ(l.size(), 10U);  // scale wide half brain fc1.{w,b} bn.{w,b} fc2.{w,b}
+  const pw::LayerSpec& scale = l[l.index_of("scale")];
+  EXPECT_TRUE(scale.shape.empty());
+  EXPECT_EQ(scale.count, 1U);
+  EXPECT_EQ(scale.dtype, pw::DType::float32);
+  EXPECT_EQ(l[l.index_of("wide")].dtype, pw::DType::float64);
+  EXPECT_EQ(l[l.index_of("half")].dtype, pw::DType::float16);
+  EXPECT_EQ(l[l.index_of("brain")].dtype, pw::DType::bfloat16);
+  EXPECT_EQ(l[l.index_of("fc1.weight")].shape, (std::vector<std::size_t>{4, 3}));
+  EXPECT_FALSE(l.find("bn.running_mean").has_value());  // buffers only on request
+  EXPECT_TRUE(mt.skipped.empty());
+}
+
+TEST(TorchLayout, BuffersOnRequestIntegerBuffersSkippedWithNote) {
+  Net net;
+  const pwt::ModuleTensors mt = pwt::collect(*net, {.buffers = true});
+  EXPECT_EQ(mt.layout.size(), 12U);
+  EXPECT_TRUE(mt.layout.find("bn.running_mean").has_value());
+  EXPECT_TRUE(mt.layout.find("bn.running_var").has_value());
+  EXPECT_FALSE(mt.layout.find("bn.num_batches_tracked").has_value());
+  ASSERT_EQ(mt.skipped.size(), 1U);
+  EXPECT_NE(mt.skipped[0].find("bn.num_batches_tracked"), std::string::npos) << mt.skipped[0];
+  EXPECT_NE(mt.skipped[0].find("Long"), std::string::npos) << mt.skipped[0];
+}
+
+TEST(TorchLayout, UnsupportedDtypeNamesParameterAndType) {
+  torch::nn::Module m;
+  m.register_parameter("ok", torch::zeros({2}));
+  m.register_parameter("index", torch::zeros({2}, torch::kLong), /*requires_grad=*/false);
+  const std::string msg = message_of<pw::InvalidArgument>([&] { (void)pwt::layout_of(m); });
+  EXPECT_NE(msg.find("'index'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Long"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("float32, float64, bfloat16, float16"), std::string::npos) << msg;
+
+  torch::nn::Module c;
+  c.register_parameter("z", torch::zeros({2}, torch::kComplexFloat));
+  const std::string cmsg = message_of<pw::InvalidArgument>([&] { (void)pwt::layout_of(c); });
+  EXPECT_NE(cmsg.find("'z'"), std::string::npos) << cmsg;
+}
+
+// --- round trips --------------------------------------------------------------------------
+
+struct RoundTripCase {
+  const char* name;
+  pwt::ModuleOptions module;
+  pw::WindowOptions window;
+};
+
+/// Each rank publishes random values (its own seed); rank r adopts rank r+1's: bit-exact.
+void round_trip(const RoundTripCase& c) {
+  const int n = world_size();
+  const int rank = world_rank();
+  Net mine;
+  fill_random(*mine, 100 + static_cast<std::uint64_t>(rank), c.module);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*mine, c.module), c.window);
+  const pw::PublishResult pr = pwt::publish(win, *mine, c.module);
+  EXPECT_TRUE(pr.published);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  const int donor = (rank + 1) % n;
+  Net adopted;
+  fill_random(*adopted, 999, c.module);
+  const std::vector<int> donors{donor};
+  const pw::PullResult res = pwt::adopt(win, donors, *adopted, {}, c.module);
+  ASSERT_EQ(res.donors.size(), 1U);
+  EXPECT_EQ(res.donors[0].version, 1U);
+
+  Net expected;
+  fill_random(*expected, 100 + static_cast<std::uint64_t>(donor), c.module);
+  expect_bit_equal(*adopted, *expected, c.module);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchRoundTrip, SnapshotBitExact) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  round_trip({"direct", {}, {}});
+}
+
+TEST(TorchRoundTrip, SnapshotWithBuffersOverRma) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::WindowOptions w;
+  w.transport = pw::Transport::rma;
+  round_trip({"buffers+rma", {.buffers = true}, w});
+}
+
+TEST(TorchRoundTrip, AdapterStagingThroughHost) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  round_trip({"adapter staging", {.stage_through_host = true}, {}});
+}
+
+TEST(TorchRoundTrip, CoreStagingThroughHost) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::WindowOptions w;
+  w.stage_through_host = true;
+  round_trip({"core staging", {}, w});
+}
+
+TEST(TorchRoundTrip, LiveModuleInWindowMemory) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = world_size();
+  const int rank = world_rank();
+  Net mine;
+  fill_random(*mine, 100 + static_cast<std::uint64_t>(rank));
+  pw::WindowOptions w;
+  w.exposure = pw::Exposure::live;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*mine), w);
+  torch::Tensor weight = mine->fc1->weight;  // the same tensor object before and after
+  pwt::bind_live(win, *mine);
+  EXPECT_TRUE(pwt::is_bound_live(win, *mine));
+  EXPECT_EQ(mine->fc1->weight.data_ptr(),
+            static_cast<void*>(win.live_span<float>("fc1.weight").data()));
+  EXPECT_TRUE(weight.is_same(mine->fc1->weight));
+  {
+    // Training updates the window directly: an in-place optimizer-style update.
+    torch::NoGradGuard no_grad;
+    mine->fc1->weight.add_(1.0);
+  }
+  EXPECT_EQ(win.live_span<float>("fc1.weight")[0], mine->fc1->weight.view(-1)[0].item<float>());
+  (void)pwt::publish(win, *mine);  // only advances the version
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  const int donor = (rank + 1) % n;
+  Net adopted;
+  const std::vector<int> donors{donor};
+  (void)pwt::adopt(win, donors, *adopted);
+  Net expected;
+  fill_random(*expected, 100 + static_cast<std::uint64_t>(donor));
+  {
+    torch::NoGradGuard no_grad;
+    expected->fc1->weight.add_(1.0);
+  }
+  expect_bit_equal(*adopted, *expected);
+  MPI_Barrier(MPI_COMM_WORLD);  // nobody reads this window any more
+
+  // A parameter replaced after binding is refused; unbinding gives the module its own memory.
+  Net other;
+  EXPECT_THROW((void)pwt::publish(win, *other), pw::InvalidArgument);
+  pwt::unbind_live(*mine);
+  EXPECT_FALSE(pwt::is_bound_live(win, *mine));
+  EXPECT_NE(mine->fc1->weight.data_ptr(),
+            static_cast<void*>(win.live_span<float>("fc1.weight").data()));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchRoundTrip, FailedAdoptLeavesModuleUnchanged) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny mine;
+  fill_random(*mine, 5);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*mine));
+  Tiny before;
+  fill_random(*before, 5);
+  // Nobody published: the pull fails after the adapter built its references.
+  const std::vector<int> donors{(world_rank() + 1) % world_size()};
+  EXPECT_THROW((void)pwt::adopt(win, donors, *mine), pw::Error);
+  EXPECT_THROW((void)pwt::adopt(win, donors, *mine, {}, {.stage_through_host = true}), pw::Error);
+  expect_bit_equal(*mine, *before);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// --- donor averages -----------------------------------------------------------------------
+
+TEST(TorchAverage, MeanOfDonorsLandsInTheRightTensors) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = world_size();
+  const int rank = world_rank();
+  const pwt::ModuleOptions mo{.buffers = true};
+  Net net;
+  fill_exact(*net, rank, mo);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*net, mo));
+  (void)pwt::publish(win, *net, mo);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::vector<int> donors;
+    double mean_rank = 0.0;
+    for (int r = 1; r < n; ++r) {
+      donors.push_back(r);
+      mean_rank += r;
+    }
+    mean_rank /= static_cast<double>(n - 1);  // 1 (2 ranks) or 2 (4 ranks): exact
+    (void)pwt::adopt(win, donors, *net, {}, mo);
+    const pwt::ModuleTensors mt = pwt::collect(*net, mo);
+    for (std::size_t l = 0; l < mt.tensors.size(); ++l) {
+      const torch::Tensor got = mt.tensors[l].to(torch::kDouble).reshape({-1});
+      for (std::int64_t i = 0; i < got.numel(); ++i) {
+        const double want = mean_rank * 4 + static_cast<double>(l) * 16 + static_cast<double>(i);
+        EXPECT_EQ(got[i].item<double>(), want) << mt.names[l] << "[" << i << "]";
+      }
+    }
+    // The 0-dim parameter, explicitly: layer index of "scale" is 0.
+    EXPECT_EQ(net->scale.dim(), 0);
+    EXPECT_EQ(net->scale.item<float>(), static_cast<float>(mean_rank * 4));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// --- optimizer on rebirth ------------------------------------------------------------------
+
+/// Trains @p model on a fixed batch for one step with @p opt; returns the loss.
+double train_step(Tiny& model, torch::optim::Optimizer& opt) {
+  torch::manual_seed(7);
+  const torch::Tensor x = torch::randn({8, 3});
+  const torch::Tensor y = torch::randn({8, 2});
+  opt.zero_grad();
+  torch::Tensor loss = torch::mse_loss(model->forward(x), y);
+  loss.backward();
+  opt.step();
+  return loss.item<double>();
+}
+
+pw::AgentOptions rank0_dies_at(std::int64_t age) {
+  pw::AgentOptions o;
+  const bool dies = world_rank() == 0;
+  o.triggers.age = {.enabled = true, .lo = dies ? age : 100000, .hi = dies ? age : 100000};
+  o.selection.k = 1;
+  return o;
+}
+
+TEST(TorchAgent, RebirthResetsBorrowedAdamState) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  fill_random(*model, 40 + static_cast<std::uint64_t>(world_rank()));
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  int callbacks = 0;
+  pw::AgentOptions ao = rank0_dies_at(3);
+  ao.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
+    ++callbacks;
+    EXPECT_TRUE(adam.state().empty());  // reset before the user's callback
+  };
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, std::move(ao));
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  bool died = false;
+  for (int step = 0; step < 5; ++step) {
+    const double loss = train_step(model, adam);
+    EXPECT_EQ(adam.state().size(), 3U);  // fc.weight, fc.bias, scale
+    const pw::StepEvent ev = agent.step(step, loss);
+    if (ev.died) {
+      died = true;
+      EXPECT_TRUE(adam.state().empty()) << "Adam moments of the replaced parameters remain";
+      EXPECT_FALSE(model->fc->weight.grad().defined());
+      EXPECT_EQ(agent.optimizer_states_reset(), 3U);
+    }
+  }
+  EXPECT_EQ(died, world_rank() == 0);
+  EXPECT_EQ(callbacks, world_rank() == 0 ? 1 : 0);
+  if (world_rank() == 0) {
+    // Adam restarted from step 0 for every parameter after the rebirth (steps 3 and 4).
+    const auto key = c10::guts::to_string(model->fc->weight.unsafeGetTensorImpl());
+    ASSERT_EQ(adam.state().count(key), 1U);
+    EXPECT_EQ(static_cast<torch::optim::AdamParamState&>(*adam.state().at(key)).step(), 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchAgent, RebirthRebuildsOwnedOptimizerWithBuilder) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  fill_random(*model, 50 + static_cast<std::uint64_t>(world_rank()));
+  pwt::OptimizerBuilder build = [](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::Adam>(m.parameters(), torch::optim::AdamOptions(0.01));
+  };
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, build, rank0_dies_at(2));
+  EXPECT_EQ(agent.optimizers_built(), 1U);
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int step = 0; step < 4; ++step) {
+    torch::optim::Optimizer* before = &agent.optimizer();
+    const double loss = train_step(model, agent.optimizer());
+    const pw::StepEvent ev = agent.step(step, loss);
+    if (ev.died) {
+      EXPECT_NE(&agent.optimizer(), before);
+      EXPECT_TRUE(agent.optimizer().state().empty());
+      // The new optimizer holds the module's (same) parameter tensors.
+      EXPECT_TRUE(agent.optimizer().param_groups()[0].params()[0].is_same(model->parameters()[0]));
+    }
+  }
+  EXPECT_EQ(agent.optimizers_built(), world_rank() == 0 ? 2U : 1U);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchAgent, RebirthAdoptsDonorMixIntoModule) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  // Live and staged variants: rank 0 (dies at age 1, before any training) ends up with
+  // exactly the parameters its donor published.
+  for (int variant = 0; variant < 2; ++variant) {
+    Tiny model;
+    fill_exact(*model, world_rank());
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+    pw::WindowOptions w;
+    pwt::TorchAgentOptions to;
+    if (variant == 0) w.exposure = pw::Exposure::live;
+    if (variant == 1) to.module.stage_through_host = true;
+    pw::AgentOptions ao = rank0_dies_at(1);
+    ao.publish.every = 1;
+    {
+      pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao), to, w);
+      (void)agent.publish();
+      MPI_Barrier(MPI_COMM_WORLD);
+      const pw::StepEvent ev = agent.step(0, 1.0);
+      if (world_rank() == 0) {
+        ASSERT_TRUE(ev.died) << "variant " << variant << ": " << ev.note;
+        ASSERT_EQ(ev.donors.size(), 1U);
+        Tiny expected;
+        fill_exact(*expected, ev.donors[0].rank);
+        expect_bit_equal(*model, *expected);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    // After the agent is gone the (formerly live) module still owns valid memory.
+    EXPECT_EQ(model->scale.dim(), 0);
+    EXPECT_TRUE(std::isfinite(model->scale.item<float>()));
+  }
+}
+
+// --- errors -------------------------------------------------------------------------------
+
+TEST(TorchErrors, ReshapedParameterAfterWindowCreation) {
+  Tiny model;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*model));
+  {
+    torch::NoGradGuard no_grad;
+    model->fc->weight.set_data(torch::zeros({5, 3}));
+  }
+  const std::string msg =
+      message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
+  EXPECT_NE(msg.find("'fc.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[5, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  const std::vector<int> donors{(world_rank() + 1) % world_size()};
+  EXPECT_THROW((void)pwt::adopt(win, donors, *model), pw::InvalidArgument);
+
+  // An added parameter is named too.
+  Tiny grown;
+  grown->register_parameter("extra", torch::zeros({2}));
+  const std::string gmsg =
+      message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *grown); });
+  EXPECT_NE(gmsg.find("'extra'"), std::string::npos) << gmsg;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchErrors, NonContiguousParameter) {
+  Tiny model;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*model));
+  {
+    torch::NoGradGuard no_grad;
+    model->fc->weight.set_data(torch::zeros({3, 2}).t());  // shape [2, 3], strides [1, 2]
+  }
+  const std::string msg =
+      message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
+  EXPECT_NE(msg.find("'fc.weight' is not contiguous"), std::string::npos) << msg;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchErrors, LayoutMismatchAcrossRanksThrowsOnEveryRank) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Net net(world_rank() == 1 ? 5 : 4);  // rank 1's hidden layer is wider
+  EXPECT_THROW(pw::ParameterWindow<>(MPI_COMM_WORLD, pwt::layout_of(*net)), pw::LayoutMismatch);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(pwt::TorchAgent(MPI_COMM_WORLD, *net, sgd), pw::LayoutMismatch);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchErrors, LiveNeedsLiveWindow) {
+  Tiny model;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*model));
+  EXPECT_THROW(pwt::bind_live(win, *model), pw::InvalidArgument);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// --- device tensors (needs a CUDA build of LibTorch and a GPU) -----------------------------
+
+TEST(TorchDevice, CudaRoundTripStagesThroughHost) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); the staging path is "
+                    "tested on CPU tensors with ModuleOptions::stage_through_host";
+  }
+  const int rank = world_rank();
+  Net mine;
+  fill_random(*mine, 100 + static_cast<std::uint64_t>(rank));
+  mine->to(torch::kCUDA);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*mine));
+  (void)pwt::publish(win, *mine);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int donor = (rank + 1) % world_size();
+  Net adopted;
+  adopted->to(torch::kCUDA);
+  const std::vector<int> donors{donor};
+  (void)pwt::adopt(win, donors, *adopted);
+  adopted->to(torch::kCPU);
+  Net expected;
+  fill_random(*expected, 100 + static_cast<std::uint64_t>(donor));
+  expect_bit_equal(*adopted, *expected);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
