@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 FILTER = (r"^(one_donor/[a-z_]+/bytes:(4096|65536)|roster/.*|stream/add/n:1M"
-          r"|k_donors/[a-z_]+/k:1/n:1M|publish/[a-z]+(/wire:native)?/n:1M)(/iterations:\d+)?/manual_time$")
+          r"|k_donors/[a-z_]+/k:1/n:1M|publish/[a-z]+(/wire:native)?/n:1M)(/iterations:[0-9]+)?/manual_time$")
 EXPECTED = ["one_donor/memcpy/bytes:4096", "one_donor/get_flush/bytes:4096",
             "one_donor/lock_get_unlock/bytes:4096", "one_donor/pull_shm/bytes:65536",
             "one_donor/pull_rma/bytes:65536", "k_donors/pull_shm/k:1/n:1M",
