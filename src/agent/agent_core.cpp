@@ -23,6 +23,35 @@ std::string expand_rank(std::string path, int rank) {
   return path;
 }
 
+// The window checks the same when it publishes, but only after the step has decided, aged
+// the agent and updated its roster: checked first, a bad call changes nothing.
+void check_params(const Layout& layout, std::span<const LayerRef> params) {
+  const std::string where = "paramwin: Agent::step: ";
+  if (params.size() != layout.size()) {
+    throw InvalidArgument(where + "got " + std::to_string(params.size()) +
+                          " layers, the layout has " + std::to_string(layout.size()));
+  }
+  std::size_t named = 0;
+  for (const LayerRef& r : params) named += r.name().empty() ? 0U : 1U;
+  if (named != 0 && named != params.size()) {
+    throw InvalidArgument(where + "either name every layer or none (" + std::to_string(named) +
+                          " of " + std::to_string(params.size()) + " named)");
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const LayerSpec& spec = named != 0 ? layout[layout.index_of(params[i].name())] : layout[i];
+    if (params[i].count() != spec.count) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects " +
+                            std::to_string(spec.count) + " elements, got " +
+                            std::to_string(params[i].count()));
+    }
+    if (params[i].dtype() != spec.dtype) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects dtype " +
+                            std::string(dtype_name(spec.dtype)) + ", got " +
+                            std::string(dtype_name(params[i].dtype())));
+    }
+  }
+}
+
 double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
   for (const RosterEntry& e : rosters) {
     if (e.rank == rank) return staleness_seconds(e, now);
@@ -216,6 +245,7 @@ StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric
     throw InvalidArgument("paramwin: Agent " + std::to_string(policy_.rank()) +
                           ": step() after leave(): the agent has left the population");
   }
+  check_params(w.layout(), params);
   const auto t0 = Clock::now();
   StepEvent event;
   event.rank = policy_.rank();

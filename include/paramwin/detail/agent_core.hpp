@@ -11,6 +11,7 @@
 
 #include "paramwin/event.hpp"
 #include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
 #include "paramwin/roster.hpp"
@@ -28,6 +29,7 @@ class WindowAccess {
   virtual ~WindowAccess() = default;
 
   [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual const Layout& layout() const = 0;
   [[nodiscard]] virtual std::uint64_t version() const = 0;
   [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
   [[nodiscard]] virtual std::vector<RosterEntry> roster_all() const = 0;
@@ -43,6 +45,7 @@ class WindowAccessOf final : public WindowAccess {
  public:
   explicit WindowAccessOf(Window& window) : w_(window) {}
   [[nodiscard]] int rank() const override { return w_.rank(); }
+  [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
   [[nodiscard]] RosterEntry roster(int rank) const override { return w_.roster(rank); }
   [[nodiscard]] std::vector<RosterEntry> roster_all() const override { return w_.roster_all(); }

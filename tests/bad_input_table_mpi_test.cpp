@@ -1,0 +1,346 @@
+// Bad input, table-driven: every public entry point (Layout, ParameterWindow constructor,
+// publish, pull, roster, live_span, Agent constructor, step, options parsing) with each bad
+// input. Each row names the entry point, the input, the exception type and a fragment of its
+// message; after each row the test checks that nothing changed: the caller's output, this
+// rank's version and roster, and that the window still serves a correct pull.
+// docs/reliability.md lists the rows (keep the two in step).
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+enum class Kind { invalid_argument, donor_error, layout_mismatch, error };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::invalid_argument: return "InvalidArgument";
+    case Kind::donor_error: return "DonorError";
+    case Kind::layout_mismatch: return "LayoutMismatch";
+    case Kind::error: return "Error";
+  }
+  return "?";
+}
+
+struct Row {
+  const char* entry;     ///< public entry point
+  const char* input;     ///< the bad input
+  Kind kind;             ///< exception type expected
+  std::string fragment;  ///< part of the message
+  std::function<void()> call;
+};
+
+/// Runs @p row; returns "" when it threw the expected type with the fragment, else why not.
+std::string run_row(const Row& row) {
+  try {
+    row.call();
+  } catch (const pw::DonorError& e) {
+    if (row.kind != Kind::donor_error) return std::string("DonorError: ") + e.what();
+    return std::string(e.what()).find(row.fragment) == std::string::npos
+               ? std::string("message: ") + e.what()
+               : "";
+  } catch (const pw::InvalidArgument& e) {
+    if (row.kind != Kind::invalid_argument) return std::string("InvalidArgument: ") + e.what();
+    return std::string(e.what()).find(row.fragment) == std::string::npos
+               ? std::string("message: ") + e.what()
+               : "";
+  } catch (const pw::LayoutMismatch& e) {
+    if (row.kind != Kind::layout_mismatch) return std::string("LayoutMismatch: ") + e.what();
+    return std::string(e.what()).find(row.fragment) == std::string::npos
+               ? std::string("message: ") + e.what()
+               : "";
+  } catch (const pw::Error& e) {
+    if (row.kind != Kind::error) return std::string("Error: ") + e.what();
+    return std::string(e.what()).find(row.fragment) == std::string::npos
+               ? std::string("message: ") + e.what()
+               : "";
+  } catch (const std::exception& e) {
+    return std::string("non-paramwin exception: ") + e.what();
+  }
+  return "no exception";
+}
+
+constexpr std::size_t kW = 64;
+
+pw::Layout layout() {
+  pw::Layout l;
+  l.add("w", kW).add("b", {4}, pw::DType::float64);
+  return l;
+}
+
+TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  const int donor = (rank + 1) % n;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout());
+  // A second window whose rank 0 publishes NaN/Inf (the others publish finite data).
+  pw::ParameterWindow<> nanwin(MPI_COMM_WORLD, layout());
+  std::vector<float> w(kW, 7.0F);
+  std::vector<double> b(4, 9.0);
+  (void)win.publish({w, b});
+  std::vector<float> wn(kW, 1.0F);
+  std::vector<double> bn(4, 1.0);
+  if (rank == 0) {
+    wn[3] = static_cast<float>(nan);
+    bn[1] = inf;
+  }
+  (void)nanwin.publish({wn, bn});
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // The caller's output every row must leave untouched.
+  std::vector<float> ow(kW, -3.0F);
+  std::vector<double> ob(4, -4.0);
+  const std::vector<float> ow0 = ow;
+  const std::vector<double> ob0 = ob;
+  std::vector<float> short_w(kW - 1);
+  std::vector<float> b_as_float(4);
+  std::vector<float> wide_w(kW + 1);
+
+  pw::Layout lay;
+  lay.add("x", std::size_t{2});
+  const pw::Layout lay0 = lay;
+
+  const auto roster_before = win.roster(rank);
+  const std::uint64_t version_before = win.version();
+
+  auto bad_options = [&](auto&& edit) {
+    return [&, edit] {
+      pw::AgentOptions o;
+      o.selection.shortfall = pw::Shortfall::clamp;
+      edit(o);
+      pw::Agent<> a(MPI_COMM_WORLD, layout(), o);  // collective: throws on every rank
+    };
+  };
+
+  std::vector<Row> rows = {
+      // Layout
+      {"Layout::add", "empty name", Kind::invalid_argument, "is invalid",
+       [&] { lay.add("", std::size_t{1}); }},
+      {"Layout::add", "duplicate name", Kind::invalid_argument, "duplicate layer name 'x'",
+       [&] { lay.add("x", std::size_t{1}); }},
+      {"Layout::add", "negative count", Kind::invalid_argument, "negative element count",
+       [&] { lay.add("y", -3); }},
+      {"Layout::add", "out-of-range dtype", Kind::invalid_argument, "invalid dtype",
+       [&] { lay.add("y", std::size_t{1}, static_cast<pw::DType>(99)); }},
+      {"Layout::operator[]", "index out of range", Kind::invalid_argument, "out of range",
+       [&] { (void)lay[5]; }},
+      {"Layout::index_of", "unknown name", Kind::invalid_argument, "unknown layer 'nope'",
+       [&] { (void)lay.index_of("nope"); }},
+      {"Layout::deserialize", "malformed text", Kind::invalid_argument, "malformed",
+       [&] { (void)pw::Layout::deserialize("garbage without fields"); }},
+      // ParameterWindow constructor
+      {"ParameterWindow()", "MPI_COMM_NULL", Kind::invalid_argument, "MPI_COMM_NULL",
+       [&] { pw::ParameterWindow<> x(MPI_COMM_NULL, layout()); }},
+      {"ParameterWindow()", "out-of-range transport", Kind::invalid_argument, "out-of-range",
+       [&] {
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, layout(),
+                                 {.transport = static_cast<pw::Transport>(9)});
+       }},
+      {"ParameterWindow()", "progress_interval_us 0", Kind::invalid_argument,
+       "progress_interval_us",
+       [&] {
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, layout(),
+                                 {.progress_thread = true, .progress_interval_us = 0});
+       }},
+      {"ParameterWindow()", "layout differs on rank 0", Kind::layout_mismatch, "",
+       [&] {
+         pw::Layout l = layout();
+         if (rank == 0) l.add("extra", std::size_t{1});
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, l);
+       }},
+      // publish
+      {"publish", "span one element short", Kind::invalid_argument, "expects 64 elements, got 63",
+       [&] { (void)win.publish({short_w, b}); }},
+      {"publish", "span one element long", Kind::invalid_argument, "expects 64 elements, got 65",
+       [&] { (void)win.publish({wide_w, b}); }},
+      {"publish", "float32 for a float64 layer", Kind::invalid_argument,
+       "expects dtype float64, got float32", [&] { (void)win.publish({w, b_as_float}); }},
+      {"publish", "one layer of two", Kind::invalid_argument, "got 1 layers, the layout has 2",
+       [&] { (void)win.publish({w}); }},
+      {"publish", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
+       [&] { (void)win.publish({pw::ConstLayerRef("w", w), pw::ConstLayerRef("bias", b)}); }},
+      {"publish", "no layers on a snapshot window", Kind::invalid_argument, "Exposure::live",
+       [&] { (void)win.publish(); }},
+      // pull
+      {"pull", "output one element short", Kind::invalid_argument, "expects 64 elements, got 63",
+       [&] { (void)win.pull({donor}, {short_w, ob}); }},
+      {"pull", "output dtype mismatch", Kind::invalid_argument, "expects dtype float64",
+       [&] { (void)win.pull({donor}, {ow, b_as_float}); }},
+      {"pull", "layer named twice", Kind::invalid_argument, "given twice",
+       [&] { (void)win.pull({donor}, {pw::LayerRef("w", ow), pw::LayerRef("w", ow)}); }},
+      {"pull", "some layers named", Kind::invalid_argument, "either name every layer or none",
+       [&] { (void)win.pull({donor}, {pw::LayerRef("w", ow), ob}); }},
+      {"pull", "donor rank == size", Kind::invalid_argument, "out of range",
+       [&] { (void)win.pull({n}, {ow, ob}); }},
+      {"pull", "donor rank -1", Kind::invalid_argument, "rank -1 is out of range",
+       [&] { (void)win.pull({-1}, {ow, ob}); }},
+      {"pull", "self as donor", Kind::invalid_argument, "is this rank itself",
+       [&] { (void)win.pull({rank}, {ow, ob}); }},
+      {"pull", "duplicate donor", Kind::invalid_argument, "is listed twice",
+       [&] { (void)win.pull({donor, donor}, {ow, ob}); }},
+      {"pull", "empty donor list", Kind::invalid_argument, "donor list is empty",
+       [&] { (void)win.pull(std::span<const int>(), {ow, ob}); }},
+      {"pull", "weights count != donors", Kind::invalid_argument, "got 2 weights for 1 donors",
+       [&] {
+         (void)win.pull({donor}, {ow, ob},
+                        {.reduction = pw::Reduction::weighted, .weights = {1.0, 2.0}});
+       }},
+      {"pull", "NaN weight", Kind::invalid_argument, "finite and >= 0",
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.reduction = pw::Reduction::weighted, .weights = {nan}});
+       }},
+      {"pull", "weights sum to 0", Kind::invalid_argument, "weights sum to 0",
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.reduction = pw::Reduction::weighted, .weights = {0.0}});
+       }},
+      {"pull", "momentum 1", Kind::invalid_argument, "outside [0, 1)",
+       [&] { (void)win.pull({donor}, {ow, ob}, {.momentum = 1.0}); }},
+      {"pull", "momentum NaN", Kind::invalid_argument, "momentum",
+       [&] { (void)win.pull({donor}, {ow, ob}, {.momentum = nan}); }},
+      {"pull", "negative timeout", Kind::invalid_argument, "timeout_seconds",
+       [&] { (void)win.pull({donor}, {ow, ob}, {.timeout_seconds = -1.0}); }},
+      {"pull", "chunk_bytes 8", Kind::invalid_argument, "chunk_bytes 8",
+       [&] { (void)win.pull({donor}, {ow, ob}, {.chunk_bytes = 8}); }},
+      {"pull", "donor holds NaN/Inf (non_finite = fail)", Kind::donor_error, "donor 0",
+       [&] {
+         if (rank == 0) throw pw::DonorError(0, "donor 0 (self: row not applicable)");
+         (void)nanwin.pull({0}, {ow, ob});
+       }},
+      {"pull", "only donor holds NaN/Inf (skip_donor)", Kind::donor_error,
+       "every donor was left out for non-finite",
+       [&] {
+         if (rank == 0) throw pw::DonorError(0, "every donor was left out for non-finite");
+         (void)nanwin.pull({0}, {ow, ob}, {.non_finite = pw::NonFinitePolicy::skip_donor});
+       }},
+      // roster, set_status, live_span
+      {"roster", "rank == size", Kind::invalid_argument, "out of range",
+       [&] { (void)win.roster(n); }},
+      {"roster", "rank -1", Kind::invalid_argument, "out of range", [&] { (void)win.roster(-1); }},
+      {"set_status", "out-of-range state", Kind::invalid_argument, "out-of-range AgentState",
+       [&] { win.set_status({.state = static_cast<pw::AgentState>(7)}); }},
+      {"live_span", "snapshot window", Kind::invalid_argument, "Exposure::live",
+       [&] { (void)win.live_span<float>("w"); }},
+      {"live_span", "unknown layer", Kind::invalid_argument, "unknown layer 'nope'",
+       [&] { (void)win.live_span<float>("nope"); }},
+      {"live_span", "wrong element type", Kind::invalid_argument, "has another dtype",
+       [&] { (void)win.live_span<double>("w"); }},
+      // Agent constructor (collective validation)
+      {"Agent()", "selection.k = 0", Kind::invalid_argument, "selection.k must be >= 1",
+       bad_options([](pw::AgentOptions& o) { o.selection.k = 0; })},
+      {"Agent()", "age lo > hi", Kind::invalid_argument, "lo 9 > hi 3",
+       bad_options([](pw::AgentOptions& o) { o.triggers.age = {.enabled = true, .lo = 9, .hi = 3}; })},
+      {"Agent()", "worst fraction 1.5", Kind::invalid_argument, "is outside [0, 1]",
+       bad_options([](pw::AgentOptions& o) {
+         o.triggers.worst_fraction = {.enabled = true, .fraction = 1.5, .every = 1};
+       })},
+      {"Agent()", "momentum 1", Kind::invalid_argument, "mixing.momentum",
+       bad_options([](pw::AgentOptions& o) { o.mixing.momentum = 1.0; })},
+      {"Agent()", "weights count != k", Kind::invalid_argument, "mixing.weights has 3 entries",
+       bad_options([](pw::AgentOptions& o) {
+         o.mixing.kind = pw::MixingKind::weighted;
+         o.mixing.weights = {1, 2, 3};
+       })},
+      {"Agent()", "reset without callback", Kind::invalid_argument, "needs a reset callback",
+       bad_options([](pw::AgentOptions& o) { o.mixing.kind = pw::MixingKind::reset; })},
+      {"Agent()", "negative staleness bound", Kind::invalid_argument, "max_staleness_seconds",
+       bad_options([](pw::AgentOptions& o) { o.selection.max_staleness_seconds = -1.0; })},
+      {"Agent()", "no publishing at all", Kind::invalid_argument, "both 0",
+       bad_options([](pw::AgentOptions& o) { o.publish = {.every = 0, .interval_ms = 0.0}; })},
+      {"Agent()", "k > population - 1 (defer)", Kind::invalid_argument, "other agent(s) can donate",
+       bad_options([&](pw::AgentOptions& o) {
+         o.selection.k = n;
+         o.selection.shortfall = pw::Shortfall::defer;
+       })},
+      {"Agent()", "bad options on rank 0 only", Kind::invalid_argument, "",
+       bad_options([&](pw::AgentOptions& o) { o.selection.k = rank == 0 ? 0 : 1; })},
+      // options parsing
+      {"parse_agent_options", "unknown key", Kind::invalid_argument, "unknown option 'kk'",
+       [&] { (void)pw::parse_agent_options("kk=2"); }},
+      {"parse_agent_options", "malformed integer", Kind::invalid_argument, "is not an integer",
+       [&] { (void)pw::parse_agent_options("k=two"); }},
+      {"parse_agent_options", "malformed number", Kind::invalid_argument, "is not a number",
+       [&] { (void)pw::parse_agent_options("momentum=0.x"); }},
+      {"parse_agent_options", "unknown selection", Kind::invalid_argument, "",
+       [&] { (void)pw::parse_agent_options("selection=best_ever"); }},
+      {"parse_agent_options", "malformed age range", Kind::invalid_argument, "a range",
+       [&] { (void)pw::parse_agent_options("age=50-150"); }},
+      {"parse_agent_options", "invalid result (k=0)", Kind::invalid_argument, "selection.k",
+       [&] { pw::validate(pw::parse_agent_options("k=0"), 4); }},
+  };
+
+  int rows_checked = 0;
+  for (const Row& row : rows) {
+    const std::string why = run_row(row);
+    EXPECT_EQ(why, "") << row.entry << " / " << row.input << ": expected " << kind_name(row.kind)
+                       << " containing '" << row.fragment << "'";
+    // Nothing changed.
+    EXPECT_EQ(ow, ow0) << row.entry << " / " << row.input << " touched the output";
+    EXPECT_EQ(ob, ob0) << row.entry << " / " << row.input << " touched the output";
+    EXPECT_EQ(win.version(), version_before) << row.entry << " / " << row.input;
+    const pw::RosterEntry r = win.roster(rank);
+    EXPECT_EQ(r.version, roster_before.version) << row.entry << " / " << row.input;
+    EXPECT_EQ(r.status_updates, roster_before.status_updates) << row.entry << " / " << row.input;
+    EXPECT_TRUE(lay == lay0) << row.entry << " / " << row.input << " changed the layout";
+    ++rows_checked;
+  }
+
+  // Agent::step with bad parameters: refused before anything happens.
+  {
+    pw::AgentOptions o;
+    o.selection.shortfall = pw::Shortfall::clamp;
+    pw::Agent<> agent(MPI_COMM_WORLD, layout(), o);
+    std::vector<float> aw(kW, 1.0F);
+    std::vector<double> ab(4, 1.0);
+    const std::vector<Row> step_rows = {
+        {"Agent::step", "span one element short", Kind::invalid_argument,
+         "expects 64 elements, got 63", [&] { (void)agent.step(0, 1.0, {short_w, ab}); }},
+        {"Agent::step", "dtype mismatch", Kind::invalid_argument, "expects dtype float64",
+         [&] { (void)agent.step(0, 1.0, {aw, b_as_float}); }},
+        {"Agent::step", "one layer of two", Kind::invalid_argument, "got 1 layers",
+         [&] { (void)agent.step(0, 1.0, {aw}); }},
+        {"Agent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
+         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)}); }},
+    };
+    const pw::RosterEntry before = agent.window().roster(rank);
+    for (const Row& row : step_rows) {
+      EXPECT_EQ(run_row(row), "") << row.entry << " / " << row.input;
+      EXPECT_EQ(agent.steps(), 0) << row.input;
+      EXPECT_EQ(agent.age(), 0) << row.input;
+      EXPECT_EQ(agent.window().version(), 0U) << row.input;
+      EXPECT_EQ(agent.window().roster(rank).status_updates, before.status_updates) << row.input;
+      ++rows_checked;
+    }
+    EXPECT_EQ(agent.step(0, 1.0, {aw, ab}).step, 1);  // and it still works
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  // The window still serves an exact pull after all of that.
+  std::vector<float> gw(kW);
+  std::vector<double> gb(4);
+  const pw::PullResult r = win.pull({donor}, {gw, gb});
+  EXPECT_EQ(r.donors[0].version, 1U);
+  EXPECT_EQ(gw, w);
+  EXPECT_EQ(gb, b);
+  if (rank == 0) {
+    std::printf("[ table   ] %d bad inputs tried, each with its error and no state change\n",
+                rows_checked);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
