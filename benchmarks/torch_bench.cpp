@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,7 @@ struct ModelImpl : ::torch::nn::Module {
     register_parameter("scale", ::torch::ones({}));
   }
 };
-TORCH_MODULE(Model);
+
 
 /// The same volume as spans: kLayers vectors and a one-element vector.
 struct SpanModel {
@@ -71,7 +72,7 @@ struct SpanModel {
 enum class Path { span, torch };
 
 void bm_publish(benchmark::State& state, std::size_t n, Path path) {
-  Model model(n);
+  auto model = std::make_shared<ModelImpl>(n);
   SpanModel spans(n);
   ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*model));
   auto publish_once = [&] {
@@ -95,7 +96,7 @@ void bm_publish(benchmark::State& state, std::size_t n, Path path) {
 }
 
 void bm_pull(benchmark::State& state, std::size_t n, Path path) {
-  Model model(n);
+  auto model = std::make_shared<ModelImpl>(n);
   SpanModel spans(n);
   ParameterWindow<> win(MPI_COMM_WORLD, pwt::layout_of(*model));
   if (path == Path::torch) {
