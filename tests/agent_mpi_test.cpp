@@ -499,7 +499,13 @@ TEST(AgentEndToEnd, DeathsAtDrawnAgesRebornFromExactDonorAverages) {
     }
   }
   EXPECT_EQ(deaths, reborn.size());
-  EXPECT_GE(deaths, 4U);  // 30 steps with ages 3..6
+  // 30 steps with ages 3..6: every finished life took at most 6 steps plus its deferred steps
+  // (a death is deferred while the only donors are mid-rebirth themselves, frequent with 2
+  // ranks on a loaded machine), and the unfinished last one at most 5 plus its deferrals.
+  std::size_t deferred_steps = 0;
+  for (const pw::StepEvent& ev : events) deferred_steps += ev.deferred ? 1U : 0U;
+  EXPECT_GE(6 * deaths + deferred_steps + 5, static_cast<std::size_t>(kSteps));
+  EXPECT_GE(deaths, 1U);
 
   // The event log holds exactly one line per death, equal to the event returned.
   std::string path = log_path;
