@@ -311,6 +311,9 @@ def main():
       "script. Tables give the **median** of the repetitions with (min – max). GB/s = 1e9 B/s. "
       "A short smoke run of the same binary is part of the CTest suite "
       "(`paramwin_bench.smoke.np2`).\n")
+    w("Measured separately (their own programs and pages): the LibTorch adapter against the "
+      "span path, [benchmarks-torch.md](benchmarks-torch.md); pulls and rebirths across two "
+      "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)
