@@ -28,5 +28,8 @@ ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
 # they dlopen and unload again at MPI_Finalize; LeakSanitizer then reports ~1 KB per process
 # from "<unknown module>" frames, which no suppression can name (a suppression matches a
 # function, file or module name). Memory errors (overflows, use-after-free) are still fatal.
+# torn_snapshot_mpi_test.np4 is left out too: its RMA cases run more than 10 minutes under ASan
+# on 2 oversubscribed cores (their 4 ranks busy-poll); its 1- and 2-rank runs stay in, and
+# soak_mpi_test.np4 covers 4 ranks publishing and pulling on both transports under ASan.
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}" \
-  ctest --output-on-failure --timeout 900 -LE "$mpi_labels_out" "$@"
+  ctest --output-on-failure --timeout 900 -LE "$mpi_labels_out" -E '^torn_snapshot_mpi_test\.np4$' "$@"
