@@ -414,44 +414,45 @@ class PullEngine {
         }
         d.shm->shm_pins[v & 1U].fetch_sub(1, std::memory_order_seq_cst);
       } else {
+        // Over RMA a pin cannot be raced against the version read: every round trip waits
+        // for the donor's next trip through MPI, and a donor that publishes faster than
+        // that would make a version-then-pin loop fail forever. So pin both slots first
+        // (the owner then skips every publish), then read the version: the slot it names
+        // cannot be rewritten until the pins are released. Two round trips, no retry.
+        // Marked pinned before the increment: if it is abandoned at the deadline, the release
+        // is issued too, and MPI applies accumulates to one location in order.
+        d.pinned = true;
+        rma_pin_add(d.rank, 1, true);
         HeadWords* head = arena_->make<HeadWords>(1);
-        std::uint64_t* b = arena_->make<std::uint64_t>(1);
         {
           RmaBatch batch = this->batch();
           batch.get(&head->version, kLine1Bytes, d.rank, kLine1);
           batch.wait();
         }
-        const std::uint64_t v = head->version;
-        rma_pin_add(d.rank, v, 1);
-        d.version = v;
-        d.pinned = true;  // from here on the pin is released on every path
-        {
-          // Issued after the pin completed: MPI does not order two operations otherwise.
-          RmaBatch batch = this->batch();
-          batch.get(b, 8, d.rank, kBegunOffset);
-          batch.wait();
-        }
-        if (*b <= v + 1) {
-          // bad_layer was read before the pin, but no publish to this slot had begun by the
-          // time begun was read after it, so the record belongs to version v.
-          d.bad_layer = head->bad_layer[v & 1U];
-          d.ever_pinned = true;
-          return;
-        }
-        unpin(d);
+        d.version = head->version;
+        d.bad_layer = head->bad_layer[d.version & 1U];
+        d.ever_pinned = true;
+        return;
       }
     }
     throw DonorError(d.rank, "paramwin: pull: could not pin a snapshot of donor " +
                                  std::to_string(d.rank) + " (it publishes too fast)");
   }
 
-  /// Adds @p delta to the RMA pin of @p version's slot at @p rank and waits (deadline).
-  void rma_pin_add(int rank, std::uint64_t version, std::int64_t delta) {
-    auto* in = arena_->make<std::int64_t>(2);
+  /// Adds @p delta to the RMA pins of both slots at @p rank; waits (deadline) or, when
+  /// @p wait is false, leaves the operations to complete in the background.
+  void rma_pin_add(int rank, std::int64_t delta, bool wait) {
+    auto* in = arena_->make<std::int64_t>(4);
     in[0] = delta;
+    in[2] = delta;
     RmaBatch batch = this->batch();
-    batch.fetch_add(&in[0], &in[1], rank, kRmaPinsOffset + (version & 1U) * 8);
-    batch.wait();
+    batch.fetch_add(&in[0], &in[1], rank, kRmaPinsOffset);
+    batch.fetch_add(&in[2], &in[3], rank, kRmaPinsOffset + 8);
+    if (wait) {
+      batch.wait();
+    } else {
+      batch.abandon();
+    }
   }
 
   void unpin(Donor& d) {
@@ -462,7 +463,7 @@ class PullEngine {
     if (d.shm != nullptr) {
       d.shm->shm_pins[d.version & 1U].fetch_sub(1, std::memory_order_seq_cst);
     } else {
-      rma_pin_add(d.rank, d.version, -1);
+      rma_pin_add(d.rank, -1, true);
     }
   }
 
@@ -480,11 +481,7 @@ class PullEngine {
       // request completes in the background (MPI orders accumulates to one location, so it
       // applies after the pin's increment).
       try {
-        auto* in = arena_->make<std::int64_t>(2);
-        in[0] = -1;
-        RmaBatch batch = this->batch();
-        batch.fetch_add(&in[0], &in[1], d.rank, kRmaPinsOffset + (d.version & 1U) * 8);
-        batch.abandon();
+        rma_pin_add(d.rank, -1, false);
       } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while an error unwinds
       }
     }

@@ -171,6 +171,9 @@ bool accumulate(void* acc, DType layer_dtype, const void* src, DType wire, std::
 }
 
 void commit(void* out, DType out_dtype, const void* acc, std::size_t count, double momentum) {
+  if (count == 0) {
+    return;  // an empty layer's data() may be null, and memcpy(nullptr, ..., 0) is undefined
+  }
   switch (out_dtype) {
     case DType::float64: {
       auto* __restrict o = static_cast<double*>(out);
