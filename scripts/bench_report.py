@@ -319,9 +319,9 @@ def main():
     mach, noisy = machine(data, args.json_dir)
     w(mach + "\n")
     if noisy:
-        w("> **Noisy machine.** Other processes (other engineers' builds and tests) were running "
-          "on the same 2 cores during at least one run (see the load averages above). Treat the "
-          "absolute numbers, and ratios near a threshold, with caution.\n")
+        w("> **Load.** The 1-minute load average exceeded the 2 cores during at least one run "
+          "(see above): other processes, or the run's own oversubscribed 4- and 8-rank jobs. "
+          "Treat the absolute numbers, and ratios near a threshold, with caution.\n")
     w("> 4- and 8-rank runs oversubscribe the 2 cores: ranks with nothing to do sleep between "
       "`MPI_Test` polls, which also delays the progress of RMA gets aimed at them.\n")
 
