@@ -16,6 +16,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "detail/kernels.hpp"
@@ -311,7 +312,33 @@ class PullEngine {
     normalise_weights();
     std::byte* acc = w_.scratch(max_chunk_acc_ + 64);
     const Layout& layout = w_.layout();
+    // One donor, no momentum: the mix is the donor's values. Where the wire type is the layer
+    // type that is a plain copy of the whole layer, which lets memcpy use streaming stores on
+    // large layers instead of a read-for-ownership of every output line.
+    const Donor* only = nullptr;
+    std::size_t active = 0;
+    for (const Donor& d : donors_) {
+      if (!d.skipped) {
+        only = &d;
+        ++active;
+      }
+    }
+    std::vector<bool> copied(layout.size(), false);
+    if (active == 1 && options_.momentum == 0.0) {
+      for (std::size_t l = 0; l < layout.size(); ++l) {
+        const SlotLayout::Entry& e = w_.slots().entries[l];
+        const LayerRef& ref = out_[order_[l]];
+        if (e.wire == layout[l].dtype && e.count != 0) {
+          std::memcpy(ref.data(), w_.shm_segment(only->rank) + data_offset(*only, Chunk{l, 0, e.count}),
+                      bytes_of(e.count, e.wire));
+          copied[l] = true;
+        }
+      }
+    }
     for (const Chunk& c : chunks_) {
+      if (copied[c.layer]) {
+        continue;
+      }
       const DType layer_dtype = layout[c.layer].dtype;
       const DType wire = w_.slots().entries[c.layer].wire;
       bool first = true;
