@@ -149,4 +149,16 @@ std::string count_label(std::size_t count) {
   return std::to_string(count);
 }
 
+PublishedWindow published_window(std::size_t n, Transport transport) {
+  Layout layout;
+  layout.add("w", n);
+  WindowOptions wopt;
+  wopt.transport = transport;
+  PublishedWindow pw{ParameterWindow<>(MPI_COMM_WORLD, layout, wopt), std::vector<float>(n)};
+  fill_pattern(pw.params, env().rank);
+  pw.win.publish({ConstLayerRef(pw.params)});
+  polite_barrier(MPI_COMM_WORLD);
+  return pw;
+}
+
 }  // namespace paramwin::bench

@@ -13,6 +13,9 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "paramwin/paramwin.hpp"
 
 namespace paramwin::bench {
 
@@ -102,6 +105,16 @@ void get_bytes(void* dst, std::size_t bytes, int target, MPI_Win win);
 
 /// Fills @p values with a deterministic pattern of rank @p rank (finite, non-zero).
 void fill_pattern(std::span<float> values, int rank);
+
+/// A one-layer window of @p n floats over MPI_COMM_WORLD, this rank's pattern published,
+/// every rank past a barrier: the starting point of the pull benchmarks.
+struct PublishedWindow {
+  ParameterWindow<> win;
+  std::vector<float> params;
+};
+
+/// Creates and publishes a PublishedWindow (collective).
+PublishedWindow published_window(std::size_t n, Transport transport);
 
 /// "4KiB", "16MiB", ...
 std::string size_label(std::size_t bytes);

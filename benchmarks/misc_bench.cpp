@@ -145,15 +145,7 @@ enum class Donor { idle, busy, busy_progress };
 
 void bm_busy(benchmark::State& state, std::size_t n, Transport transport, Donor donor) {
   const bool busy = donor != Donor::idle;
-  Layout layout;
-  layout.add("w", n);
-  WindowOptions wopt;
-  wopt.transport = transport;
-  ParameterWindow<> win(MPI_COMM_WORLD, layout, wopt);
-  std::vector<float> params(n);
-  fill_pattern(params, env().rank);
-  win.publish({ConstLayerRef(params)});
-  polite_barrier(MPI_COMM_WORLD);
+  auto [win, params] = published_window(n, transport);
   const std::array<int, 1> donors{kDonor};
   const timespec head_start{0, 2000000};  // lets the donor enter its compute first
   if (env().rank == kReader) {

@@ -39,15 +39,7 @@ void expect_mean(std::span<const float> got, int k, const char* what) {
 }
 
 void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transport) {
-  Layout layout;
-  layout.add("w", n);
-  WindowOptions wopt;
-  wopt.transport = transport;
-  ParameterWindow<> win(MPI_COMM_WORLD, layout, wopt);
-  std::vector<float> params(n);
-  fill_pattern(params, env().rank);
-  win.publish({ConstLayerRef(params)});
-  polite_barrier(MPI_COMM_WORLD);
+  auto [win, params] = published_window(n, transport);
   std::vector<int> donors;
   for (int d = 1; d <= k; ++d) {
     donors.push_back(d);

@@ -161,15 +161,7 @@ void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
 void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
              std::size_t chunk_bytes, NonFinitePolicy non_finite = NonFinitePolicy::fail) {
   const std::size_t n = bytes / sizeof(float);
-  Layout layout;
-  layout.add("w", n);
-  WindowOptions wopt;
-  wopt.transport = transport;
-  ParameterWindow<> win(MPI_COMM_WORLD, layout, wopt);
-  std::vector<float> params(n);
-  fill_pattern(params, env().rank);
-  win.publish({ConstLayerRef(params)});
-  polite_barrier(MPI_COMM_WORLD);
+  auto [win, params] = published_window(n, transport);
   const bool reader = env().rank == kReader;
   const std::array<int, 1> donors{kDonor};
   PullOptions popt;
