@@ -15,7 +15,7 @@
 
 namespace paramwin::detail {
 
-PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers) {
+PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp) {
   const double t0 = MPI_Wtime();
   const bool live = options_.exposure == Exposure::live;
   if (layers.empty() && !live && !layout_.empty()) {
@@ -56,6 +56,7 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers) {
   }
 
   h.bad_layer[slot].store(bad_layer, std::memory_order_relaxed);
+  h.stamp[p & 1U].store(stamp, std::memory_order_relaxed);  // by version: live has one slot
   h.publish_time.store(std::bit_cast<std::uint64_t>(MPI_Wtime()), std::memory_order_relaxed);
   if (live) {
     h.begun.store(p, std::memory_order_relaxed);

@@ -30,7 +30,7 @@ namespace {
 constexpr std::size_t kShmChunkBytes = 32 * 1024;
 constexpr std::size_t kRmaChunkBytes = 4 * 1024 * 1024;  // few round trips: each costs the target a trip through MPI progress
 constexpr unsigned kMaxPinTries = 1U << 20;
-constexpr std::size_t kLine1 = offsetof(HeadWords, version);      // version .. bad_layer
+constexpr std::size_t kLine1 = offsetof(HeadWords, version);      // version .. stamp
 constexpr std::size_t kLine1Bytes = offsetof(HeadWords, pad1) - kLine1;
 
 struct Donor {
@@ -42,6 +42,7 @@ struct Donor {
   double weight = 0.0;           // normalised over the donors still in
   std::uint64_t version = 0;
   std::uint64_t bad_layer = 0;   // the read slot's finiteness record (see SegmentHeader)
+  std::uint64_t stamp = 0;       // the read slot's publish stamp
   unsigned attempts = 0;
   bool pinned = false;           // the current read holds a pin
   bool ever_pinned = false;
@@ -185,6 +186,8 @@ class PullEngine {
           heads[i].fingerprint = d.shm->fingerprint.load(std::memory_order_relaxed);
           heads[i].exposure = d.shm->exposure.load(std::memory_order_relaxed);
           heads[i].version = d.shm->version.load(std::memory_order_acquire);
+          heads[i].stamp[heads[i].version & 1U] =
+              d.shm->stamp[heads[i].version & 1U].load(std::memory_order_relaxed);
           metrics[i] = d.shm->metric.load(std::memory_order_relaxed);
         }
       }
@@ -209,6 +212,7 @@ class PullEngine {
       d.live = heads[i].exposure == static_cast<std::uint64_t>(Exposure::live);
       d.version = heads[i].version;
       d.bad_layer = heads[i].bad_layer[heads[i].version & 1U];
+      d.stamp = heads[i].stamp[heads[i].version & 1U];
       d.metric = std::bit_cast<double>(metrics[i]);
     }
   }
@@ -305,6 +309,7 @@ class PullEngine {
     for (Donor& d : donors_) {
       pin(d);
       d.bad_layer = d.shm->bad_layer[d.version & 1U].load(std::memory_order_relaxed);
+      d.stamp = d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed);
       d.attempts = 1;
       note_record(d);
     }
@@ -399,11 +404,14 @@ class PullEngine {
           line1[i].version = d.shm->version.load(std::memory_order_acquire);
           line1[i].bad_layer[line1[i].version & 1U] =
               d.shm->bad_layer[line1[i].version & 1U].load(std::memory_order_relaxed);
+          line1[i].stamp[line1[i].version & 1U] =
+              d.shm->stamp[line1[i].version & 1U].load(std::memory_order_relaxed);
         } else if (d.attempts > 0) {  // the first attempt uses what read_heads saw
           batch.get(&line1[i].version, kLine1Bytes, d.rank, kLine1);
         } else {
           line1[i].version = d.version;
           line1[i].bad_layer[d.version & 1U] = d.bad_layer;
+          line1[i].stamp[d.version & 1U] = d.stamp;
         }
       }
       batch.wait();
@@ -416,11 +424,14 @@ class PullEngine {
       if (d.live) {
         // Live memory has one slot and no protocol: read it as it is now.
         d.version = d.shm != nullptr ? d.shm->version.load(std::memory_order_acquire) : d.version;
+        d.stamp = d.shm != nullptr ? d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed)
+                                   : d.stamp;
       } else if (d.attempts >= optimistic) {
         pin(d);
       } else {
         d.version = line1[i].version;
         d.bad_layer = line1[i].bad_layer[d.version & 1U];
+        d.stamp = line1[i].stamp[d.version & 1U];
       }
       ++d.attempts;
       note_record(d);
@@ -436,6 +447,7 @@ class PullEngine {
         if (b <= v + 1) {
           d.version = v;
           d.bad_layer = d.shm->bad_layer[v & 1U].load(std::memory_order_relaxed);
+          d.stamp = d.shm->stamp[v & 1U].load(std::memory_order_relaxed);
           d.pinned = d.ever_pinned = true;
           return;
         }
@@ -458,6 +470,7 @@ class PullEngine {
         }
         d.version = head->version;
         d.bad_layer = head->bad_layer[d.version & 1U];
+        d.stamp = head->stamp[d.version & 1U];
         d.ever_pinned = true;
         return;
       }
@@ -627,6 +640,7 @@ class PullEngine {
       DonorRead read;
       read.rank = d.rank;
       read.version = d.version;
+      read.stamp = d.stamp;
       read.transport = d.transport;
       read.bytes = w_.slots().payload_bytes;
       read.attempts = d.attempts;

@@ -45,8 +45,9 @@ std::uint64_t WindowBase::version() const { return impl().version(); }
 std::size_t WindowBase::wire_bytes() const { return impl().wire_bytes(); }
 std::uint64_t WindowBase::fingerprint() const { return impl().fingerprint(); }
 
-PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers) {
-  return impl().publish(layers);
+PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers,
+                                       std::uint64_t stamp) {
+  return impl().publish(layers, stamp);
 }
 
 PullResult WindowBase::pull_host(std::span<const int> donors, std::span<const LayerRef> out,

@@ -179,6 +179,40 @@ TEST_P(WindowTest, RosterIsReadableByEveryone) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_P(WindowTest, StampTravelsWithItsSnapshot) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{1000});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
+  const int rank = win.rank();
+  std::vector<float> w(1000);
+  // Three publishes: both slots are written, the latest (stamp 3) sits in slot 1.
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = value(rank, 0, i, v);
+    const pw::PublishResult r = win.publish({w}, 1000U * static_cast<std::uint64_t>(rank) + v);
+    ASSERT_TRUE(r.published);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int donor = (rank + 1) % win.size();
+  for (pw::ReadMode mode : {pw::ReadMode::optimistic, pw::ReadMode::pinned}) {
+    std::vector<float> out(1000, -1.0F);
+    const pw::PullResult r = win.pull({donor}, {out}, {.read_mode = mode});
+    ASSERT_EQ(r.donors.size(), 1U);
+    EXPECT_EQ(r.donors[0].version, 3U);
+    EXPECT_EQ(r.donors[0].stamp, 1000U * static_cast<std::uint64_t>(donor) + 3U);
+    EXPECT_EQ(out[7], value(donor, 0, 7, 3));
+  }
+  // Stamps of two donors in one fused pull stay apart.
+  if (win.size() >= 3) {
+    std::vector<float> out(1000);
+    const int other = (rank + 2) % win.size();
+    const pw::PullResult r = win.pull({donor, other}, {out});
+    EXPECT_EQ(r.donors[0].stamp, 1000U * static_cast<std::uint64_t>(donor) + 3U);
+    EXPECT_EQ(r.donors[1].stamp, 1000U * static_cast<std::uint64_t>(other) + 3U);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, WindowTest,
                          ::testing::Values(pw::Transport::shm, pw::Transport::rma,
                                            pw::Transport::automatic),

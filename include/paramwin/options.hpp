@@ -95,6 +95,7 @@ struct PullOptions {
 struct DonorRead {
   int rank = -1;                   ///< donor rank in the window's communicator
   std::uint64_t version = 0;       ///< the donor's publish version that was read
+  std::uint64_t stamp = 0;         ///< the stamp the donor published with that version
   Transport transport = Transport::shm;  ///< how it was read (shm or rma)
   std::size_t bytes = 0;           ///< bytes moved from the donor
   unsigned attempts = 0;           ///< reads started (1 unless a publish overlapped)

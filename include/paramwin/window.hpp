@@ -81,9 +81,12 @@ class ParameterWindow {
   /// Publishes the caller's parameters as the next version: one pass over them, never waits
   /// for readers. Skips (published == false) only if a reader pinned the slot it would
   /// overwrite. Layers bind by position (unnamed refs) or by name (named refs).
-  PublishResult publish(std::span<const ConstLayerRef> layers) {
+  /// @p stamp is stored with this snapshot and returned by every pull that reads it
+  /// (DonorRead::stamp): e.g. the training iteration, or the epoch that ties together the
+  /// shards one agent group publishes on several windows (GroupAgent).
+  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp = 0) {
     if (!needs_staging(layers)) {
-      return base_.publish_host(layers);
+      return base_.publish_host(layers, stamp);
     }
     std::vector<ConstLayerRef> host;
     host.reserve(layers.size());
@@ -91,11 +94,11 @@ class ParameterWindow {
     for (std::size_t i = 0; i < layers.size(); ++i) {
       host.push_back(stage_in(layers[i], staging_[i]));
     }
-    return base_.publish_host(host);
+    return base_.publish_host(host, stamp);
   }
-  /// @copydoc publish(std::span<const ConstLayerRef>)
-  PublishResult publish(std::initializer_list<ConstLayerRef> layers) {
-    return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()));
+  /// @copydoc publish(std::span<const ConstLayerRef>, std::uint64_t)
+  PublishResult publish(std::initializer_list<ConstLayerRef> layers, std::uint64_t stamp = 0) {
+    return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()), stamp);
   }
 
   /// Exposure::live only: advances the version of the parameters that already live in the

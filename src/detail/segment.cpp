@@ -15,6 +15,7 @@ static_assert(offsetof(SegmentHeader, bad_layer) == kBadLayerOffset);
 static_assert(offsetof(SegmentHeader, exposure) == offsetof(HeadWords, exposure));
 static_assert(offsetof(SegmentHeader, version) == offsetof(HeadWords, version));
 static_assert(offsetof(SegmentHeader, bad_layer) == offsetof(HeadWords, bad_layer));
+static_assert(offsetof(SegmentHeader, stamp) == offsetof(HeadWords, stamp));
 
 DType wire_dtype(DType dtype, WireFormat wire) noexcept {
   if (dtype != DType::float32) {

@@ -47,6 +47,9 @@ struct alignas(64) SegmentHeader {
   // Per slot: 0 if every value of the snapshot is finite, else 1 + the first layer holding
   // NaN or infinity (kUnknownFinite in live mode). Written with the slot, before version.
   std::atomic<std::uint64_t> bad_layer[2];
+  // Per slot: the caller's stamp passed to publish (0 if none). Written with the slot, before
+  // version, so a reader that validates its copy also has the stamp of that very snapshot.
+  std::atomic<std::uint64_t> stamp[2];
 
   // line 2: pins by same-node readers (CPU atomics); line 3: pins by RMA readers (MPI atomics).
   // Kept apart: MPI atomics and CPU atomics are not atomic with respect to each other.
@@ -82,7 +85,7 @@ inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};
 /// Header lines 0 and 1 as plain words: what remote readers fetch in one MPI_Get.
 struct HeadWords {
   std::uint64_t magic, fingerprint, slot_bytes, stride, exposure, pad0[3];
-  std::uint64_t version, begun, publish_time, bad_layer[2], pad1[3];
+  std::uint64_t version, begun, publish_time, bad_layer[2], stamp[2], pad1[1];
 };
 static_assert(sizeof(HeadWords) == 128);
 

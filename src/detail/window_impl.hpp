@@ -68,7 +68,7 @@ class WindowImpl {
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
   [[nodiscard]] Transport transport_for(int rank) const;
 
-  PublishResult publish(std::span<const ConstLayerRef> layers);
+  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp);
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                   const PullOptions& options);
 

@@ -41,7 +41,7 @@ class WindowBase {
   [[nodiscard]] std::size_t wire_bytes() const;
   [[nodiscard]] std::uint64_t fingerprint() const;
 
-  PublishResult publish_host(std::span<const ConstLayerRef> layers);
+  PublishResult publish_host(std::span<const ConstLayerRef> layers, std::uint64_t stamp = 0);
   PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
                        const PullOptions& options);
 
