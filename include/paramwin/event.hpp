@@ -23,12 +23,13 @@ enum class Phase : std::uint8_t {
   pull = 1,     ///< reading the donors and reducing into the caller's storage (fused)
   mix = 2,      ///< weights, reset callback and rebirth callback
   publish = 3,  ///< republishing
+  assemble = 4, ///< GroupAgent: gathering the shards pulled by the agent's ranks
 };
 
 /// Number of Phase values.
-inline constexpr std::size_t kPhaseCount = 4;
+inline constexpr std::size_t kPhaseCount = 5;
 
-/// Lower-case name of @p phase ("decide", "pull", "mix", "publish").
+/// Lower-case name of @p phase ("decide", "pull", "mix", "publish", "assemble").
 [[nodiscard]] std::string_view phase_name(Phase phase) noexcept;
 
 /// Seconds spent in each phase of one step (0 for phases that did not run).
@@ -37,6 +38,9 @@ struct PhaseSeconds {
   double pull = 0.0;     ///< donor reads fused with the reduction
   double mix = 0.0;      ///< weights and callbacks
   double publish = 0.0;  ///< republish
+  double assemble = 0.0; ///< GroupAgent: shards gathered inside the agent (0 for Agent)
+  /// Sum of all phases.
+  [[nodiscard]] double total() const noexcept { return decide + pull + mix + publish + assemble; }
   /// The value of @p phase.
   [[nodiscard]] double operator[](Phase phase) const noexcept;
 };
@@ -112,6 +116,8 @@ class AgentStats {
   [[nodiscard]] std::int64_t publishes_skipped() const noexcept { return publishes_skipped_; }
   /// Summary of the timer of @p phase (only steps where the phase ran are samples).
   [[nodiscard]] TimerSummary timer(Phase phase) const;
+  /// Summary of whole rebirths: the time of every step that died, all phases together.
+  [[nodiscard]] TimerSummary rebirth_timer() const;
   /// Human-readable summary: counters, then one line per phase with min/median/max.
   void write_summary(std::ostream& out) const;
 
@@ -125,6 +131,7 @@ class AgentStats {
   std::int64_t publishes_ = 0;
   std::int64_t publishes_skipped_ = 0;
   std::array<std::vector<double>, kPhaseCount> samples_;
+  std::vector<double> rebirths_;
 };
 
 /// Writes one JSON line per death (and per deferred death when asked) to a stream or file.

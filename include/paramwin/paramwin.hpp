@@ -12,3 +12,7 @@
 #include "paramwin/policy.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/agent.hpp"
+#include "paramwin/groups.hpp"
+#include "paramwin/shard_plan.hpp"
+#include "paramwin/group_agent.hpp"
+#include "paramwin/report.hpp"

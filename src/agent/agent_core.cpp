@@ -23,16 +23,22 @@ std::string expand_rank(std::string path, int rank) {
   return path;
 }
 
-// The window checks the same when it publishes, but only after the step has decided, aged
-// the agent and updated its roster: checked first, a bad call changes nothing.
-void check_params(const Layout& layout, std::span<const LayerRef> params) {
-  const std::string where = "paramwin: Agent::step: ";
+double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == rank) return staleness_seconds(e, now);
+  }
+  return 0.0;
+}
+
+template <class Ref>
+void check_refs(const Layout& layout, std::span<const Ref> params, std::string_view caller) {
+  const std::string where = "paramwin: " + std::string(caller) + ": ";
   if (params.size() != layout.size()) {
     throw InvalidArgument(where + "got " + std::to_string(params.size()) +
                           " layers, the layout has " + std::to_string(layout.size()));
   }
   std::size_t named = 0;
-  for (const LayerRef& r : params) named += r.name().empty() ? 0U : 1U;
+  for (const Ref& r : params) named += r.name().empty() ? 0U : 1U;
   if (named != 0 && named != params.size()) {
     throw InvalidArgument(where + "either name every layer or none (" + std::to_string(named) +
                           " of " + std::to_string(params.size()) + " named)");
@@ -52,14 +58,17 @@ void check_params(const Layout& layout, std::span<const LayerRef> params) {
   }
 }
 
-double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
-  for (const RosterEntry& e : rosters) {
-    if (e.rank == rank) return staleness_seconds(e, now);
-  }
-  return 0.0;
+}  // namespace
+
+void check_step_params(const Layout& layout, std::span<const LayerRef> params,
+                       std::string_view caller) {
+  check_refs(layout, params, caller);
 }
 
-}  // namespace
+void check_step_params(const Layout& layout, std::span<const ConstLayerRef> params,
+                       std::string_view caller) {
+  check_refs(layout, params, caller);
+}
 
 AgentCore::AgentCore(AgentOptions options, int rank, int population)
     : policy_(std::move(options), rank, population) {
@@ -245,7 +254,7 @@ StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric
     throw InvalidArgument("paramwin: Agent " + std::to_string(policy_.rank()) +
                           ": step() after leave(): the agent has left the population");
   }
-  check_params(w.layout(), params);
+  check_step_params(w.layout(), params, "Agent::step");
   const auto t0 = Clock::now();
   StepEvent event;
   event.rank = policy_.rank();

@@ -19,6 +19,7 @@ double PhaseSeconds::operator[](Phase phase) const noexcept {
     case Phase::pull: return pull;
     case Phase::mix: return mix;
     case Phase::publish: return publish;
+    case Phase::assemble: return assemble;
   }
   return 0.0;
 }
@@ -139,6 +140,10 @@ void AgentStats::record(const StepEvent& e) {
   }
   if (e.died) {
     samples_[static_cast<std::size_t>(Phase::mix)].push_back(e.seconds.mix);
+    rebirths_.push_back(e.seconds.total());
+  }
+  if (e.seconds.assemble > 0.0) {
+    samples_[static_cast<std::size_t>(Phase::assemble)].push_back(e.seconds.assemble);
   }
   if (e.published || e.publish_skipped) {
     samples_[static_cast<std::size_t>(Phase::publish)].push_back(e.seconds.publish);
@@ -156,8 +161,9 @@ std::int64_t AgentStats::deaths(DeathReason reason) const noexcept {
   return i < deaths_.size() ? deaths_[i] : 0;
 }
 
-TimerSummary AgentStats::timer(Phase phase) const {
-  std::vector<double> s = samples_[static_cast<std::size_t>(phase)];
+namespace {
+
+TimerSummary summarise(std::vector<double> s) {
   TimerSummary t;
   t.count = s.size();
   if (s.empty()) {
@@ -171,6 +177,14 @@ TimerSummary AgentStats::timer(Phase phase) const {
   for (double x : s) t.total += x;
   return t;
 }
+
+}  // namespace
+
+TimerSummary AgentStats::timer(Phase phase) const {
+  return summarise(samples_[static_cast<std::size_t>(phase)]);
+}
+
+TimerSummary AgentStats::rebirth_timer() const { return summarise(rebirths_); }
 
 void AgentStats::write_summary(std::ostream& out) const {
   std::ostringstream o;

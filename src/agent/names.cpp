@@ -70,6 +70,7 @@ std::string_view phase_name(Phase phase) noexcept {
     case Phase::pull: return "pull";
     case Phase::mix: return "mix";
     case Phase::publish: return "publish";
+    case Phase::assemble: return "assemble";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace paramwin::detail {
 
@@ -17,6 +18,10 @@ void check_mpi(int code, const char* call);
 
 /// @p value as an int; throws InvalidArgument naming @p what when it does not fit.
 [[nodiscard]] int checked_int(std::size_t value, const char* what);
+
+/// Every rank's @p mine, indexed by rank in @p comm.
+/// @note Collective over @p comm.
+[[nodiscard]] std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine);
 
 /// Info object with alloc_shared_noncontig=true; freed on scope exit.
 class SharedInfo {

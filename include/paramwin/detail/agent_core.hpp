@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "paramwin/event.hpp"
@@ -61,6 +62,16 @@ class WindowAccessOf final : public WindowAccess {
  private:
   Window& w_;
 };
+
+/// Checks @p params against @p layout (count of layers, all named or none, element counts,
+/// dtypes) and throws InvalidArgument naming @p caller. Agents check before a step changes
+/// anything: the window checks the same on publish, but only after the step has decided,
+/// aged the agent and updated its roster.
+void check_step_params(const Layout& layout, std::span<const LayerRef> params,
+                       std::string_view caller);
+/// @copydoc check_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
+void check_step_params(const Layout& layout, std::span<const ConstLayerRef> params,
+                       std::string_view caller);
 
 /// Policy, statistics, event log and publishing state of one agent.
 class AgentCore {

@@ -1,0 +1,125 @@
+#pragma once
+/// @file group_agent.hpp
+/// GroupAgent: a member of a population whose agents are made of g ranks each (see
+/// AgentGroups). Every rank of an agent exposes one shard of the agent's parameters (see
+/// ShardPlan) in its own window over the shard peers; a rebirth pulls every shard from the
+/// matching rank of each donor agent at once, on all g ranks, then gathers the shards inside
+/// the agent. Decisions are taken once per agent, by its leader (in-agent rank 0), and shared.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <span>
+
+#include "paramwin/event.hpp"
+#include "paramwin/groups.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/policy.hpp"
+#include "paramwin/shard_plan.hpp"
+#include "paramwin/window.hpp"
+
+namespace paramwin {
+
+/// One rank of an agent made of several ranks. Parameters live in host memory (the
+/// caller's full replica on every rank, as in data-parallel training). Move-only.
+///
+/// Collectives: the constructor and close() are collective over all training ranks
+/// (AgentGroups::training_comm); step() is collective over the agent's own ranks only
+/// (AgentGroups::agent_comm): it never waits for another agent. publish() and leave() are
+/// local but must be called on every rank of the agent, in the same order.
+class GroupAgent {
+ public:
+  /// Checks that every training rank passed the same @p layout and valid @p options
+  /// (InvalidArgument / LayoutMismatch on every training rank otherwise), that the agents
+  /// are uniform, and creates this rank's shard window over its shard peers. Buffer ranks
+  /// and the coordinator must not construct one (InvalidArgument). Exposure::live is not
+  /// supported (the window holds a shard, the trainer a full replica).
+  /// @note Collective over @p groups.training_comm().
+  GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options = {},
+             const WindowOptions& window_options = {});
+  GroupAgent(const GroupAgent&) = delete;
+  GroupAgent& operator=(const GroupAgent&) = delete;
+  GroupAgent(GroupAgent&&) noexcept;             ///< moves; the source is left empty
+  GroupAgent& operator=(GroupAgent&&) noexcept;  ///< frees this one's window, takes over
+  /// Frees the window; never throws.
+  /// @note Collective over the shard peers (every agent's rank with this in-agent rank).
+  ~GroupAgent();
+
+  /// One training step of the whole agent: every rank of the agent calls it with the same
+  /// iteration and its own @p metric (the agent's metric is their mean) and its full
+  /// replica of the parameters. The leader decides (triggers, donors, weights) and shares
+  /// the decision; on a death every rank pulls its shard from the matching rank of each
+  /// donor agent into scratch memory, the agent checks that every shard of each donor came
+  /// from the same publish of that donor (the publish stamp), gathers the shards into
+  /// every rank's @p params, calls on_rebirth on every rank and republishes. A failed pull
+  /// or shards from different publishes: retried with a fresh choice (up to 3 times), then
+  /// the death is deferred with @p params unchanged on every rank.
+  ///
+  /// Bad @p params on any rank: InvalidArgument on every rank of the agent, nothing
+  /// changed. The returned event is the same on every rank of the agent except for the
+  /// timers (each rank's own) and the note (the leader's); `rank` is the agent id, donor
+  /// `rank`s are agent ids and donor `version`s are the group publish stamps read.
+  /// @note Collective over the agent's ranks.
+  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params);
+  /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
+  StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
+    return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
+  /// Publishes this rank's shard of @p params (the full replica) now, outside the cadence,
+  /// stamped with the agent's next publish epoch. Call on every rank of the agent.
+  PublishResult publish(std::span<const ConstLayerRef> params);
+  /// @copydoc publish(std::span<const ConstLayerRef>)
+  PublishResult publish(std::initializer_list<ConstLayerRef> params) {
+    return publish(std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+
+  /// Marks the agent as having left (every shard's roster says so); step() throws from
+  /// then on. Call on every rank of the agent.
+  void leave();
+
+  /// Frees the window, reporting errors as exceptions.
+  /// @note Collective over the shard peers.
+  void close();
+
+  /// This rank's shard window (shard peers: rank = agent id).
+  [[nodiscard]] ParameterWindow<>& window();
+  /// @copydoc window()
+  [[nodiscard]] const ParameterWindow<>& window() const;
+  /// How the model is cut into shards.
+  [[nodiscard]] const ShardPlan& plan() const;
+  /// Counters and this rank's phase timers. Deaths, deferrals and publishes are the agent's
+  /// (the same on its ranks); bytes_pulled are this rank's own.
+  [[nodiscard]] const AgentStats& stats() const;
+  /// Options in force.
+  [[nodiscard]] const AgentOptions& options() const;
+
+  [[nodiscard]] int agent() const;           ///< this agent's id
+  [[nodiscard]] int agents() const;          ///< agents in the population
+  [[nodiscard]] int rank_in_agent() const;   ///< 0 .. g-1 (0 decides)
+  [[nodiscard]] int ranks_per_agent() const; ///< g
+  [[nodiscard]] bool leader() const { return rank_in_agent() == 0; }  ///< decides for the agent
+  [[nodiscard]] std::int64_t steps() const;        ///< steps so far
+  [[nodiscard]] std::int64_t age() const;          ///< steps since birth
+  [[nodiscard]] std::int64_t max_age() const;      ///< drawn maximum age in force
+  [[nodiscard]] std::uint64_t generation() const;  ///< rebirths
+  /// Publish epoch of the agent's latest group publish (the stamp of its shards).
+  [[nodiscard]] std::uint64_t epoch() const;
+
+  /// Writes the counters and phase timers (see AgentStats::write_summary).
+  void write_summary(std::ostream& out) const;
+  /// Replaces the event log; only the leader writes events (one line per agent).
+  void set_event_log(EventLog log);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+  [[nodiscard]] State& state() const;
+};
+
+}  // namespace paramwin

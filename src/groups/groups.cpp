@@ -1,0 +1,212 @@
+// AgentGroups: validation of the split (identical on every rank) and the communicators.
+#include "paramwin/groups.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "detail/mpi_check.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin {
+
+std::string_view role_name(Role role) noexcept {
+  switch (role) {
+    case Role::agent: return "agent";
+    case Role::buffer: return "buffer";
+    case Role::coordinator: return "coordinator";
+  }
+  return "?";
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& why) {
+  throw InvalidArgument("paramwin: AgentGroups: " + why);
+}
+
+/// One entry per rank: agent id, GroupOptions::kBufferRank or kCoordinatorRank. Throws
+/// InvalidArgument; depends only on @p o and @p size, so every rank decides alike.
+std::vector<int> assignment_of(const GroupOptions& o, int size) {
+  if (!o.assignment.empty()) {
+    if (o.assignment.size() != static_cast<std::size_t>(size)) {
+      bad("assignment has " + std::to_string(o.assignment.size()) +
+          " entries, the communicator has " + std::to_string(size) + " ranks");
+    }
+    int agents = 0;
+    int coordinators = 0;
+    for (std::size_t r = 0; r < o.assignment.size(); ++r) {
+      const int a = o.assignment[r];
+      if (a == GroupOptions::kCoordinatorRank) {
+        ++coordinators;
+      } else if (a != GroupOptions::kBufferRank && a < 0) {
+        bad("assignment[" + std::to_string(r) + "] = " + std::to_string(a) +
+            ": expected an agent id >= 0, kBufferRank (-1) or kCoordinatorRank (-2)");
+      }
+      agents = std::max(agents, a + 1);
+    }
+    if (coordinators > 1) bad("assignment names " + std::to_string(coordinators) + " coordinators");
+    if (agents == 0) bad("assignment names no agent");
+    for (int id = 0; id < agents; ++id) {
+      if (std::find(o.assignment.begin(), o.assignment.end(), id) == o.assignment.end()) {
+        bad("assignment uses agent ids up to " + std::to_string(agents - 1) + " but no rank has id " +
+            std::to_string(id) + " (ids must be 0 .. A-1, each used)");
+      }
+    }
+    return o.assignment;
+  }
+  if (o.ranks_per_agent < 1) bad("ranks_per_agent = " + std::to_string(o.ranks_per_agent) + " must be >= 1");
+  if (o.buffer_ranks < 0) bad("buffer_ranks = " + std::to_string(o.buffer_ranks) + " must be >= 0");
+  const int training = size - o.buffer_ranks - (o.coordinator ? 1 : 0);
+  const std::string count = "the communicator has " + std::to_string(size) + " ranks, " +
+                            std::to_string(o.buffer_ranks) + " buffer rank(s) and " +
+                            (o.coordinator ? "1 coordinator" : "no coordinator") + " leave " +
+                            std::to_string(training) + " training rank(s)";
+  if (training < 1) bad(count + ": need at least one");
+  if (training % o.ranks_per_agent != 0) {
+    bad(count + ", not a multiple of ranks_per_agent = " + std::to_string(o.ranks_per_agent));
+  }
+  std::vector<int> a(static_cast<std::size_t>(size), GroupOptions::kBufferRank);
+  for (int r = 0; r < training; ++r) a[static_cast<std::size_t>(r)] = r / o.ranks_per_agent;
+  if (o.coordinator) a.back() = GroupOptions::kCoordinatorRank;
+  return a;
+}
+
+/// Hash of the options as given, to check that every rank passed the same ones.
+std::uint64_t options_hash(const GroupOptions& o) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](long long v) {
+    h ^= static_cast<std::uint64_t>(v);
+    h *= 0x100000001b3ULL;
+  };
+  mix(o.ranks_per_agent);
+  mix(o.buffer_ranks);
+  mix(o.coordinator ? 1 : 0);
+  mix(static_cast<long long>(o.assignment.size()));
+  for (int a : o.assignment) mix(a);
+  return h;
+}
+
+}  // namespace
+
+AgentGroups::AgentGroups(MPI_Comm comm, const GroupOptions& options) {
+  if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &world_rank_) != MPI_SUCCESS ||
+      MPI_Comm_size(comm, &world_size_) != MPI_SUCCESS) {
+    bad("invalid communicator");
+  }
+  // Same options everywhere? (Different ones would split inconsistently and hang.)
+  const std::uint64_t h = options_hash(options);
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  detail::check_mpi(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm), "MPI_Allreduce");
+  detail::check_mpi(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  if (lo != hi) bad("GroupOptions differ across ranks; pass the same options on every rank");
+
+  assignment_ = assignment_of(options, world_size_);
+  int agents = 0;
+  for (int a : assignment_) agents = std::max(agents, a + 1);
+  agent_sizes_.assign(static_cast<std::size_t>(agents), 0);
+  for (int r = 0; r < world_size_; ++r) {
+    const int a = assignment_[static_cast<std::size_t>(r)];
+    if (a >= 0) {
+      if (r == world_rank_) rank_in_agent_ = agent_sizes_[static_cast<std::size_t>(a)];
+      ++agent_sizes_[static_cast<std::size_t>(a)];
+    } else if (a == GroupOptions::kBufferRank) {
+      buffer_ranks_.push_back(r);
+    } else {
+      coordinator_rank_ = r;
+    }
+  }
+  uniform_ = std::all_of(agent_sizes_.begin(), agent_sizes_.end(),
+                         [&](int s) { return s == agent_sizes_.front(); });
+  const int mine = assignment_[static_cast<std::size_t>(world_rank_)];
+  agent_ = mine >= 0 ? mine : -1;
+  role_ = mine >= 0 ? Role::agent
+                    : (mine == GroupOptions::kBufferRank ? Role::buffer : Role::coordinator);
+
+  try {
+    // Role: 0 training, 1 buffer, 2 coordinator; keys keep the input order.
+    detail::check_mpi(MPI_Comm_split(comm, static_cast<int>(role_), world_rank_, &role_comm_),
+                      "MPI_Comm_split(role)");
+    detail::check_mpi(MPI_Comm_split(comm, agent_ >= 0 ? agent_ : MPI_UNDEFINED, world_rank_,
+                                     &agent_comm_),
+                      "MPI_Comm_split(agent)");
+    detail::check_mpi(MPI_Comm_split(comm, agent_ >= 0 ? rank_in_agent_ : MPI_UNDEFINED,
+                                     agent_ >= 0 ? agent_ : 0, &shard_comm_),
+                      "MPI_Comm_split(shard peers)");
+    for (MPI_Comm c : {role_comm_, agent_comm_, shard_comm_}) {
+      if (c != MPI_COMM_NULL) {
+        detail::check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      }
+    }
+  } catch (...) {
+    free_all();
+    throw;
+  }
+}
+
+AgentGroups::AgentGroups(AgentGroups&& other) noexcept
+    : role_(other.role_),
+      world_rank_(other.world_rank_),
+      world_size_(other.world_size_),
+      agent_(other.agent_),
+      rank_in_agent_(other.rank_in_agent_),
+      uniform_(other.uniform_),
+      assignment_(std::move(other.assignment_)),
+      agent_sizes_(std::move(other.agent_sizes_)),
+      buffer_ranks_(std::move(other.buffer_ranks_)),
+      coordinator_rank_(other.coordinator_rank_),
+      agent_comm_(std::exchange(other.agent_comm_, MPI_COMM_NULL)),
+      shard_comm_(std::exchange(other.shard_comm_, MPI_COMM_NULL)),
+      role_comm_(std::exchange(other.role_comm_, MPI_COMM_NULL)) {}
+
+AgentGroups& AgentGroups::operator=(AgentGroups&& other) noexcept {
+  if (this != &other) {
+    free_all();
+    role_ = other.role_;
+    world_rank_ = other.world_rank_;
+    world_size_ = other.world_size_;
+    agent_ = other.agent_;
+    rank_in_agent_ = other.rank_in_agent_;
+    uniform_ = other.uniform_;
+    assignment_ = std::move(other.assignment_);
+    agent_sizes_ = std::move(other.agent_sizes_);
+    buffer_ranks_ = std::move(other.buffer_ranks_);
+    coordinator_rank_ = other.coordinator_rank_;
+    agent_comm_ = std::exchange(other.agent_comm_, MPI_COMM_NULL);
+    shard_comm_ = std::exchange(other.shard_comm_, MPI_COMM_NULL);
+    role_comm_ = std::exchange(other.role_comm_, MPI_COMM_NULL);
+  }
+  return *this;
+}
+
+AgentGroups::~AgentGroups() { free_all(); }
+
+void AgentGroups::free_all() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (MPI_Comm* c : {&shard_comm_, &agent_comm_, &role_comm_}) {
+    if (*c != MPI_COMM_NULL && finalized == 0) MPI_Comm_free(c);
+    *c = MPI_COMM_NULL;
+  }
+}
+
+int AgentGroups::agent_size(int id) const {
+  if (id < 0) id = agent_;
+  if (id < 0 || id >= agents()) {
+    throw InvalidArgument("paramwin: AgentGroups::agent_size: no agent " + std::to_string(id) +
+                          " (there are " + std::to_string(agents()) + ")");
+  }
+  return agent_sizes_[static_cast<std::size_t>(id)];
+}
+
+std::vector<int> AgentGroups::agent_ranks(int id) const {
+  (void)agent_size(id);  // checks the id
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    if (assignment_[static_cast<std::size_t>(r)] == id) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+}  // namespace paramwin
