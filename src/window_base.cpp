@@ -21,9 +21,15 @@ WindowBase& WindowBase::operator=(WindowBase&& other) noexcept {
 
 WindowBase::~WindowBase() = default;
 
+bool WindowBase::valid() const noexcept { return impl_ && !impl_->freed_at_finalize(); }
+
 WindowImpl& WindowBase::impl() const {
   if (!impl_) {
     throw Error("paramwin: use of a ParameterWindow that was moved from or closed");
+  }
+  if (impl_->freed_at_finalize()) {
+    // The window was alive at MPI_Finalize, which freed its MPI resources and its memory.
+    throw Error("paramwin: use of a ParameterWindow after MPI_Finalize (MPI_Finalize freed it)");
   }
   return *impl_;
 }

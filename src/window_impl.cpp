@@ -6,7 +6,9 @@
 #include <bit>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -31,6 +33,95 @@ void* align_page(void* p) {
   return reinterpret_cast<void*>(round_up(u, kPage));
 }
 constexpr std::size_t kMaxRmaPiece = std::size_t{1} << 30;  // bytes per MPI_Rget
+
+// --- windows still alive at MPI_Finalize --------------------------------------------------
+//
+// MPICH 4.0.2 + UCX 1.13 aborts inside MPI_Finalize when windows are still alive (their
+// memory registrations are in use). MPI deletes the attributes of MPI_COMM_SELF at the very
+// start of MPI_Finalize, while MPI still works (MPI standard, "Allowing User Functions at
+// Process Termination"), so the first window a process creates hangs an attribute with a
+// delete callback on MPI_COMM_SELF; the callback frees every window still alive.
+//
+// MPI_Win_free is collective, so every rank must free the same windows in the same order.
+// Windows are created collectively, so the ranks of one communicator create theirs in the
+// same order: freeing in reverse creation order matches across ranks. Assumption: windows
+// whose communicators overlap were created in the same relative order on every rank they
+// share (otherwise this can deadlock; that is finalising with live windows on top of
+// creating them in different orders, see docs/reliability.md).
+
+struct LiveWindows {
+  std::mutex mutex;
+  std::vector<WindowImpl*> windows;  // creation order; the impl, never the (movable) wrapper
+  bool hooked = false;               // the MPI_COMM_SELF attribute is set (once per process)
+};
+
+LiveWindows& live_windows() {
+  // Never destroyed: a window with static storage duration may outlive any static here.
+  static auto* live = new LiveWindows;
+  return *live;
+}
+
+int free_live_windows_at_finalize(MPI_Comm /*comm*/, int /*keyval*/, void* /*value*/,
+                                  void* /*extra*/) {
+  // A C callback: nothing may escape. free_at_finalize() never throws; the lock and the
+  // report can (in theory), hence the catch.
+  try {
+    LiveWindows& live = live_windows();
+    // Held throughout: a window destroyed meanwhile by another thread waits here instead of
+    // being freed twice (its handles are null afterwards, so its destructor does nothing).
+    const std::lock_guard lock(live.mutex);
+    std::vector<WindowImpl*> doomed;
+    doomed.swap(live.windows);
+    // Progress threads first, all of them: MPICH's finalize turns its thread locking off
+    // (isThreaded = 0) before it deletes these attributes, so no other thread may stay in
+    // MPI while the collective frees below run. (A progress thread that was inside MPI when
+    // MPI_Finalize began is a race inside MPICH that nothing here can undo; see
+    // docs/reliability.md.)
+    for (WindowImpl* w : doomed) {
+      w->stop_progress_thread();
+    }
+    int failed = 0;
+    std::string first;
+    for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+      (*it)->free_at_finalize();
+      if (!(*it)->finalize_error().empty() && failed++ == 0) {
+        first = (*it)->finalize_error();
+      }
+    }
+    if (failed != 0) {
+      std::fprintf(stderr,
+                   "paramwin: MPI_Finalize with %zu live window(s): freeing %d of them failed, "
+                   "first: %s\n",
+                   doomed.size(), failed, first.c_str());
+    }
+  } catch (...) {
+    std::fprintf(stderr, "paramwin: freeing live windows at MPI_Finalize failed\n");
+  }
+  return MPI_SUCCESS;  // an error here would make MPI_Finalize itself fail
+}
+
+/// Registers a freshly created window (hooking MPI_Finalize on the first one).
+void remember_live(WindowImpl* w) {
+  LiveWindows& live = live_windows();
+  const std::lock_guard lock(live.mutex);
+  if (!live.hooked) {
+    int keyval = MPI_KEYVAL_INVALID;
+    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_live_windows_at_finalize,
+                                     &keyval, nullptr),
+              "MPI_Comm_create_keyval");
+    check_mpi(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr),
+              "MPI_Comm_set_attr(MPI_COMM_SELF)");
+    live.hooked = true;  // the keyval lives until MPI_Finalize deletes the attribute
+  }
+  live.windows.push_back(w);
+}
+
+/// Unregisters a window that is being freed (or failed to be created); no-op if absent.
+void forget_live(WindowImpl* w) noexcept {
+  LiveWindows& live = live_windows();
+  const std::lock_guard lock(live.mutex);
+  std::erase(live.windows, w);
+}
 
 }  // namespace
 
@@ -197,6 +288,7 @@ WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& option
   }
   try {
     create(comm);
+    remember_live(this);
   } catch (...) {
     release();
     throw;
@@ -478,58 +570,14 @@ void WindowImpl::verify() {
 
 // --- destruction ------------------------------------------------------------------------
 
-void WindowImpl::release() noexcept {
+WindowImpl::FreeResult WindowImpl::free_mpi() noexcept {
   stop_progress_thread();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized != 0) {
-    // MPI is gone: nothing can be freed any more. The memory was MPI's and went with it.
-    comm_ = node_comm_ = MPI_COMM_NULL;
-    shm_win_ = rma_win_ = MPI_WIN_NULL;
-    return;
-  }
   // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
   reap(true);
-  if (rma_locked_) {
-    MPI_Win_unlock_all(rma_win_);
-    rma_locked_ = false;
-  }
-  if (shm_locked_) {
-    MPI_Win_unlock_all(shm_win_);
-    shm_locked_ = false;
-  }
-  if (rma_win_ != MPI_WIN_NULL) {
-    MPI_Win_free(&rma_win_);
-  }
-  if (shm_win_ != MPI_WIN_NULL) {
-    MPI_Win_free(&shm_win_);
-  }
-  if (node_comm_ != MPI_COMM_NULL) {
-    MPI_Comm_free(&node_comm_);
-  }
-  if (comm_ != MPI_COMM_NULL) {
-    MPI_Comm_free(&comm_);
-  }
-}
-
-WindowImpl::~WindowImpl() { release(); }
-
-void WindowImpl::close() {
-  stop_progress_thread();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized != 0) {
-    release();
-    throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; the window's "
-                "MPI resources could not be freed");
-  }
-  reap(true);
-  int first_error = MPI_SUCCESS;
-  const char* first_call = "";
+  FreeResult first;
   auto note = [&](int code, const char* call) {
-    if (code != MPI_SUCCESS && first_error == MPI_SUCCESS) {
-      first_error = code;
-      first_call = call;
+    if (code != MPI_SUCCESS && first.code == MPI_SUCCESS) {
+      first = {code, call};
     }
   };
   if (rma_locked_) {
@@ -540,14 +588,78 @@ void WindowImpl::close() {
     note(MPI_Win_unlock_all(shm_win_), "MPI_Win_unlock_all(shm)");
     shm_locked_ = false;
   }
+  // Each handle is freed once: a failed (collective) free is not retried later.
   if (rma_win_ != MPI_WIN_NULL) {
     note(MPI_Win_free(&rma_win_), "MPI_Win_free(rma)");
+    rma_win_ = MPI_WIN_NULL;
   }
   if (shm_win_ != MPI_WIN_NULL) {
     note(MPI_Win_free(&shm_win_), "MPI_Win_free(shm)");
+    shm_win_ = MPI_WIN_NULL;
   }
-  release();
-  check_mpi(first_error, first_call);
+  if (node_comm_ != MPI_COMM_NULL) {
+    note(MPI_Comm_free(&node_comm_), "MPI_Comm_free(node)");
+    node_comm_ = MPI_COMM_NULL;
+  }
+  if (comm_ != MPI_COMM_NULL) {
+    note(MPI_Comm_free(&comm_), "MPI_Comm_free");
+    comm_ = MPI_COMM_NULL;
+  }
+  return first;
+}
+
+void WindowImpl::release() noexcept {
+  forget_live(this);
+  stop_progress_thread();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) {
+    // MPI is gone. Windows alive at MPI_Finalize were freed by its hook (free_at_finalize);
+    // anything left cannot be freed any more.
+    comm_ = node_comm_ = MPI_COMM_NULL;
+    shm_win_ = rma_win_ = MPI_WIN_NULL;
+    return;
+  }
+  (void)free_mpi();
+}
+
+WindowImpl::~WindowImpl() { release(); }
+
+void WindowImpl::free_at_finalize() noexcept {
+  // Called by the MPI_Finalize hook with the registry's lock held: must not forget_live().
+  const FreeResult result = free_mpi();
+  // Everything that pointed into the (now freed) segments goes too.
+  segment_ = ByteView();
+  std::fill(shm_base_.begin(), shm_base_.end(), nullptr);
+  if (result.code != MPI_SUCCESS) {
+    try {
+      finalize_error_ = std::string(result.call) + " failed: " + mpi_error_string(result.code) +
+                        " (MPI error code " + std::to_string(result.code) + ")";
+    } catch (...) {
+      // Out of memory while describing the failure: leave the message empty.
+    }
+  }
+  freed_at_finalize_.store(true, std::memory_order_release);
+}
+
+void WindowImpl::close() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0 || freed_at_finalize()) {
+    release();
+    if (freed_at_finalize()) {
+      throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; MPI_Finalize " +
+                  std::string(finalize_error_.empty()
+                                  ? "had already freed the window's MPI resources"
+                                  : "tried to free the window's MPI resources and failed: " +
+                                        finalize_error_));
+    }
+    throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; the window's "
+                "MPI resources could not be freed");
+  }
+  forget_live(this);
+  const FreeResult result = free_mpi();
+  check_mpi(result.code, result.call);
 }
 
 // --- queries ----------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 #include <thread>
 #include <utility>
 #include <algorithm>
+#include <atomic>
+#include <string>
 #include <vector>
 
 #include "detail/segment.hpp"
@@ -56,7 +58,22 @@ class WindowImpl {
   ~WindowImpl();
 
   /// Frees everything; throws MpiError on the first failing call (after freeing the rest).
+  /// After MPI_Finalize it throws Error ("called after MPI_Finalize") instead.
   void close();
+
+  /// Frees this window's MPI resources from inside MPI_Finalize (the MPI_COMM_SELF attribute
+  /// delete callback, window_impl.cpp), while MPI still works; the window then stays an
+  /// empty shell: close() throws, the destructor does nothing. Never throws; a failing MPI
+  /// call is recorded (finalize_error()) instead. Only the finalize hook calls this.
+  void free_at_finalize() noexcept;
+  /// Stops the progress thread, if any (joins it); the window keeps working without it.
+  void stop_progress_thread() noexcept;
+  /// True once free_at_finalize() ran: the window's MPI resources and segment are gone.
+  [[nodiscard]] bool freed_at_finalize() const noexcept {
+    return freed_at_finalize_.load(std::memory_order_acquire);
+  }
+  /// What failed in free_at_finalize(), empty if nothing did.
+  [[nodiscard]] const std::string& finalize_error() const noexcept { return finalize_error_; }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -110,10 +127,18 @@ class WindowImpl {
   void create(MPI_Comm comm);
   void verify();
   void release() noexcept;
+  /// The first MPI call that failed while freeing (code MPI_SUCCESS if none).
+  struct FreeResult {
+    int code = MPI_SUCCESS;
+    const char* call = "";
+  };
+  /// The one freeing path (close(), the destructor, MPI_Finalize): stops the progress
+  /// thread, completes abandoned reads, unlocks and frees both windows and both
+  /// communicators, each handle exactly once (null afterwards even if its free failed).
+  FreeResult free_mpi() noexcept;
   void check_layouts_strict(std::uint64_t slot_fingerprint);
   void start_progress_thread();
   void reap(bool block) noexcept;
-  void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -138,6 +163,8 @@ class WindowImpl {
   };
   std::unique_ptr<std::byte[], FreeBytes> scratch_;
   std::size_t scratch_bytes_ = 0;
+  std::atomic<bool> freed_at_finalize_{false};
+  std::string finalize_error_;
 };
 
 /// Binds the caller's refs to layout order: result[i] is the ref index for layer i.

@@ -29,7 +29,8 @@ class WindowBase {
   ~WindowBase();
 
   void close();
-  [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
+  /// False once moved from, closed, or freed by MPI_Finalize (a window still alive then).
+  [[nodiscard]] bool valid() const noexcept;
 
   [[nodiscard]] int rank() const;
   [[nodiscard]] int size() const;
