@@ -483,6 +483,35 @@ TEST_P(GroupAgentTest, ShardsFromDifferentPublishesAreNeverMixed) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// The same checks with the gather agents spread over several nodes use (MPI_Bcast of
+// datatypes over the caller's layers instead of copies from the peers' shared scratch).
+TEST(GroupAgentBroadcastGather, RebirthsAreExactWithoutSharedScratch) {
+  if (!split_ok(2)) GTEST_SKIP() << "needs at least 2 agents of 2 ranks";
+  setenv("PARAMWIN_GROUP_GATHER", "broadcast", 1);
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  pw::AgentOptions o;
+  o.triggers.age.enabled = false;
+  o.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step % 2 == 1; };
+  o.selection.k = 1;
+  o.publish.every = 1000;
+  pw::GroupAgent agent(groups, model(), o);
+  unsetenv("PARAMWIN_GROUP_GATHER");
+  Model m;
+  m.fill(groups.agent(), 3);
+  (void)agent.publish(m.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int s = 0; s < 4; ++s) {
+    const pw::StepEvent ev = agent.step(s, 1.0, m.refs());
+    if (groups.agent() == 0 && s % 2 == 0) {
+      ASSERT_TRUE(ev.died) << ev.note;
+      EXPECT_TRUE(m.is_mean_of({{ev.donors[0].rank, 3}}));
+      EXPECT_GT(ev.seconds.assemble, 0.0);
+      m.fill(0, 3);  // back to its own values
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(RanksPerAgent, GroupAgentTest, ::testing::Values(1, 2),
                          [](const auto& param_info) {
                            std::string name = std::to_string(param_info.param);

@@ -14,6 +14,7 @@
 #include <bit>
 #include <chrono>
 #include <exception>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -110,7 +111,12 @@ struct GroupAgent::State {
   ~State() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (agent_comm != MPI_COMM_NULL && finalized == 0) MPI_Comm_free(&agent_comm);
+    if (finalized != 0) return;
+    if (scratch_win != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(scratch_win);
+      MPI_Win_free(&scratch_win);
+    }
+    if (agent_comm != MPI_COMM_NULL) MPI_Comm_free(&agent_comm);
   }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -137,7 +143,14 @@ struct GroupAgent::State {
   bool left = false;
   std::int64_t steps_since_publish = 0;
   Clock::time_point last_publish{};
-  std::vector<std::byte> scratch;           // this rank's shard, pulled before it is trusted
+  // This rank's shard, pulled before it is trusted. When the agent's ranks share a node it
+  // lives in a shared-memory window over the agent, and the gather is a plain copy from the
+  // peers' scratch; otherwise in private memory, gathered by broadcasts.
+  bool same_node = false;
+  MPI_Win scratch_win = MPI_WIN_NULL;
+  std::vector<std::byte*> peer_scratch;     // per in-agent rank (same_node)
+  std::vector<std::byte> private_scratch;
+  std::byte* scratch = nullptr;
   std::vector<std::size_t> scratch_offset;  // per layer
 
   bool leader() const { return rank_in_agent == 0; }
@@ -202,15 +215,45 @@ struct GroupAgent::State {
     return r;
   }
 
-  void ensure_scratch() {
-    if (!scratch_offset.empty() || plan.full().empty()) return;
-    const Layout& shard = plan.shard_layout(rank_in_agent);
-    std::size_t off = 0;
+  /// Byte offset of each layer of shard @p s in that shard's scratch; last entry: the size.
+  std::vector<std::size_t> offsets_of(int s) const {
+    const Layout& shard = plan.shard_layout(s);
+    std::vector<std::size_t> off;
+    std::size_t at = 0;
     for (std::size_t l = 0; l < shard.size(); ++l) {
-      scratch_offset.push_back(off);
-      off += (shard[l].count * dtype_size(shard[l].dtype) + 63) / 64 * 64;
+      off.push_back(at);
+      at += (shard[l].count * dtype_size(shard[l].dtype) + 63) / 64 * 64;
     }
-    scratch.resize(off);
+    off.push_back(at);
+    return off;
+  }
+
+  /// Allocates the scratch on first use. Every rank of the agent reaches the first rebirth
+  /// pull together, so the shared window's collective creation is safe here.
+  void ensure_scratch() {
+    if (scratch != nullptr) return;
+    scratch_offset = offsets_of(rank_in_agent);
+    const std::size_t bytes = std::max<std::size_t>(scratch_offset.back(), 64);
+    if (same_node) {
+      const detail::SharedInfo info;
+      void* base = nullptr;
+      check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info.get(), agent_comm,
+                                        &base, &scratch_win),
+                "MPI_Win_allocate_shared(scratch)");
+      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, scratch_win), "MPI_Win_lock_all(scratch)");
+      peer_scratch.assign(static_cast<std::size_t>(g), nullptr);
+      for (int r = 0; r < g; ++r) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        void* peer = nullptr;
+        check_mpi(MPI_Win_shared_query(scratch_win, r, &size, &unit, &peer), "MPI_Win_shared_query");
+        peer_scratch[static_cast<std::size_t>(r)] = static_cast<std::byte*>(peer);
+      }
+      scratch = peer_scratch[static_cast<std::size_t>(rank_in_agent)];
+    } else {
+      private_scratch.resize(bytes);
+      scratch = private_scratch.data();
+    }
   }
 
   std::vector<LayerRef> scratch_refs() {
@@ -218,7 +261,7 @@ struct GroupAgent::State {
     const Layout& shard = plan.shard_layout(rank_in_agent);
     std::vector<LayerRef> refs;
     for (std::size_t l = 0; l < shard.size(); ++l) {
-      refs.emplace_back(std::string_view{}, scratch.data() + scratch_offset[l], shard[l].count,
+      refs.emplace_back(std::string_view{}, scratch + scratch_offset[l], shard[l].count,
                         shard[l].dtype);
     }
     return refs;
@@ -237,16 +280,30 @@ struct GroupAgent::State {
     return blocks;
   }
 
-  /// Every rank's scratch shard into every rank's @p params.
-  void assemble(std::span<const LayerRef> params) {
-    const std::vector<Block> mine = blocks_of(rank_in_agent, params);
-    std::size_t l = 0;
-    const Layout& shard = plan.shard_layout(rank_in_agent);
-    for (const Block& b : mine) {
-      while (shard[l].count == 0) ++l;
-      std::memcpy(b.data, scratch.data() + scratch_offset[l], b.bytes);
-      ++l;
+  /// Copies shard @p s from @p src (that shard's scratch) into the caller's @p params.
+  void copy_shard(int s, const std::byte* src, std::span<const LayerRef> params) const {
+    const std::vector<std::size_t> off = offsets_of(s);
+    const Layout& full = plan.full();
+    for (std::size_t l = 0; l < full.size(); ++l) {
+      const std::size_t esize = dtype_size(full[l].dtype);
+      const std::size_t n = plan.count(l, s) * esize;
+      if (n == 0) continue;
+      std::memcpy(static_cast<std::byte*>(params[l].data()) + plan.first(l, s) * esize,
+                  src + off[l], n);
     }
+  }
+
+  /// Every rank's scratch shard into every rank's @p params. Called after the outcome
+  /// allgather, which every rank entered after writing its scratch: the shards are complete.
+  /// The next write to any scratch comes after the next step's allreduce, which no rank
+  /// passes before every rank has finished copying here.
+  void assemble(std::span<const LayerRef> params) {
+    if (same_node) {
+      check_mpi(MPI_Win_sync(scratch_win), "MPI_Win_sync(scratch)");
+      for (int s = 0; s < g; ++s) copy_shard(s, peer_scratch[static_cast<std::size_t>(s)], params);
+      return;
+    }
+    copy_shard(rank_in_agent, scratch, params);
     for (int s = 0; s < g; ++s) broadcast_blocks(blocks_of(s, params), s, agent_comm);
   }
 };
@@ -301,6 +358,22 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
   State& st = *s_;
   check_mpi(MPI_Comm_dup(groups.agent_comm(), &st.agent_comm), "MPI_Comm_dup(agent)");
   check_mpi(MPI_Comm_set_errhandler(st.agent_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  {
+    MPI_Comm node = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(st.agent_comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type(agent)");
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    // PARAMWIN_GROUP_GATHER=broadcast forces the path agents spread over nodes take (tests).
+    const char* force = std::getenv("PARAMWIN_GROUP_GATHER");
+    const bool broadcast = force != nullptr && std::string(force) == "broadcast";
+    int all_local = node_size == st.g && !broadcast ? 1 : 0;
+    int everywhere = 0;
+    check_mpi(MPI_Allreduce(&all_local, &everywhere, 1, MPI_INT, MPI_MIN, st.agent_comm),
+              "MPI_Allreduce(same node)");
+    st.same_node = everywhere == 1 && st.g > 1;
+  }
   st.window.emplace(groups.shard_comm(), st.plan.shard_layout(st.rank_in_agent), window_options);
   st.max_age = st.policy.max_age();
   st.fingerprint = st.win().fingerprint();
@@ -510,6 +583,9 @@ StepEvent GroupAgent::step(std::int64_t iteration, double metric, std::span<cons
       out[0] = 0;
       out[1] = e.rank();
       pull_error = e.what();
+    }
+    if (st.scratch_win != MPI_WIN_NULL) {
+      check_mpi(MPI_Win_sync(st.scratch_win), "MPI_Win_sync(scratch)");  // before the allgather
     }
     event.seconds.pull += seconds_since(t_pull);
     const auto t_judge = Clock::now();
