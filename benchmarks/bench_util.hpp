@@ -125,5 +125,6 @@ std::string count_label(std::size_t count);
 void register_pull_benchmarks();
 void register_multi_donor_benchmarks();
 void register_misc_benchmarks();
+void register_group_benchmarks();
 
 }  // namespace paramwin::bench

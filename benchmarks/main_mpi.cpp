@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
         paramwin::bench::register_pull_benchmarks();
         paramwin::bench::register_multi_donor_benchmarks();
         paramwin::bench::register_misc_benchmarks();
+        paramwin::bench::register_group_benchmarks();
         if (e.rank == 0) {
           benchmark::RunSpecifiedBenchmarks();
         } else {

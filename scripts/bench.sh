@@ -3,6 +3,7 @@
 # rank count it needs, writing Google Benchmark JSON into out/bench/; then regenerates
 # docs/benchmarks.md and docs/img/*.png with scripts/bench_report.py.
 #   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick] [--reps N]
+#                    [--groups]   (only the agent-group rebirth cases, issue 8)
 # Timings are only meaningful on a quiet machine: the script records the load average
 # before each run and the report prints it.
 set -euo pipefail
@@ -11,6 +12,7 @@ cd "$(dirname "$0")/.."
 build_dir=build
 do_build=1
 run=1
+groups_only=0
 reps=3
 min_time=0.05
 while [ $# -gt 0 ]; do
@@ -20,6 +22,7 @@ while [ $# -gt 0 ]; do
     --report-only) run=0; do_build=0; shift ;;
     --quick) reps=2; min_time=0.02; shift ;;
     --reps) reps=$2; shift 2 ;;
+    --groups) groups_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -43,7 +46,28 @@ run_suite() {  # run_suite <ranks> <filter>
   cat /proc/loadavg >> "$out/load_np$np.txt"
 }
 
-if [ "$run" = 1 ]; then
+# Agent groups (issue 8): rebirth time of one agent, g = 1 vs g = 2 ranks per agent, same
+# model size. Waiting ranks sleep 1 ms between polls so that they leave the 2 cores to the
+# reborn agent's ranks (as on a machine with a core per rank); the RMA donors then serve
+# gets only when they poll, which the report states. Written to out/bench/groups_*.json.
+run_groups() {
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/groups_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/groups_load.txt"
+  PARAMWIN_BENCH_POLL_NS=1000000 /usr/bin/mpiexec.mpich -n 6 "$bench" \
+    --benchmark_filter='^group_rebirth/shm/' --benchmark_repetitions="$reps" \
+    --benchmark_min_time=0.2 --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/groups_shm_np6.json" --benchmark_out_format=json
+  PARAMWIN_BENCH_POLL_NS=1000000 /usr/bin/mpiexec.mpich -n 4 "$bench" \
+    --benchmark_filter='^group_rebirth/rma/k:1/' --benchmark_repetitions="$reps" \
+    --benchmark_min_time=0.2 --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/groups_rma_np4.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/groups_load.txt"
+}
+
+if [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  run_groups
+elif [ "$run" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   rm -f "$out"/np*.json "$out"/load_np*.txt
   git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null || echo unknown > "$out/commit.txt"
@@ -58,6 +82,7 @@ if [ "$run" = 1 ]; then
   run_suite 4 '^(k_donors|stream|roster)/'
   # 8 ranks: roster reads and the k = 1 rebirth at scale.
   run_suite 8 '^roster/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
+  run_groups
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --img-dir docs/img
