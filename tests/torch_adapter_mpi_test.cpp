@@ -428,6 +428,63 @@ TEST(TorchAgent, RebirthAdoptsDonorMixIntoModule) {
   }
 }
 
+TEST(TorchAgent, GroupedAgentsExchangeShardsIntoEveryReplica) {
+  if (world_size() < 4 || world_size() % 2 != 0) GTEST_SKIP() << "needs 2 agents of 2 ranks";
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  // Every dtype, a 0-dim parameter and batch-norm buffers, cut in two shards.
+  const pwt::ModuleOptions mo{.buffers = true};
+  Net model;
+  fill_exact(*model, groups.agent(), mo);  // replicas of one agent are identical
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 2; };
+  ao.selection.k = 1;
+  pwt::TorchAgentOptions to;
+  to.module = mo;
+  pwt::TorchAgent agent(groups, *model, sgd, std::move(ao), to);
+  EXPECT_TRUE(agent.grouped());
+  EXPECT_THROW((void)agent.agent(), pw::InvalidArgument);
+  EXPECT_EQ(agent.group_agent().ranks_per_agent(), 2);
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  // One step of SGD with momentum so that the optimizer has state to reset (no update: the
+  // gradients are zero, the parameters stay exact).
+  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  sgd.step();
+  EXPECT_FALSE(sgd.state().empty());
+  for (int step = 1; step <= 2; ++step) {
+    const pw::StepEvent ev = agent.step(step, 1.0);
+    if (groups.agent() == 0 && step == 2) {
+      ASSERT_TRUE(ev.died) << ev.note;
+      ASSERT_EQ(ev.donors.size(), 1U);
+      EXPECT_EQ(ev.donors[0].rank, 1);
+      Net expected;
+      fill_exact(*expected, 1, mo);
+      expect_bit_equal(*model, *expected, mo);  // on both ranks of agent 0
+      EXPECT_TRUE(sgd.state().empty()) << "momentum buffers of the replaced parameters remain";
+      EXPECT_GT(agent.optimizer_states_reset(), 0U);
+    } else {
+      EXPECT_FALSE(ev.died);
+    }
+  }
+  EXPECT_EQ(agent.stats().deaths(), groups.agent() == 0 ? 1 : 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchAgent, GroupedAgentRefusesLiveExposure) {
+  if (world_size() < 4 || world_size() % 2 != 0) GTEST_SKIP() << "needs 2 agents of 2 ranks";
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  Tiny model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  pw::AgentOptions ao;
+  ao.selection.k = 1;
+  const std::string what = message_of<pw::InvalidArgument>([&] {
+    pwt::TorchAgent agent(groups, *model, sgd, ao, {}, {.exposure = pw::Exposure::live});
+  });
+  EXPECT_NE(what.find("Exposure::live"), std::string::npos) << what;
+}
+
 // --- errors -------------------------------------------------------------------------------
 
 TEST(TorchErrors, ReshapedParameterAfterWindowCreation) {

@@ -40,6 +40,7 @@ struct TorchAgent::Impl {
   std::uint64_t states_reset = 0;
   bool live = false;
   std::optional<Agent<>> agent;
+  std::optional<GroupAgent> group;  // instead of agent, for an agent made of several ranks
 
   // The tensors of the step in progress and, when staged, their host copies.
   ModuleTensors current;
@@ -54,23 +55,39 @@ struct TorchAgent::Impl {
     ++built;
   }
 
-  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
+  /// Takes over the user's rebirth hook and returns the module's layout.
+  Layout prepare(AgentOptions& agent_options) {
     ModuleTensors mt = collect(*module, options.module);
     skipped = mt.skipped;
-    live = window_options.exposure == Exposure::live;
     user_on_rebirth = std::move(agent_options.on_rebirth);
     // `this` is stable (heap-allocated Impl), so the hook survives moves of the TorchAgent.
     agent_options.on_rebirth = [this](const StepEvent& event, std::span<const LayerRef> params) {
       on_rebirth(event, params);
     };
-    agent.emplace(comm, std::move(mt.layout), std::move(agent_options), window_options);
+    return std::move(mt.layout);
+  }
+
+  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
+    Layout layout = prepare(agent_options);
+    live = window_options.exposure == Exposure::live;
+    agent.emplace(comm, std::move(layout), std::move(agent_options), window_options);
     if (live) bind_live(agent->window(), *module, options.module);
+  }
+
+  void create(const AgentGroups& groups, AgentOptions agent_options,
+              const WindowOptions& window_options) {
+    Layout layout = prepare(agent_options);
+    group.emplace(groups, std::move(layout), std::move(agent_options), window_options);
+  }
+
+  const Layout& layout() const {
+    return group ? group->plan().full() : agent->window().layout();
   }
 
   /// Refs to the module's tensors (or to fresh host copies of them) for one step.
   std::vector<LayerRef> refs() {
     current = collect(*module, options.module);
-    check_against(current, agent->window().layout());
+    check_against(current, layout());
     staged.assign(current.tensors.size(), ::torch::Tensor());
     std::vector<LayerRef> out;
     out.reserve(current.tensors.size());
@@ -143,6 +160,30 @@ TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuil
   impl_->create(comm, std::move(agent_options), window_options);
 }
 
+TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
+                       ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
+                       TorchAgentOptions options, const WindowOptions& window_options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->module = &module;
+  impl_->borrowed = &optimizer;
+  impl_->options = std::move(options);
+  impl_->create(groups, std::move(agent_options), window_options);
+}
+
+TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
+                       OptimizerBuilder builder, AgentOptions agent_options,
+                       TorchAgentOptions options, const WindowOptions& window_options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!builder) {
+    throw InvalidArgument("paramwin::torch: TorchAgent needs an optimizer builder (empty)");
+  }
+  impl_->module = &module;
+  impl_->builder = std::move(builder);
+  impl_->options = std::move(options);
+  impl_->build_optimizer();
+  impl_->create(groups, std::move(agent_options), window_options);
+}
+
 TorchAgent::TorchAgent(TorchAgent&&) noexcept = default;
 
 TorchAgent& TorchAgent::operator=(TorchAgent&& other) noexcept {
@@ -168,6 +209,7 @@ TorchAgent::~TorchAgent() {
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
   std::vector<LayerRef> params = impl_->refs();
+  if (impl_->group) return impl_->group->step(iteration, metric, params);
   return impl_->agent->step(iteration, metric, params);
 }
 
@@ -176,20 +218,46 @@ PublishResult TorchAgent::publish() {
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(params.size());
   for (const LayerRef& p : params) as_const.push_back(p.as_const());
+  if (impl_->group) return impl_->group->publish(as_const);
   return impl_->agent->publish(as_const);
 }
 
 ::torch::optim::Optimizer& TorchAgent::optimizer() { return impl_->optimizer(); }
 ::torch::nn::Module& TorchAgent::module() { return *impl_->module; }
-Agent<>& TorchAgent::agent() { return *impl_->agent; }
-const Agent<>& TorchAgent::agent() const { return *impl_->agent; }
+namespace {
+[[noreturn]] void wrong_kind(const char* want) {
+  throw InvalidArgument(std::string("paramwin::torch: this TorchAgent has no ") + want +
+                        " (see grouped())");
+}
+}  // namespace
+
+Agent<>& TorchAgent::agent() {
+  if (!impl_->agent) wrong_kind("Agent: it drives a GroupAgent");
+  return *impl_->agent;
+}
+const Agent<>& TorchAgent::agent() const {
+  if (!impl_->agent) wrong_kind("Agent: it drives a GroupAgent");
+  return *impl_->agent;
+}
+bool TorchAgent::grouped() const { return impl_->group.has_value(); }
+GroupAgent& TorchAgent::group_agent() {
+  if (!impl_->group) wrong_kind("GroupAgent: it was made from a communicator");
+  return *impl_->group;
+}
+const AgentStats& TorchAgent::stats() const {
+  return impl_->group ? impl_->group->stats() : impl_->agent->stats();
+}
 const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
 std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
 
 void TorchAgent::close() {
   impl_->unbind();
-  impl_->agent->close();
+  if (impl_->group) {
+    impl_->group->close();
+  } else {
+    impl_->agent->close();
+  }
 }
 
 }  // namespace paramwin::torch

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "paramwin/agent.hpp"
+#include "paramwin/group_agent.hpp"
 #include "paramwin/torch/module.hpp"
 
 namespace paramwin::torch {
@@ -60,6 +61,19 @@ class TorchAgent {
              AgentOptions agent_options = {}, TorchAgentOptions options = {},
              const WindowOptions& window_options = {});
 
+  /// A rank of an agent made of several ranks (data-parallel replicas of @p module, see
+  /// GroupAgent): the module's tensors are exchanged shard by shard through a GroupAgent.
+  /// Every rank of the agent holds a full replica and calls step() together. Exposure::live
+  /// is refused (the window holds a shard). Borrowed optimizer, as above.
+  /// @note Collective over @p groups.training_comm().
+  TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
+             ::torch::optim::Optimizer& optimizer, AgentOptions agent_options = {},
+             TorchAgentOptions options = {}, const WindowOptions& window_options = {});
+  /// A rank of a grouped agent that owns its optimizer (see the two constructors above).
+  /// @note Collective over @p groups.training_comm().
+  TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module, OptimizerBuilder builder,
+             AgentOptions agent_options = {}, TorchAgentOptions options = {},
+             const WindowOptions& window_options = {});
   TorchAgent(const TorchAgent&) = delete;
   TorchAgent& operator=(const TorchAgent&) = delete;
   /// Moves the agent; the source is left empty.
@@ -84,10 +98,16 @@ class TorchAgent {
   [[nodiscard]] ::torch::optim::Optimizer& optimizer();
   /// The module the agent trains.
   [[nodiscard]] ::torch::nn::Module& module();
-  /// The underlying agent (policy, stats, window).
+  /// The underlying agent (policy, stats, window); InvalidArgument for a grouped agent.
   [[nodiscard]] Agent<>& agent();
   /// @copydoc agent()
   [[nodiscard]] const Agent<>& agent() const;
+  /// True when constructed from AgentGroups (the module is exchanged shard by shard).
+  [[nodiscard]] bool grouped() const;
+  /// The underlying GroupAgent; InvalidArgument for a one-rank agent.
+  [[nodiscard]] GroupAgent& group_agent();
+  /// Counters and timers of whichever agent drives the module.
+  [[nodiscard]] const AgentStats& stats() const;
   /// Tensors of the module that are not exchanged, with the reason.
   [[nodiscard]] const std::vector<std::string>& skipped() const;
   /// Optimizers built so far (1 + rebuilds; 0 for a borrowed optimizer).
