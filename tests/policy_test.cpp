@@ -613,7 +613,7 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
         "\"metric\":null",
         "\"bytes\":8192", "\"published\":true", "\"version\":59",
-        "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06}",
+        "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":0}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {
     EXPECT_NE(j.find(part), std::string::npos) << part << "\nin " << j;
   }
@@ -673,6 +673,12 @@ TEST(AgentStats, CountsAndTimers) {
   EXPECT_DOUBLE_EQ(d.median, (1e-6 + 2e-6) / 2);
   EXPECT_EQ(s.timer(pw::Phase::pull).count, 1U);
   EXPECT_DOUBLE_EQ(s.timer(pw::Phase::pull).median, 2e-5);
+  EXPECT_EQ(s.timer(pw::Phase::assemble).count, 0U);  // one-rank agents never gather
+  // Whole rebirths: every phase of the one step that died.
+  const pw::TimerSummary r = s.rebirth_timer();
+  EXPECT_EQ(r.count, 1U);
+  EXPECT_DOUBLE_EQ(r.total, death_event().seconds.total());
+  EXPECT_DOUBLE_EQ(r.total, 1e-6 + 2e-5 + 3e-6 + 4e-6);
   std::ostringstream text;
   s.write_summary(text);
   EXPECT_NE(text.str().find("deaths 1 (age 1"), std::string::npos) << text.str();
