@@ -1,5 +1,6 @@
 // Bad input, table-driven: every public entry point (Layout, ParameterWindow constructor,
-// publish, pull, roster, live_span, Agent constructor, step, options parsing) with each bad
+// publish, pull, roster, live_span, Agent constructor, step, options parsing, AgentGroups,
+// ShardPlan, GroupAgent constructor / step / publish, the report) with each bad
 // input. Each row names the entry point, the input, the exception type and a fragment of its
 // message; after each row the test checks that nothing changed: the caller's output, this
 // rank's version and roster, and that the window still serves a correct pull.
@@ -323,6 +324,80 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
       EXPECT_EQ(agent.age(), 0) << row.input;
       EXPECT_EQ(agent.window().version(), 0U) << row.input;
       EXPECT_EQ(agent.window().roster(rank).status_updates, before.status_updates) << row.input;
+      ++rows_checked;
+    }
+    EXPECT_EQ(agent.step(0, 1.0, {aw, ab}).step, 1);  // and it still works
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  // Agent groups: the split, the shard cut, GroupAgent construction and step, the report.
+  {
+    pw::AgentOptions k1;
+    k1.selection.k = 1;
+    auto group_agent = [&](pw::GroupOptions go, pw::AgentOptions o, pw::WindowOptions wo) {
+      return [go, o, wo] {
+        pw::AgentGroups g(MPI_COMM_WORLD, go);
+        pw::GroupAgent a(g, layout(), o, wo);
+      };
+    };
+    pw::AgentOptions bad_k = k1;
+    bad_k.selection.k = 0;
+    const std::vector<Row> group_rows = {
+        {"AgentGroups()", "ranks_per_agent 0", Kind::invalid_argument, "must be >= 1",
+         [&] { pw::AgentGroups g(MPI_COMM_WORLD, {.ranks_per_agent = 0}); }},
+        {"AgentGroups()", "size not a multiple of g", Kind::invalid_argument,
+         "not a multiple of ranks_per_agent",
+         [&] { pw::AgentGroups g(MPI_COMM_WORLD, {.ranks_per_agent = n + 1}); }},
+        {"AgentGroups()", "every rank a buffer rank", Kind::invalid_argument, "need at least one",
+         [&] { pw::AgentGroups g(MPI_COMM_WORLD, {.buffer_ranks = n}); }},
+        {"AgentGroups()", "assignment of the wrong size", Kind::invalid_argument,
+         "entries, the communicator has",
+         [&] { pw::AgentGroups g(MPI_COMM_WORLD, {.assignment = {0}}); }},
+        {"AgentGroups()", "options differ across ranks", Kind::invalid_argument,
+         "differ across ranks",
+         [&] { pw::AgentGroups g(MPI_COMM_WORLD, {.buffer_ranks = rank == 0 ? 1 : 0}); }},
+        {"ShardPlan()", "0 shards", Kind::invalid_argument, "shards = 0 must be >= 1",
+         [&] { pw::ShardPlan p(layout(), 0); }},
+        {"ShardPlan::shard_layout", "shard out of range", Kind::invalid_argument, "no shard 2",
+         [&] { (void)pw::ShardPlan(layout(), 2).shard_layout(2); }},
+        {"GroupAgent()", "live exposure", Kind::invalid_argument, "Exposure::live",
+         group_agent({}, k1, {.exposure = pw::Exposure::live})},
+        {"GroupAgent()", "invalid options (k = 0)", Kind::invalid_argument, "selection.k",
+         group_agent({}, bad_k, {})},
+        {"PopulationReport::write_json", "unwritable path", Kind::invalid_argument, "cannot open",
+         [&] { pw::PopulationReport{}.write_json("/nonexistent-dir/r.json"); }},
+    };
+    for (const Row& row : group_rows) {
+      EXPECT_EQ(run_row(row), "") << row.entry << " / " << row.input;
+      ++rows_checked;
+    }
+    // GroupAgent::step with bad parameters: refused on every rank of the agent, nothing done.
+    pw::AgentGroups groups(MPI_COMM_WORLD, {});
+    pw::GroupAgent agent(groups, layout(), k1);
+    std::vector<float> aw(kW, 1.0F);
+    std::vector<double> ab(4, 1.0);
+    (void)agent.publish({aw, ab});
+    const std::uint64_t epoch = agent.epoch();
+    const std::vector<Row> step_rows = {
+        {"GroupAgent::step", "span one element short", Kind::invalid_argument,
+         "expects 64 elements, got 63", [&] { (void)agent.step(0, 1.0, {short_w, ab}); }},
+        {"GroupAgent::step", "dtype mismatch", Kind::invalid_argument, "expects dtype float64",
+         [&] { (void)agent.step(0, 1.0, {aw, b_as_float}); }},
+        {"GroupAgent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
+         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)}); }},
+        {"GroupAgent::step", "layer named twice", Kind::invalid_argument, "passed twice",
+         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("w", aw)}); }},
+        {"GroupAgent::publish", "one layer of two", Kind::invalid_argument, "got 1 layers",
+         [&] { (void)agent.publish({aw}); }},
+    };
+    const pw::RosterEntry before = agent.window().roster(agent.agent());
+    for (const Row& row : step_rows) {
+      EXPECT_EQ(run_row(row), "") << row.entry << " / " << row.input;
+      EXPECT_EQ(agent.steps(), 0) << row.input;
+      EXPECT_EQ(agent.epoch(), epoch) << row.input;
+      EXPECT_EQ(agent.window().version(), 1U) << row.input;
+      EXPECT_EQ(agent.window().roster(agent.agent()).status_updates, before.status_updates)
+          << row.input;
       ++rows_checked;
     }
     EXPECT_EQ(agent.step(0, 1.0, {aw, ab}).step, 1);  // and it still works
