@@ -563,6 +563,7 @@ StepEvent GroupAgent::step(std::int64_t iteration, double metric, std::span<cons
       for (const LayerRef& r : p) cp.push_back(r.as_const());
       const std::vector<ConstLayerRef> cur = st.shard_of(cp);
       for (std::size_t l = 0; l < cur.size(); ++l) {
+        if (cur[l].count() == 0) continue;  // an empty layer's data() may be null
         std::memcpy(scratch[l].data(), cur[l].data(), cur[l].count() * dtype_size(cur[l].dtype()));
       }
     }
