@@ -2,7 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
 
+#include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
 #include "detail/segment.hpp"
 #include "detail/window_impl.hpp"
@@ -49,4 +56,44 @@ TEST(Detail, SlotLayoutAlignsLayersAndPagesAndHandlesHugeCounts) {
   EXPECT_EQ(s.payload_bytes, s.entries[2].offset + (std::size_t{3} << 30) * 2);
   EXPECT_EQ(s.stride % pd::kPage, 0U);
   EXPECT_NE(s.fingerprint, pd::make_slot_layout(l, pw::WireFormat::native).fingerprint);
+}
+
+// convert(): the publish kernel. It must copy exactly and find a non-finite value wherever it
+// sits (first element, middle, the last elements a vector loop leaves to its tail), with a
+// source at any alignment and layers below and above a megabyte.
+template <class T>
+void check_convert(std::size_t n, std::size_t src_offset) {
+  const pw::DType dt = std::is_same_v<T, float> ? pw::DType::float32 : pw::DType::float64;
+  std::vector<T> src(n + src_offset);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(i % 1000) - T(500);
+  // 16-byte aligned destination, like a slot.
+  std::vector<T> dst_store(n + 16);
+  auto* dst = reinterpret_cast<T*>(
+      (reinterpret_cast<std::uintptr_t>(dst_store.data()) + 15) / 16 * 16);
+  const T* s = src.data() + src_offset;
+  ASSERT_TRUE(pd::convert(dst, dt, s, dt, n));
+  ASSERT_EQ(std::memcmp(dst, s, n * sizeof(T)), 0) << n << " +" << src_offset;
+  for (std::size_t at : {std::size_t{0}, n / 2, n - 1, n - 2, n - 3}) {
+    for (T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                  -std::numeric_limits<T>::infinity()}) {
+      const T keep = src[src_offset + at];
+      src[src_offset + at] = bad;
+      EXPECT_FALSE(pd::convert(dst, dt, s, dt, n)) << "non-finite at " << at << " of " << n;
+      src[src_offset + at] = keep;
+    }
+  }
+  // Largest finite values and denormals are finite.
+  src[src_offset] = std::numeric_limits<T>::max();
+  src[src_offset + 1] = std::numeric_limits<T>::denorm_min();
+  EXPECT_TRUE(pd::convert(dst, dt, s, dt, n));
+}
+
+TEST(Detail, ConvertCopiesExactlyAndFindsNonFiniteValuesOnBothPaths) {
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+    check_convert<float>(1000, offset);
+    check_convert<float>((1U << 20) / 4 + 3, offset);
+    check_convert<float>((1U << 20) / 4 + 16, offset);
+    check_convert<double>(1000, offset);
+    check_convert<double>((1U << 20) / 8 + 5, offset);
+  }
 }
