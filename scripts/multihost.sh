@@ -21,6 +21,12 @@
 # hosts share, so they must be kept out (see docs/cluster.md). Override by exporting UCX_TLS
 # / UCX_NET_DEVICES before calling.
 #
+# MPI_Finalize fix: MPICH 4.0.2 (ch4:ucx) can hang in MPI_Finalize over UCX's TCP transport
+# (a rank closing its endpoints waits on a peer that already sits in a PMI barrier; see
+# scripts/multihost/mpich_finalize_fix.c and docs/cluster.md). The harness compiles that shim
+# with cc and preloads it into the ranks (mpiexec -genv LD_PRELOAD). PARAMWIN_MH_FINALIZE_FIX=0
+# leaves it out (to reproduce the hang); without a C compiler it is left out with a warning.
+#
 # Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN). Without it: prints why and exits 77
 # (CTest's SKIP_RETURN_CODE). The hosts are torn down on exit, on errors and on signals; the
 # holders also die with this script (parent-death signal) if it is killed outright.
@@ -62,6 +68,10 @@ done
 if ! err=$(unshare --net --ipc --uts --mount true 2>&1); then
   skip "cannot create namespaces here (no CAP_SYS_ADMIN?): $err"
 fi
+if ! err=$(ip link add "mhp$$" type veth peer name "mhq$$" 2>&1); then
+  skip "cannot create a veth pair here (no veth support or CAP_NET_ADMIN?): $err"
+fi
+ip link del "mhp$$" 2>/dev/null || true
 
 # ---- build the hosts ----------------------------------------------------------------
 state=$(mktemp -d /tmp/paramwin-mh.XXXXXX)
@@ -149,11 +159,26 @@ export UCX_NET_DEVICES=${UCX_NET_DEVICES:-mh0}
 # Hydra: proxies connect back to mpiexec over mh0; the ssh launcher is our namespace hopper.
 mpiexec_cmd=("$mpiexec" -launcher ssh -launcher-exec "$launcher" -iface mh0
              -hosts hostA,hostB -ppn "$ppn" -n $((2 * ppn)))
+# The MPI_Finalize fix (header): preloaded into the ranks only, after any preload already set
+# (a sanitizer runtime must stay first).
+fix_note="finalize fix off (PARAMWIN_MH_FINALIZE_FIX=0)"
+if [[ ${PARAMWIN_MH_FINALIZE_FIX:-1} != 0 ]]; then
+  cc=${CC:-cc}
+  fix_so=$state/libmpich_finalize_fix.so
+  if command -v "$cc" >/dev/null &&
+     "$cc" -O2 -shared -fPIC -o "$fix_so" "$here/multihost/mpich_finalize_fix.c"; then
+    mpiexec_cmd+=(-genv LD_PRELOAD "${LD_PRELOAD:+$LD_PRELOAD:}$fix_so")
+    fix_note="finalize fix preloaded"
+  else
+    fix_note="finalize fix NOT preloaded (could not compile it with '$cc'): MPI_Finalize may hang"
+    echo "multihost: WARNING: $fix_note (scripts/multihost/mpich_finalize_fix.c)" >&2
+  fi
+fi
 
 case $mode in
   run)
     echo "multihost: hostA=10.77.0.1 hostB=10.77.0.2, $ppn ranks per host," \
-         "UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES" >&2
+         "UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES, $fix_note" >&2
     # In the background + wait, so that a signal reaches the trap (and the teardown) at once.
     # pdeathsig: mpiexec (and through it the job) goes if this script is killed outright.
     setpriv --pdeathsig KILL nsenter --target "$(<"$state/hostA.pid")" --net --ipc --uts --mount \
