@@ -15,14 +15,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string expand_rank(std::string path, int rank) {
-  const std::string token = "{rank}";
-  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
-    path.replace(at, token.size(), std::to_string(rank));
-  }
-  return path;
-}
-
 double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
   for (const RosterEntry& e : rosters) {
     if (e.rank == rank) return staleness_seconds(e, now);
@@ -122,13 +114,25 @@ void AgentCore::set_status(WindowAccess& w, AgentState state, std::int64_t itera
                            .state = state});
 }
 
-bool AgentCore::publish_due(Clock::time_point now) const {
-  const PublishOptions& p = policy_.options().publish;
-  if (p.every > 0 && steps_since_publish_ >= p.every) {
+std::string expand_rank(std::string path, int rank) {
+  const std::string token = "{rank}";
+  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
+    path.replace(at, token.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
+                 std::chrono::steady_clock::duration since_last_publish) {
+  if (p.every > 0 && steps_since_publish >= p.every) {
     return true;
   }
   return p.interval_ms > 0.0 &&
-         std::chrono::duration<double, std::milli>(now - last_publish_).count() >= p.interval_ms;
+         std::chrono::duration<double, std::milli>(since_last_publish).count() >= p.interval_ms;
+}
+
+bool AgentCore::publish_due(Clock::time_point now) const {
+  return detail::publish_due(policy_.options().publish, steps_since_publish_, now - last_publish_);
 }
 
 void AgentCore::do_publish(WindowAccess& w, std::span<const LayerRef> params, StepEvent& event) {

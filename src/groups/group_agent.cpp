@@ -165,10 +165,7 @@ struct GroupAgent::State {
   }
 
   bool publish_due(Clock::time_point now) const {
-    const PublishOptions& p = policy.options().publish;
-    if (p.every > 0 && steps_since_publish >= p.every) return true;
-    return p.interval_ms > 0.0 &&
-           std::chrono::duration<double, std::milli>(now - last_publish).count() >= p.interval_ms;
+    return detail::publish_due(policy.options().publish, steps_since_publish, now - last_publish);
   }
 
   /// This rank's shard of the caller's full layers, as refs the window can publish.
@@ -378,11 +375,7 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
   st.max_age = st.policy.max_age();
   st.fingerprint = st.win().fingerprint();
   if (st.leader() && !st.policy.options().event_log.empty()) {
-    std::string path = st.policy.options().event_log;
-    for (std::size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}", at)) {
-      path.replace(at, 6, std::to_string(st.agent));
-    }
-    st.log = EventLog(path);
+    st.log = EventLog(detail::expand_rank(st.policy.options().event_log, st.agent));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -47,6 +48,31 @@ struct TorchAgent::Impl {
   std::vector<::torch::Tensor> staged;
 
   ::torch::optim::Optimizer& optimizer() { return owned ? *owned : *borrowed; }
+
+  /// An Impl training @p m with a borrowed optimizer (its state reset on rebirths).
+  static std::unique_ptr<Impl> borrowing(::torch::nn::Module& m, ::torch::optim::Optimizer& opt,
+                                         TorchAgentOptions o) {
+    auto impl = std::make_unique<Impl>();
+    impl->module = &m;
+    impl->borrowed = &opt;
+    impl->options = std::move(o);
+    return impl;
+  }
+
+  /// An Impl that builds its optimizer now and on every rebirth.
+  static std::unique_ptr<Impl> owning(::torch::nn::Module& m, OptimizerBuilder build,
+                                      TorchAgentOptions o) {
+    if (!build) {
+      // Thrown before the collective creation; every rank passes the same kind of argument.
+      throw InvalidArgument("paramwin::torch: TorchAgent needs an optimizer builder (empty)");
+    }
+    auto impl = std::make_unique<Impl>();
+    impl->module = &m;
+    impl->builder = std::move(build);
+    impl->options = std::move(o);
+    impl->build_optimizer();
+    return impl;
+  }
 
   void build_optimizer() {
     std::unique_ptr<::torch::optim::Optimizer> fresh = builder(*module);
@@ -138,49 +164,28 @@ struct TorchAgent::Impl {
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
                        TorchAgentOptions options, const WindowOptions& window_options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->module = &module;
-  impl_->borrowed = &optimizer;
-  impl_->options = std::move(options);
+    : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
   impl_->create(comm, std::move(agent_options), window_options);
 }
 
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuilder builder,
                        AgentOptions agent_options, TorchAgentOptions options,
                        const WindowOptions& window_options)
-    : impl_(std::make_unique<Impl>()) {
-  if (!builder) {
-    // Thrown before the collective creation; every rank passes the same kind of argument.
-    throw InvalidArgument("paramwin::torch: TorchAgent needs an optimizer builder (empty)");
-  }
-  impl_->module = &module;
-  impl_->builder = std::move(builder);
-  impl_->options = std::move(options);
-  impl_->build_optimizer();
+    : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
   impl_->create(comm, std::move(agent_options), window_options);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
                        TorchAgentOptions options, const WindowOptions& window_options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->module = &module;
-  impl_->borrowed = &optimizer;
-  impl_->options = std::move(options);
+    : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
   impl_->create(groups, std::move(agent_options), window_options);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        OptimizerBuilder builder, AgentOptions agent_options,
                        TorchAgentOptions options, const WindowOptions& window_options)
-    : impl_(std::make_unique<Impl>()) {
-  if (!builder) {
-    throw InvalidArgument("paramwin::torch: TorchAgent needs an optimizer builder (empty)");
-  }
-  impl_->module = &module;
-  impl_->builder = std::move(builder);
-  impl_->options = std::move(options);
-  impl_->build_optimizer();
+    : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
   impl_->create(groups, std::move(agent_options), window_options);
 }
 

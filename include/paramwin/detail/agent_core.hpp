@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -72,6 +73,14 @@ void check_step_params(const Layout& layout, std::span<const LayerRef> params,
 /// @copydoc check_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
 void check_step_params(const Layout& layout, std::span<const ConstLayerRef> params,
                        std::string_view caller);
+
+/// @p path with every "{rank}" replaced by @p rank (event log paths).
+[[nodiscard]] std::string expand_rank(std::string path, int rank);
+
+/// Whether the publishing cadence @p p asks for a publish, @p steps_since_publish steps and
+/// @p since_last_publish after the latest one.
+[[nodiscard]] bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
+                               std::chrono::steady_clock::duration since_last_publish);
 
 /// Policy, statistics, event log and publishing state of one agent.
 class AgentCore {
