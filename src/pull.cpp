@@ -1,12 +1,12 @@
 // Pull: the reader's side of the versioned double buffer, fused over k donors.
 //
-// Two ways through, both one pass over the model in cache-sized chunks, adding every donor's
-// values (weighted, widened to float / double) while the chunk is hot:
+// Two ways through, both adding every donor's values (weighted, widened to float / double):
 //
 //  * direct (every donor on this node, ReadMode automatic or pinned): pin every donor's
 //    current slot first, check the per-slot finiteness record its publish left, then stream
-//    the weighted sum straight into the caller's memory. Nothing can fail after the first
-//    write, so the pull stays transactional at (k + 1) memory streams.
+//    the weighted sum straight into the caller's memory, one pass per layer that reads all
+//    k donors at once (mix()). Nothing can fail after the first write, so the pull stays
+//    transactional at (k + 1) memory streams.
 //  * staged (some donor over RMA, a live donor, or ReadMode optimistic): accumulate into a
 //    library-owned scratch, validate every donor's copy (seqlock), retry torn donors and pin
 //    those that keep tearing, and commit into the caller's memory only once all are accepted.
@@ -237,7 +237,6 @@ class PullEngine {
         const std::size_t n = std::min(per_chunk, spec.count - first);
         chunks_.push_back(Chunk{l, first, n});
         max_chunk_wire = std::max(max_chunk_wire, n * wsize);
-        max_chunk_acc_ = std::max(max_chunk_acc_, n * acc_size(spec.dtype));
       }
     }
     scratch_bytes_ = std::max<std::size_t>(acc_bytes, 64);
@@ -315,48 +314,28 @@ class PullEngine {
     }
     (void)apply_non_finite();
     normalise_weights();
-    std::byte* acc = w_.scratch(max_chunk_acc_ + 64);
     const Layout& layout = w_.layout();
-    // One donor, no momentum: the mix is the donor's values. Where the wire type is the layer
-    // type that is a plain copy of the whole layer, which lets memcpy use streaming stores on
-    // large layers instead of a read-for-ownership of every output line.
-    const Donor* only = nullptr;
-    std::size_t active = 0;
-    for (const Donor& d : donors_) {
-      if (!d.skipped) {
-        only = &d;
-        ++active;
-      }
-    }
-    std::vector<bool> copied(layout.size(), false);
-    if (active == 1 && options_.momentum == 0.0) {
-      for (std::size_t l = 0; l < layout.size(); ++l) {
-        const SlotLayout::Entry& e = w_.slots().entries[l];
-        const LayerRef& ref = out_[order_[l]];
-        if (e.wire == layout[l].dtype && e.count != 0) {
-          std::memcpy(ref.data(), w_.shm_segment(only->rank) + data_offset(*only, Chunk{l, 0, e.count}),
-                      bytes_of(e.count, e.wire));
-          copied[l] = true;
-        }
-      }
-    }
-    for (const Chunk& c : chunks_) {
-      if (copied[c.layer]) {
+    std::vector<MixSource> sources;
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      const SlotLayout::Entry& e = w_.slots().entries[l];
+      const LayerRef& ref = out_[order_[l]];
+      if (e.count == 0) {
         continue;
       }
-      const DType layer_dtype = layout[c.layer].dtype;
-      const DType wire = w_.slots().entries[c.layer].wire;
-      bool first = true;
+      sources.clear();
       for (const Donor& d : donors_) {
         if (!d.skipped) {
-          const std::byte* src = w_.shm_segment(d.rank) + data_offset(d, c);
-          (void)accumulate(acc, layer_dtype, src, wire, c.count, d.weight, first, false);
-          first = false;
+          sources.push_back({w_.shm_segment(d.rank) + data_offset(d, Chunk{l, 0, e.count}), d.weight});
         }
       }
-      const LayerRef& ref = out_[order_[c.layer]];
-      commit(static_cast<std::byte*>(ref.data()) + c.first * dtype_size(ref.dtype()), ref.dtype(),
-             acc, c.count, options_.momentum);
+      if (sources.size() == 1 && options_.momentum == 0.0 && e.wire == layout[l].dtype) {
+        // One donor, no momentum, same type: a plain copy, which lets memcpy use streaming
+        // stores on large layers.
+        std::memcpy(ref.data(), sources[0].data, bytes_of(e.count, e.wire));
+      } else {
+        // Every donor in one pass over the layer (see mix()).
+        mix(ref.data(), ref.dtype(), sources, e.wire, e.count, options_.momentum);
+      }
     }
     for (Donor& d : donors_) {
       unpin(d);
@@ -662,7 +641,6 @@ class PullEngine {
   std::vector<Chunk> chunks_;
   std::vector<std::size_t> acc_offset_;
   std::size_t scratch_bytes_ = 0;
-  std::size_t max_chunk_acc_ = 0;
   std::byte* acc_ = nullptr;
   bool any_rma_ = false;
   double deadline_ = 0.0;  // absolute MPI_Wtime, 0: none

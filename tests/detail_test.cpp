@@ -97,3 +97,82 @@ TEST(Detail, ConvertCopiesExactlyAndFindsNonFiniteValuesOnBothPaths) {
     check_convert<double>((1U << 20) / 8 + 5, offset);
   }
 }
+
+namespace {
+
+// Values of every magnitude, both signs, for a source of rank @p d (exact in every dtype).
+float sample(std::size_t i, std::size_t d) {
+  const float base = static_cast<float>(static_cast<int>((i * 7 + d * 13) % 61) - 30);
+  return base * std::ldexp(1.0F, static_cast<int>((i + d) % 9) - 4);
+}
+
+template <class T>
+T as(float v) {
+  if constexpr (std::is_same_v<T, pw::bfloat16>) {
+    return pw::to_bfloat16(v);
+  } else if constexpr (std::is_same_v<T, pw::float16>) {
+    return pw::to_float16(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// mix() against the chunked reference accumulate() + commit(): same bits, any k (fused
+// groups of 4 and the stack-block path), momentum 0 and 0.5, unaligned starts, odd counts.
+template <class Layer, class Wire>
+void check_mix(std::size_t count, std::size_t k, double momentum, std::size_t offset) {
+  const pw::DType layer = pw::dtype_of<Layer>::value;
+  const pw::DType wire = pw::dtype_of<Wire>::value;
+  std::vector<std::vector<Wire>> src(k, std::vector<Wire>(count + offset));
+  std::vector<pd::MixSource> sources;
+  for (std::size_t d = 0; d < k; ++d) {
+    for (std::size_t i = 0; i < count; ++i) {
+      src[d][offset + i] = as<Wire>(sample(i, d));
+    }
+    sources.push_back({src[d].data() + offset, 1.0 / static_cast<double>(d + 2)});
+  }
+  std::vector<Layer> got(count + offset), want(count + offset);
+  for (std::size_t i = 0; i < count; ++i) {
+    got[offset + i] = want[offset + i] = as<Layer>(sample(i, 99));
+  }
+  std::vector<std::byte> acc(count * pd::acc_size(layer) + 8);
+  for (std::size_t d = 0; d < k; ++d) {
+    (void)pd::accumulate(acc.data(), layer, sources[d].data, wire, count, sources[d].weight,
+                         d == 0, false);
+  }
+  pd::commit(want.data() + offset, layer, acc.data(), count, momentum);
+  pd::mix(got.data() + offset, layer, sources, wire, count, momentum);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(Layer)))
+      << "layer " << pw::dtype_name(layer) << ", wire " << pw::dtype_name(wire) << ", count "
+      << count << ", k " << k << ", momentum " << momentum << ", offset " << offset;
+}
+
+}  // namespace
+
+TEST(Detail, MixEqualsAccumulateThenCommitBitForBit) {
+  for (std::size_t k = 1; k <= 9; ++k) {
+    for (double momentum : {0.0, 0.5}) {
+      for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+        for (std::size_t count : {std::size_t{1}, std::size_t{37}, std::size_t{5000}}) {
+          check_mix<float, float>(count, k, momentum, offset);
+          check_mix<float, pw::bfloat16>(count, k, momentum, offset);
+          check_mix<float, pw::float16>(count, k, momentum, offset);
+          check_mix<pw::bfloat16, pw::bfloat16>(count, k, momentum, offset);
+          check_mix<pw::float16, pw::float16>(count, k, momentum, offset);
+          check_mix<double, double>(count, k, momentum, offset);
+        }
+      }
+    }
+  }
+}
+
+TEST(Detail, MixOfNothingWritesNothing) {
+  std::vector<float> out{1.0F, 2.0F};
+  const float src[2] = {5.0F, 6.0F};
+  const pd::MixSource one[1] = {{src, 1.0}};
+  pd::mix(out.data(), pw::DType::float32, {}, pw::DType::float32, out.size(), 0.0);
+  pd::mix(out.data(), pw::DType::float32, one, pw::DType::float32, 0, 0.0);
+  EXPECT_EQ(out, (std::vector<float>{1.0F, 2.0F}));
+  pd::mix(out.data(), pw::DType::float32, one, pw::DType::float32, out.size(), 0.0);
+  EXPECT_EQ(out, (std::vector<float>{5.0F, 6.0F}));
+}
