@@ -1,6 +1,7 @@
 // Internals that decide sizes: piece splitting for MPI counts, checked narrowing, slot format.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -175,4 +176,46 @@ TEST(Detail, MixOfNothingWritesNothing) {
   EXPECT_EQ(out, (std::vector<float>{1.0F, 2.0F}));
   pd::mix(out.data(), pw::DType::float32, one, pw::DType::float32, out.size(), 0.0);
   EXPECT_EQ(out, (std::vector<float>{5.0F, 6.0F}));
+}
+
+// The kernels run as an AVX-512, AVX2 or baseline clone (chosen at load time); whichever runs
+// here must give the bits of the scalar conversions in dtype.hpp (compiled at the baseline
+// into this test) for every float16 / bfloat16 pattern and a sweep of float32 patterns:
+// subnormals, ties, overflow, infinities and NaNs included.
+TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
+  std::vector<float> f;
+  for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 4093) {
+    f.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(b)));
+  }
+  for (const std::uint32_t b : {0x7f800000U, 0xff800000U, 0x7fc00001U, 0x477ff000U, 0x477fefffU,
+                                0x38800000U, 0x387fffffU, 0x33000000U, 0x3f808000U, 0x3f818000U}) {
+    f.push_back(std::bit_cast<float>(b));
+  }
+  std::vector<std::uint16_t> got(f.size());
+  pd::convert(got.data(), pw::DType::bfloat16, f.data(), pw::DType::float32, f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    ASSERT_EQ(got[i], pw::to_bfloat16(f[i]).bits) << "bfloat16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
+  }
+  pd::convert(got.data(), pw::DType::float16, f.data(), pw::DType::float32, f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    ASSERT_EQ(got[i], pw::to_float16(f[i]).bits) << "float16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
+  }
+  std::vector<std::uint16_t> h(65536);
+  for (std::size_t b = 0; b < h.size(); ++b) {
+    h[b] = static_cast<std::uint16_t>(b);
+  }
+  std::vector<float> wide(h.size());
+  for (const pw::DType wire : {pw::DType::bfloat16, pw::DType::float16}) {
+    (void)pd::accumulate(wide.data(), pw::DType::float32, h.data(), wire, h.size(), 1.0, true, false);
+    for (std::size_t b = 0; b < h.size(); ++b) {
+      const float want = wire == pw::DType::bfloat16 ? pw::to_float(pw::bfloat16{h[b]})
+                                                     : pw::to_float(pw::float16{h[b]});
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(wide[b])) << pw::dtype_name(wire) << " bits " << b;
+      } else {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(wide[b]), std::bit_cast<std::uint32_t>(want))
+            << pw::dtype_name(wire) << " bits " << b;
+      }
+    }
+  }
 }

@@ -5,149 +5,138 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
+
+// The hot loops are built with everything inlined (flatten: the float16 conversions are big
+// enough that GCC otherwise calls them per element and vectorises nothing). At the x86-64
+// baseline (SSE2) the narrowing and widening loops are still compute-bound: SSE2 has no 32- to
+// 16-bit pack, and float16 needs several selects per element. So they are also built for
+// x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), and the loader picks the best clone once (ifunc).
+// Same source, same IEEE arithmetic (no FP contraction, see src/CMakeLists.txt), so every clone
+// gives the same bits (tests/detail_test.cpp checks the running clone against dtype.hpp).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+#define PARAMWIN_KERNEL \
+  __attribute__((flatten, target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__)
+#define PARAMWIN_KERNEL __attribute__((flatten))
+#else
+#define PARAMWIN_KERNEL
+#endif
 
 namespace paramwin::detail {
 namespace {
 
-// Non-finite <=> exponent bits all ones. Integer tests OR-reduce, so the loops vectorise
-// (a floating-point test such as x - x == 0 would block that without -ffast-math).
-inline std::uint32_t non_finite(float x) noexcept {
-  return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x) & 0x7f800000U) == 0x7f800000U);
-}
-inline std::uint32_t non_finite(double x) noexcept {
-  constexpr std::uint64_t kExp = 0x7ff0000000000000ULL;
-  return static_cast<std::uint32_t>((std::bit_cast<std::uint64_t>(x) & kExp) == kExp);
-}
-inline std::uint32_t non_finite(bfloat16 x) noexcept {
-  return static_cast<std::uint32_t>((x.bits & 0x7f80U) == 0x7f80U);
-}
-inline std::uint32_t non_finite(float16 x) noexcept {
-  return static_cast<std::uint32_t>((x.bits & 0x7c00U) == 0x7c00U);
-}
-
-inline float widen(float v) noexcept { return v; }
-inline double widen(double v) noexcept { return v; }
-inline float widen(bfloat16 v) noexcept { return to_float(v); }
-inline float widen(float16 v) noexcept { return to_float(v); }
-
-template <class Out>
-inline Out narrow(float v) noexcept;
-template <>
-inline float narrow<float>(float v) noexcept {
-  return v;
-}
-template <>
-inline bfloat16 narrow<bfloat16>(float v) noexcept {
-  return to_bfloat16(v);
-}
-template <>
-inline float16 narrow<float16>(float v) noexcept {
-  return to_float16(v);
-}
-
+// How each element type is stored, widened, narrowed and tested. 16-bit types are handled as
+// raw bits: GCC 12 vectorises none of the loops that load or store the wrapper structs (the
+// float16 accumulate ran at 2 ns per element that way). Non-finite <=> exponent bits all ones;
+// integer tests OR-reduce, so the loops vectorise (a floating-point test such as x - x == 0
+// would block that without -ffast-math).
 template <class T>
-bool copy_checked(T* __restrict dst, const T* __restrict src, std::size_t n) {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const T v = src[i];
-    bad |= non_finite(v);
-    dst[i] = v;
+struct Elem;
+template <>
+struct Elem<float> {
+  using raw = float;
+  static float widen(raw v) noexcept { return v; }
+  static raw narrow(float v) noexcept { return v; }
+  static std::uint32_t non_finite(raw v) noexcept {
+    return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7f800000U) == 0x7f800000U);
   }
-  return bad == 0;
-}
-
-// 16-bit results are handled as raw bits: GCC 12 does not vectorise stores of the wrapper
-// structs. Exponent masks: 0x7f80 for bfloat16, 0x7c00 for float16.
-template <class Out, std::uint32_t kExpMask>
-bool narrow_checked(void* dst, const float* __restrict src, std::size_t n) {
-  auto* __restrict d = static_cast<std::uint16_t*>(dst);
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint16_t v = narrow<Out>(src[i]).bits;
-    bad |= static_cast<std::uint32_t>((v & kExpMask) == kExpMask);
-    d[i] = v;
+};
+template <>
+struct Elem<double> {
+  using raw = double;
+  static double widen(raw v) noexcept { return v; }
+  static raw narrow(double v) noexcept { return v; }
+  static std::uint32_t non_finite(raw v) noexcept {
+    constexpr std::uint64_t kExp = 0x7ff0000000000000ULL;
+    return static_cast<std::uint32_t>((std::bit_cast<std::uint64_t>(v) & kExp) == kExp);
   }
-  return bad == 0;
-}
-
-template <std::uint32_t kExpMask>
-bool copy_checked_16(void* dst, const void* src, std::size_t n) {
-  auto* __restrict d = static_cast<std::uint16_t*>(dst);
-  const auto* __restrict s = static_cast<const std::uint16_t*>(src);
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint16_t v = s[i];
-    bad |= static_cast<std::uint32_t>((v & kExpMask) == kExpMask);
-    d[i] = v;
-  }
-  return bad == 0;
-}
-
-template <class Acc, class Src>
-bool accumulate_typed(Acc* __restrict acc, const Src* __restrict src, std::size_t n, Acc w,
-                      bool first, bool check) {
-  std::uint32_t bad = 0;
-  if (first) {
-    if (check) {
-      for (std::size_t i = 0; i < n; ++i) {
-        bad |= non_finite(src[i]);
-        acc[i] = w * static_cast<Acc>(widen(src[i]));
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        acc[i] = w * static_cast<Acc>(widen(src[i]));
-      }
-    }
-  } else if (check) {
-    for (std::size_t i = 0; i < n; ++i) {
-      bad |= non_finite(src[i]);
-      acc[i] += w * static_cast<Acc>(widen(src[i]));
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      acc[i] += w * static_cast<Acc>(widen(src[i]));
-    }
-  }
-  return bad == 0;
-}
-
-template <class Out>
-void commit_float(Out* __restrict out, const float* __restrict acc, std::size_t n, float m) {
-  if (m == 0.0F) {
-    for (std::size_t i = 0; i < n; ++i) {
-      out[i] = narrow<Out>(acc[i]);
-    }
-    return;
-  }
-  const float keep = 1.0F - m;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = narrow<Out>(m * widen(out[i]) + keep * acc[i]);
-  }
-}
-
-// --- mix(): k donors fused into one pass ----------------------------------------------------
-
-// How a layer type's elements are stored and widened: 16-bit types as raw bits (GCC 12 does
-// not vectorise loads and stores of the wrapper structs).
-template <class T>
-struct Elem {
-  using raw = T;
-  static T widen(T v) noexcept { return v; }
-  template <class Acc>
-  static T narrow(Acc v) noexcept { return v; }
 };
 template <>
 struct Elem<bfloat16> {
   using raw = std::uint16_t;
   static float widen(raw v) noexcept { return to_float(bfloat16{v}); }
   static raw narrow(float v) noexcept { return to_bfloat16(v).bits; }
+  static std::uint32_t non_finite(raw v) noexcept {
+    return static_cast<std::uint32_t>((v & 0x7f80U) == 0x7f80U);
+  }
 };
 template <>
 struct Elem<float16> {
   using raw = std::uint16_t;
   static float widen(raw v) noexcept { return to_float(float16{v}); }
   static raw narrow(float v) noexcept { return to_float16(v).bits; }
+  static std::uint32_t non_finite(raw v) noexcept {
+    return static_cast<std::uint32_t>((v & 0x7c00U) == 0x7c00U);
+  }
 };
+template <class T>
+using Raw = typename Elem<T>::raw;
+
+// dst = narrow(src), or a plain copy when From is To; true if every element written is finite.
+template <class To, class From>
+PARAMWIN_KERNEL bool convert_typed(void* dst, const void* src, std::size_t n) {
+  auto* __restrict d = static_cast<Raw<To>*>(dst);
+  const auto* __restrict s = static_cast<const Raw<From>*>(src);
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Raw<To> v;
+    if constexpr (std::is_same_v<To, From>) {
+      v = s[i];
+    } else {
+      v = Elem<To>::narrow(Elem<From>::widen(s[i]));
+    }
+    bad |= Elem<To>::non_finite(v);
+    d[i] = v;
+  }
+  return bad == 0;
+}
+
+template <class Acc, class Src>
+PARAMWIN_KERNEL bool accumulate_typed(Acc* __restrict acc, const Raw<Src>* __restrict src,
+                                             std::size_t n, Acc w, bool first, bool check) {
+  std::uint32_t bad = 0;
+  if (first) {
+    if (check) {
+      for (std::size_t i = 0; i < n; ++i) {
+        bad |= Elem<Src>::non_finite(src[i]);
+        acc[i] = w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        acc[i] = w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+      }
+    }
+  } else if (check) {
+    for (std::size_t i = 0; i < n; ++i) {
+      bad |= Elem<Src>::non_finite(src[i]);
+      acc[i] += w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      acc[i] += w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+    }
+  }
+  return bad == 0;
+}
+
+// out = narrow(m * out + (1 - m) * acc); with m == 0, out = narrow(acc).
+template <class Out, class Acc>
+PARAMWIN_KERNEL void commit_typed(Raw<Out>* __restrict out, const Acc* __restrict acc,
+                                         std::size_t n, Acc m) {
+  if (m == Acc{0}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = Elem<Out>::narrow(acc[i]);
+    }
+    return;
+  }
+  const Acc keep = Acc{1} - m;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = Elem<Out>::narrow(m * static_cast<Acc>(Elem<Out>::widen(out[i])) + keep * acc[i]);
+  }
+}
+
+// --- mix(): k donors fused into one pass ----------------------------------------------------
 
 enum class MixMode { write, blend, add };  // out = sum | m * out + (1 - m) * sum | out += sum
 
@@ -157,9 +146,9 @@ constexpr std::size_t kMixBlock = 2048;   // elements per stack block when k > k
 // One pass over n elements with K (1..4) sources. The sum runs left to right from the first
 // donor (or from out[i] in add mode), exactly as accumulate() does.
 template <MixMode M, std::size_t K, class Acc, class Src, class Out>
-void fused(typename Elem<Out>::raw* __restrict out, const typename Elem<Src>::raw* __restrict s0,
-           const typename Elem<Src>::raw* __restrict s1, const typename Elem<Src>::raw* __restrict s2,
-           const typename Elem<Src>::raw* __restrict s3, const Acc* w, std::size_t n, Acc m) {
+PARAMWIN_KERNEL void fused(Raw<Out>* __restrict out, const Raw<Src>* __restrict s0,
+           const Raw<Src>* __restrict s1, const Raw<Src>* __restrict s2,
+           const Raw<Src>* __restrict s3, const Acc* w, std::size_t n, Acc m) {
   const Acc w0 = w[0];
   const Acc w1 = K > 1 ? w[1] : Acc{};
   const Acc w2 = K > 2 ? w[2] : Acc{};
@@ -187,9 +176,9 @@ void fused(typename Elem<Out>::raw* __restrict out, const typename Elem<Src>::ra
 
 // Up to 4 sources starting at @p first, dispatched to the fused loop of their count.
 template <MixMode M, class Acc, class Src, class Out>
-void fused_group(typename Elem<Out>::raw* out, std::span<const MixSource> src, std::size_t first,
+void fused_group(Raw<Out>* out, std::span<const MixSource> src, std::size_t first,
                  std::size_t offset, std::size_t n, Acc m) {
-  using S = typename Elem<Src>::raw;
+  using S = Raw<Src>;
   const std::size_t k = std::min(kMaxFused, src.size() - first);
   const S* p[kMaxFused] = {};
   Acc w[kMaxFused] = {};
@@ -211,7 +200,7 @@ void fused_group(typename Elem<Out>::raw* out, std::span<const MixSource> src, s
 template <class Acc, class Src, class Out>
 void mix_typed(void* out_v, DType out_dtype, std::span<const MixSource> src, std::size_t count,
                double momentum) {
-  auto* out = static_cast<typename Elem<Out>::raw*>(out_v);
+  auto* out = static_cast<Raw<Out>*>(out_v);
   const auto m = static_cast<Acc>(momentum);
   if (src.size() <= kMaxFused) {
     if (momentum == 0.0) {
@@ -269,21 +258,17 @@ void mix(void* out, DType out_dtype, std::span<const MixSource> sources, DType w
 bool convert(void* dst, DType to, const void* src, DType from, std::size_t count) {
   if (to == from) {
     switch (to) {
-      case DType::float32:
-        return copy_checked(static_cast<float*>(dst), static_cast<const float*>(src), count);
-      case DType::float64:
-        return copy_checked(static_cast<double*>(dst), static_cast<const double*>(src), count);
-      case DType::bfloat16:
-        return copy_checked_16<0x7f80U>(dst, src, count);
-      case DType::float16:
-        return copy_checked_16<0x7c00U>(dst, src, count);
+      case DType::float32: return convert_typed<float, float>(dst, src, count);
+      case DType::float64: return convert_typed<double, double>(dst, src, count);
+      case DType::bfloat16: return convert_typed<bfloat16, bfloat16>(dst, src, count);
+      case DType::float16: return convert_typed<float16, float16>(dst, src, count);
     }
   }
   if (from == DType::float32 && to == DType::bfloat16) {
-    return narrow_checked<bfloat16, 0x7f80U>(dst, static_cast<const float*>(src), count);
+    return convert_typed<bfloat16, float>(dst, src, count);
   }
   if (from == DType::float32 && to == DType::float16) {
-    return narrow_checked<float16, 0x7c00U>(dst, static_cast<const float*>(src), count);
+    return convert_typed<float16, float>(dst, src, count);
   }
   throw std::logic_error("paramwin: unsupported wire conversion");
 }
@@ -292,18 +277,22 @@ bool accumulate(void* acc, DType layer_dtype, const void* src, DType wire, std::
                 double weight, bool first, bool check) {
   if (layer_dtype == DType::float64) {
     // float64 layers are stored natively whatever the wire format.
-    return accumulate_typed(static_cast<double*>(acc), static_cast<const double*>(src), count,
-                            weight, first, check);
+    return accumulate_typed<double, double>(static_cast<double*>(acc),
+                                            static_cast<const double*>(src), count, weight,
+                                            first, check);
   }
   auto* a = static_cast<float*>(acc);
   const auto w = static_cast<float>(weight);
   switch (wire) {
     case DType::float32:
-      return accumulate_typed(a, static_cast<const float*>(src), count, w, first, check);
+      return accumulate_typed<float, float>(a, static_cast<const float*>(src), count, w, first,
+                                            check);
     case DType::bfloat16:
-      return accumulate_typed(a, static_cast<const bfloat16*>(src), count, w, first, check);
+      return accumulate_typed<float, bfloat16>(a, static_cast<const std::uint16_t*>(src), count,
+                                               w, first, check);
     case DType::float16:
-      return accumulate_typed(a, static_cast<const float16*>(src), count, w, first, check);
+      return accumulate_typed<float, float16>(a, static_cast<const std::uint16_t*>(src), count,
+                                              w, first, check);
     case DType::float64:
       break;
   }
@@ -314,35 +303,21 @@ void commit(void* out, DType out_dtype, const void* acc, std::size_t count, doub
   if (count == 0) {
     return;  // an empty layer's data() may be null, and memcpy(nullptr, ..., 0) is undefined
   }
+  if (momentum == 0.0 && (out_dtype == DType::float32 || out_dtype == DType::float64)) {
+    std::memcpy(out, acc, count * dtype_size(out_dtype));  // already the accumulation type
+    return;
+  }
+  const auto* a = static_cast<const float*>(acc);
+  const auto m = static_cast<float>(momentum);
   switch (out_dtype) {
-    case DType::float64: {
-      auto* __restrict o = static_cast<double*>(out);
-      const auto* __restrict a = static_cast<const double*>(acc);
-      if (momentum == 0.0) {
-        std::memcpy(o, a, count * sizeof(double));
-      } else {
-        for (std::size_t i = 0; i < count; ++i) {
-          o[i] = momentum * o[i] + (1.0 - momentum) * a[i];
-        }
-      }
-      return;
-    }
-    case DType::float32:
-      if (momentum == 0.0) {
-        std::memcpy(out, acc, count * sizeof(float));
-        return;
-      }
-      commit_float(static_cast<float*>(out), static_cast<const float*>(acc), count,
-                   static_cast<float>(momentum));
-      return;
+    case DType::float64:
+      return commit_typed<double, double>(static_cast<double*>(out),
+                                          static_cast<const double*>(acc), count, momentum);
+    case DType::float32: return commit_typed<float, float>(static_cast<float*>(out), a, count, m);
     case DType::bfloat16:
-      commit_float(static_cast<bfloat16*>(out), static_cast<const float*>(acc), count,
-                   static_cast<float>(momentum));
-      return;
+      return commit_typed<bfloat16, float>(static_cast<std::uint16_t*>(out), a, count, m);
     case DType::float16:
-      commit_float(static_cast<float16*>(out), static_cast<const float*>(acc), count,
-                   static_cast<float>(momentum));
-      return;
+      return commit_typed<float16, float>(static_cast<std::uint16_t*>(out), a, count, m);
   }
 }
 
