@@ -25,8 +25,18 @@ void check(int code, const char* what) {
   }
 }
 
+namespace {
+bool& idle_now() {
+  static bool idle = false;
+  return idle;
+}
+}  // namespace
+
+Idle::Idle(bool idle) : previous_(idle_now()) { idle_now() = idle; }
+Idle::~Idle() { idle_now() = previous_; }
+
 void wait_politely(MPI_Request& request) {
-  const long ns = env().poll_ns;
+  const long ns = idle_now() ? env().idle_poll_ns : env().poll_ns;
   if (ns <= 0) {
     check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
     return;

@@ -23,8 +23,11 @@ namespace paramwin::bench {
 struct Env {
   int rank = 0;
   int size = 1;
-  /// Sleep between MPI_Test polls while waiting (0: block in MPI_Wait, i.e. busy-poll).
+  /// Sleep between MPI_Test polls while waiting (0: block in MPI_Wait, i.e. busy-poll), for
+  /// ranks that serve the timed operation (an RMA donor answers gets only inside MPI).
   long poll_ns = 0;
+  /// The same for ranks with no part in the timed operation (see Idle).
+  long idle_poll_ns = 0;
 };
 
 /// The process-wide benchmark environment (set once by main before any benchmark runs).
@@ -37,6 +40,22 @@ void check(int code, const char* what);
 /// nanosleep between polls so idle ranks leave the (oversubscribed) cores to the ranks that
 /// work. Either way the caller is inside MPI, so RMA targeting it progresses.
 void wait_politely(MPI_Request& request);
+
+/// Marks this rank as having no part in the current benchmark's timed operation while it
+/// lives: wait_politely() then sleeps Env::idle_poll_ns between polls. With more ranks than
+/// cores this leaves the cores to the ranks that work, as on a machine with a core per rank.
+class Idle {
+ public:
+  explicit Idle(bool idle);
+  Idle(const Idle&) = delete;
+  Idle& operator=(const Idle&) = delete;
+  Idle(Idle&&) = delete;
+  Idle& operator=(Idle&&) = delete;
+  ~Idle();
+
+ private:
+  bool previous_;
+};
 
 /// Barrier on @p comm completed with wait_politely().
 void polite_barrier(MPI_Comm comm);

@@ -48,9 +48,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &e.size);
   // More ranks than the 2 cores: waiting ranks sleep between polls instead of busy-polling.
   // PARAMWIN_BENCH_POLL_NS overrides (0 = MPI_Wait).
+  // Ranks with no part in a benchmark's timed operation (bench_util.hpp: Idle) sleep 1 ms;
+  // PARAMWIN_BENCH_IDLE_POLL_NS overrides.
   e.poll_ns = e.size > 2 ? 20000 : 0;
   if (const char* s = std::getenv("PARAMWIN_BENCH_POLL_NS"); s != nullptr) {
     e.poll_ns = std::strtol(s, nullptr, 10);
+  }
+  e.idle_poll_ns = e.size > 2 ? 1000000 : e.poll_ns;
+  if (const char* s = std::getenv("PARAMWIN_BENCH_IDLE_POLL_NS"); s != nullptr) {
+    e.idle_poll_ns = std::strtol(s, nullptr, 10);
   }
   // Default timer slack (50 us) would stretch every short sleep.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
@@ -70,6 +76,7 @@ int main(int argc, char** argv) {
     if (any_bad == 0) {
       benchmark::AddCustomContext("mpi_ranks", std::to_string(e.size));
       benchmark::AddCustomContext("poll_ns", std::to_string(e.poll_ns));
+      benchmark::AddCustomContext("idle_poll_ns", std::to_string(e.idle_poll_ns));
       try {
         paramwin::bench::register_pull_benchmarks();
         paramwin::bench::register_multi_donor_benchmarks();

@@ -40,6 +40,9 @@ void expect_mean(std::span<const float> got, int k, const char* what) {
 
 void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transport) {
   auto [win, params] = published_window(n, transport);
+  // Ranks past the k donors only wait; shm donors need not be inside MPI either (the reader
+  // copies from their memory itself), RMA donors must, to answer the gets.
+  const Idle idle(env().rank > k || (transport == Transport::shm && env().rank != kReader));
   std::vector<int> donors;
   for (int d = 1; d <= k; ++d) {
     donors.push_back(d);

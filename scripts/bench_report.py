@@ -22,6 +22,14 @@ UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 MIB = 1 << 20
 
 
+def poll_text(ns: str) -> str:
+    """How ranks with a poll interval of @p ns nanoseconds wait (benchmarks/main_mpi.cpp)."""
+    n = int(ns)
+    if n == 0:
+        return "block in MPI_Wait (busy-poll)"
+    return f"sleep-poll every {n // 1000} µs" if n < 1000000 else f"sleep-poll every {n // 1000000} ms"
+
+
 # --- loading ------------------------------------------------------------------------------
 class Result:
     """Median / min / max seconds of one benchmark in one run, plus its byte counters."""
@@ -193,7 +201,9 @@ def machine(data, json_dir):
             except ValueError:
                 pass
         lines.append(f"- Run with {np_} ranks: {ctx.get('date', '?')}{load}; waiting ranks "
-                     f"{'sleep-poll every ' + str(int(ctx.get('poll_ns', '0')) // 1000) + ' µs' if ctx.get('poll_ns', '0') != '0' else 'block in MPI_Wait (busy-poll)'}")
+                     f"{poll_text(ctx.get('poll_ns', '0'))}, ranks with no part in a case "
+                     f"(k-donor pulls: ranks past the donors, and shm donors) "
+                     f"{poll_text(ctx.get('idle_poll_ns', ctx.get('poll_ns', '0')))}")
     return "\n".join(lines), noisy
 
 
