@@ -344,7 +344,6 @@ class PullEngine {
 
   // --- staged path ------------------------------------------------------------------------
   void run_staged() {
-    acc_ = w_.scratch(scratch_bytes_);
     const unsigned optimistic =
         options_.read_mode == ReadMode::pinned ? 0U : options_.optimistic_attempts;
     const unsigned max_rounds = optimistic + 64;
@@ -513,28 +512,64 @@ class PullEngine {
            c.first * dtype_size(e.wire);
   }
 
-  void issue(std::size_t c, RmaBatch& batch) {
+  /// True when @p d's values of chunk @p c are the mix itself and can land straight in the
+  /// accumulation scratch instead of a chunk buffer (saving a pass over the model): the only
+  /// donor left (weight 1), over RMA, a snapshot (live donors are checked for non-finite values
+  /// while accumulated), and a wire type that is the accumulation type.
+  [[nodiscard]] bool lands_in_acc(const Donor& d, const Chunk& c) const {
+    if (d.skipped || d.shm != nullptr || d.live || d.weight != 1.0 ||
+        std::count_if(donors_.begin(), donors_.end(), [](const Donor& o) { return !o.skipped; }) != 1) {
+      return false;
+    }
+    const DType layer_dtype = w_.layout()[c.layer].dtype;
+    return (layer_dtype == DType::float32 || layer_dtype == DType::float64) &&
+           w_.slots().entries[c.layer].wire == layer_dtype;
+  }
+
+  [[nodiscard]] std::byte* acc_at(const Chunk& c) const {
+    return acc_ + acc_offset_[c.layer] + c.first * acc_size(w_.layout()[c.layer].dtype);
+  }
+
+  /// Starts the reads of chunk @p c from every RMA donor; true if one lands in the scratch.
+  bool issue(std::size_t c, RmaBatch& batch) {
     const Chunk& chunk = chunks_[c];
     const std::size_t bytes = chunk.count * dtype_size(w_.slots().entries[chunk.layer].wire);
+    bool into_acc = false;
     for (Donor& d : donors_) {
       if (!d.skipped && d.shm == nullptr) {
-        batch.get(d.buffers[c & 1U], bytes, d.rank, data_offset(d, chunk));
+        const bool direct = lands_in_acc(d, chunk);
+        batch.get(direct ? acc_at(chunk) : d.buffers[c & 1U], bytes, d.rank, data_offset(d, chunk));
+        into_acc = into_acc || direct;
       }
     }
+    return into_acc;
   }
 
   void pass() {
     const bool check_live = options_.non_finite != NonFinitePolicy::allow;
     const bool any_rma = any_rma_;
+    acc_ = w_.scratch(scratch_bytes_);
     RmaBatch batches[2] = {batch(), batch()};
+    // Reads that land in the scratch may still be in flight if this pass ends early (deadline,
+    // error, torn donor): the scratch then goes to the graveyard with them.
+    struct RetireScratch {
+      WindowImpl& w;
+      bool armed = false;
+      bool done = false;
+      ~RetireScratch() {
+        if (armed && !done) {
+          w.retire_scratch();
+        }
+      }
+    } guard{w_};
     if (any_rma && !chunks_.empty()) {
-      issue(0, batches[0]);
+      guard.armed = issue(0, batches[0]);
     }
     const Layout& layout = w_.layout();
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       if (any_rma) {
         if (c + 1 < chunks_.size()) {
-          issue(c + 1, batches[(c + 1) & 1U]);
+          guard.armed = issue(c + 1, batches[(c + 1) & 1U]) || guard.armed;
         }
         batches[c & 1U].wait();
       }
@@ -545,6 +580,10 @@ class PullEngine {
       bool first = true;
       for (Donor& d : donors_) {
         if (d.skipped) {
+          continue;
+        }
+        if (lands_in_acc(d, chunk)) {
+          first = false;  // already there
           continue;
         }
         const std::byte* src = d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk)
@@ -565,6 +604,7 @@ class PullEngine {
         }
       }
     }
+    guard.done = true;
   }
 
   void end_reads() {

@@ -237,6 +237,7 @@ void WindowImpl::reap(bool block) noexcept {
   Graveyard& g = graveyard_;
   if (g.requests.empty()) {
     g.arenas.clear();
+    g.blocks.clear();
     return;
   }
   const int n = static_cast<int>(g.requests.size());
@@ -250,6 +251,7 @@ void WindowImpl::reap(bool block) noexcept {
   if (done != 0) {
     g.requests.clear();
     g.arenas.clear();
+    g.blocks.clear();
   }
 }
 
@@ -689,11 +691,24 @@ Transport WindowImpl::transport_for(int rank) const {
 }
 
 std::byte* WindowImpl::scratch(std::size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})));
+  if (bytes > scratch_bytes_ || !scratch_) {
+    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})),
+                   [](std::byte* p) noexcept { ::operator delete[](p, std::align_val_t{64}); });
     scratch_bytes_ = bytes;
   }
   return scratch_.get();
+}
+
+void WindowImpl::retire_scratch() noexcept {
+  if (scratch_) {
+    try {
+      graveyard_.blocks.push_back(std::move(scratch_));
+    } catch (...) {  // no memory to record it: wait for the reads instead
+      reap(true);
+    }
+  }
+  scratch_.reset();
+  scratch_bytes_ = 0;
 }
 
 // --- roster -----------------------------------------------------------------------------

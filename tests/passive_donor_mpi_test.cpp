@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -129,6 +130,61 @@ TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
     // No pin was left behind: both publishes (one per slot) go through.
     EXPECT_TRUE(win.publish({w}).published);
     EXPECT_TRUE(win.publish({w}).published);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A single float32 donor over RMA has its data reads land straight in the pull's scratch
+// (which the window then retires if they are abandoned in flight). Wherever the deadline
+// falls in a large pull (header, data or validation reads; which one depends on the
+// transport: over UCX shared memory large gets complete without the donor), the caller's
+// memory stays untouched and later pulls see exactly what the donor published after it came
+// back.
+TEST(PassiveDonor, RmaDeadlineInALargePullLosesNothing) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{4} << 20);  // 16 MiB: four 4 MiB data chunks
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma});
+  const int rank = win.rank();
+  std::vector<float> w(layout[0].count);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = static_cast<float>(rank * 1000) + static_cast<float>(i % 997);
+  }
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  int timeouts = 0;
+  if (rank == 1) {
+    // Serve reads for a while, then compute without MPI for 2 s, mid-pull most likely.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < until) win.progress();
+    (void)compute_for(2.0);
+    for (float& x : w) x += 0.5F;
+    (void)win.publish({w});
+  } else if (rank == 0) {
+    std::vector<float> out(w.size(), -1.0F);
+    for (int i = 0; i < 400 && timeouts == 0; ++i) {
+      std::fill(out.begin(), out.end(), -1.0F);
+      try {
+        (void)win.pull({1}, {out}, {.timeout_seconds = 0.5});
+        ASSERT_EQ(out[12345], 1000.0F + static_cast<float>(12345 % 997));
+      } catch (const pw::TimeoutError& e) {
+        EXPECT_EQ(e.rank(), 1);
+        EXPECT_EQ(out, std::vector<float>(w.size(), -1.0F)) << "a timed-out pull wrote output";
+        ++timeouts;
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(timeouts, 1) << "the donor never went busy during a pull";
+    std::vector<float> out(w.size());
+    for (int i = 0; i < 3; ++i) {
+      (void)win.pull({1}, {out}, {.timeout_seconds = 30.0});
+      for (std::size_t j = 0; j < out.size(); ++j) {
+        ASSERT_EQ(out[j], 1000.5F + static_cast<float>(j % 997)) << "pull " << i << ", element " << j;
+      }
+    }
+    while (win.pending_rma() > 0) win.progress();
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -42,10 +42,11 @@ class RmaArena {
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
 };
 
-/// RMA requests abandoned at a deadline, with the arenas their buffers live in.
+/// RMA requests abandoned at a deadline, with the arenas and blocks their buffers live in.
 struct Graveyard {
   std::vector<MPI_Request> requests;
   std::vector<std::shared_ptr<RmaArena>> arenas;
+  std::vector<std::shared_ptr<std::byte>> blocks;  // retired scratches (retire_scratch)
 };
 
 class WindowImpl {
@@ -121,6 +122,9 @@ class WindowImpl {
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }
   /// Accumulation scratch for one whole model (grown on demand, reused).
   std::byte* scratch(std::size_t bytes);
+  /// Hands the scratch to the graveyard (RMA reads abandoned in flight may still land in it);
+  /// the next scratch() allocates a fresh one.
+  void retire_scratch() noexcept;
   void check_rank(int rank, const char* what) const;
 
  private:
@@ -158,10 +162,7 @@ class WindowImpl {
   AgentStatus status_;
   std::jthread progress_thread_;
   Graveyard graveyard_;
-  struct FreeBytes {
-    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte[], FreeBytes> scratch_;
+  std::shared_ptr<std::byte> scratch_;
   std::size_t scratch_bytes_ = 0;
   std::atomic<bool> freed_at_finalize_{false};
   std::string finalize_error_;
@@ -202,6 +203,8 @@ class RmaBatch {
   void wait();
   /// Hands outstanding requests to the graveyard without waiting.
   void abandon() noexcept;
+  /// True while started operations have not been waited for or abandoned.
+  [[nodiscard]] bool pending() const noexcept { return !requests_.empty(); }
 
  private:
   MPI_Win win_;
