@@ -83,7 +83,10 @@ struct PullOptions {
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   ReadMode read_mode = ReadMode::automatic;
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
-  std::size_t chunk_bytes = 0;       ///< bytes per chunk of the fused pass (0: library default)
+  /// Bytes per chunk of the staged pass (RMA donors, live donors, ReadMode::optimistic);
+  /// 0: library default (4 MiB with RMA donors, else 32 KiB). Direct same-node pulls read
+  /// each layer in one pass whatever this says.
+  std::size_t chunk_bytes = 0;
   /// Deadline for the RMA part of the pull, in seconds (0: none). Past it the pull throws
   /// TimeoutError with the output unchanged; reads still in flight complete in the
   /// background (the window keeps their buffers) and the window stays usable. Same-node
