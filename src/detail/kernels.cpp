@@ -147,8 +147,8 @@ constexpr std::size_t kMixBlock = 2048;   // elements per stack block when k > k
 // donor (or from out[i] in add mode), exactly as accumulate() does.
 template <MixMode M, std::size_t K, class Acc, class Src, class Out>
 PARAMWIN_KERNEL void fused(Raw<Out>* __restrict out, const Raw<Src>* __restrict s0,
-           const Raw<Src>* __restrict s1, const Raw<Src>* __restrict s2,
-           const Raw<Src>* __restrict s3, const Acc* w, std::size_t n, Acc m) {
+                           const Raw<Src>* __restrict s1, const Raw<Src>* __restrict s2,
+                           const Raw<Src>* __restrict s3, const Acc* w, std::size_t n, Acc m) {
   const Acc w0 = w[0];
   const Acc w1 = K > 1 ? w[1] : Acc{};
   const Acc w2 = K > 2 ? w[2] : Acc{};

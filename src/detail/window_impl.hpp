@@ -203,8 +203,6 @@ class RmaBatch {
   void wait();
   /// Hands outstanding requests to the graveyard without waiting.
   void abandon() noexcept;
-  /// True while started operations have not been waited for or abandoned.
-  [[nodiscard]] bool pending() const noexcept { return !requests_.empty(); }
 
  private:
   MPI_Win win_;
