@@ -92,51 +92,7 @@ PARAMWIN_KERNEL bool convert_typed(void* dst, const void* src, std::size_t n) {
   return bad == 0;
 }
 
-template <class Acc, class Src>
-PARAMWIN_KERNEL bool accumulate_typed(Acc* __restrict acc, const Raw<Src>* __restrict src,
-                                             std::size_t n, Acc w, bool first, bool check) {
-  std::uint32_t bad = 0;
-  if (first) {
-    if (check) {
-      for (std::size_t i = 0; i < n; ++i) {
-        bad |= Elem<Src>::non_finite(src[i]);
-        acc[i] = w * static_cast<Acc>(Elem<Src>::widen(src[i]));
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        acc[i] = w * static_cast<Acc>(Elem<Src>::widen(src[i]));
-      }
-    }
-  } else if (check) {
-    for (std::size_t i = 0; i < n; ++i) {
-      bad |= Elem<Src>::non_finite(src[i]);
-      acc[i] += w * static_cast<Acc>(Elem<Src>::widen(src[i]));
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      acc[i] += w * static_cast<Acc>(Elem<Src>::widen(src[i]));
-    }
-  }
-  return bad == 0;
-}
-
-// out = narrow(m * out + (1 - m) * acc); with m == 0, out = narrow(acc).
-template <class Out, class Acc>
-PARAMWIN_KERNEL void commit_typed(Raw<Out>* __restrict out, const Acc* __restrict acc,
-                                         std::size_t n, Acc m) {
-  if (m == Acc{0}) {
-    for (std::size_t i = 0; i < n; ++i) {
-      out[i] = Elem<Out>::narrow(acc[i]);
-    }
-    return;
-  }
-  const Acc keep = Acc{1} - m;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = Elem<Out>::narrow(m * static_cast<Acc>(Elem<Out>::widen(out[i])) + keep * acc[i]);
-  }
-}
-
-// --- mix(): k donors fused into one pass ----------------------------------------------------
+// --- the fused loop: k donors in one pass (mix(), and accumulate() for one donor) ---------
 
 enum class MixMode { write, blend, add };  // out = sum | m * out + (1 - m) * sum | out += sum
 
@@ -171,6 +127,48 @@ PARAMWIN_KERNEL void fused(Raw<Out>* __restrict out, const Raw<Src>* __restrict 
     } else {
       out[i] = Elem<Out>::narrow(v);
     }
+  }
+}
+
+template <class Acc, class Src>
+PARAMWIN_KERNEL bool accumulate_typed(Acc* __restrict acc, const Raw<Src>* __restrict src,
+                                      std::size_t n, Acc w, bool first, bool check) {
+  if (!check) {  // the one-donor case of the fused loop
+    if (first) {
+      fused<MixMode::write, 1, Acc, Src, Acc>(acc, src, src, src, src, &w, n, Acc{});
+    } else {
+      fused<MixMode::add, 1, Acc, Src, Acc>(acc, src, src, src, src, &w, n, Acc{});
+    }
+    return true;
+  }
+  std::uint32_t bad = 0;
+  if (first) {
+    for (std::size_t i = 0; i < n; ++i) {
+      bad |= Elem<Src>::non_finite(src[i]);
+      acc[i] = w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      bad |= Elem<Src>::non_finite(src[i]);
+      acc[i] += w * static_cast<Acc>(Elem<Src>::widen(src[i]));
+    }
+  }
+  return bad == 0;
+}
+
+// out = narrow(m * out + (1 - m) * acc); with m == 0, out = narrow(acc).
+template <class Out, class Acc>
+PARAMWIN_KERNEL void commit_typed(Raw<Out>* __restrict out, const Acc* __restrict acc,
+                                  std::size_t n, Acc m) {
+  if (m == Acc{0}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = Elem<Out>::narrow(acc[i]);
+    }
+    return;
+  }
+  const Acc keep = Acc{1} - m;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = Elem<Out>::narrow(m * static_cast<Acc>(Elem<Out>::widen(out[i])) + keep * acc[i]);
   }
 }
 
