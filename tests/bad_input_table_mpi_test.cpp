@@ -385,7 +385,7 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
          [&] { (void)agent.step(0, 1.0, {aw, b_as_float}); }},
         {"GroupAgent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
          [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)}); }},
-        {"GroupAgent::step", "layer named twice", Kind::invalid_argument, "passed twice",
+        {"GroupAgent::step", "layer named twice", Kind::invalid_argument, "given twice",
          [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("w", aw)}); }},
         {"GroupAgent::publish", "one layer of two", Kind::invalid_argument, "got 1 layers",
          [&] { (void)agent.publish({aw}); }},

@@ -1,7 +1,13 @@
-// AgentCore: one training step of an agent — decide, select, pull, mix, publish, record.
+// AgentCore: the one step sequence of every agent — agree, plan, attempt / exclude loop,
+// rebirth, callbacks, publish, record — over a RebirthExecutor (solo or shard).
+#include <algorithm>
 #include <optional>
 #include <string>
 
+#include "agent/rebirth_executor.hpp"
+#include "agent/rebirth_plan.hpp"
+#include "agent/solo_executor.hpp"
+#include "detail/window_impl.hpp"  // bind_layers: the one ref binder of window and agents
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 
@@ -15,56 +21,58 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double staleness_of(const std::vector<RosterEntry>& rosters, int rank, double now) {
-  for (const RosterEntry& e : rosters) {
-    if (e.rank == rank) return staleness_seconds(e, now);
-  }
-  return 0.0;
-}
+// A failing pull attempt excludes its donor and plans again, at most this many times.
+constexpr int kAttempts = 3;
 
 template <class Ref>
-void check_refs(const Layout& layout, std::span<const Ref> params, std::string_view caller) {
-  const std::string where = "paramwin: " + std::string(caller) + ": ";
-  if (params.size() != layout.size()) {
-    throw InvalidArgument(where + "got " + std::to_string(params.size()) +
-                          " layers, the layout has " + std::to_string(layout.size()));
-  }
-  std::size_t named = 0;
-  for (const Ref& r : params) named += r.name().empty() ? 0U : 1U;
-  if (named != 0 && named != params.size()) {
-    throw InvalidArgument(where + "either name every layer or none (" + std::to_string(named) +
-                          " of " + std::to_string(params.size()) + " named)");
-  }
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const LayerSpec& spec = named != 0 ? layout[layout.index_of(params[i].name())] : layout[i];
-    if (params[i].count() != spec.count) {
-      throw InvalidArgument(where + "layer " + spec.describe() + " expects " +
-                            std::to_string(spec.count) + " elements, got " +
-                            std::to_string(params[i].count()));
-    }
-    if (params[i].dtype() != spec.dtype) {
-      throw InvalidArgument(where + "layer " + spec.describe() + " expects dtype " +
-                            std::string(dtype_name(spec.dtype)) + ", got " +
-                            std::string(dtype_name(params[i].dtype())));
-    }
-  }
+std::vector<Ref> bind_ordered(const Layout& layout, std::span<const Ref> params,
+                              std::string_view caller) {
+  const std::string op(caller);
+  const std::vector<std::size_t> order = bind_layers(layout, params, op.c_str());
+  std::vector<Ref> out;
+  out.reserve(order.size());
+  for (const std::size_t i : order) out.push_back(params[i]);
+  return out;
+}
+
+AgentCounters counters_of(const Policy& p) {
+  return AgentCounters{
+      .steps = p.steps(), .age = p.age(), .max_age = p.max_age(), .generation = p.generation()};
 }
 
 }  // namespace
 
-void check_step_params(const Layout& layout, std::span<const LayerRef> params,
-                       std::string_view caller) {
-  check_refs(layout, params, caller);
+std::vector<LayerRef> bind_step_params(const Layout& layout, std::span<const LayerRef> params,
+                                       std::string_view caller) {
+  return bind_ordered(layout, params, caller);
 }
 
-void check_step_params(const Layout& layout, std::span<const ConstLayerRef> params,
-                       std::string_view caller) {
-  check_refs(layout, params, caller);
+std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
+                                            std::span<const ConstLayerRef> params,
+                                            std::string_view caller) {
+  return bind_ordered(layout, params, caller);
 }
 
-AgentCore::AgentCore(AgentOptions options, int rank, int population)
-    : policy_(std::move(options), rank, population) {
-  if (!policy_.options().event_log.empty()) {
+std::string expand_rank(std::string path, int rank) {
+  const std::string token = "{rank}";
+  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
+    path.replace(at, token.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
+                 std::chrono::steady_clock::duration since_last_publish) {
+  if (p.every > 0 && steps_since_publish >= p.every) {
+    return true;
+  }
+  return p.interval_ms > 0.0 &&
+         std::chrono::duration<double, std::milli>(since_last_publish).count() >= p.interval_ms;
+}
+
+AgentCore::AgentCore(AgentOptions options, int rank, int population, bool writes_log)
+    : policy_(std::move(options), rank, population), counters_(counters_of(policy_)) {
+  if (writes_log && !policy_.options().event_log.empty()) {
     log_ = EventLog(expand_rank(policy_.options().event_log, rank));
   }
 }
@@ -97,225 +105,218 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options) {
   return std::move(*core);
 }
 
-std::uint64_t AgentCore::fingerprint(WindowAccess& w) {
-  if (!have_fingerprint_) {
-    fingerprint_ = w.roster(w.rank()).fingerprint;
-    have_fingerprint_ = true;
-  }
-  return fingerprint_;
-}
-
-void AgentCore::set_status(WindowAccess& w, AgentState state, std::int64_t iteration,
+void AgentCore::set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration,
                            double metric) {
-  w.set_status(AgentStatus{.iteration = iteration,
-                           .age = policy_.age(),
-                           .metric = metric,
-                           .generation = policy_.generation(),
-                           .state = state});
+  advertised_ = state;
+  ex.set_status(AgentStatus{.iteration = iteration,
+                            .age = counters_.age,
+                            .metric = metric,
+                            .generation = counters_.generation,
+                            .state = state});
 }
 
-std::string expand_rank(std::string path, int rank) {
-  const std::string token = "{rank}";
-  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
-    path.replace(at, token.size(), std::to_string(rank));
-  }
-  return path;
-}
-
-bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
-                 std::chrono::steady_clock::duration since_last_publish) {
-  if (p.every > 0 && steps_since_publish >= p.every) {
-    return true;
-  }
-  return p.interval_ms > 0.0 &&
-         std::chrono::duration<double, std::milli>(since_last_publish).count() >= p.interval_ms;
-}
-
-bool AgentCore::publish_due(Clock::time_point now) const {
-  return detail::publish_due(policy_.options().publish, steps_since_publish_, now - last_publish_);
-}
-
-void AgentCore::do_publish(WindowAccess& w, std::span<const LayerRef> params, StepEvent& event) {
-  const auto t = Clock::now();
-  const_refs_.clear();
-  for (const LayerRef& r : params) {
-    const_refs_.push_back(r.as_const());
-  }
-  const PublishResult r = w.publish(const_refs_);
-  event.seconds.publish = seconds_since(t);
+void AgentCore::published(const PublishResult& r) {
+  // A reader pinned the slot: never wait for it, the next step tries again.
+  publish_pending_ = !r.published;
   if (r.published) {
-    event.published = true;
-    publish_pending_ = false;
-    steps_since_publish_ = 0;
-    last_publish_ = Clock::now();
-  } else {
-    // A reader pinned the slot: never wait for it, try again next step.
-    event.publish_skipped = true;
-    publish_pending_ = true;
-  }
-}
-
-PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
-  PublishResult r = w.publish(params);
-  if (r.published) {
-    publish_pending_ = false;
     steps_since_publish_ = 0;
     last_publish_ = Clock::now();
   }
+}
+
+PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params) {
+  const std::string caller = std::string(ex.kind()) + "::publish";
+  const std::vector<ConstLayerRef> ordered = bind_step_params(ex.layout(), params, caller);
+  ex.advance_stamp();
+  PublishResult r = ex.publish(ordered);
+  published(r);
   return r;
 }
 
-void AgentCore::leave(WindowAccess& w) {
-  const RosterEntry own = w.roster(w.rank());
-  set_status(w, AgentState::left, own.status.iteration, own.status.metric);
+void AgentCore::leave(RebirthExecutor& ex) {
+  const RosterEntry own = ex.own_roster();
+  set_status(ex, AgentState::left, own.status.iteration, own.status.metric);
   left_ = true;
 }
 
-AgentCore::Rebirth AgentCore::rebirth(WindowAccess& w, std::span<const LayerRef> params,
-                                      StepEvent& event) {
-  const AgentOptions& o = policy_.options();
-  const auto t_decide = Clock::now();
-  std::string note;
-
-  if (o.mixing.kind == MixingKind::reset) {
-    set_status(w, AgentState::rebirth, event.iteration, event.metric);
-    event.seconds.decide += seconds_since(t_decide);
-    const auto t_mix = Clock::now();
-    o.reset(params, policy_.next_reset_seed());
-    event.seconds.mix += seconds_since(t_mix);
-    return {true, note};
-  }
-
-  const std::uint64_t fp = fingerprint(w);
-  std::vector<int> exclude;
-  constexpr int kAttempts = 3;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    const auto t_select = Clock::now();
-    // Select first, then advertise the rebirth: of two agents dying at once, at most one can
-    // see the other mid-rebirth, so they never both wait for each other.
-    const std::vector<RosterEntry> rosters = w.roster_all();
-    const double now = MPI_Wtime();
-    const DonorChoice choice = policy_.select_donors(rosters, fp, exclude, now);
-    if (choice.ranks.empty()) {
-      event.seconds.decide += seconds_since(t_select);
-      note += (note.empty() ? "" : "; ") + choice.shortfall;
-      return {false, note};
-    }
-    if (!choice.shortfall.empty()) {
-      note += (note.empty() ? "clamped: " : "; clamped: ") + choice.shortfall;
-    }
-    set_status(w, AgentState::rebirth, event.iteration, event.metric);
-    event.seconds.decide += seconds_since(t_select);
-
-    const auto t_weights = Clock::now();
-    std::vector<int> donors = choice.ranks;  // best first
-    PullOptions pull;
-    pull.momentum = o.mixing.momentum;
-    pull.non_finite = o.mixing.non_finite;
-    if (o.mixing.kind == MixingKind::best) {
-      donors.resize(1);
-    } else if (o.mixing.kind == MixingKind::weighted) {
-      pull.reduction = Reduction::weighted;
-      pull.weights = policy_.mixing_weights(choice.metrics);
-    }
-    event.seconds.mix += seconds_since(t_weights);
-
-    const auto t_pull = Clock::now();
+RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool first,
+                            std::span<const int> exclude) {
+  RebirthPlan plan;
+  std::exception_ptr error;
+  if (ex.leader()) {
     try {
-      const PullResult r = w.pull(donors, params, pull);
-      event.seconds.pull += seconds_since(t_pull);
-      event.donors.clear();
-      for (const DonorRead& d : r.donors) {
-        event.donors.push_back(DonorRecord{.rank = d.rank,
-                                           .version = d.version,
-                                           .metric = d.metric,
-                                           .weight = d.weight,
-                                           .bytes = d.bytes,
-                                           .transport = d.transport,
-                                           .skipped = d.skipped,
-                                           .staleness_seconds = staleness_of(rosters, d.rank, now)});
-      }
-      event.bytes += r.bytes;
-      return {true, note};
-    } catch (const DonorError& e) {
-      // Transactional pull: params are unchanged. Leave that donor out and choose again.
-      event.seconds.pull += seconds_since(t_pull);
-      set_status(w, AgentState::active, event.iteration, event.metric);
-      note += (note.empty() ? "" : "; ") + std::string(e.what());
-      if (e.rank() < 0 || std::find(exclude.begin(), exclude.end(), e.rank()) != exclude.end()) {
-        break;
-      }
-      exclude.push_back(e.rank());
+      plan = plan_rebirth(
+          policy_,
+          PlanInput{.iteration = event.iteration,
+                    .metric = event.metric,
+                    .fingerprint = ex.fingerprint(),
+                    .first_attempt = first,
+                    .publish_due = detail::publish_due(policy_.options().publish,
+                                                       steps_since_publish_,
+                                                       Clock::now() - last_publish_),
+                    .exclude = exclude,
+                    .rosters = [&ex] { return ex.roster_all(); },
+                    .now = [] { return MPI_Wtime(); }});
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      plan = RebirthPlan{.action = PlanAction::error,
+                         .donor_error = dynamic_cast<const DonorError*>(&e) != nullptr};
     }
   }
-  return {false, note};
+  return ex.share(std::move(plan), error);
+}
+
+// The decision and, on a death, up to kAttempts plans: a failed pull excludes its donor (or,
+// blaming none, is retried when the executor says so). Returns whether the agent was reborn;
+// @p note collects why not (or "clamped:"), @p due the cadence's verdict.
+bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
+                         std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
+                         bool& due) {
+  std::vector<int> exclude;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const auto t = Clock::now();
+    const RebirthPlan plan = this->plan(ex, event, attempt == 0, exclude);
+    counters_ = plan.counters;
+    if (attempt == 0) {
+      due = plan.publish_due;
+      event.reason = plan.reason;
+      event.step = counters_.steps;
+      event.age = counters_.age;
+      event.max_age = counters_.max_age;
+    }
+    append_note(note, plan.note);
+    event.seconds.decide += seconds_since(t);
+    if (plan.action == PlanAction::none || plan.action == PlanAction::defer) return false;
+
+    // Chosen first, advertised after: of two agents dying at once, at most one can see the
+    // other mid-rebirth, so they never both wait for each other.
+    set_status(ex, AgentState::rebirth, event.iteration, event.metric);
+    if (plan.action == PlanAction::reset) {
+      const auto t_mix = Clock::now();
+      std::exception_ptr reset_error;
+      if (ex.leader()) {
+        try {
+          policy_.options().reset(params, plan.reset_seed);
+        } catch (...) {
+          reset_error = std::current_exception();
+        }
+      }
+      event.seconds.mix += seconds_since(t_mix);
+      const auto t_share = Clock::now();
+      ex.share_reset(ordered, reset_error);
+      event.seconds.assemble += seconds_since(t_share);
+      return true;
+    }
+    const PullOutcome r = ex.pull(plan, ordered, event);
+    if (r.ok) return true;
+    append_note(note, r.why);
+    set_status(ex, AgentState::active, event.iteration, event.metric);
+    if (r.blame < 0 ? !r.retry
+                    : std::find(exclude.begin(), exclude.end(), r.blame) != exclude.end()) {
+      return false;
+    }
+    if (r.blame >= 0) exclude.push_back(r.blame);
+  }
+  return false;
+}
+
+void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered,
+                             StepEvent& event) {
+  const auto t = Clock::now();
+  std::vector<ConstLayerRef> refs;
+  refs.reserve(ordered.size());
+  for (const LayerRef& r : ordered) refs.push_back(r.as_const());
+  const PublishResult r = ex.publish(refs);
+  event.seconds.publish = seconds_since(t);
+  event.published = r.published;
+  event.publish_skipped = !r.published;
+  published(r);
+}
+
+StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                          std::span<const LayerRef> params) {
+  if (left_) {
+    // A step would advertise the agent as active again behind the others' backs.
+    throw InvalidArgument("paramwin: " + std::string(ex.kind()) + " " +
+                          std::to_string(ex.agent_id()) +
+                          ": step() after leave(): the agent has left the population");
+  }
+  const auto t0 = Clock::now();
+  std::vector<LayerRef> ordered;
+  std::string bad;
+  try {
+    ordered = bind_step_params(ex.layout(), params, std::string(ex.kind()) + "::step");
+    ex.check_params(ordered);
+  } catch (const InvalidArgument& e) {
+    bad = e.what();
+  }
+  const StepAgreement in = ex.agree(bad, metric, publish_pending_);
+  ++steps_since_publish_;
+
+  StepEvent event;
+  event.rank = ex.agent_id();
+  event.iteration = iteration;
+  event.metric = in.metric;
+  event.mixing = policy_.options().mixing.kind;
+  event.seconds.decide = seconds_since(t0);
+  std::string note;
+  bool died = false;
+  bool due = false;
+  try {
+    died = attempts(ex, params, ordered, event, note, due);
+    if (died) {
+      // The leader redraws the maximum age; every rank learns it with the new generation.
+      if (ex.leader()) policy_.reborn();
+      counters_ = ex.share_rebirth(counters_of(policy_));
+      event.died = true;
+    } else if (event.reason != DeathReason::none) {
+      event.deferred = true;
+    }
+  } catch (...) {
+    // Never stay advertised as mid-rebirth after an error (others would skip us forever);
+    // an error before that (a throwing trigger: the policy undid the step) changes nothing.
+    if (advertised_ == AgentState::rebirth) set_status(ex, AgentState::active, iteration, in.metric);
+    throw;
+  }
+  event.note = ex.leader() ? note : std::string();
+  event.generation = counters_.generation;
+  event.next_max_age = counters_.max_age;
+  // The reborn agent keeps reporting its last metric until the next step measures one.
+  set_status(ex, AgentState::active, iteration, in.metric);
+
+  // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
+  // throwing callback included), they are published by this step or the next.
+  const bool publish = died || in.any_publish_pending || due;
+  if (publish) {
+    publish_pending_ = true;
+    ex.advance_stamp();
+  }
+  if (died && policy_.options().on_rebirth) {
+    const auto t = Clock::now();
+    policy_.options().on_rebirth(event, params);
+    event.seconds.mix += seconds_since(t);
+  }
+  if (publish) publish_step(ex, ordered, event);
+  event.version = ex.version();
+  stats_.record(event);
+  if (ex.leader()) log_.write(event);
+  return event;
 }
 
 StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
-  if (left_) {
-    // A step would advertise the agent as active again behind the others' backs.
-    throw InvalidArgument("paramwin: Agent " + std::to_string(policy_.rank()) +
-                          ": step() after leave(): the agent has left the population");
-  }
-  check_step_params(w.layout(), params, "Agent::step");
-  const auto t0 = Clock::now();
-  StepEvent event;
-  event.rank = policy_.rank();
-  event.iteration = iteration;
-  event.metric = metric;
-  event.mixing = policy_.options().mixing.kind;
-  ++steps_since_publish_;
+  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  return step(ex, iteration, metric, params);
+}
 
-  const std::uint64_t fp = fingerprint(w);
-  const DeathReason reason =
-      policy_.decide(iteration, metric, [&w] { return w.roster_all(); }, fp);
-  event.step = policy_.steps();
-  event.age = policy_.age();
-  event.max_age = policy_.max_age();
-  event.reason = reason;
-  event.seconds.decide = seconds_since(t0);
+PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
+  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  return publish(ex, params);
+}
 
-  if (reason == DeathReason::none) {
-    set_status(w, AgentState::active, iteration, metric);
-  } else {
-    try {
-      const Rebirth r = rebirth(w, params, event);
-      event.note = r.note;
-      if (r.done) {
-        event.died = true;
-        policy_.reborn();
-        event.generation = policy_.generation();
-        event.next_max_age = policy_.max_age();
-        // From here the caller's parameters hold the mix: whatever happens next (a throwing
-        // rebirth callback included), they must be published by this or the next step.
-        publish_pending_ = true;
-        const auto t_mix = Clock::now();
-        if (policy_.options().on_rebirth) {
-          policy_.options().on_rebirth(event, params);
-        }
-        event.seconds.mix += seconds_since(t_mix);
-      } else {
-        event.deferred = true;
-      }
-      // The reborn agent keeps reporting its last metric until the next step measures one.
-      set_status(w, AgentState::active, iteration, metric);
-    } catch (...) {
-      // Never stay advertised as mid-rebirth after an error (others would skip us forever).
-      set_status(w, AgentState::active, iteration, metric);
-      throw;
-    }
-  }
-
-  if (event.died || publish_pending_ || publish_due(Clock::now())) {
-    do_publish(w, params, event);
-  }
-  event.generation = policy_.generation();
-  event.next_max_age = policy_.max_age();
-  event.version = w.version();
-  stats_.record(event);
-  log_.write(event);
-  return event;
+void AgentCore::leave(WindowAccess& w) {
+  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  leave(ex);
 }
 
 }  // namespace paramwin::detail

@@ -1,11 +1,13 @@
 #pragma once
 /// @file detail/agent_core.hpp
-/// Non-template body of Agent: the step logic over a type-erased window.
+/// The step core shared by Agent and GroupAgent (AgentCore), and the type-erased window
+/// the one-rank Agent drives it through (WindowAccess).
 
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -64,15 +66,17 @@ class WindowAccessOf final : public WindowAccess {
   Window& w_;
 };
 
-/// Checks @p params against @p layout (count of layers, all named or none, element counts,
-/// dtypes) and throws InvalidArgument naming @p caller. Agents check before a step changes
-/// anything: the window checks the same on publish, but only after the step has decided,
-/// aged the agent and updated its roster.
-void check_step_params(const Layout& layout, std::span<const LayerRef> params,
-                       std::string_view caller);
-/// @copydoc check_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
-void check_step_params(const Layout& layout, std::span<const ConstLayerRef> params,
-                       std::string_view caller);
+/// Binds @p params to @p layout (positional, or named in any order) with the window's
+/// binder and returns them in layout order; InvalidArgument naming @p caller otherwise
+/// (count of layers, all named or none, duplicates, element counts, dtypes, contiguity).
+/// Agents bind before a step changes anything.
+[[nodiscard]] std::vector<LayerRef> bind_step_params(const Layout& layout,
+                                                     std::span<const LayerRef> params,
+                                                     std::string_view caller);
+/// @copydoc bind_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
+[[nodiscard]] std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
+                                                          std::span<const ConstLayerRef> params,
+                                                          std::string_view caller);
 
 /// @p path with every "{rank}" replaced by @p rank (event log paths).
 [[nodiscard]] std::string expand_rank(std::string path, int rank);
@@ -82,49 +86,77 @@ void check_step_params(const Layout& layout, std::span<const ConstLayerRef> para
 [[nodiscard]] bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
                                std::chrono::steady_clock::duration since_last_publish);
 
-/// Policy, statistics, event log and publishing state of one agent.
+/// The policy's counters an agent reports. On the ranks of a group other than the leader,
+/// the leader's, as shared with each step.
+struct AgentCounters {
+  std::int64_t steps = 0;          ///< steps so far
+  std::int64_t age = 0;            ///< steps since (re)birth
+  std::int64_t max_age = 0;        ///< drawn maximum age in force
+  std::uint64_t generation = 0;    ///< rebirths
+};
+
+class RebirthExecutor;  // src/agent/rebirth_executor.hpp
+struct RebirthPlan;     // src/agent/rebirth_plan.hpp
+
+/// The step core of every agent: policy, counters, statistics, event log and publishing
+/// state, and the one step sequence (agree, plan, attempt/exclude loop, rebirth, callbacks,
+/// publish, record). Agent drives it with a solo executor over its window, GroupAgent with
+/// a shard executor; features of the step are written here once.
 class AgentCore {
  public:
-  /// Validates @p options (InvalidArgument) and opens the event log.
-  AgentCore(AgentOptions options, int rank, int population);
+  /// Validates @p options (InvalidArgument); opens the event log when @p writes_log.
+  AgentCore(AgentOptions options, int rank, int population, bool writes_log = true);
 
   /// Validates on every rank of @p comm and throws InvalidArgument on every rank if any
   /// rank's options are invalid (so that the window creation that follows cannot hang).
   /// @note Collective over @p comm.
   [[nodiscard]] static AgentCore create_collective(MPI_Comm comm, AgentOptions options);
 
+  /// One step over @p ex (see Agent::step and GroupAgent::step for the contract).
+  StepEvent step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                 std::span<const LayerRef> params);
+  /// Publishes @p params now, outside the cadence.
+  PublishResult publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params);
+  /// Marks the agent as having left; step() throws from then on.
+  void leave(RebirthExecutor& ex);
+
+  /// step() for a one-rank agent over @p w (a solo executor).
   StepEvent step(WindowAccess& w, std::int64_t iteration, double metric,
                  std::span<const LayerRef> params);
+  /// publish() for a one-rank agent over @p w.
   PublishResult publish(WindowAccess& w, std::span<const ConstLayerRef> params);
+  /// leave() for a one-rank agent over @p w.
   void leave(WindowAccess& w);
 
   [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
   [[nodiscard]] const AgentStats& stats() const noexcept { return stats_; }
+  /// The policy's counters as the agent's leader last shared them (on a leader: the
+  /// policy's own).
+  [[nodiscard]] const AgentCounters& counters() const noexcept { return counters_; }
   void set_event_log(EventLog log) noexcept { log_ = std::move(log); }
 
  private:
   using Clock = std::chrono::steady_clock;
+  struct Attempts;
 
-  struct Rebirth {
-    bool done = false;
-    std::string note;
-  };
-  Rebirth rebirth(WindowAccess& w, std::span<const LayerRef> params, StepEvent& event);
-  bool publish_due(Clock::time_point now) const;
-  void do_publish(WindowAccess& w, std::span<const LayerRef> params, StepEvent& event);
-  void set_status(WindowAccess& w, AgentState state, std::int64_t iteration, double metric);
-  std::uint64_t fingerprint(WindowAccess& w);
+  void set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration, double metric);
+  RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
+                   std::span<const int> exclude);
+  bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
+                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due);
+  void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event);
+  void published(const PublishResult& r);
 
   Policy policy_;
   AgentStats stats_;
   EventLog log_;
-  std::uint64_t fingerprint_ = 0;
-  bool have_fingerprint_ = false;
+  AgentCounters counters_{};
+  AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
   bool publish_pending_ = true;  // first step always publishes
   bool left_ = false;            // leave() was called: step() is refused from then on
+  std::optional<std::uint64_t> fingerprint_;  // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
-  std::vector<ConstLayerRef> const_refs_;
 };
 
 }  // namespace paramwin::detail

@@ -1,0 +1,95 @@
+#pragma once
+// RebirthExecutor: what the step core (AgentCore::step) needs from the ranks that hold one
+// agent: one rank (SoloExecutor, Agent) or g ranks that each hold a shard (ShardExecutor,
+// GroupAgent). The core owns the sequence (agree, plan, attempt/exclude loop, rebirth,
+// callbacks, publish, stats, log); an executor only moves data and, for a group, shares the
+// leader's decisions with the other ranks of the agent.
+
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agent/rebirth_plan.hpp"
+#include "paramwin/event.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/roster.hpp"
+
+namespace paramwin::detail {
+
+/// What every rank of the agent agreed on at the start of a step.
+struct StepAgreement {
+  double metric = 0.0;               ///< the agent's metric (a group's: the mean of its ranks')
+  bool any_publish_pending = false;  ///< some rank still owes a publish
+};
+
+/// How one pull attempt ended, the same on every rank of the agent.
+struct PullOutcome {
+  bool ok = false;
+  int blame = -1;      ///< the donor that failed, or -1 when no single donor is to blame
+  bool retry = false;  ///< with blame -1: worth another choice (e.g. shards of two publishes)
+  std::string why{};   ///< for the event's note
+};
+
+class RebirthExecutor {
+ public:
+  RebirthExecutor() = default;
+  RebirthExecutor(const RebirthExecutor&) = delete;
+  RebirthExecutor& operator=(const RebirthExecutor&) = delete;
+  RebirthExecutor(RebirthExecutor&&) = delete;
+  RebirthExecutor& operator=(RebirthExecutor&&) = delete;
+  virtual ~RebirthExecutor() = default;
+
+  /// "Agent" or "GroupAgent", for messages.
+  [[nodiscard]] virtual const char* kind() const noexcept = 0;
+  /// The agent's id in the population (its rank among the agents).
+  [[nodiscard]] virtual int agent_id() const = 0;
+  /// True on the rank that plans for the agent (every solo agent).
+  [[nodiscard]] virtual bool leader() const = 0;
+  /// The full layout the caller's parameters follow.
+  [[nodiscard]] virtual const Layout& layout() const = 0;
+  /// This agent's layout fingerprint as donors see it in the rosters.
+  [[nodiscard]] virtual std::uint64_t fingerprint() = 0;
+
+  /// Refuses parameters this executor cannot work on (InvalidArgument), beyond the binder's
+  /// checks. @p ordered is in layout order.
+  virtual void check_params(std::span<const LayerRef> ordered) const = 0;
+  /// Agrees on the step's inputs over the agent's ranks. @p local_error non-empty: this
+  /// rank's parameters are bad. Throws InvalidArgument on every rank when any rank's are.
+  virtual StepAgreement agree(const std::string& local_error, double metric,
+                              bool publish_pending) = 0;
+
+  /// Every agent's roster (the leader plans with them).
+  [[nodiscard]] virtual std::vector<RosterEntry> roster_all() = 0;
+  /// This agent's own roster entry.
+  [[nodiscard]] virtual RosterEntry own_roster() = 0;
+  /// Updates this rank's roster entry.
+  virtual void set_status(const AgentStatus& status) = 0;
+
+  /// The leader's plan on every rank (for one rank: @p plan itself). @p leader_error is the
+  /// exception the leader's planning threw, if any; the leader rethrows it after sharing
+  /// an error plan, the other ranks throw an Error (or a DonorError) naming the leader.
+  virtual RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) = 0;
+  /// After the leader ran the reset callback into @p ordered (@p leader_error: it threw):
+  /// every rank holds the leader's result, or every rank throws.
+  virtual void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) = 0;
+  /// Pulls and mixes the plan's donors into @p ordered. On failure @p ordered is unchanged
+  /// on every rank. Adds to the event's timers, donors and bytes.
+  virtual PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
+                           StepEvent& event) = 0;
+  /// The leader's counters after Policy::reborn() on every rank.
+  virtual AgentCounters share_rebirth(const AgentCounters& leader_counters) = 0;
+
+  /// Fixes the stamp of the agent's next publish once a publish is decided, before any
+  /// callback runs (so callbacks see it as version()); a no-op where the window numbers
+  /// its own publishes.
+  virtual void advance_stamp() = 0;
+  /// Publishes @p ordered (this rank's part of it) with the stamp advance_stamp() fixed.
+  virtual PublishResult publish(std::span<const ConstLayerRef> ordered) = 0;
+  /// The agent's latest publish: the window version (solo) or the group's stamp (epoch).
+  [[nodiscard]] virtual std::uint64_t version() const = 0;
+};
+
+}  // namespace paramwin::detail

@@ -1,0 +1,51 @@
+// SoloExecutor: a one-rank agent's rebirth (see solo_executor.hpp).
+#include "agent/solo_executor.hpp"
+
+#include <chrono>
+
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+
+std::uint64_t SoloExecutor::fingerprint() {
+  if (!fingerprint_) fingerprint_ = w_.roster(w_.rank()).fingerprint;
+  return *fingerprint_;
+}
+
+StepAgreement SoloExecutor::agree(const std::string& local_error, double metric,
+                                  bool publish_pending) {
+  if (!local_error.empty()) throw InvalidArgument(local_error);
+  return StepAgreement{.metric = metric, .any_publish_pending = publish_pending};
+}
+
+RebirthPlan SoloExecutor::share(RebirthPlan plan, std::exception_ptr leader_error) {
+  if (leader_error) std::rethrow_exception(leader_error);
+  return plan;
+}
+
+void SoloExecutor::share_reset(std::span<const LayerRef> /*ordered*/,
+                               std::exception_ptr leader_error) {
+  if (leader_error) std::rethrow_exception(leader_error);
+}
+
+PullOutcome SoloExecutor::pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
+                               StepEvent& event) {
+  const auto t = std::chrono::steady_clock::now();
+  const auto elapsed = [&t] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  try {
+    // The window's pull is transactional: it writes straight into the caller's layers only
+    // once every donor's snapshot has been read whole.
+    const PullResult r = w_.pull(plan.donors, ordered, pull_options(plan, mixing_));
+    event.seconds.pull += elapsed();
+    event.donors = donor_records(plan, r);
+    event.bytes += r.bytes;
+    return PullOutcome{.ok = true};
+  } catch (const DonorError& e) {
+    event.seconds.pull += elapsed();
+    return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};
+  }
+}
+
+}  // namespace paramwin::detail

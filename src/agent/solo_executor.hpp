@@ -1,0 +1,54 @@
+#pragma once
+// SoloExecutor: the rebirth executor of a one-rank agent (Agent). Its pull is the window's
+// transactional pull straight into the caller's parameters; nothing is shared with anyone.
+
+#include <cstdint>
+#include <optional>
+
+#include "agent/rebirth_executor.hpp"
+#include "paramwin/detail/agent_core.hpp"
+
+namespace paramwin::detail {
+
+class SoloExecutor final : public RebirthExecutor {
+ public:
+  /// Executes over @p w; @p fingerprint caches the agent's own roster fingerprint across
+  /// steps (read once from the roster).
+  SoloExecutor(WindowAccess& w, const MixingOptions& mixing, std::optional<std::uint64_t>& fingerprint)
+      : w_(w), mixing_(mixing), fingerprint_(fingerprint) {}
+
+  [[nodiscard]] const char* kind() const noexcept override { return "Agent"; }
+  [[nodiscard]] int agent_id() const override { return w_.rank(); }
+  [[nodiscard]] bool leader() const override { return true; }
+  [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
+  [[nodiscard]] std::uint64_t fingerprint() override;
+
+  void check_params(std::span<const LayerRef> /*ordered*/) const override {}
+  StepAgreement agree(const std::string& local_error, double metric,
+                      bool publish_pending) override;
+
+  [[nodiscard]] std::vector<RosterEntry> roster_all() override { return w_.roster_all(); }
+  [[nodiscard]] RosterEntry own_roster() override { return w_.roster(w_.rank()); }
+  void set_status(const AgentStatus& status) override { w_.set_status(status); }
+
+  RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
+  void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
+  PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
+                   StepEvent& event) override;
+  AgentCounters share_rebirth(const AgentCounters& leader_counters) override {
+    return leader_counters;
+  }
+
+  void advance_stamp() override {}
+  PublishResult publish(std::span<const ConstLayerRef> ordered) override {
+    return w_.publish(ordered);
+  }
+  [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
+
+ private:
+  WindowAccess& w_;
+  const MixingOptions& mixing_;
+  std::optional<std::uint64_t>& fingerprint_;
+};
+
+}  // namespace paramwin::detail

@@ -1,0 +1,385 @@
+// ShardExecutor: a GroupAgent's rebirth, shard by shard (see shard_executor.hpp).
+#include "groups/shard_executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "detail/mpi_check.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
+
+}  // namespace
+
+ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout, const MixingOptions& mixing)
+    : plan_(std::move(layout), groups.agent_size()),
+      mixing_(mixing),
+      agent_(groups.agent()),
+      agents_(groups.agents()),
+      rank_in_agent_(groups.rank_in_agent()),
+      g_(groups.agent_size()) {}
+
+ShardExecutor::~ShardExecutor() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) return;
+  if (scratch_win_ != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(scratch_win_);
+    MPI_Win_free(&scratch_win_);
+  }
+  if (agent_comm_ != MPI_COMM_NULL) MPI_Comm_free(&agent_comm_);
+}
+
+void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options) {
+  check_mpi(MPI_Comm_dup(groups.agent_comm(), &agent_comm_), "MPI_Comm_dup(agent)");
+  check_mpi(MPI_Comm_set_errhandler(agent_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(agent_comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type(agent)");
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  // PARAMWIN_GROUP_GATHER=broadcast forces the path agents spread over nodes take (tests).
+  const char* force = std::getenv("PARAMWIN_GROUP_GATHER");
+  const bool broadcast = force != nullptr && std::string(force) == "broadcast";
+  int all_local = node_size == g_ && !broadcast ? 1 : 0;
+  int everywhere = 0;
+  check_mpi(MPI_Allreduce(&all_local, &everywhere, 1, MPI_INT, MPI_MIN, agent_comm_),
+            "MPI_Allreduce(same node)");
+  same_node_ = everywhere == 1 && g_ > 1;
+  window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options);
+  fingerprint_ = win().fingerprint();
+}
+
+void ShardExecutor::check_params(std::span<const LayerRef> ordered) const {
+  for (const LayerRef& r : ordered) {
+    if (!r.host_accessible() || !r.contiguous()) {
+      throw InvalidArgument("paramwin: GroupAgent::step: layer \"" + std::string(r.name()) +
+                            "\" must be contiguous host memory (GroupAgent is host-only)");
+    }
+  }
+}
+
+StepAgreement ShardExecutor::agree(const std::string& local_error, double metric,
+                                   bool publish_pending) {
+  double in[3] = {local_error.empty() ? 0.0 : 1.0, metric, publish_pending ? 1.0 : 0.0};
+  double sum[3] = {};
+  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_), "MPI_Allreduce(step)");
+  if (sum[0] > 0.0) {
+    throw InvalidArgument(!local_error.empty()
+                              ? local_error
+                              : "paramwin: GroupAgent::step: another rank of agent " +
+                                    std::to_string(agent_) + " passed bad parameters (see its error)");
+  }
+  return StepAgreement{.metric = sum[1] / g_, .any_publish_pending = sum[2] > 0.0};
+}
+
+RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_error) {
+  const auto capacity = static_cast<std::size_t>(agents_);
+  std::vector<std::int64_t> words =
+      leader() ? plan.to_wire(capacity)
+               : std::vector<std::int64_t>(RebirthPlan::wire_words(capacity), 0);
+  check_mpi(MPI_Bcast(words.data(), static_cast<int>(words.size()), MPI_INT64_T, 0, agent_comm_),
+            "MPI_Bcast(plan)");
+  RebirthPlan shared = RebirthPlan::from_wire(words);
+  if (shared.action == PlanAction::error) {
+    // The leader's custom trigger, roster read or donor selection threw: it rethrows; the
+    // others throw too, so that nobody waits in a collective the leader will not enter.
+    if (leader_error) std::rethrow_exception(leader_error);
+    const std::string msg = "paramwin: GroupAgent::step: the leader of agent " +
+                            std::to_string(agent_) + " failed to decide (see its error)";
+    if (shared.donor_error) throw DonorError(-1, msg);
+    throw Error(msg);
+  }
+  shared.note = std::move(plan.note);  // the leader's; not on the wire
+  return shared;
+}
+
+void ShardExecutor::share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) {
+  int ok = leader_error ? 0 : 1;
+  check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, agent_comm_), "MPI_Bcast(reset)");
+  if (ok == 0) {
+    if (leader_error) std::rethrow_exception(leader_error);
+    throw Error("paramwin: GroupAgent::step: the reset callback of agent " +
+                std::to_string(agent_) + " failed on its leader (see its error)");
+  }
+  std::vector<Block> all;
+  for (int s = 0; s < g_; ++s) {
+    const std::vector<Block> b = blocks_of(s, ordered);
+    all.insert(all.end(), b.begin(), b.end());
+  }
+  broadcast_blocks(all, 0);
+}
+
+PullOutcome ShardExecutor::pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
+                                StepEvent& event) {
+  const std::size_t n = plan.donors.size();
+  const auto t_pull = Clock::now();
+  // One rank per agent: nothing to agree on or gather, and the window's pull is itself
+  // transactional, so it writes straight into the caller's layers.
+  const std::vector<LayerRef> scratch =
+      g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end()) : scratch_refs();
+  const PullOptions po = pull_options(plan, mixing_);
+  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch);
+  const std::size_t words = 3 + 2 * n;
+  std::vector<std::int64_t> out(words, 0);
+  std::string pull_error;
+  PullResult result;
+  try {
+    result = win().pull(plan.donors, scratch, po);
+    out[0] = 1;
+    out[1] = -1;
+    out[2] = static_cast<std::int64_t>(result.bytes);
+    for (std::size_t i = 0; i < n; ++i) {
+      out[3 + i] = static_cast<std::int64_t>(result.donors[i].stamp);
+      out[3 + n + i] = result.donors[i].skipped ? 1 : 0;
+    }
+  } catch (const DonorError& e) {
+    out[1] = e.rank();
+    pull_error = e.what();
+  }
+  if (scratch_win_ != MPI_WIN_NULL) {
+    check_mpi(MPI_Win_sync(scratch_win_), "MPI_Win_sync(scratch)");  // before the allgather
+  }
+  event.seconds.pull += seconds_since(t_pull);
+  const auto t_judge = Clock::now();
+  std::vector<std::int64_t> all(words * static_cast<std::size_t>(g_));
+  check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
+                          static_cast<int>(words), MPI_INT64_T, agent_comm_),
+            "MPI_Allgather(pull outcomes)");
+  const PullOutcome v = verdict(all, words, plan.donors, pull_error);
+  event.seconds.pull += seconds_since(t_judge);
+  if (!v.ok) return v;
+
+  event.donors = donor_records(plan, result);
+  std::size_t bytes = 0;
+  for (int r = 0; r < g_; ++r) bytes += static_cast<std::size_t>(all[static_cast<std::size_t>(r) * words + 2]);
+  for (std::size_t i = 0; i < n; ++i) {
+    // Donors are agents: their version is the group publish stamp all shards carried.
+    DonorRecord& d = event.donors[i];
+    d.version = result.donors[i].stamp;
+    d.metric = plan.metrics[i];
+    d.bytes *= static_cast<std::size_t>(g_);
+  }
+  event.bytes = bytes;
+  if (g_ > 1) {
+    const auto ta = Clock::now();
+    assemble(ordered);
+    event.seconds.assemble += seconds_since(ta);
+  }
+  return v;
+}
+
+// Every rank sees the same table of outcomes and reaches the same verdict.
+PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::size_t words,
+                                   std::span<const int> donors,
+                                   const std::string& own_error) const {
+  const std::size_t n = donors.size();
+  for (int r = 0; r < g_; ++r) {
+    const std::int64_t* o = &all[static_cast<std::size_t>(r) * words];
+    if (o[0] == 0) {
+      const int failed = static_cast<int>(o[1]);
+      return PullOutcome{
+          .ok = false,
+          .blame = failed,
+          .retry = true,
+          .why = "in-agent rank " + std::to_string(r) + " could not pull its shard" +
+                 (failed >= 0 ? " from donor agent " + std::to_string(failed) : std::string()) +
+                 (r == rank_in_agent_ ? ": " + own_error : std::string())};
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    for (int r = 1; r < g_; ++r) {
+      const std::int64_t* o = &all[static_cast<std::size_t>(r) * words];
+      if (o[3 + i] != all[3 + i] || o[3 + n + i] != all[3 + n + i]) {
+        return PullOutcome{.ok = false,
+                           .blame = -1,
+                           .retry = true,
+                           .why = "donor agent " + std::to_string(donors[i]) +
+                                  ": its shards came from different publishes (stamps " +
+                                  std::to_string(all[3 + i]) + " and " +
+                                  std::to_string(o[3 + i]) + ") or one was skipped"};
+      }
+    }
+  }
+  return PullOutcome{.ok = true};
+}
+
+AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters) {
+  std::int64_t w[4] = {leader_counters.steps, leader_counters.age, leader_counters.max_age,
+                       static_cast<std::int64_t>(leader_counters.generation)};
+  check_mpi(MPI_Bcast(w, 4, MPI_INT64_T, 0, agent_comm_), "MPI_Bcast(rebirth)");
+  return AgentCounters{.steps = w[0],
+                       .age = w[1],
+                       .max_age = w[2],
+                       .generation = static_cast<std::uint64_t>(w[3])};
+}
+
+PublishResult ShardExecutor::publish(std::span<const ConstLayerRef> ordered) {
+  return win().publish(shard_of(ordered), epoch_);
+}
+
+std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef> full) const {
+  std::vector<ConstLayerRef> refs;
+  refs.reserve(full.size());
+  const Layout& layout = plan_.full();
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    const std::size_t esize = dtype_size(layout[l].dtype);
+    const auto* base = static_cast<const std::byte*>(full[l].data());
+    refs.emplace_back(std::string_view{}, base + plan_.first(l, rank_in_agent_) * esize,
+                      plan_.count(l, rank_in_agent_), layout[l].dtype);
+  }
+  return refs;
+}
+
+// Momentum mixes into the current shard: the scratch starts from it.
+void ShardExecutor::start_from_current(std::span<const LayerRef> ordered,
+                                       std::span<const LayerRef> scratch) {
+  std::vector<ConstLayerRef> cp;
+  cp.reserve(ordered.size());
+  for (const LayerRef& r : ordered) cp.push_back(r.as_const());
+  const std::vector<ConstLayerRef> cur = shard_of(cp);
+  for (std::size_t l = 0; l < cur.size(); ++l) {
+    if (cur[l].count() == 0) continue;  // an empty layer's data() may be null
+    std::memcpy(scratch[l].data(), cur[l].data(), cur[l].count() * dtype_size(cur[l].dtype()));
+  }
+}
+
+std::vector<std::size_t> ShardExecutor::offsets_of(int s) const {
+  const Layout& shard = plan_.shard_layout(s);
+  std::vector<std::size_t> off;
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < shard.size(); ++l) {
+    off.push_back(at);
+    at += (shard[l].count * dtype_size(shard[l].dtype) + 63) / 64 * 64;
+  }
+  off.push_back(at);
+  return off;
+}
+
+// Allocates the scratch on first use. Every rank of the agent reaches the first rebirth pull
+// together, so the shared window's collective creation is safe here.
+void ShardExecutor::ensure_scratch() {
+  if (scratch_ != nullptr) return;
+  scratch_offset_ = offsets_of(rank_in_agent_);
+  const std::size_t bytes = std::max<std::size_t>(scratch_offset_.back(), 64);
+  if (!same_node_) {
+    private_scratch_.resize(bytes);
+    scratch_ = private_scratch_.data();
+    return;
+  }
+  const SharedInfo info;
+  void* base = nullptr;
+  check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info.get(), agent_comm_,
+                                    &base, &scratch_win_),
+            "MPI_Win_allocate_shared(scratch)");
+  check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, scratch_win_), "MPI_Win_lock_all(scratch)");
+  peer_scratch_.assign(static_cast<std::size_t>(g_), nullptr);
+  for (int r = 0; r < g_; ++r) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    void* peer = nullptr;
+    check_mpi(MPI_Win_shared_query(scratch_win_, r, &size, &unit, &peer), "MPI_Win_shared_query");
+    peer_scratch_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(peer);
+  }
+  scratch_ = peer_scratch_[static_cast<std::size_t>(rank_in_agent_)];
+}
+
+std::vector<LayerRef> ShardExecutor::scratch_refs() {
+  ensure_scratch();
+  const Layout& shard = plan_.shard_layout(rank_in_agent_);
+  std::vector<LayerRef> refs;
+  for (std::size_t l = 0; l < shard.size(); ++l) {
+    refs.emplace_back(std::string_view{}, scratch_ + scratch_offset_[l], shard[l].count,
+                      shard[l].dtype);
+  }
+  return refs;
+}
+
+std::vector<ShardExecutor::Block> ShardExecutor::blocks_of(int s,
+                                                           std::span<const LayerRef> ordered) const {
+  std::vector<Block> blocks;
+  const Layout& full = plan_.full();
+  for (std::size_t l = 0; l < full.size(); ++l) {
+    const std::size_t esize = dtype_size(full[l].dtype);
+    const std::size_t n = plan_.count(l, s) * esize;
+    if (n == 0) continue;
+    blocks.push_back({static_cast<std::byte*>(ordered[l].data()) + plan_.first(l, s) * esize, n});
+  }
+  return blocks;
+}
+
+void ShardExecutor::copy_shard(int s, const std::byte* src, std::span<const LayerRef> ordered) const {
+  const std::vector<std::size_t> off = offsets_of(s);
+  const Layout& full = plan_.full();
+  for (std::size_t l = 0; l < full.size(); ++l) {
+    const std::size_t esize = dtype_size(full[l].dtype);
+    const std::size_t n = plan_.count(l, s) * esize;
+    if (n == 0) continue;
+    std::memcpy(static_cast<std::byte*>(ordered[l].data()) + plan_.first(l, s) * esize,
+                src + off[l], n);
+  }
+}
+
+// Every rank's scratch shard into every rank's layers. Called after the outcome allgather,
+// which every rank entered after writing its scratch: the shards are complete. The next
+// write to any scratch comes after the next step's allreduce, which no rank passes before
+// every rank has finished copying here.
+void ShardExecutor::assemble(std::span<const LayerRef> ordered) {
+  if (same_node_) {
+    check_mpi(MPI_Win_sync(scratch_win_), "MPI_Win_sync(scratch)");
+    for (int s = 0; s < g_; ++s) copy_shard(s, peer_scratch_[static_cast<std::size_t>(s)], ordered);
+    return;
+  }
+  copy_shard(rank_in_agent_, scratch_, ordered);
+  for (int s = 0; s < g_; ++s) broadcast_blocks(blocks_of(s, ordered), s);
+}
+
+// Broadcasts @p blocks (same sizes on every rank, the root's contents win) over the agent,
+// as few MPI_Bcast calls of one hindexed datatype each as the 1 GiB cap allows.
+void ShardExecutor::broadcast_blocks(const std::vector<Block>& blocks, int root) const {
+  // Cut blocks above the cap so that every piece and every batch fits an int.
+  std::vector<Block> pieces;
+  for (const Block& b : blocks) {
+    for (std::size_t off = 0; off < b.bytes; off += kMaxBcastBytes) {
+      pieces.push_back({b.data + off, std::min(kMaxBcastBytes, b.bytes - off)});
+    }
+  }
+  std::size_t i = 0;
+  while (i < pieces.size()) {
+    std::vector<int> lens;
+    std::vector<MPI_Aint> addrs;
+    std::size_t total = 0;
+    for (; i < pieces.size() && total + pieces[i].bytes <= kMaxBcastBytes; ++i) {
+      MPI_Aint a = 0;
+      check_mpi(MPI_Get_address(pieces[i].data, &a), "MPI_Get_address");
+      addrs.push_back(a);
+      lens.push_back(static_cast<int>(pieces[i].bytes));
+      total += pieces[i].bytes;
+    }
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    check_mpi(MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(), addrs.data(),
+                                       MPI_BYTE, &type),
+              "MPI_Type_create_hindexed");
+    check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+    const int rc = MPI_Bcast(MPI_BOTTOM, 1, type, root, agent_comm_);
+    MPI_Type_free(&type);
+    check_mpi(rc, "MPI_Bcast(shard)");
+  }
+}
+
+}  // namespace paramwin::detail

@@ -1,0 +1,109 @@
+#pragma once
+// ShardExecutor: the rebirth executor of an agent made of g ranks (GroupAgent). Every rank
+// holds the full replica and exposes one shard of it in its own window over the shard
+// peers. The leader's plan reaches the agent's ranks in one broadcast; on a death every rank
+// pulls its shard from the donors' matching ranks into scratch memory, an allgather of the
+// outcomes (errors, publish stamps per donor) lets every rank reach the same verdict on
+// whether the shards form one consistent mix, and the shards are assembled into every
+// rank's replica. No collective here follows a user callback.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "agent/rebirth_executor.hpp"
+#include "paramwin/groups.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/policy.hpp"
+#include "paramwin/shard_plan.hpp"
+#include "paramwin/window.hpp"
+
+namespace paramwin::detail {
+
+class ShardExecutor final : public RebirthExecutor {
+ public:
+  /// Cuts @p layout for @p groups' agents (no MPI yet; see open()).
+  ShardExecutor(const AgentGroups& groups, Layout layout, const MixingOptions& mixing);
+  ~ShardExecutor() override;
+
+  /// Duplicates the agent communicator, finds whether the agent's ranks share a node and
+  /// creates this rank's shard window over the shard peers.
+  /// @note Collective over the agent's ranks, then over the shard peers.
+  void open(const AgentGroups& groups, const WindowOptions& window_options);
+
+  [[nodiscard]] const char* kind() const noexcept override { return "GroupAgent"; }
+  [[nodiscard]] int agent_id() const override { return agent_; }
+  [[nodiscard]] bool leader() const override { return rank_in_agent_ == 0; }
+  [[nodiscard]] const Layout& layout() const override { return plan_.full(); }
+  [[nodiscard]] std::uint64_t fingerprint() override { return fingerprint_; }
+
+  void check_params(std::span<const LayerRef> ordered) const override;
+  StepAgreement agree(const std::string& local_error, double metric,
+                      bool publish_pending) override;
+
+  [[nodiscard]] std::vector<RosterEntry> roster_all() override { return win().roster_all(); }
+  [[nodiscard]] RosterEntry own_roster() override { return win().roster(win().rank()); }
+  void set_status(const AgentStatus& status) override { win().set_status(status); }
+
+  RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
+  void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
+  PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
+                   StepEvent& event) override;
+  AgentCounters share_rebirth(const AgentCounters& leader_counters) override;
+
+  void advance_stamp() override { ++epoch_; }
+  PublishResult publish(std::span<const ConstLayerRef> ordered) override;
+  [[nodiscard]] std::uint64_t version() const override { return epoch_; }
+
+  [[nodiscard]] ParameterWindow<>& win() { return *window_; }
+  [[nodiscard]] const ParameterWindow<>& win() const { return *window_; }
+  [[nodiscard]] bool has_window() const noexcept { return window_.has_value(); }
+  [[nodiscard]] const ShardPlan& plan() const noexcept { return plan_; }
+  [[nodiscard]] int agents() const noexcept { return agents_; }
+  [[nodiscard]] int rank_in_agent() const noexcept { return rank_in_agent_; }
+  [[nodiscard]] int ranks_per_agent() const noexcept { return g_; }
+
+ private:
+  /// A byte range of the caller's memory.
+  struct Block {
+    std::byte* data;
+    std::size_t bytes;
+  };
+
+  [[nodiscard]] std::vector<ConstLayerRef> shard_of(std::span<const ConstLayerRef> full) const;
+  [[nodiscard]] std::vector<std::size_t> offsets_of(int s) const;
+  void ensure_scratch();
+  [[nodiscard]] std::vector<LayerRef> scratch_refs();
+  [[nodiscard]] std::vector<Block> blocks_of(int s, std::span<const LayerRef> ordered) const;
+  void copy_shard(int s, const std::byte* src, std::span<const LayerRef> ordered) const;
+  void assemble(std::span<const LayerRef> ordered);
+  void broadcast_blocks(const std::vector<Block>& blocks, int root) const;
+  void start_from_current(std::span<const LayerRef> ordered, std::span<const LayerRef> scratch);
+  PullOutcome verdict(const std::vector<std::int64_t>& all, std::size_t words,
+                      std::span<const int> donors, const std::string& own_error) const;
+
+  ShardPlan plan_;
+  const MixingOptions& mixing_;
+  std::optional<ParameterWindow<>> window_;
+  MPI_Comm agent_comm_ = MPI_COMM_NULL;  // a duplicate of the groups' agent communicator
+  int agent_;
+  int agents_;
+  int rank_in_agent_;
+  int g_;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t fingerprint_ = 0;
+  // This rank's shard, pulled before it is trusted. When the agent's ranks share a node it
+  // lives in a shared-memory window over the agent, and the gather is a plain copy from the
+  // peers' scratch; otherwise in private memory, gathered by broadcasts.
+  bool same_node_ = false;
+  MPI_Win scratch_win_ = MPI_WIN_NULL;
+  std::vector<std::byte*> peer_scratch_;  // per in-agent rank (same_node_)
+  std::vector<std::byte> private_scratch_;
+  std::byte* scratch_ = nullptr;
+  std::vector<std::size_t> scratch_offset_;  // per layer
+};
+
+}  // namespace paramwin::detail
