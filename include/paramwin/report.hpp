@@ -35,7 +35,7 @@ struct PhaseReport {
 struct PopulationReport {
   int ranks = 0;                  ///< ranks that contributed timers
   int agents = 0;                 ///< ranks that contributed counters (one per agent)
-  std::vector<PhaseReport> phases{};  ///< decide, pull, mix, publish, assemble, rebirth (Phase order, then whole rebirths)
+  std::vector<PhaseReport> phases{};  ///< decide, pull, mix, publish, assemble, rebirth
   std::int64_t steps = 0;         ///< steps, summed over agents
   /// Deaths by reason (index: DeathReason), summed over agents.
   std::array<std::int64_t, 5> deaths{};
