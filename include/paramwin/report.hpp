@@ -19,7 +19,7 @@ namespace paramwin {
 
 /// One phase over the ranks: statistics of each rank's total seconds in that phase.
 struct PhaseReport {
-  std::string name;      ///< decide, pull, assemble, mix, publish, or rebirth (whole rebirths)
+  std::string name;      ///< decide, pull, mix, publish, assemble, or rebirth (whole rebirths)
   double min = 0.0;      ///< smallest per-rank total, seconds
   double median = 0.0;   ///< median per-rank total
   double max = 0.0;      ///< largest per-rank total
@@ -35,7 +35,7 @@ struct PhaseReport {
 struct PopulationReport {
   int ranks = 0;                  ///< ranks that contributed timers
   int agents = 0;                 ///< ranks that contributed counters (one per agent)
-  std::vector<PhaseReport> phases{};  ///< decide, pull, assemble, mix, publish, rebirth
+  std::vector<PhaseReport> phases{};  ///< decide, pull, mix, publish, assemble, rebirth
   std::int64_t steps = 0;         ///< steps, summed over agents
   /// Deaths by reason (index: DeathReason), summed over agents.
   std::array<std::int64_t, 5> deaths{};

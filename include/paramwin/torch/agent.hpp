@@ -85,10 +85,13 @@ class TorchAgent {
   ~TorchAgent();
 
   /// One training step (Agent::step with the module's tensors): reports @p metric, may die
-  /// and be reborn into the module, publishes per the cadence. Call it after the
-  /// optimizer's step, with the metric of the parameters as they are now. On a rebirth, in
-  /// this order: the module holds the mix; gradients cleared; optimizer state reset or a
-  /// new optimizer built; AgentOptions::on_rebirth called; the result republished.
+  /// and be reborn into the module, publishes per the cadence. Call it once per training
+  /// step, after the forward pass that measured @p metric and before backward() and the
+  /// optimizer's step, so that the metric belongs to the parameters it publishes; if the
+  /// returned event says died, skip that step's backward() and optimizer step (the gradient
+  /// belongs to the parameters that died). See examples/torch_population/main.cpp. On a
+  /// rebirth, in this order: the module holds the mix; gradients cleared; optimizer state
+  /// reset or a new optimizer built; AgentOptions::on_rebirth called; the result republished.
   StepEvent step(std::int64_t iteration, double metric);
 
   /// Publishes the module's tensors now, outside the cadence (e.g. before the first step).
