@@ -14,6 +14,7 @@
 #include <span>
 #include <utility>
 
+#include "paramwin/agent_interface.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -29,7 +30,7 @@ namespace paramwin {
 /// constructor from a communicator, close() and the destructor are collective: step() never
 /// waits for other agents.
 template <class MemorySpace = Kokkos::HostSpace>
-class Agent {
+class Agent final : public AgentInterface {
  public:
   using memory_space = MemorySpace;                  ///< where the parameters live
   using window_type = ParameterWindow<MemorySpace>;  ///< the owned window
@@ -60,7 +61,7 @@ class Agent {
   }
   /// Frees the window; never throws.
   /// @note Collective over the window's communicator.
-  ~Agent() = default;
+  ~Agent() override = default;
 
   /// One training step: reports @p metric, may die and be reborn from donors into
   /// @p params (the caller's layers, bound like ParameterWindow::publish), publishes per
@@ -73,7 +74,8 @@ class Agent {
   /// unchanged, nothing published); a throwing reset callback keeps the death pending; a
   /// throwing on_rebirth keeps the rebirth (generation advanced, @p params hold the mix)
   /// and the next step publishes it. The event of a throwing step is not recorded.
-  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
+  StepEvent step(std::int64_t iteration, double metric,
+                 std::span<const LayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.step(access, iteration, metric, params);
   }
@@ -84,7 +86,7 @@ class Agent {
 
   /// Publishes @p params now, outside the cadence (e.g. the initial parameters before the
   /// first step, so that early deaths elsewhere find this agent as a donor).
-  PublishResult publish(std::span<const ConstLayerRef> params) {
+  PublishResult publish(std::span<const ConstLayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.publish(access, params);
   }
@@ -96,14 +98,14 @@ class Agent {
   /// Marks this agent as having left the population: others stop choosing it as a donor
   /// and stop ranking it. Its window stays readable until destruction; step() throws
   /// InvalidArgument from then on (publish() is still allowed).
-  void leave() {
+  void leave() override {
     detail::WindowAccessOf<window_type> access(window_);
     core_.leave(access);
   }
 
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
-  void close() { window_.close(); }
+  void close() override { window_.close(); }
 
   /// The owned window (roster reads, transport queries, direct pulls).
   [[nodiscard]] window_type& window() noexcept { return window_; }
@@ -112,16 +114,22 @@ class Agent {
   /// The decision engine (age, maximum age, generation, options).
   [[nodiscard]] const Policy& policy() const noexcept { return core_.policy(); }
   /// Counters and timers so far.
-  [[nodiscard]] const AgentStats& stats() const noexcept { return core_.stats(); }
+  [[nodiscard]] const AgentStats& stats() const noexcept override { return core_.stats(); }
   /// Options in force.
-  [[nodiscard]] const AgentOptions& options() const noexcept { return core_.policy().options(); }
+  [[nodiscard]] const AgentOptions& options() const noexcept override {
+    return core_.policy().options();
+  }
+  /// The layout of the parameters (the window's).
+  [[nodiscard]] const Layout& layout() const override { return window_.layout(); }
 
   [[nodiscard]] int rank() const { return window_.rank(); }  ///< rank in the window
   [[nodiscard]] int size() const { return window_.size(); }  ///< agents in the window
-  [[nodiscard]] std::int64_t steps() const noexcept { return policy().steps(); }  ///< steps
-  [[nodiscard]] std::int64_t age() const noexcept { return policy().age(); }  ///< since birth
-  [[nodiscard]] std::int64_t max_age() const noexcept { return policy().max_age(); }  ///< drawn
-  [[nodiscard]] std::uint64_t generation() const noexcept { return policy().generation(); }  ///< rebirths
+  [[nodiscard]] std::int64_t steps() const noexcept override { return policy().steps(); }  ///< steps
+  [[nodiscard]] std::int64_t age() const noexcept override { return policy().age(); }  ///< since birth
+  [[nodiscard]] std::int64_t max_age() const noexcept override { return policy().max_age(); }  ///< drawn
+  [[nodiscard]] std::uint64_t generation() const noexcept override {  ///< rebirths
+    return policy().generation();
+  }
 
   /// Writes the counters and phase timers (see AgentStats::write_summary).
   void write_summary(std::ostream& out) const { stats().write_summary(out); }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 
+#include "paramwin/agent_interface.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -32,7 +33,7 @@ namespace paramwin {
 /// (AgentGroups::training_comm); step() is collective over the agent's own ranks only
 /// (AgentGroups::agent_comm): it never waits for another agent. publish() and leave() are
 /// local but must be called on every rank of the agent, in the same order.
-class GroupAgent {
+class GroupAgent final : public AgentInterface {
  public:
   /// Checks that every training rank passed the same @p layout and valid @p options
   /// (InvalidArgument / LayoutMismatch on every training rank otherwise), that the agents
@@ -48,7 +49,7 @@ class GroupAgent {
   GroupAgent& operator=(GroupAgent&&) noexcept;  ///< frees this one's window, takes over
   /// Frees the window; never throws.
   /// @note Collective over the shard peers (every agent's rank with this in-agent rank).
-  ~GroupAgent();
+  ~GroupAgent() override;
 
   /// One training step of the whole agent: every rank of the agent calls it with the same
   /// iteration and its own @p metric (the agent's metric is their mean) and its full
@@ -65,7 +66,8 @@ class GroupAgent {
   /// timers (each rank's own) and the note (the leader's); `rank` is the agent id, donor
   /// `rank`s are agent ids and donor `version`s are the group publish stamps read.
   /// @note Collective over the agent's ranks.
-  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params);
+  StepEvent step(std::int64_t iteration, double metric,
+                 std::span<const LayerRef> params) override;
   /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
   StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
     return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
@@ -73,7 +75,7 @@ class GroupAgent {
 
   /// Publishes this rank's shard of @p params (the full replica) now, outside the cadence,
   /// stamped with the agent's next publish epoch. Call on every rank of the agent.
-  PublishResult publish(std::span<const ConstLayerRef> params);
+  PublishResult publish(std::span<const ConstLayerRef> params) override;
   /// @copydoc publish(std::span<const ConstLayerRef>)
   PublishResult publish(std::initializer_list<ConstLayerRef> params) {
     return publish(std::span<const ConstLayerRef>(params.begin(), params.size()));
@@ -81,11 +83,11 @@ class GroupAgent {
 
   /// Marks the agent as having left (every shard's roster says so); step() throws from
   /// then on. Call on every rank of the agent.
-  void leave();
+  void leave() override;
 
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the shard peers.
-  void close();
+  void close() override;
 
   /// This rank's shard window (shard peers: rank = agent id).
   [[nodiscard]] ParameterWindow<>& window();
@@ -95,19 +97,21 @@ class GroupAgent {
   [[nodiscard]] const ShardPlan& plan() const;
   /// Counters and this rank's phase timers. Deaths, deferrals and publishes are the agent's
   /// (the same on its ranks); bytes_pulled are this rank's own.
-  [[nodiscard]] const AgentStats& stats() const;
+  [[nodiscard]] const AgentStats& stats() const override;
   /// Options in force.
-  [[nodiscard]] const AgentOptions& options() const;
+  [[nodiscard]] const AgentOptions& options() const override;
+  /// The full layout (every rank holds the full replica).
+  [[nodiscard]] const Layout& layout() const override;
 
   [[nodiscard]] int agent() const;           ///< this agent's id
   [[nodiscard]] int agents() const;          ///< agents in the population
   [[nodiscard]] int rank_in_agent() const;   ///< 0 .. g-1 (0 decides)
   [[nodiscard]] int ranks_per_agent() const; ///< g
   [[nodiscard]] bool leader() const { return rank_in_agent() == 0; }  ///< decides for the agent
-  [[nodiscard]] std::int64_t steps() const;        ///< steps so far
-  [[nodiscard]] std::int64_t age() const;          ///< steps since birth
-  [[nodiscard]] std::int64_t max_age() const;      ///< drawn maximum age in force
-  [[nodiscard]] std::uint64_t generation() const;  ///< rebirths
+  [[nodiscard]] std::int64_t steps() const override;        ///< steps so far
+  [[nodiscard]] std::int64_t age() const override;          ///< steps since birth
+  [[nodiscard]] std::int64_t max_age() const override;      ///< drawn maximum age in force
+  [[nodiscard]] std::uint64_t generation() const override;  ///< rebirths
   /// Publish epoch of the agent's latest group publish (the stamp of its shards).
   [[nodiscard]] std::uint64_t epoch() const;
 

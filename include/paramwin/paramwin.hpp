@@ -11,6 +11,7 @@
 #include "paramwin/window.hpp"
 #include "paramwin/policy.hpp"
 #include "paramwin/event.hpp"
+#include "paramwin/agent_interface.hpp"
 #include "paramwin/agent.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/shard_plan.hpp"

@@ -110,6 +110,7 @@ void GroupAgent::close() {
 ParameterWindow<>& GroupAgent::window() { return state().exec.win(); }
 const ParameterWindow<>& GroupAgent::window() const { return state().exec.win(); }
 const ShardPlan& GroupAgent::plan() const { return state().exec.plan(); }
+const Layout& GroupAgent::layout() const { return state().exec.plan().full(); }
 const AgentStats& GroupAgent::stats() const { return state().core.stats(); }
 const AgentOptions& GroupAgent::options() const { return state().core.policy().options(); }
 int GroupAgent::agent() const { return state().exec.agent_id(); }

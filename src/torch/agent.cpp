@@ -7,7 +7,6 @@
 
 #include <exception>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,8 +39,8 @@ struct TorchAgent::Impl {
   std::uint64_t built = 0;
   std::uint64_t states_reset = 0;
   bool live = false;
-  std::optional<Agent<>> agent;
-  std::optional<GroupAgent> group;  // instead of agent, for an agent made of several ranks
+  // An Agent<> (one rank) or a GroupAgent (g ranks): the adapter needs only the interface.
+  std::unique_ptr<AgentInterface> agent;
 
   // The tensors of the step in progress and, when staged, their host copies.
   ModuleTensors current;
@@ -96,24 +95,23 @@ struct TorchAgent::Impl {
   void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
     Layout layout = prepare(agent_options);
     live = window_options.exposure == Exposure::live;
-    agent.emplace(comm, std::move(layout), std::move(agent_options), window_options);
-    if (live) bind_live(agent->window(), *module, options.module);
+    auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
+                                          window_options);
+    if (live) bind_live(solo->window(), *module, options.module);
+    agent = std::move(solo);
   }
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
               const WindowOptions& window_options) {
     Layout layout = prepare(agent_options);
-    group.emplace(groups, std::move(layout), std::move(agent_options), window_options);
-  }
-
-  const Layout& layout() const {
-    return group ? group->plan().full() : agent->window().layout();
+    agent = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
+                                         window_options);
   }
 
   /// Refs to the module's tensors (or to fresh host copies of them) for one step.
   std::vector<LayerRef> refs() {
     current = collect(*module, options.module);
-    check_against(current, layout());
+    check_against(current, agent->layout());
     staged.assign(current.tensors.size(), ::torch::Tensor());
     std::vector<LayerRef> out;
     out.reserve(current.tensors.size());
@@ -214,7 +212,6 @@ TorchAgent::~TorchAgent() {
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
   std::vector<LayerRef> params = impl_->refs();
-  if (impl_->group) return impl_->group->step(iteration, metric, params);
   return impl_->agent->step(iteration, metric, params);
 }
 
@@ -223,7 +220,6 @@ PublishResult TorchAgent::publish() {
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(params.size());
   for (const LayerRef& p : params) as_const.push_back(p.as_const());
-  if (impl_->group) return impl_->group->publish(as_const);
   return impl_->agent->publish(as_const);
 }
 
@@ -237,32 +233,30 @@ namespace {
 }  // namespace
 
 Agent<>& TorchAgent::agent() {
-  if (!impl_->agent) wrong_kind("Agent: it drives a GroupAgent");
-  return *impl_->agent;
+  auto* a = dynamic_cast<Agent<>*>(impl_->agent.get());
+  if (a == nullptr) wrong_kind("Agent: it drives a GroupAgent");
+  return *a;
 }
 const Agent<>& TorchAgent::agent() const {
-  if (!impl_->agent) wrong_kind("Agent: it drives a GroupAgent");
-  return *impl_->agent;
+  const auto* a = dynamic_cast<const Agent<>*>(impl_->agent.get());
+  if (a == nullptr) wrong_kind("Agent: it drives a GroupAgent");
+  return *a;
 }
-bool TorchAgent::grouped() const { return impl_->group.has_value(); }
+bool TorchAgent::grouped() const { return dynamic_cast<const GroupAgent*>(impl_->agent.get()) != nullptr; }
 GroupAgent& TorchAgent::group_agent() {
-  if (!impl_->group) wrong_kind("GroupAgent: it was made from a communicator");
-  return *impl_->group;
+  auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get());
+  if (g == nullptr) wrong_kind("GroupAgent: it was made from a communicator");
+  return *g;
 }
-const AgentStats& TorchAgent::stats() const {
-  return impl_->group ? impl_->group->stats() : impl_->agent->stats();
-}
+AgentInterface& TorchAgent::member() { return *impl_->agent; }
+const AgentStats& TorchAgent::stats() const { return impl_->agent->stats(); }
 const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
 std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
 
 void TorchAgent::close() {
   impl_->unbind();
-  if (impl_->group) {
-    impl_->group->close();
-  } else {
-    impl_->agent->close();
-  }
+  impl_->agent->close();
 }
 
 }  // namespace paramwin::torch

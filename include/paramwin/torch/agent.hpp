@@ -109,6 +109,8 @@ class TorchAgent {
   [[nodiscard]] bool grouped() const;
   /// The underlying GroupAgent; InvalidArgument for a one-rank agent.
   [[nodiscard]] GroupAgent& group_agent();
+  /// The agent that drives the module, of either kind.
+  [[nodiscard]] AgentInterface& member();
   /// Counters and timers of whichever agent drives the module.
   [[nodiscard]] const AgentStats& stats() const;
   /// Tensors of the module that are not exchanged, with the reason.

@@ -1,0 +1,53 @@
+#pragma once
+/// @file agent_interface.hpp
+/// AgentInterface: what every kind of agent offers a training loop, so that code driving an
+/// agent (the LibTorch adapter, a user's trainer) holds one type whether the agent is one
+/// rank (Agent) or g ranks (GroupAgent).
+
+#include <cstdint>
+#include <span>
+
+#include "paramwin/event.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/policy.hpp"
+
+namespace paramwin {
+
+/// One member of a population, of any kind. See Agent and GroupAgent for the collectives
+/// each kind's calls involve.
+class AgentInterface {
+ public:
+  virtual ~AgentInterface() = default;
+
+  /// One training step: may die and be reborn into @p params, publishes per the cadence.
+  virtual StepEvent step(std::int64_t iteration, double metric,
+                         std::span<const LayerRef> params) = 0;
+  /// Publishes @p params now, outside the cadence.
+  virtual PublishResult publish(std::span<const ConstLayerRef> params) = 0;
+  /// Leaves the population: others stop choosing this agent; step() throws from then on.
+  virtual void leave() = 0;
+  /// Frees the agent's window, reporting errors as exceptions (collective).
+  virtual void close() = 0;
+
+  /// The layout of the caller's parameters (a GroupAgent's: the full model).
+  [[nodiscard]] virtual const Layout& layout() const = 0;
+  /// Counters and phase timers so far.
+  [[nodiscard]] virtual const AgentStats& stats() const = 0;
+  /// Options in force.
+  [[nodiscard]] virtual const AgentOptions& options() const = 0;
+  [[nodiscard]] virtual std::int64_t steps() const = 0;         ///< steps so far
+  [[nodiscard]] virtual std::int64_t age() const = 0;           ///< steps since (re)birth
+  [[nodiscard]] virtual std::int64_t max_age() const = 0;       ///< drawn maximum age
+  [[nodiscard]] virtual std::uint64_t generation() const = 0;   ///< rebirths
+
+ protected:
+  AgentInterface() = default;
+  AgentInterface(const AgentInterface&) = default;
+  AgentInterface& operator=(const AgentInterface&) = default;
+  AgentInterface(AgentInterface&&) = default;
+  AgentInterface& operator=(AgentInterface&&) = default;
+};
+
+}  // namespace paramwin
