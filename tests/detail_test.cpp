@@ -12,8 +12,8 @@
 
 #include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
-#include "detail/segment.hpp"
-#include "detail/window_impl.hpp"
+#include "window/segment.hpp"
+#include "window/window_impl.hpp"
 #include "paramwin/error.hpp"
 
 namespace pw = paramwin;

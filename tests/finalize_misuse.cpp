@@ -1,6 +1,6 @@
 // Misuse: MPI_Finalize while windows are still alive. MPI gives no way to free a window after
 // finalisation, so paramwin frees every live window from inside MPI_Finalize (an
-// MPI_COMM_SELF attribute delete callback, src/window_impl.cpp). Nothing may crash or hang:
+// MPI_COMM_SELF attribute delete callback, src/mpi/finalize_registry.cpp). Nothing may crash or hang:
 // close() throws paramwin::Error saying "after MPI_Finalize", other calls throw Error too,
 // valid() is false, and the destructor of a window that was never closed returns quietly.
 // Run by CTest as finalize_misuse.np2 (and .np4); prints "finalize misuse survived" only

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -84,20 +85,20 @@ class AgentGroups {
   [[nodiscard]] int coordinator_rank() const noexcept { return coordinator_rank_; }  ///< or -1
 
   /// The ranks of this rank's agent (rank order = in-agent rank); MPI_COMM_NULL otherwise.
-  [[nodiscard]] MPI_Comm agent_comm() const noexcept { return agent_comm_; }
+  [[nodiscard]] MPI_Comm agent_comm() const noexcept;
   /// The ranks with this rank's in-agent rank across all agents that have one (rank order
   /// = agent id when agents are uniform); MPI_COMM_NULL for other roles.
-  [[nodiscard]] MPI_Comm shard_comm() const noexcept { return shard_comm_; }
+  [[nodiscard]] MPI_Comm shard_comm() const noexcept;
   /// All agent ranks (the training ranks), in input order; MPI_COMM_NULL for other roles.
   [[nodiscard]] MPI_Comm training_comm() const noexcept {
-    return role_ == Role::agent ? role_comm_ : MPI_COMM_NULL;
+    return role_ == Role::agent ? role_comm() : MPI_COMM_NULL;
   }
   /// The ranks sharing this rank's role (all buffer ranks, or the coordinator alone, or all
   /// training ranks).
-  [[nodiscard]] MPI_Comm role_comm() const noexcept { return role_comm_; }
+  [[nodiscard]] MPI_Comm role_comm() const noexcept;
 
  private:
-  void free_all() noexcept;
+  struct Comms;  // the communicators this object owns (src/groups/groups.cpp)
 
   Role role_ = Role::agent;
   int world_rank_ = 0;
@@ -109,9 +110,7 @@ class AgentGroups {
   std::vector<int> agent_sizes_;
   std::vector<int> buffer_ranks_;
   int coordinator_rank_ = -1;
-  MPI_Comm agent_comm_ = MPI_COMM_NULL;
-  MPI_Comm shard_comm_ = MPI_COMM_NULL;
-  MPI_Comm role_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Comms> comms_;  // null once moved from
 };
 
 }  // namespace paramwin

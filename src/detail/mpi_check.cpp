@@ -50,19 +50,4 @@ int checked_int(std::size_t value, const char* what) {
   return static_cast<int>(value);
 }
 
-SharedInfo::SharedInfo() {
-  check_mpi(MPI_Info_create(&info_), "MPI_Info_create");
-  // Per-rank segments allocated separately and page-aligned: MPICH 4.0.2 + UCX returns
-  // other ranks' bytes for windows whose per-rank base is not 16-byte aligned.
-  check_mpi(MPI_Info_set(info_, "alloc_shared_noncontig", "true"), "MPI_Info_set");
-}
-
-SharedInfo::~SharedInfo() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (info_ != MPI_INFO_NULL && finalized == 0) {
-    MPI_Info_free(&info_);
-  }
-}
-
 }  // namespace paramwin::detail

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mpi/handles.hpp"
+
 namespace paramwin::detail {
 
 /// Throws MpiError naming @p call when @p code is not MPI_SUCCESS.
@@ -23,19 +25,12 @@ void check_mpi(int code, const char* call);
 /// @note Collective over @p comm.
 [[nodiscard]] std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine);
 
-/// Info object with alloc_shared_noncontig=true; freed on scope exit.
-class SharedInfo {
+/// Info object with alloc_shared_noncontig=true, freed on scope exit: an Info
+/// (mpi/handles.hpp) made by Info::shared_noncontig(). For shared scratch windows prefer
+/// Win::allocate_shared_locked(), which owns the window as well.
+class SharedInfo : public Info {
  public:
-  SharedInfo();
-  SharedInfo(const SharedInfo&) = delete;
-  SharedInfo& operator=(const SharedInfo&) = delete;
-  SharedInfo(SharedInfo&&) = delete;
-  SharedInfo& operator=(SharedInfo&&) = delete;
-  ~SharedInfo();
-  [[nodiscard]] MPI_Info get() const noexcept { return info_; }
-
- private:
-  MPI_Info info_ = MPI_INFO_NULL;
+  SharedInfo() : Info(Info::shared_noncontig()) {}
 };
 
 }  // namespace paramwin::detail

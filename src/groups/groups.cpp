@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "detail/mpi_check.hpp"
+#include "mpi/agree.hpp"
+#include "mpi/handles.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin {
@@ -89,18 +91,22 @@ std::uint64_t options_hash(const GroupOptions& o) {
 
 }  // namespace
 
+// Declared in this order so that they are freed shard, agent, role (reverse order).
+struct AgentGroups::Comms {
+  detail::Comm role;
+  detail::Comm agent;
+  detail::Comm shard;
+};
+
 AgentGroups::AgentGroups(MPI_Comm comm, const GroupOptions& options) {
   if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &world_rank_) != MPI_SUCCESS ||
       MPI_Comm_size(comm, &world_size_) != MPI_SUCCESS) {
     bad("invalid communicator");
   }
   // Same options everywhere? (Different ones would split inconsistently and hang.)
-  const std::uint64_t h = options_hash(options);
-  std::uint64_t lo = 0;
-  std::uint64_t hi = 0;
-  detail::check_mpi(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm), "MPI_Allreduce");
-  detail::check_mpi(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
-  if (lo != hi) bad("GroupOptions differ across ranks; pass the same options on every rank");
+  if (!detail::same_on_all_ranks(comm, options_hash(options))) {
+    bad("GroupOptions differ across ranks; pass the same options on every rank");
+  }
 
   assignment_ = assignment_of(options, world_size_);
   int agents = 0;
@@ -124,45 +130,22 @@ AgentGroups::AgentGroups(MPI_Comm comm, const GroupOptions& options) {
   role_ = mine >= 0 ? Role::agent
                     : (mine == GroupOptions::kBufferRank ? Role::buffer : Role::coordinator);
 
-  try {
-    // Role: 0 training, 1 buffer, 2 coordinator; keys keep the input order.
-    detail::check_mpi(MPI_Comm_split(comm, static_cast<int>(role_), world_rank_, &role_comm_),
-                      "MPI_Comm_split(role)");
-    detail::check_mpi(MPI_Comm_split(comm, agent_ >= 0 ? agent_ : MPI_UNDEFINED, world_rank_,
-                                     &agent_comm_),
-                      "MPI_Comm_split(agent)");
-    detail::check_mpi(MPI_Comm_split(comm, agent_ >= 0 ? rank_in_agent_ : MPI_UNDEFINED,
-                                     agent_ >= 0 ? agent_ : 0, &shard_comm_),
-                      "MPI_Comm_split(shard peers)");
-    for (MPI_Comm c : {role_comm_, agent_comm_, shard_comm_}) {
-      if (c != MPI_COMM_NULL) {
-        detail::check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-      }
-    }
-  } catch (...) {
-    free_all();
-    throw;
-  }
+  // Role: 0 training, 1 buffer, 2 coordinator; keys keep the input order. A split that
+  // throws frees the ones made before it (Comm destructors).
+  auto comms = std::make_unique<Comms>();
+  comms->role = detail::Comm::split(comm, static_cast<int>(role_), world_rank_);
+  comms->agent = detail::Comm::split(comm, agent_ >= 0 ? agent_ : MPI_UNDEFINED, world_rank_);
+  comms->shard = detail::Comm::split(comm, agent_ >= 0 ? rank_in_agent_ : MPI_UNDEFINED,
+                                     agent_ >= 0 ? agent_ : 0);
+  comms_ = std::move(comms);
 }
 
-AgentGroups::AgentGroups(AgentGroups&& other) noexcept
-    : role_(other.role_),
-      world_rank_(other.world_rank_),
-      world_size_(other.world_size_),
-      agent_(other.agent_),
-      rank_in_agent_(other.rank_in_agent_),
-      uniform_(other.uniform_),
-      assignment_(std::move(other.assignment_)),
-      agent_sizes_(std::move(other.agent_sizes_)),
-      buffer_ranks_(std::move(other.buffer_ranks_)),
-      coordinator_rank_(other.coordinator_rank_),
-      agent_comm_(std::exchange(other.agent_comm_, MPI_COMM_NULL)),
-      shard_comm_(std::exchange(other.shard_comm_, MPI_COMM_NULL)),
-      role_comm_(std::exchange(other.role_comm_, MPI_COMM_NULL)) {}
+AgentGroups::AgentGroups(AgentGroups&& other) noexcept = default;
 
 AgentGroups& AgentGroups::operator=(AgentGroups&& other) noexcept {
+  // Written out: a defaulted one would empty the vectors on self-move (libstdc++).
   if (this != &other) {
-    free_all();
+    comms_.reset();  // frees this object's communicators (collective) before taking over
     role_ = other.role_;
     world_rank_ = other.world_rank_;
     world_size_ = other.world_size_;
@@ -173,22 +156,22 @@ AgentGroups& AgentGroups::operator=(AgentGroups&& other) noexcept {
     agent_sizes_ = std::move(other.agent_sizes_);
     buffer_ranks_ = std::move(other.buffer_ranks_);
     coordinator_rank_ = other.coordinator_rank_;
-    agent_comm_ = std::exchange(other.agent_comm_, MPI_COMM_NULL);
-    shard_comm_ = std::exchange(other.shard_comm_, MPI_COMM_NULL);
-    role_comm_ = std::exchange(other.role_comm_, MPI_COMM_NULL);
+    comms_ = std::move(other.comms_);
   }
   return *this;
 }
 
-AgentGroups::~AgentGroups() { free_all(); }
+/// Frees the communicators (Comm destructors: never throw, nothing after MPI_Finalize).
+AgentGroups::~AgentGroups() = default;
 
-void AgentGroups::free_all() noexcept {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  for (MPI_Comm* c : {&shard_comm_, &agent_comm_, &role_comm_}) {
-    if (*c != MPI_COMM_NULL && finalized == 0) MPI_Comm_free(c);
-    *c = MPI_COMM_NULL;
-  }
+MPI_Comm AgentGroups::agent_comm() const noexcept {
+  return comms_ ? comms_->agent.get() : MPI_COMM_NULL;
+}
+MPI_Comm AgentGroups::shard_comm() const noexcept {
+  return comms_ ? comms_->shard.get() : MPI_COMM_NULL;
+}
+MPI_Comm AgentGroups::role_comm() const noexcept {
+  return comms_ ? comms_->role.get() : MPI_COMM_NULL;
 }
 
 int AgentGroups::agent_size(int id) const {

@@ -10,7 +10,7 @@
 #include <bit>
 
 #include "detail/kernels.hpp"
-#include "detail/window_impl.hpp"
+#include "window/window_impl.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {

@@ -1,4 +1,4 @@
-#include "detail/segment.hpp"
+#include "window/segment.hpp"
 
 #include <cstddef>
 

@@ -1,7 +1,7 @@
 // ParameterWindow's non-template part: forwards to WindowImpl, guards moved-from use.
 #include "paramwin/detail/window_base.hpp"
 
-#include "detail/window_impl.hpp"
+#include "window/window_impl.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {

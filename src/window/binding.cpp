@@ -1,0 +1,68 @@
+// The one ref binder (see binding.hpp).
+#include "window/binding.hpp"
+
+#include <string>
+
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+namespace {
+
+template <class Ref>
+std::vector<std::size_t> bind_impl(const Layout& layout, std::span<const Ref> refs,
+                                   const char* op) {
+  const std::string where = std::string("paramwin: ") + op + ": ";
+  if (refs.size() != layout.size()) {
+    throw InvalidArgument(where + "got " + std::to_string(refs.size()) + " layers, the layout has " +
+                          std::to_string(layout.size()));
+  }
+  std::size_t named = 0;
+  for (const Ref& r : refs) {
+    named += r.name().empty() ? std::size_t{0} : std::size_t{1};
+  }
+  if (named != 0 && named != refs.size()) {
+    throw InvalidArgument(where + "either name every layer or none (" + std::to_string(named) +
+                          " of " + std::to_string(refs.size()) + " are named)");
+  }
+  std::vector<std::size_t> order(layout.size(), static_cast<std::size_t>(-1));
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    const std::size_t layer = named != 0 ? layout.index_of(refs[i].name()) : i;
+    if (order[layer] != static_cast<std::size_t>(-1)) {
+      throw InvalidArgument(where + "layer '" + layout[layer].name + "' given twice");
+    }
+    order[layer] = i;
+    const LayerSpec& spec = layout[layer];
+    const Ref& r = refs[i];
+    if (r.count() != spec.count) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects " +
+                            std::to_string(spec.count) + " elements, got " +
+                            std::to_string(r.count()));
+    }
+    if (r.dtype() != spec.dtype) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " expects dtype " +
+                            std::string(dtype_name(spec.dtype)) + ", got " +
+                            std::string(dtype_name(r.dtype())));
+    }
+    if (!r.contiguous()) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " is not contiguous");
+    }
+    if (r.count() != 0 && r.data() == nullptr) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " has a null data pointer");
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const ConstLayerRef> refs,
+                                     const char* operation) {
+  return bind_impl(layout, refs, operation);
+}
+
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const LayerRef> refs,
+                                     const char* operation) {
+  return bind_impl(layout, refs, operation);
+}
+
+}  // namespace paramwin::detail

@@ -1,0 +1,23 @@
+#pragma once
+// The one ref binder: matches the caller's layer refs (by name, or by position when none is
+// named) to a layout, checking count, dtype, contiguity and data pointer of every layer.
+// Used by publish, pull and the agents; its error messages are part of the contract.
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+
+namespace paramwin::detail {
+
+/// Binds the caller's refs to layout order: result[i] is the ref index for layer i.
+/// Throws InvalidArgument naming the layer on a count, dtype, name or contiguity problem;
+/// messages start with "paramwin: <operation>: ".
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const ConstLayerRef> refs,
+                                     const char* operation);
+std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const LayerRef> refs,
+                                     const char* operation);
+
+}  // namespace paramwin::detail

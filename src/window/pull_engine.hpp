@@ -1,0 +1,155 @@
+#pragma once
+// The pull engine: the reader's side of the versioned double buffer, fused over k donors.
+// Private to src/window/pull*.cpp. Its interface to the window is narrow: const queries of
+// WindowImpl (layout, slot format, ranks, transports, same-node segments) and a PullPort
+// with what a pull may use or leave behind (the RMA window, the graveyard, the scratch).
+//
+//   pull.cpp         WindowImpl::pull, run(), the result
+//   pull_plan.cpp    planning: validation, donors' headers, chunks, weights, non-finite policy
+//   pull_direct.cpp  direct path: every donor on this node, pinned, streamed into the output
+//   pull_staged.cpp  staged path: scratch, seqlock validation and retries, the RMA pipeline
+//
+// Two ways through, both adding every donor's values (weighted, widened to float / double):
+//
+//  * direct (every donor on this node, ReadMode automatic or pinned): pin every donor's
+//    current slot first, check the per-slot finiteness record its publish left, then stream
+//    the weighted sum straight into the caller's memory, one pass per layer that reads all
+//    k donors at once (mix()). Nothing can fail after the first write, so the pull stays
+//    transactional at (k + 1) memory streams.
+//  * staged (some donor over RMA, a live donor, or ReadMode optimistic): accumulate into a
+//    library-owned scratch, validate every donor's copy (seqlock), retry torn donors and pin
+//    those that keep tearing, and commit into the caller's memory only once all are accepted.
+//    RMA donors are read with MPI_Rget, the next chunk of each in flight while this one is
+//    accumulated.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/options.hpp"
+#include "window/rma_batch.hpp"
+#include "window/segment.hpp"
+#include "window/window_impl.hpp"
+
+namespace paramwin::detail {
+
+inline constexpr std::size_t kShmChunkBytes = 32 * 1024;
+// Few round trips over RMA: each costs the target a trip through MPI progress.
+inline constexpr std::size_t kRmaChunkBytes = 4 * 1024 * 1024;
+inline constexpr unsigned kMaxPinTries = 1U << 20;
+inline constexpr std::size_t kLine1 = offsetof(HeadWords, version);  // version .. stamp
+inline constexpr std::size_t kLine1Bytes = offsetof(HeadWords, pad1) - kLine1;
+
+/// What a pull may use of its window besides the const queries: the RMA window it reads
+/// through, the graveyard that keeps abandoned reads, the accumulation scratch.
+struct PullPort {
+  MPI_Win rma_win;
+  Graveyard& graveyard;
+  Scratch& scratch;
+};
+
+/// One donor of a pull and the state of its read.
+struct Donor {
+  int rank = -1;
+  Transport transport = Transport::shm;
+  SegmentHeader* shm = nullptr;  // same-node header, nullptr over RMA
+  bool live = false;             // donor exposes live memory: no snapshot, no finiteness record
+  double user_weight = 1.0;
+  double weight = 0.0;           // normalised over the donors still in
+  std::uint64_t version = 0;
+  std::uint64_t bad_layer = 0;   // the read slot's finiteness record (see SegmentHeader)
+  std::uint64_t stamp = 0;       // the read slot's publish stamp
+  unsigned attempts = 0;
+  bool pinned = false;           // the current read holds a pin
+  bool ever_pinned = false;
+  bool skipped = false;
+  bool torn = false;
+  bool non_finite = false;
+  std::size_t bad_index = 0;     // layer index for the error message
+  double metric = 0.0;
+  std::byte* buffers[2] = {nullptr, nullptr};  // RMA chunk buffers
+};
+
+/// A piece of one layer read and accumulated at once (staged path).
+struct Chunk {
+  std::size_t layer;
+  std::size_t first;  // element index inside the layer
+  std::size_t count;
+};
+
+class PullEngine {
+ public:
+  PullEngine(const WindowImpl& w, PullPort port, std::span<const int> donors,
+             std::span<const LayerRef> out, const PullOptions& options);
+  PullEngine(const PullEngine&) = delete;
+  PullEngine& operator=(const PullEngine&) = delete;
+  PullEngine(PullEngine&&) = delete;
+  PullEngine& operator=(PullEngine&&) = delete;
+  ~PullEngine() { unpin_all_noexcept(); }
+
+  PullResult run();
+
+ private:
+  // --- planning (pull_plan.cpp) -----------------------------------------------------------
+  void validate(std::span<const int> donors) const;
+  void read_heads();
+  void plan_chunks();
+  void normalise_weights();
+  /// Marks @p d non-finite from its slot's finiteness record (live slots have none).
+  void note_record(Donor& d) const;
+  /// Applies NonFinitePolicy to donors marked non-finite; returns true if one was dropped.
+  bool apply_non_finite();
+  /// Offset, inside the donor's segment, of chunk @p c of the version being read.
+  [[nodiscard]] std::size_t data_offset(const Donor& d, const Chunk& c) const;
+  /// A batch whose reads land in the arena and that honours the pull's deadline.
+  [[nodiscard]] RmaBatch batch() const;
+  [[nodiscard]] PullResult result(double seconds) const;
+
+  // --- direct path (pull_direct.cpp) ------------------------------------------------------
+  void run_direct();
+  /// Pins the current slot of same-node donor @p d (CPU atomics, retried if a publish
+  /// slipped in).
+  void pin_shm(Donor& d);
+
+  // --- staged path and RMA pipeline (pull_staged.cpp) -------------------------------------
+  void run_staged();
+  void begin_reads(unsigned optimistic);
+  void pin(Donor& d);
+  /// Pins both slots of RMA donor @p d, then reads the version (see pull_staged.cpp).
+  void pin_rma(Donor& d);
+  /// Adds @p delta to the RMA pins of both slots at @p rank; waits (deadline) or, when
+  /// @p wait is false, leaves the operations to complete in the background.
+  void rma_pin_add(int rank, std::int64_t delta, bool wait);
+  void unpin(Donor& d);
+  void unpin_all_noexcept() noexcept;
+  [[nodiscard]] bool lands_in_acc(const Donor& d, const Chunk& c) const;
+  [[nodiscard]] std::byte* acc_at(const Chunk& c) const;
+  bool issue(std::size_t c, RmaBatch& batch);
+  void pass();
+  void end_reads();
+  bool settle();
+  [[nodiscard]] int first_torn_rank() const;
+
+  const WindowImpl& w_;
+  PullPort port_;
+  std::span<const LayerRef> out_;
+  const PullOptions& options_;
+  std::vector<std::size_t> order_;
+  std::vector<Donor> donors_;
+  std::vector<Chunk> chunks_;
+  std::vector<std::size_t> acc_offset_;
+  std::size_t scratch_bytes_ = 0;
+  std::byte* acc_ = nullptr;
+  bool any_rma_ = false;
+  double deadline_ = 0.0;  // absolute MPI_Wtime, 0: none
+  // Destination of every RMA read of this pull; shared with the window's graveyard when a
+  // deadline abandons reads in flight.
+  std::shared_ptr<RmaArena> arena_ = std::make_shared<RmaArena>();
+};
+
+}  // namespace paramwin::detail

@@ -1,0 +1,174 @@
+// RmaBatch, the graveyard of abandoned requests and the pull scratch (see rma_batch.hpp).
+#include "window/rma_batch.hpp"
+
+#include <new>
+#include <string>
+
+#include "detail/mpi_check.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+namespace {
+
+constexpr std::size_t kMaxRmaPiece = std::size_t{1} << 30;  // bytes per MPI_Rget
+
+}  // namespace
+
+// --- Graveyard, Scratch -----------------------------------------------------------------
+
+void Graveyard::reap(bool block) noexcept {
+  if (requests.empty()) {
+    arenas.clear();
+    blocks.clear();
+    return;
+  }
+  const int n = static_cast<int>(requests.size());
+  int done = 0;
+  if (block) {
+    MPI_Waitall(n, requests.data(), MPI_STATUSES_IGNORE);
+    done = 1;
+  } else {
+    MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE);
+  }
+  if (done != 0) {
+    requests.clear();
+    arenas.clear();
+    blocks.clear();
+  }
+}
+
+std::byte* Scratch::get(std::size_t bytes) {
+  if (bytes > bytes_ || !data_) {
+    data_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})),
+                [](std::byte* p) noexcept { ::operator delete[](p, std::align_val_t{64}); });
+    bytes_ = bytes;
+  }
+  return data_.get();
+}
+
+void Scratch::retire(Graveyard& graveyard) noexcept {
+  if (data_) {
+    try {
+      graveyard.blocks.push_back(std::move(data_));
+    } catch (...) {  // no memory to record it: wait for the reads instead
+      graveyard.reap(true);
+    }
+  }
+  data_.reset();
+  bytes_ = 0;
+}
+
+// --- RmaBatch ---------------------------------------------------------------------------
+
+RmaBatch::~RmaBatch() {
+  if (requests_.empty()) {
+    return;
+  }
+  if (graveyard_ != nullptr) {
+    abandon();
+  } else {
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
+                                                              std::size_t max_piece) {
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  for (std::size_t done = 0; done < bytes; done += max_piece) {
+    pieces.emplace_back(done, std::min(max_piece, bytes - done));
+  }
+  return pieces;
+}
+
+void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset) {
+  auto* out = static_cast<std::byte*>(dst);
+  for (const auto& [at, piece] : split_pieces(bytes, kMaxRmaPiece)) {
+    const int count = checked_int(piece, "RMA piece bytes");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at),
+                       count, MPI_BYTE, win_, &request),
+              "MPI_Rget");
+    requests_.push_back(request);
+    targets_.push_back(target);
+  }
+}
+
+void RmaBatch::fetch_add(const std::int64_t* delta, std::int64_t* old, int target,
+                         std::size_t offset) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  // Same datatype and op as every other access to the pins: atomic with respect to them.
+  check_mpi(MPI_Rget_accumulate(delta, 1, MPI_INT64_T, old, 1, MPI_INT64_T, target,
+                                static_cast<MPI_Aint>(offset), 1, MPI_INT64_T, MPI_SUM, win_,
+                                &request),
+            "MPI_Rget_accumulate(pin)");
+  requests_.push_back(request);
+  targets_.push_back(target);
+}
+
+void RmaBatch::wait() {
+  if (requests_.empty()) {
+    return;
+  }
+  if (deadline_ > 0.0) {
+    wait_until_deadline();
+    return;
+  }
+  const int code = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
+                               MPI_STATUSES_IGNORE);
+  requests_.clear();
+  targets_.clear();
+  check_mpi(code, "MPI_Waitall (RMA)");
+}
+
+void RmaBatch::wait_until_deadline() {
+  const int n = static_cast<int>(requests_.size());
+  for (;;) {
+    int done = 0;
+    const int code = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) {
+      abandon();
+      check_mpi(code, "MPI_Testall (RMA)");
+    }
+    if (done != 0) {
+      requests_.clear();
+      targets_.clear();
+      return;
+    }
+    if (MPI_Wtime() > deadline_) {
+      int late = targets_.front();
+      for (std::size_t i = 0; i < requests_.size(); ++i) {
+        if (requests_[i] != MPI_REQUEST_NULL) {
+          late = targets_[i];
+          break;
+        }
+      }
+      abandon();
+      throw TimeoutError(late, "paramwin: pull: RMA read from donor " + std::to_string(late) +
+                                   " did not complete before the deadline (timeout_seconds); the "
+                                   "donor has not entered MPI since (see docs/rma-semantics.md: "
+                                   "progress() or WindowOptions::progress_thread)");
+    }
+  }
+}
+
+void RmaBatch::abandon() noexcept {
+  if (requests_.empty()) {
+    return;
+  }
+  if (graveyard_ == nullptr) {
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  } else {
+    for (MPI_Request r : requests_) {
+      if (r != MPI_REQUEST_NULL) {
+        graveyard_->requests.push_back(r);
+      }
+    }
+    if (arena_) {
+      graveyard_->arenas.push_back(arena_);
+    }
+  }
+  requests_.clear();
+  targets_.clear();
+}
+
+}  // namespace paramwin::detail

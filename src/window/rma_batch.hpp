@@ -1,0 +1,104 @@
+#pragma once
+// Request-based RMA reads and what outlives them: RmaBatch (a batch of MPI_Rget /
+// MPI_Rget_accumulate waited for together, optionally against a deadline), RmaArena (the
+// buffers they land in), Graveyard (requests abandoned at a deadline, with their buffers),
+// and Scratch (the pull's accumulation buffer, retired to the graveyard when reads may
+// still land in it).
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace paramwin::detail {
+
+/// Owner of the local buffers RMA reads land in. Shared, so that reads abandoned at a
+/// deadline keep their destination alive until they complete.
+class RmaArena {
+ public:
+  /// Zeroed storage for @p n objects of trivially copyable @p T, alive as long as the arena.
+  template <class T>
+  T* make(std::size_t n) {
+    blocks_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(n, 1) * sizeof(T)));
+    return reinterpret_cast<T*>(blocks_.back().get());
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::byte[]>> blocks_;
+};
+
+/// RMA requests abandoned at a deadline, with the arenas and blocks their buffers live in.
+struct Graveyard {
+  std::vector<MPI_Request> requests;
+  std::vector<std::shared_ptr<RmaArena>> arenas;
+  std::vector<std::shared_ptr<std::byte>> blocks;  // retired scratches (Scratch::retire)
+
+  /// Completes what finished (everything if @p block); frees the buffers once all did.
+  void reap(bool block) noexcept;
+  /// Number of abandoned requests not completed yet (reaps first, never blocks).
+  [[nodiscard]] std::size_t pending() noexcept {
+    reap(false);
+    return requests.size();
+  }
+};
+
+/// Accumulation scratch for one whole model, 64-byte aligned, grown on demand and reused.
+class Scratch {
+ public:
+  /// At least @p bytes; the previous contents are kept only if no growth was needed.
+  std::byte* get(std::size_t bytes);
+  /// Hands the buffer to @p graveyard (RMA reads abandoned in flight may still land in it);
+  /// the next get() allocates a fresh one.
+  void retire(Graveyard& graveyard) noexcept;
+
+ private:
+  std::shared_ptr<std::byte> data_;
+  std::size_t bytes_ = 0;
+};
+
+/// Splits @p bytes into consecutive pieces of at most @p max_piece bytes (offset, size), so
+/// that no MPI count exceeds INT_MAX however large a layer is.
+std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
+                                                              std::size_t max_piece);
+
+/// A batch of request-based RMA operations on one window, split below INT_MAX bytes, waited
+/// for together, optionally against an absolute deadline (MPI_Wtime).
+class RmaBatch {
+ public:
+  RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr,
+           std::shared_ptr<RmaArena> arena = nullptr, double deadline = 0.0)
+      : win_(win), graveyard_(graveyard), arena_(std::move(arena)), deadline_(deadline) {}
+  RmaBatch(const RmaBatch&) = delete;
+  RmaBatch& operator=(const RmaBatch&) = delete;
+  RmaBatch(RmaBatch&&) = delete;
+  RmaBatch& operator=(RmaBatch&&) = delete;
+  /// Completes outstanding requests, or hands them to the graveyard when there is one.
+  ~RmaBatch();
+  /// Starts reading @p bytes at @p offset of @p target's segment into @p dst.
+  void get(void* dst, std::size_t bytes, int target, std::size_t offset);
+  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
+  /// the old value lands in @p old.
+  void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
+  /// Waits for every started operation; throws TimeoutError naming a donor that has not
+  /// answered once the deadline has passed (the requests go to the graveyard).
+  void wait();
+  /// Hands outstanding requests to the graveyard without waiting.
+  void abandon() noexcept;
+
+ private:
+  /// Polls until done or past the deadline (then abandons and throws TimeoutError).
+  void wait_until_deadline();
+
+  MPI_Win win_;
+  Graveyard* graveyard_;
+  std::shared_ptr<RmaArena> arena_;
+  double deadline_;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> targets_;
+};
+
+}  // namespace paramwin::detail

@@ -1,0 +1,294 @@
+// Creation, progress and destruction of a window (its checks: verify.cpp; its protocols:
+// publish.cpp, pull.cpp, roster.cpp).
+#include "window/window_impl.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "detail/mpi_check.hpp"
+#include "mpi/agree.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+namespace {
+
+void* align_page(void* p) {
+  const auto u = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<void*>(round_up(u, kPage));
+}
+
+}  // namespace
+
+// --- creation ---------------------------------------------------------------------------
+
+WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options)
+    : layout_(std::move(layout)), options_(options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized == 0 || mpi_finalized()) {
+    throw Error("paramwin: ParameterWindow needs MPI to be initialized and not finalized");
+  }
+  if (comm == MPI_COMM_NULL) {
+    throw InvalidArgument("paramwin: ParameterWindow created on MPI_COMM_NULL");
+  }
+  check_options();
+  try {
+    create(comm);
+    remember_client(this);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void WindowImpl::check_options() const {
+  const WindowOptions& o = options_;
+  if (o.transport > Transport::rma || o.wire > WireFormat::float16 ||
+      o.layout_check > LayoutCheck::per_donor || o.exposure > Exposure::live) {
+    throw InvalidArgument("paramwin: WindowOptions holds an out-of-range enumerator");
+  }
+  if (o.exposure == Exposure::live && o.wire != WireFormat::native) {
+    throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own memory, so its "
+                          "wire format must be WireFormat::native");
+  }
+  if (o.progress_thread) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      throw InvalidArgument("paramwin: WindowOptions::progress_thread needs MPI initialized with "
+                            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+    }
+    if (o.progress_interval_us == 0 || o.progress_interval_us > 1000000) {
+      throw InvalidArgument("paramwin: progress_interval_us must be in [1, 1000000]");
+    }
+  }
+}
+
+void WindowImpl::create(MPI_Comm comm) {
+  comm_ = Comm::dup(comm);
+  rank_ = comm_.rank();
+  size_ = comm_.size();
+
+  slots_ = make_slot_layout(layout_, options_.wire);
+  if (options_.layout_check == LayoutCheck::strict) {
+    check_layouts_strict(slots_.fingerprint);
+  }
+  node_comm_ = Comm::split_shared(comm_.get());
+  create_windows();
+  // What follows the collective creations is local until verify(): a rank that fails here
+  // must not leave the others waiting in verify()'s collectives.
+  std::exception_ptr local_error;
+  try {
+    init_segment();
+    map_node_segments();
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  agree_or_rethrow<VerificationError>(comm_.get(), local_error);
+
+  if (options_.verify) {
+    verify();
+  } else {
+    check_mpi(MPI_Barrier(comm_.get()), "MPI_Barrier");
+  }
+  if (options_.progress_thread) {
+    start_progress_thread();
+  }
+}
+
+void WindowImpl::create_windows() {
+  const std::size_t bytes = segment_bytes(slots_, options_.exposure);
+  const Info info = Info::shared_noncontig();
+  void* raw = nullptr;
+  // One spare page: MPICH does not always hand out page-aligned segments (seen with one
+  // rank per node), so align inside the allocation. Offsets within a page are the same in
+  // every process that maps the segment, so peers align their view of it identically.
+  shm_win_ = Win::allocate_shared(static_cast<MPI_Aint>(bytes + kPage), info.get(),
+                                  node_comm_.get(), &raw);
+  void* base = align_page(raw);
+  segment_ = ByteView(static_cast<std::byte*>(base), bytes);
+  rma_win_ = Win::create(base, static_cast<MPI_Aint>(bytes), info.get(), comm_.get());
+}
+
+void WindowImpl::init_segment() {
+  int* model = nullptr;
+  int has_model = 0;
+  check_mpi(MPI_Win_get_attr(rma_win_.get(), MPI_WIN_MODEL, &model, &has_model),
+            "MPI_Win_get_attr");
+  if (has_model == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
+    throw Error("paramwin: the MPI library offers only the separate RMA memory model; "
+                "paramwin's lock-free snapshots need MPI_WIN_UNIFIED");
+  }
+
+  auto* h = new (segment_.data()) SegmentHeader();
+  h->magic.store(kMagic, std::memory_order_relaxed);
+  h->fingerprint.store(slots_.fingerprint, std::memory_order_relaxed);
+  h->slot_bytes.store(slots_.payload_bytes, std::memory_order_relaxed);
+  h->slot_stride.store(slots_.stride, std::memory_order_relaxed);
+  h->exposure.store(static_cast<std::uint64_t>(options_.exposure), std::memory_order_relaxed);
+  h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
+
+  shm_win_.lock_all(MPI_MODE_NOCHECK);
+  rma_win_.lock_all(MPI_MODE_NOCHECK);
+}
+
+void WindowImpl::map_node_segments() {
+  const int node_size = node_comm_.size();
+  shm_base_.assign(static_cast<std::size_t>(size_), nullptr);
+  MPI_Group world_group = MPI_GROUP_NULL;
+  MPI_Group node_group = MPI_GROUP_NULL;
+  check_mpi(MPI_Comm_group(comm_.get(), &world_group), "MPI_Comm_group");
+  const int grouped = MPI_Comm_group(node_comm_.get(), &node_group);
+  if (grouped != MPI_SUCCESS) {
+    MPI_Group_free(&world_group);
+    check_mpi(grouped, "MPI_Comm_group(node)");
+  }
+  std::vector<int> node_ranks(static_cast<std::size_t>(node_size));
+  std::vector<int> comm_ranks(static_cast<std::size_t>(node_size));
+  for (int i = 0; i < node_size; ++i) {
+    node_ranks[static_cast<std::size_t>(i)] = i;
+  }
+  const int translated = MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(),
+                                                   world_group, comm_ranks.data());
+  MPI_Group_free(&world_group);
+  MPI_Group_free(&node_group);
+  check_mpi(translated, "MPI_Group_translate_ranks");
+  for (int i = 0; i < node_size; ++i) {
+    MPI_Aint seg_size = 0;
+    void* ptr = shm_win_.shared_query(i, &seg_size);
+    if (ptr == nullptr || static_cast<std::size_t>(seg_size) < 2 * kPage) {
+      throw VerificationError("paramwin: MPI_Win_shared_query returned no usable segment for "
+                              "node rank " + std::to_string(i));
+    }
+    shm_base_[static_cast<std::size_t>(comm_ranks[static_cast<std::size_t>(i)])] =
+        static_cast<std::byte*>(align_page(ptr));
+  }
+}
+
+// --- progress ---------------------------------------------------------------------------
+
+void WindowImpl::start_progress_thread() {
+  const auto interval = std::chrono::microseconds(options_.progress_interval_us);
+  MPI_Comm comm = comm_.get();
+  progress_thread_ = std::jthread([comm, interval](const std::stop_token& stop) {
+    // Any MPI call drives MPICH's progress engine, which serves the active messages that
+    // emulate other ranks' MPI_Get / MPI_Fetch_and_op on this rank's window.
+    while (!stop.stop_requested()) {
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+      std::this_thread::sleep_for(interval);
+    }
+  });
+}
+
+void WindowImpl::stop_progress_thread() noexcept {
+  if (progress_thread_.joinable()) {
+    progress_thread_.request_stop();
+    progress_thread_.join();
+  }
+}
+
+void WindowImpl::progress() {
+  int flag = 0;
+  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_.get(), &flag, MPI_STATUS_IGNORE),
+            "MPI_Iprobe (progress)");
+  graveyard_.reap(false);
+}
+
+// --- destruction ------------------------------------------------------------------------
+
+MpiStatus WindowImpl::free_mpi() noexcept {
+  stop_progress_thread();
+  // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
+  graveyard_.reap(true);
+  MpiStatus first;
+  first.note(rma_win_.free_noexcept());
+  first.note(shm_win_.free_noexcept());
+  first.note(node_comm_.free_noexcept());
+  first.note(comm_.free_noexcept());
+  return first;
+}
+
+void WindowImpl::release() noexcept {
+  forget_client(this);
+  if (mpi_finalized()) {
+    // MPI is gone. Windows alive at MPI_Finalize were freed by the registry
+    // (free_at_finalize); the handles left only forget themselves, without MPI calls.
+    stop_progress_thread();
+    (void)rma_win_.free_noexcept();
+    (void)shm_win_.free_noexcept();
+    (void)node_comm_.free_noexcept();
+    (void)comm_.free_noexcept();
+    return;
+  }
+  (void)free_mpi();
+}
+
+WindowImpl::~WindowImpl() { release(); }
+
+void WindowImpl::free_at_finalize() noexcept {
+  // Called by the finalize registry, which has unlisted this window already.
+  const MpiStatus result = free_mpi();
+  // Everything that pointed into the (now freed) segments goes too.
+  segment_ = ByteView();
+  std::fill(shm_base_.begin(), shm_base_.end(), nullptr);
+  if (!result.ok()) {
+    try {
+      finalize_error_ = std::string(result.call) + " failed: " + mpi_error_string(result.code) +
+                        " (MPI error code " + std::to_string(result.code) + ")";
+    } catch (...) {
+      // Out of memory while describing the failure: leave the message empty.
+    }
+  }
+  freed_at_finalize_.store(true, std::memory_order_release);
+}
+
+void WindowImpl::close() {
+  if (mpi_finalized() || freed_at_finalize()) {
+    release();
+    if (freed_at_finalize()) {
+      throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; MPI_Finalize " +
+                  std::string(finalize_error_.empty()
+                                  ? "had already freed the window's MPI resources"
+                                  : "tried to free the window's MPI resources and failed: " +
+                                        finalize_error_));
+    }
+    throw Error("paramwin: ParameterWindow::close() called after MPI_Finalize; the window's "
+                "MPI resources could not be freed");
+  }
+  forget_client(this);
+  free_mpi().check();
+}
+
+// --- queries ----------------------------------------------------------------------------
+
+void WindowImpl::check_rank(int rank, const char* what) const {
+  if (rank < 0 || rank >= size_) {
+    throw InvalidArgument(std::string("paramwin: ") + what + " rank " + std::to_string(rank) +
+                          " is out of range (window has " + std::to_string(size_) + " ranks)");
+  }
+}
+
+Transport WindowImpl::transport_for(int rank) const {
+  check_rank(rank, "transport_for:");
+  const bool same_node = shm_base_[static_cast<std::size_t>(rank)] != nullptr;
+  switch (options_.transport) {
+    case Transport::rma: return Transport::rma;
+    case Transport::shm:
+      if (!same_node) {
+        throw InvalidArgument("paramwin: rank " + std::to_string(rank) +
+                              " is on another node but the window was created with "
+                              "Transport::shm; use Transport::automatic or Transport::rma");
+      }
+      return Transport::shm;
+    case Transport::automatic: break;
+  }
+  return same_node ? Transport::shm : Transport::rma;
+}
+
+}  // namespace paramwin::detail

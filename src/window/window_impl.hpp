@@ -1,0 +1,145 @@
+#pragma once
+// WindowImpl: the MPI handles, the segment memory and the publish / pull / roster protocols
+// behind ParameterWindow. See docs/design.md for the protocol and why it cannot tear.
+//
+// Where its members live: creation, progress and destruction in window_impl.cpp; the
+// creation checks in verify.cpp; publish() in publish.cpp; the roster in roster.cpp; pull()
+// in pull.cpp (the engine: pull_engine.hpp, pull_plan.cpp, pull_direct.cpp, pull_staged.cpp).
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi/finalize_registry.hpp"
+#include "mpi/handles.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+#include "paramwin/roster.hpp"
+#include "window/binding.hpp"
+#include "window/rma_batch.hpp"
+#include "window/segment.hpp"
+
+namespace paramwin::detail {
+
+using ByteView = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+class WindowImpl final : public FinalizeClient {
+ public:
+  WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options);
+  WindowImpl(const WindowImpl&) = delete;
+  WindowImpl& operator=(const WindowImpl&) = delete;
+  WindowImpl(WindowImpl&&) = delete;
+  WindowImpl& operator=(WindowImpl&&) = delete;
+  ~WindowImpl();
+
+  /// Frees everything; throws MpiError on the first failing call (after freeing the rest).
+  /// After MPI_Finalize it throws Error ("called after MPI_Finalize") instead.
+  void close();
+
+  /// True once MPI_Finalize freed the window (free_at_finalize()): its MPI resources and
+  /// segment are gone; close() throws, the destructor does nothing.
+  [[nodiscard]] bool freed_at_finalize() const noexcept {
+    return freed_at_finalize_.load(std::memory_order_acquire);
+  }
+  /// What failed in free_at_finalize(), empty if nothing did.
+  [[nodiscard]] const std::string& finalize_error() const noexcept override {
+    return finalize_error_;
+  }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
+  [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
+  [[nodiscard]] const WindowOptions& options() const noexcept { return options_; }
+  [[nodiscard]] std::uint64_t version() const noexcept { return version_; }
+  [[nodiscard]] std::size_t wire_bytes() const noexcept { return slots_.payload_bytes; }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
+  [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }
+  [[nodiscard]] Transport transport_for(int rank) const;
+  /// Throws InvalidArgument unless @p rank is a rank of the window.
+  void check_rank(int rank, const char* what) const;
+
+  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp);
+  PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
+                  const PullOptions& options);
+
+  [[nodiscard]] RosterEntry roster(int rank) const;
+  [[nodiscard]] std::vector<RosterEntry> roster_all() const;
+  void set_status(const AgentStatus& status);
+  [[nodiscard]] const AgentStatus& status() const noexcept { return status_; }
+
+  /// Start of layer @p layer in this rank's live memory (Exposure::live only).
+  [[nodiscard]] std::byte* live_layer(std::size_t layer) const;
+  /// Lets MPI progress (serves RMA readers of this rank, completes abandoned reads); cheap.
+  void progress();
+  /// Number of RMA operations abandoned at a deadline that have not completed yet.
+  [[nodiscard]] std::size_t pending_rma() noexcept { return graveyard_.pending(); }
+
+  // --- the segments of this node's ranks (read by the pull engine and the roster) ---------
+  /// Header of the same-node rank @p rank (nullptr if on another node).
+  [[nodiscard]] SegmentHeader* shm_header(int rank) const noexcept {
+    return reinterpret_cast<SegmentHeader*>(shm_base_[static_cast<std::size_t>(rank)]);
+  }
+  /// Segment of the same-node rank @p rank (nullptr if on another node).
+  [[nodiscard]] const std::byte* shm_segment(int rank) const noexcept {
+    return shm_base_[static_cast<std::size_t>(rank)];
+  }
+
+ private:
+  // FinalizeClient: MPI_Finalize frees the window while MPI still works; it then stays an
+  // empty shell. Never throw; a failing MPI call is recorded in finalize_error().
+  void stop_threads_at_finalize() noexcept override { stop_progress_thread(); }
+  void free_at_finalize() noexcept override;
+
+  [[nodiscard]] SegmentHeader& header() const noexcept {
+    return *reinterpret_cast<SegmentHeader*>(segment_.data());
+  }
+  void check_options() const;
+  void create(MPI_Comm comm);
+  /// The shared-memory segment and the RMA window over the same pages (collective).
+  void create_windows();
+  /// Checks the memory model, writes the header, opens both lock_all epochs (local).
+  void init_segment();
+  /// shm_base_: every comm rank on this node mapped to its segment.
+  void map_node_segments();
+  void verify();
+  void check_layouts_strict(std::uint64_t slot_fingerprint);
+  void release() noexcept;
+  /// The one freeing path (close(), the destructor, MPI_Finalize): stops the progress
+  /// thread, completes abandoned reads, unlocks and frees both windows and both
+  /// communicators, each handle exactly once (null afterwards even if its free failed).
+  MpiStatus free_mpi() noexcept;
+  void start_progress_thread();
+  void stop_progress_thread() noexcept;
+  [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
+
+  Comm comm_;
+  Comm node_comm_;
+  Win shm_win_;
+  Win rma_win_;
+  int rank_ = -1;
+  int size_ = 0;
+  Layout layout_;
+  WindowOptions options_;
+  SlotLayout slots_;
+  ByteView segment_;                     // this rank's segment: header page + two slots
+  std::vector<std::byte*> shm_base_;     // per comm rank: segment base if on this node
+  std::uint64_t version_ = 0;
+  AgentStatus status_;
+  std::jthread progress_thread_;
+  Graveyard graveyard_;
+  Scratch scratch_;
+  std::atomic<bool> freed_at_finalize_{false};
+  std::string finalize_error_;
+};
+
+}  // namespace paramwin::detail
