@@ -7,7 +7,8 @@
 #include "agent/rebirth_executor.hpp"
 #include "agent/rebirth_plan.hpp"
 #include "agent/solo_executor.hpp"
-#include "detail/window_impl.hpp"  // bind_layers: the one ref binder of window and agents
+#include "window/binding.hpp"  // bind_layers: the one ref binder of window and agents
+#include "mpi/agree.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 
@@ -92,16 +93,7 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options) {
   }
   // Every rank learns whether any rank failed, so that none goes on into the collective
   // window creation alone.
-  int ok = error.empty() ? 1 : 0;
-  int all_ok = 0;
-  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) {
-    throw InvalidArgument("paramwin: Agent: MPI_Allreduce over the communicator failed");
-  }
-  if (all_ok == 0) {
-    throw InvalidArgument(!error.empty() ? error
-                                         : "paramwin: Agent: options are invalid on another rank "
-                                           "of the communicator (see that rank's error)");
-  }
+  agree_or_throw<InvalidArgument>(comm, error);
   return std::move(*core);
 }
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "mpi/handles.hpp"
 
 namespace paramwin::detail {
 
@@ -24,13 +23,5 @@ void check_mpi(int code, const char* call);
 /// Every rank's @p mine, indexed by rank in @p comm.
 /// @note Collective over @p comm.
 [[nodiscard]] std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine);
-
-/// Info object with alloc_shared_noncontig=true, freed on scope exit: an Info
-/// (mpi/handles.hpp) made by Info::shared_noncontig(). For shared scratch windows prefer
-/// Win::allocate_shared_locked(), which owns the window as well.
-class SharedInfo : public Info {
- public:
-  SharedInfo() : Info(Info::shared_noncontig()) {}
-};
 
 }  // namespace paramwin::detail

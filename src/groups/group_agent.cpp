@@ -11,12 +11,11 @@
 
 #include "detail/mpi_check.hpp"
 #include "groups/shard_executor.hpp"
+#include "mpi/agree.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin {
-
-using detail::check_mpi;
 
 struct GroupAgent::State {
   State(const AgentGroups& groups, Layout layout, AgentOptions options)
@@ -54,26 +53,24 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
   } catch (const Error& e) {
     error = e.what();
   }
-  int ok = error.empty() ? 1 : 0;
-  int all_ok = 0;
-  check_mpi(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, training), "MPI_Allreduce");
-  if (all_ok == 0) {
+  try {
+    detail::agree_or_throw<InvalidArgument>(training, error);
+  } catch (const InvalidArgument&) {
     s_.reset();
-    throw InvalidArgument(!error.empty() ? error
-                                         : "paramwin: GroupAgent: invalid options or groups on "
-                                           "another training rank (see that rank's error)");
+    throw;
   }
   // The same full layout everywhere: shard layouts alone would not catch a difference
   // inside one agent before the shard windows' collectives split the ranks.
-  const std::vector<std::string> texts = detail::allgather_text(training, s_->exec.plan().full().serialize());
-  for (std::size_t r = 1; r < texts.size(); ++r) {
-    if (texts[r] != texts[0]) {
-      const std::string why =
-          Layout::first_difference(Layout::deserialize(texts[0]), Layout::deserialize(texts[r]));
-      s_.reset();
-      throw LayoutMismatch("paramwin: GroupAgent: layouts differ across training ranks: rank 0 "
-                           "vs rank " + std::to_string(r) + " differ at " + why);
-    }
+  const Layout& full = s_->exec.plan().full();
+  if (!detail::same_on_all_ranks(training, full.fingerprint())) {
+    const std::vector<std::string> texts = detail::allgather_text(training, full.serialize());
+    std::size_t r = 1;
+    while (r + 1 < texts.size() && texts[r] == texts[0]) ++r;
+    const std::string why =
+        Layout::first_difference(Layout::deserialize(texts[0]), Layout::deserialize(texts[r]));
+    s_.reset();
+    throw LayoutMismatch("paramwin: GroupAgent: layouts differ across training ranks: rank 0 "
+                         "vs rank " + std::to_string(r) + " differ at " + why);
   }
   s_->exec.open(groups, window_options);
 }

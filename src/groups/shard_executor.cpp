@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "detail/mpi_check.hpp"
+#include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
@@ -33,34 +34,14 @@ ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout, const Mix
       rank_in_agent_(groups.rank_in_agent()),
       g_(groups.agent_size()) {}
 
-ShardExecutor::~ShardExecutor() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized != 0) return;
-  if (scratch_win_ != MPI_WIN_NULL) {
-    MPI_Win_unlock_all(scratch_win_);
-    MPI_Win_free(&scratch_win_);
-  }
-  if (agent_comm_ != MPI_COMM_NULL) MPI_Comm_free(&agent_comm_);
-}
-
 void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options) {
-  check_mpi(MPI_Comm_dup(groups.agent_comm(), &agent_comm_), "MPI_Comm_dup(agent)");
-  check_mpi(MPI_Comm_set_errhandler(agent_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(agent_comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type(agent)");
-  int node_size = 0;
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
+  agent_comm_ = Comm::dup(groups.agent_comm());
+  const Comm node = Comm::split_shared(agent_comm_.get());
   // PARAMWIN_GROUP_GATHER=broadcast forces the path agents spread over nodes take (tests).
   const char* force = std::getenv("PARAMWIN_GROUP_GATHER");
   const bool broadcast = force != nullptr && std::string(force) == "broadcast";
-  int all_local = node_size == g_ && !broadcast ? 1 : 0;
-  int everywhere = 0;
-  check_mpi(MPI_Allreduce(&all_local, &everywhere, 1, MPI_INT, MPI_MIN, agent_comm_),
-            "MPI_Allreduce(same node)");
-  same_node_ = everywhere == 1 && g_ > 1;
+  const bool all_local = node.size() == g_ && !broadcast;
+  same_node_ = first_failing_rank(agent_comm_.get(), all_local) < 0 && g_ > 1;
   window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options);
   fingerprint_ = win().fingerprint();
 }
@@ -76,9 +57,11 @@ void ShardExecutor::check_params(std::span<const LayerRef> ordered) const {
 
 StepAgreement ShardExecutor::agree(const std::string& local_error, double metric,
                                    bool publish_pending) {
+  // The bad-input agreement (detail::agree_or_throw's question) rides on the allreduce every
+  // step needs anyway for the agent's metric and pending publishes: one collective a step.
   double in[3] = {local_error.empty() ? 0.0 : 1.0, metric, publish_pending ? 1.0 : 0.0};
   double sum[3] = {};
-  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_), "MPI_Allreduce(step)");
+  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_.get()), "MPI_Allreduce(step)");
   if (sum[0] > 0.0) {
     throw InvalidArgument(!local_error.empty()
                               ? local_error
@@ -93,7 +76,7 @@ RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_err
   std::vector<std::int64_t> words =
       leader() ? plan.to_wire(capacity)
                : std::vector<std::int64_t>(RebirthPlan::wire_words(capacity), 0);
-  check_mpi(MPI_Bcast(words.data(), static_cast<int>(words.size()), MPI_INT64_T, 0, agent_comm_),
+  check_mpi(MPI_Bcast(words.data(), static_cast<int>(words.size()), MPI_INT64_T, 0, agent_comm_.get()),
             "MPI_Bcast(plan)");
   RebirthPlan shared = RebirthPlan::from_wire(words);
   if (shared.action == PlanAction::error) {
@@ -111,7 +94,7 @@ RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_err
 
 void ShardExecutor::share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) {
   int ok = leader_error ? 0 : 1;
-  check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, agent_comm_), "MPI_Bcast(reset)");
+  check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, agent_comm_.get()), "MPI_Bcast(reset)");
   if (ok == 0) {
     if (leader_error) std::rethrow_exception(leader_error);
     throw Error("paramwin: GroupAgent::step: the reset callback of agent " +
@@ -152,14 +135,14 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, std::span<const LayerRe
     out[1] = e.rank();
     pull_error = e.what();
   }
-  if (scratch_win_ != MPI_WIN_NULL) {
-    check_mpi(MPI_Win_sync(scratch_win_), "MPI_Win_sync(scratch)");  // before the allgather
+  if (scratch_win_) {
+    check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");  // before the allgather
   }
   event.seconds.pull += seconds_since(t_pull);
   const auto t_judge = Clock::now();
   std::vector<std::int64_t> all(words * static_cast<std::size_t>(g_));
   check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
-                          static_cast<int>(words), MPI_INT64_T, agent_comm_),
+                          static_cast<int>(words), MPI_INT64_T, agent_comm_.get()),
             "MPI_Allgather(pull outcomes)");
   const PullOutcome v = verdict(all, words, plan.donors, pull_error);
   event.seconds.pull += seconds_since(t_judge);
@@ -222,7 +205,7 @@ PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::si
 AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters) {
   std::int64_t w[4] = {leader_counters.steps, leader_counters.age, leader_counters.max_age,
                        static_cast<std::int64_t>(leader_counters.generation)};
-  check_mpi(MPI_Bcast(w, 4, MPI_INT64_T, 0, agent_comm_), "MPI_Bcast(rebirth)");
+  check_mpi(MPI_Bcast(w, 4, MPI_INT64_T, 0, agent_comm_.get()), "MPI_Bcast(rebirth)");
   return AgentCounters{.steps = w[0],
                        .age = w[1],
                        .max_age = w[2],
@@ -282,19 +265,11 @@ void ShardExecutor::ensure_scratch() {
     scratch_ = private_scratch_.data();
     return;
   }
-  const SharedInfo info;
   void* base = nullptr;
-  check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info.get(), agent_comm_,
-                                    &base, &scratch_win_),
-            "MPI_Win_allocate_shared(scratch)");
-  check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, scratch_win_), "MPI_Win_lock_all(scratch)");
+  scratch_win_ = Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), agent_comm_.get(), &base);
   peer_scratch_.assign(static_cast<std::size_t>(g_), nullptr);
   for (int r = 0; r < g_; ++r) {
-    MPI_Aint size = 0;
-    int unit = 0;
-    void* peer = nullptr;
-    check_mpi(MPI_Win_shared_query(scratch_win_, r, &size, &unit, &peer), "MPI_Win_shared_query");
-    peer_scratch_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(peer);
+    peer_scratch_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(scratch_win_.shared_query(r));
   }
   scratch_ = peer_scratch_[static_cast<std::size_t>(rank_in_agent_)];
 }
@@ -341,7 +316,7 @@ void ShardExecutor::copy_shard(int s, const std::byte* src, std::span<const Laye
 // every rank has finished copying here.
 void ShardExecutor::assemble(std::span<const LayerRef> ordered) {
   if (same_node_) {
-    check_mpi(MPI_Win_sync(scratch_win_), "MPI_Win_sync(scratch)");
+    check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");
     for (int s = 0; s < g_; ++s) copy_shard(s, peer_scratch_[static_cast<std::size_t>(s)], ordered);
     return;
   }
@@ -376,7 +351,7 @@ void ShardExecutor::broadcast_blocks(const std::vector<Block>& blocks, int root)
                                        MPI_BYTE, &type),
               "MPI_Type_create_hindexed");
     check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
-    const int rc = MPI_Bcast(MPI_BOTTOM, 1, type, root, agent_comm_);
+    const int rc = MPI_Bcast(MPI_BOTTOM, 1, type, root, agent_comm_.get());
     MPI_Type_free(&type);
     check_mpi(rc, "MPI_Bcast(shard)");
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "agent/rebirth_executor.hpp"
+#include "mpi/handles.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
@@ -27,7 +28,6 @@ class ShardExecutor final : public RebirthExecutor {
  public:
   /// Cuts @p layout for @p groups' agents (no MPI yet; see open()).
   ShardExecutor(const AgentGroups& groups, Layout layout, const MixingOptions& mixing);
-  ~ShardExecutor() override;
 
   /// Duplicates the agent communicator, finds whether the agent's ranks share a node and
   /// creates this rank's shard window over the shard peers.
@@ -88,7 +88,7 @@ class ShardExecutor final : public RebirthExecutor {
   ShardPlan plan_;
   const MixingOptions& mixing_;
   std::optional<ParameterWindow<>> window_;
-  MPI_Comm agent_comm_ = MPI_COMM_NULL;  // a duplicate of the groups' agent communicator
+  Comm agent_comm_;  // a duplicate of the groups' agent communicator
   int agent_;
   int agents_;
   int rank_in_agent_;
@@ -99,7 +99,7 @@ class ShardExecutor final : public RebirthExecutor {
   // lives in a shared-memory window over the agent, and the gather is a plain copy from the
   // peers' scratch; otherwise in private memory, gathered by broadcasts.
   bool same_node_ = false;
-  MPI_Win scratch_win_ = MPI_WIN_NULL;
+  Win scratch_win_;  // same_node_: the shared scratch, locked for its life
   std::vector<std::byte*> peer_scratch_;  // per in-agent rank (same_node_)
   std::vector<std::byte> private_scratch_;
   std::byte* scratch_ = nullptr;
