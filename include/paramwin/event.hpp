@@ -14,6 +14,7 @@
 
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
+#include "paramwin/timer_summary.hpp"
 
 namespace paramwin {
 
@@ -88,16 +89,9 @@ struct StepEvent {
 /// One JSON object (no newline) describing @p event; see docs/agent.md for the fields.
 [[nodiscard]] std::string to_json(const StepEvent& event);
 
-/// min / median / max / total of one phase timer, in seconds, over the steps it ran.
-struct TimerSummary {
-  std::size_t count = 0;  ///< samples
-  double min = 0.0;       ///< smallest sample
-  double median = 0.0;    ///< median sample (mean of the two middle ones for even counts)
-  double max = 0.0;       ///< largest sample
-  double total = 0.0;     ///< sum of the samples
-};
-
-/// Counters and per-phase timers over an agent's steps.
+/// Counters and per-phase timers over an agent's steps, in constant memory: each timer is a
+/// TimerAccumulator (exact count / min / max / total / mean, median exact up to
+/// TimerAccumulator::kReservoirSize samples and estimated from a seeded reservoir beyond).
 class AgentStats {
  public:
   /// Adds one step's event.
@@ -130,8 +124,8 @@ class AgentStats {
   std::int64_t donors_used_ = 0;
   std::int64_t publishes_ = 0;
   std::int64_t publishes_skipped_ = 0;
-  std::array<std::vector<double>, kPhaseCount> samples_;
-  std::vector<double> rebirths_;
+  std::array<TimerAccumulator, kPhaseCount> timers_{};
+  TimerAccumulator rebirths_{};
 };
 
 /// Writes one JSON line per death (and per deferred death when asked) to a stream or file.

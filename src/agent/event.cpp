@@ -1,5 +1,4 @@
 // StepEvent as JSON, AgentStats counters and timers, and the JSON-lines EventLog.
-#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cmath>
@@ -134,19 +133,19 @@ void AgentStats::record(const StepEvent& e) {
   bytes_pulled_ += e.bytes;
   if (e.published) ++publishes_;
   if (e.publish_skipped) ++publishes_skipped_;
-  samples_[static_cast<std::size_t>(Phase::decide)].push_back(e.seconds.decide);
+  timers_[static_cast<std::size_t>(Phase::decide)].add(e.seconds.decide);
   if (e.died && !e.donors.empty()) {
-    samples_[static_cast<std::size_t>(Phase::pull)].push_back(e.seconds.pull);
+    timers_[static_cast<std::size_t>(Phase::pull)].add(e.seconds.pull);
   }
   if (e.died) {
-    samples_[static_cast<std::size_t>(Phase::mix)].push_back(e.seconds.mix);
-    rebirths_.push_back(e.seconds.total());
+    timers_[static_cast<std::size_t>(Phase::mix)].add(e.seconds.mix);
+    rebirths_.add(e.seconds.total());
   }
   if (e.seconds.assemble > 0.0) {
-    samples_[static_cast<std::size_t>(Phase::assemble)].push_back(e.seconds.assemble);
+    timers_[static_cast<std::size_t>(Phase::assemble)].add(e.seconds.assemble);
   }
   if (e.published || e.publish_skipped) {
-    samples_[static_cast<std::size_t>(Phase::publish)].push_back(e.seconds.publish);
+    timers_[static_cast<std::size_t>(Phase::publish)].add(e.seconds.publish);
   }
 }
 
@@ -161,30 +160,12 @@ std::int64_t AgentStats::deaths(DeathReason reason) const noexcept {
   return i < deaths_.size() ? deaths_[i] : 0;
 }
 
-namespace {
-
-TimerSummary summarise(std::vector<double> s) {
-  TimerSummary t;
-  t.count = s.size();
-  if (s.empty()) {
-    return t;
-  }
-  std::sort(s.begin(), s.end());
-  t.min = s.front();
-  t.max = s.back();
-  const std::size_t mid = s.size() / 2;
-  t.median = s.size() % 2 == 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2.0;
-  for (double x : s) t.total += x;
-  return t;
-}
-
-}  // namespace
-
 TimerSummary AgentStats::timer(Phase phase) const {
-  return summarise(samples_[static_cast<std::size_t>(phase)]);
+  const auto i = static_cast<std::size_t>(phase);
+  return i < timers_.size() ? timers_[i].summary() : TimerSummary{};
 }
 
-TimerSummary AgentStats::rebirth_timer() const { return summarise(rebirths_); }
+TimerSummary AgentStats::rebirth_timer() const { return rebirths_.summary(); }
 
 void AgentStats::write_summary(std::ostream& out) const {
   std::ostringstream o;
