@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <new>
@@ -100,8 +100,7 @@ TEST(TimerAccumulator, MedianExactUpToTheReservoirSize) {
       all.push_back(x);
     }
     std::sort(all.begin(), all.end());
-    const double expected =
-        n % 2 == 1 ? all[n / 2] : (all[n / 2 - 1] + all[n / 2]) / 2.0;
+    const double expected = n % 2 == 1 ? all[n / 2] : (all[n / 2 - 1] + all[n / 2]) / 2.0;
     EXPECT_EQ(a.median(), expected) << n;
     EXPECT_TRUE(a.median_exact());
     EXPECT_EQ(a.reservoir_size(), n);
@@ -155,8 +154,8 @@ TEST(TimerAccumulator, LargeCountMedianWithinTheStatedRankBound) {
   constexpr double kEps = 0.05;
   constexpr std::size_t kN = 200'000;
   enum class Order { ascending, descending, scrambled, heavy_tail };
-  for (const Order order : {Order::ascending, Order::descending, Order::scrambled,
-                            Order::heavy_tail}) {
+  for (const Order order :
+       {Order::ascending, Order::descending, Order::scrambled, Order::heavy_tail}) {
     pw::TimerAccumulator a;
     std::vector<double> all;
     all.reserve(kN);

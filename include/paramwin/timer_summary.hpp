@@ -88,7 +88,7 @@ class TimerAccumulator {
   double min_ = 0.0;
   double max_ = 0.0;
   double sum_ = 0.0;
-  double compensation_ = 0.0;  // Neumaier: the low-order bits sum_ lost
+  double compensation_ = 0.0;        // Neumaier: the low-order bits sum_ lost
   std::vector<double> reservoir_{};  // sized kReservoirSize at the first sample, never grown
 };
 

@@ -74,8 +74,7 @@ double TimerAccumulator::median() const {
   if (n == 0) {
     return 0.0;
   }
-  std::vector<double> s(reservoir_.begin(),
-                        reservoir_.begin() + static_cast<std::ptrdiff_t>(n));
+  std::vector<double> s(reservoir_.begin(), reservoir_.begin() + static_cast<std::ptrdiff_t>(n));
   const std::size_t mid = n / 2;
   const auto mid_it = s.begin() + static_cast<std::ptrdiff_t>(mid);
   std::nth_element(s.begin(), mid_it, s.end());
