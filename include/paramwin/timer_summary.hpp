@@ -27,9 +27,9 @@ struct TimerSummary {
 ///
 /// count, min, max, total and mean are exact: total is a compensated (Neumaier) sum, so it
 /// stays accurate to a few ulps over billions of samples. The median comes from a uniform
-/// random sample of kReservoirSize values (reservoir sampling, Vitter's algorithm R) drawn
-/// with a seeded SplitMix64 stream, so the same samples in the same order always give the
-/// same summary:
+/// random sample of kReservoirSize values (reservoir sampling, algorithm R: Knuth, TAOCP
+/// 3.4.2; Vitter 1985) drawn with a seeded SplitMix64 stream, so the same samples in the same
+/// order always give the same summary:
 ///  - while count <= kReservoirSize every sample is kept and the median is exact;
 ///  - beyond, the reported median is the median of the reservoir. Its rank among all the
 ///    samples (the fraction of samples below it) lies within 0.5 +/- eps with probability at
