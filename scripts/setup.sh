@@ -24,8 +24,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test.
 packages=(build-essential cmake mpich libmpich-dev libtrilinos-kokkos-dev libgtest-dev
-          libbenchmark-dev gnuplot-nox)
+          libbenchmark-dev gnuplot-nox doxygen clang-format)
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
 
 missing=()

@@ -612,7 +612,7 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"donors\":[{\"rank\":0,\"version\":41,\"metric\":0.125,\"weight\":0.5,\"bytes\":4096,"
         "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
         "\"metric\":null",
-        "\"bytes\":8192", "\"published\":true", "\"version\":59",
+        "\"bytes\":8192", "\"published\":true", "\"publish_skipped\":false", "\"version\":59",
         "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":0}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {
     EXPECT_NE(j.find(part), std::string::npos) << part << "\nin " << j;

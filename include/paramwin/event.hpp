@@ -14,16 +14,17 @@
 
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
+#include "paramwin/timer_summary.hpp"
 
 namespace paramwin {
 
 /// The timed phases of a step.
 enum class Phase : std::uint8_t {
-  decide = 0,   ///< triggers (and roster reads) and donor selection
-  pull = 1,     ///< reading the donors and reducing into the caller's storage (fused)
-  mix = 2,      ///< weights, reset callback and rebirth callback
-  publish = 3,  ///< republishing
-  assemble = 4, ///< GroupAgent: gathering the shards pulled by the agent's ranks
+  decide = 0,    ///< triggers (and roster reads) and donor selection
+  pull = 1,      ///< reading the donors and reducing into the caller's storage (fused)
+  mix = 2,       ///< weights, reset callback and rebirth callback
+  publish = 3,   ///< republishing
+  assemble = 4,  ///< GroupAgent: gathering the shards pulled by the agent's ranks
 };
 
 /// Number of Phase values.
@@ -34,11 +35,11 @@ inline constexpr std::size_t kPhaseCount = 5;
 
 /// Seconds spent in each phase of one step (0 for phases that did not run).
 struct PhaseSeconds {
-  double decide = 0.0;   ///< triggers and selection
-  double pull = 0.0;     ///< donor reads fused with the reduction
-  double mix = 0.0;      ///< weights and callbacks
-  double publish = 0.0;  ///< republish
-  double assemble = 0.0; ///< GroupAgent: shards gathered inside the agent (0 for Agent)
+  double decide = 0.0;    ///< triggers and selection
+  double pull = 0.0;      ///< donor reads fused with the reduction
+  double mix = 0.0;       ///< weights and callbacks
+  double publish = 0.0;   ///< republish
+  double assemble = 0.0;  ///< GroupAgent: shards gathered inside the agent (0 for Agent)
   /// Sum of all phases.
   [[nodiscard]] double total() const noexcept { return decide + pull + mix + publish + assemble; }
   /// The value of @p phase.
@@ -68,50 +69,43 @@ struct StepEvent {
   bool died = false;           ///< the agent died and was reborn in this step
   /// Why it died; when deferred, why a death is pending; none otherwise.
   DeathReason reason = DeathReason::none;
-  bool deferred = false;       ///< a death was due but postponed (too few donors, pull failed)
+  bool deferred = false;  ///< a death was due but postponed (too few donors, pull failed)
   /// Why it was deferred (e.g. "rank 2 stale (no publish for 3.1 s > ...)", "rank 1 left",
   /// a donor's error), or which donors were retried.
   std::string note{};
-  std::int64_t age = 0;        ///< age at this step, before any rebirth
-  std::int64_t max_age = 0;    ///< maximum age in force at this step, before any rebirth
-  std::int64_t next_max_age = 0;  ///< maximum age after this step (redrawn when died)
-  std::uint64_t generation = 0;   ///< times reborn, after this step
+  std::int64_t age = 0;                  ///< age at this step, before any rebirth
+  std::int64_t max_age = 0;              ///< maximum age in force at this step, before any rebirth
+  std::int64_t next_max_age = 0;         ///< maximum age after this step (redrawn when died)
+  std::uint64_t generation = 0;          ///< times reborn, after this step
   MixingKind mixing = MixingKind::mean;  ///< how the donors were mixed (when died)
-  std::vector<DonorRecord> donors{};       ///< donors read, best first (when died)
-  std::size_t bytes = 0;       ///< bytes pulled in this step
-  bool published = false;      ///< parameters were published in this step
-  bool publish_skipped = false;  ///< a publish was attempted but a reader pinned the slot
-  std::uint64_t version = 0;   ///< this agent's publish version after the step
-  PhaseSeconds seconds{};        ///< time of each phase
+  std::vector<DonorRecord> donors{};     ///< donors read, best first (when died)
+  std::size_t bytes = 0;                 ///< bytes pulled in this step
+  bool published = false;                ///< parameters were published in this step
+  bool publish_skipped = false;          ///< a publish was attempted but a reader pinned the slot
+  std::uint64_t version = 0;             ///< this agent's publish version after the step
+  PhaseSeconds seconds{};                ///< time of each phase
 };
 
 /// One JSON object (no newline) describing @p event; see docs/agent.md for the fields.
 [[nodiscard]] std::string to_json(const StepEvent& event);
 
-/// min / median / max / total of one phase timer, in seconds, over the steps it ran.
-struct TimerSummary {
-  std::size_t count = 0;  ///< samples
-  double min = 0.0;       ///< smallest sample
-  double median = 0.0;    ///< median sample (mean of the two middle ones for even counts)
-  double max = 0.0;       ///< largest sample
-  double total = 0.0;     ///< sum of the samples
-};
-
-/// Counters and per-phase timers over an agent's steps.
+/// Counters and per-phase timers over an agent's steps, in constant memory: each timer is a
+/// TimerAccumulator (exact count / min / max / total / mean, median exact up to
+/// TimerAccumulator::kReservoirSize samples and estimated from a seeded reservoir beyond).
 class AgentStats {
  public:
   /// Adds one step's event.
   void record(const StepEvent& event);
 
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }    ///< steps recorded
-  [[nodiscard]] std::int64_t deaths() const noexcept;                      ///< all deaths
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }  ///< steps recorded
+  [[nodiscard]] std::int64_t deaths() const noexcept;                   ///< all deaths
   /// Deaths with reason @p reason.
   [[nodiscard]] std::int64_t deaths(DeathReason reason) const noexcept;
-  [[nodiscard]] std::int64_t deferred() const noexcept { return deferred_; }  ///< postponed
-  [[nodiscard]] std::int64_t pulls() const noexcept { return pulls_; }     ///< pulls done
+  [[nodiscard]] std::int64_t deferred() const noexcept { return deferred_; }         ///< postponed
+  [[nodiscard]] std::int64_t pulls() const noexcept { return pulls_; }               ///< pulls done
   [[nodiscard]] std::size_t bytes_pulled() const noexcept { return bytes_pulled_; }  ///< total
-  [[nodiscard]] std::int64_t donors_used() const noexcept { return donors_used_; }  ///< total
-  [[nodiscard]] std::int64_t publishes() const noexcept { return publishes_; }  ///< done
+  [[nodiscard]] std::int64_t donors_used() const noexcept { return donors_used_; }   ///< total
+  [[nodiscard]] std::int64_t publishes() const noexcept { return publishes_; }       ///< done
   /// Publishes skipped because a reader pinned the slot.
   [[nodiscard]] std::int64_t publishes_skipped() const noexcept { return publishes_skipped_; }
   /// Summary of the timer of @p phase (only steps where the phase ran are samples).
@@ -130,8 +124,8 @@ class AgentStats {
   std::int64_t donors_used_ = 0;
   std::int64_t publishes_ = 0;
   std::int64_t publishes_skipped_ = 0;
-  std::array<std::vector<double>, kPhaseCount> samples_;
-  std::vector<double> rebirths_;
+  std::array<TimerAccumulator, kPhaseCount> timers_{};
+  TimerAccumulator rebirths_{};
 };
 
 /// Writes one JSON line per death (and per deferred death when asked) to a stream or file.

@@ -10,6 +10,7 @@
 #include "paramwin/roster.hpp"
 #include "paramwin/window.hpp"
 #include "paramwin/policy.hpp"
+#include "paramwin/timer_summary.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/agent_interface.hpp"
 #include "paramwin/agent.hpp"

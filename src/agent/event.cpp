@@ -1,8 +1,7 @@
 // StepEvent as JSON, AgentStats counters and timers, and the JSON-lines EventLog.
-#include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -69,51 +68,70 @@ void key(std::string& out, std::string_view k) {
   out += ':';
 }
 
+// One call per field (named per type: a bool overload would also take string literals).
+template <class Int>
+void int_field(std::string& out, std::string_view k, Int v) {
+  key(out, k);
+  put_int(out, v);
+}
+void number_field(std::string& out, std::string_view k, double v) {
+  key(out, k);
+  put_number(out, v);
+}
+void bool_field(std::string& out, std::string_view k, bool v) {
+  key(out, k);
+  out += v ? "true" : "false";
+}
+void string_field(std::string& out, std::string_view k, std::string_view v) {
+  key(out, k);
+  put_string(out, v);
+}
+
 }  // namespace
 
 std::string to_json(const StepEvent& e) {
   std::string out = "{";
-  key(out, "rank"); put_int(out, e.rank);
-  key(out, "iteration"); put_int(out, e.iteration);
-  key(out, "step"); put_int(out, e.step);
-  key(out, "metric"); put_number(out, e.metric);
-  key(out, "died"); out += e.died ? "true" : "false";
-  key(out, "deferred"); out += e.deferred ? "true" : "false";
-  key(out, "reason"); put_string(out, reason_name(e.reason));
-  key(out, "age"); put_int(out, e.age);
-  key(out, "max_age"); put_int(out, e.max_age);
-  key(out, "next_max_age"); put_int(out, e.next_max_age);
-  key(out, "generation"); put_int(out, e.generation);
-  key(out, "mixing"); put_string(out, mixing_name(e.mixing));
+  int_field(out, "rank", e.rank);
+  int_field(out, "iteration", e.iteration);
+  int_field(out, "step", e.step);
+  number_field(out, "metric", e.metric);
+  bool_field(out, "died", e.died);
+  bool_field(out, "deferred", e.deferred);
+  string_field(out, "reason", reason_name(e.reason));
+  int_field(out, "age", e.age);
+  int_field(out, "max_age", e.max_age);
+  int_field(out, "next_max_age", e.next_max_age);
+  int_field(out, "generation", e.generation);
+  string_field(out, "mixing", mixing_name(e.mixing));
   key(out, "donors");
   out += '[';
   for (std::size_t i = 0; i < e.donors.size(); ++i) {
     const DonorRecord& d = e.donors[i];
     out += i == 0 ? "{" : ",{";
-    key(out, "rank"); put_int(out, d.rank);
-    key(out, "version"); put_int(out, d.version);
-    key(out, "metric"); put_number(out, d.metric);
-    key(out, "weight"); put_number(out, d.weight);
-    key(out, "bytes"); put_int(out, d.bytes);
-    key(out, "transport"); put_string(out, transport_name(d.transport));
-    key(out, "skipped"); out += d.skipped ? "true" : "false";
-    key(out, "staleness_s"); put_number(out, d.staleness_seconds);
+    int_field(out, "rank", d.rank);
+    int_field(out, "version", d.version);
+    number_field(out, "metric", d.metric);
+    number_field(out, "weight", d.weight);
+    int_field(out, "bytes", d.bytes);
+    string_field(out, "transport", transport_name(d.transport));
+    bool_field(out, "skipped", d.skipped);
+    number_field(out, "staleness_s", d.staleness_seconds);
     out += '}';
   }
   out += ']';
-  key(out, "bytes"); put_int(out, e.bytes);
-  key(out, "published"); out += e.published ? "true" : "false";
-  key(out, "version"); put_int(out, e.version);
+  int_field(out, "bytes", e.bytes);
+  bool_field(out, "published", e.published);
+  bool_field(out, "publish_skipped", e.publish_skipped);
+  int_field(out, "version", e.version);
   key(out, "seconds");
   out += '{';
   for (std::size_t p = 0; p < kPhaseCount; ++p) {
     const auto phase = static_cast<Phase>(p);
-    key(out, phase_name(phase));
-    put_number(out, e.seconds[phase]);
+    number_field(out, phase_name(phase), e.seconds[phase]);
   }
   out += '}';
   if (!e.note.empty()) {
-    key(out, "note"); put_string(out, e.note);
+    string_field(out, "note", e.note);
   }
   out += '}';
   return out;
@@ -134,19 +152,19 @@ void AgentStats::record(const StepEvent& e) {
   bytes_pulled_ += e.bytes;
   if (e.published) ++publishes_;
   if (e.publish_skipped) ++publishes_skipped_;
-  samples_[static_cast<std::size_t>(Phase::decide)].push_back(e.seconds.decide);
+  timers_[static_cast<std::size_t>(Phase::decide)].add(e.seconds.decide);
   if (e.died && !e.donors.empty()) {
-    samples_[static_cast<std::size_t>(Phase::pull)].push_back(e.seconds.pull);
+    timers_[static_cast<std::size_t>(Phase::pull)].add(e.seconds.pull);
   }
   if (e.died) {
-    samples_[static_cast<std::size_t>(Phase::mix)].push_back(e.seconds.mix);
-    rebirths_.push_back(e.seconds.total());
+    timers_[static_cast<std::size_t>(Phase::mix)].add(e.seconds.mix);
+    rebirths_.add(e.seconds.total());
   }
   if (e.seconds.assemble > 0.0) {
-    samples_[static_cast<std::size_t>(Phase::assemble)].push_back(e.seconds.assemble);
+    timers_[static_cast<std::size_t>(Phase::assemble)].add(e.seconds.assemble);
   }
   if (e.published || e.publish_skipped) {
-    samples_[static_cast<std::size_t>(Phase::publish)].push_back(e.seconds.publish);
+    timers_[static_cast<std::size_t>(Phase::publish)].add(e.seconds.publish);
   }
 }
 
@@ -161,30 +179,12 @@ std::int64_t AgentStats::deaths(DeathReason reason) const noexcept {
   return i < deaths_.size() ? deaths_[i] : 0;
 }
 
-namespace {
-
-TimerSummary summarise(std::vector<double> s) {
-  TimerSummary t;
-  t.count = s.size();
-  if (s.empty()) {
-    return t;
-  }
-  std::sort(s.begin(), s.end());
-  t.min = s.front();
-  t.max = s.back();
-  const std::size_t mid = s.size() / 2;
-  t.median = s.size() % 2 == 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2.0;
-  for (double x : s) t.total += x;
-  return t;
-}
-
-}  // namespace
-
 TimerSummary AgentStats::timer(Phase phase) const {
-  return summarise(samples_[static_cast<std::size_t>(phase)]);
+  const auto i = static_cast<std::size_t>(phase);
+  return i < timers_.size() ? timers_[i].summary() : TimerSummary{};
 }
 
-TimerSummary AgentStats::rebirth_timer() const { return summarise(rebirths_); }
+TimerSummary AgentStats::rebirth_timer() const { return rebirths_.summary(); }
 
 void AgentStats::write_summary(std::ostream& out) const {
   std::ostringstream o;
@@ -222,7 +222,9 @@ EventLog::EventLog(const std::string& path, bool include_deferred)
 }
 
 EventLog::EventLog(EventLog&& other) noexcept
-    : owned_(std::move(other.owned_)), out_(other.out_), include_deferred_(other.include_deferred_) {
+    : owned_(std::move(other.owned_)),
+      out_(other.out_),
+      include_deferred_(other.include_deferred_) {
   other.out_ = nullptr;
 }
 
