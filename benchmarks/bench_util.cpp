@@ -20,8 +20,8 @@ void check(int code, const char* what) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(code, msg, &len);
-    throw std::runtime_error(std::string("paramwin_bench: ") + what + " failed: " +
-                             std::string(msg, static_cast<std::size_t>(len)));
+    throw std::runtime_error(std::string("paramwin_bench: ") + what +
+                             " failed: " + std::string(msg, static_cast<std::size_t>(len)));
   }
 }
 
@@ -87,13 +87,12 @@ benchmark::internal::Benchmark* with_stats(benchmark::internal::Benchmark* b) {
 }
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Buffer::Buffer(std::size_t bytes)
-    : data_(static_cast<std::byte*>(::operator new[](page_round(std::max<std::size_t>(bytes, 1)),
-                                                      std::align_val_t{4096}))),
+    : data_(static_cast<std::byte*>(
+          ::operator new[](page_round(std::max<std::size_t>(bytes, 1)), std::align_val_t{4096}))),
       bytes_(bytes) {
   // Touch every page now so first-touch faults are not timed.
   std::fill_n(data_.get(), page_round(std::max<std::size_t>(bytes, 1)), std::byte{0});
@@ -108,8 +107,9 @@ RawWindow::RawWindow(MPI_Comm comm, std::size_t bytes) : bytes_(bytes) {
   check(MPI_Info_create(&info), "MPI_Info_create");
   check(MPI_Info_set(info, "alloc_shared_noncontig", "true"), "MPI_Info_set");
   void* base = nullptr;
-  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(page_round(std::max<std::size_t>(bytes, 1))),
-                                  1, info, comm, &base, &win_);
+  const int rc =
+      MPI_Win_allocate(static_cast<MPI_Aint>(page_round(std::max<std::size_t>(bytes, 1))), 1, info,
+                       comm, &base, &win_);
   MPI_Info_free(&info);
   check(rc, "MPI_Win_allocate");
   base_ = static_cast<std::byte*>(base);

@@ -92,12 +92,13 @@ void register_group_benchmarks() {
       for (const int k : {1, 2}) {
         for (const int g : {1, 2}) {
           if (env().size / g < k + 1 || env().size % g != 0) continue;
-          const std::string name = "group_rebirth/" + std::string(transport_name(t)) + "/k:" +
-                                   std::to_string(k) + "/g:" + std::to_string(g) + "/n:" +
-                                   count_label(n);
-          with_stats(benchmark::RegisterBenchmark(
-                         name.c_str(),
-                         [g, k, n, t](benchmark::State& s) { bm_group_rebirth(s, g, k, n, t); }))
+          const std::string name = "group_rebirth/" + std::string(transport_name(t)) +
+                                   "/k:" + std::to_string(k) + "/g:" + std::to_string(g) +
+                                   "/n:" + count_label(n);
+          with_stats(benchmark::RegisterBenchmark(name.c_str(),
+                                                  [g, k, n, t](benchmark::State& s) {
+                                                    bm_group_rebirth(s, g, k, n, t);
+                                                  }))
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
         }

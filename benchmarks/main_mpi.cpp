@@ -5,8 +5,8 @@
 #include <mpi.h>
 #include <sys/prctl.h>
 
-#include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
+#include <Kokkos_Core.hpp>
 
 #include <cstdio>
 #include <cstdlib>

@@ -212,12 +212,15 @@ void register_misc_benchmarks() {
   const std::size_t counts[] = {1000000, 10000000, 50000000};
   for (const std::size_t n : counts) {
     const std::string nl = "/n:" + count_label(n);
-    reg("publish/memcpy" + nl, [n](benchmark::State& s) { bm_publish_memcpy(s, n); },
+    reg(
+        "publish/memcpy" + nl, [n](benchmark::State& s) { bm_publish_memcpy(s, n); },
         benchmark::kMillisecond);
-    reg("publish/live" + nl, [n](benchmark::State& s) { bm_publish_live(s, n); },
+    reg(
+        "publish/live" + nl, [n](benchmark::State& s) { bm_publish_live(s, n); },
         benchmark::kMicrosecond);
     for (const WireFormat w : {WireFormat::native, WireFormat::bfloat16}) {
-      reg("publish/paramwin/wire:" + std::string(wire_name(w)) + nl,
+      reg(
+          "publish/paramwin/wire:" + std::string(wire_name(w)) + nl,
           [n, w](benchmark::State& s) { bm_publish(s, n, w); }, benchmark::kMillisecond);
     }
   }
@@ -227,8 +230,9 @@ void register_misc_benchmarks() {
   for (const std::size_t n : {std::size_t{10000000}, std::size_t{50000000}}) {
     for (const Transport t : {Transport::shm, Transport::rma}) {
       for (const WireFormat w : {WireFormat::native, WireFormat::bfloat16, WireFormat::float16}) {
-        reg("wire/pull_" + std::string(transport_name(t)) + "/wire:" + wire_name(w) + "/n:" +
-                count_label(n),
+        reg(
+            "wire/pull_" + std::string(transport_name(t)) + "/wire:" + wire_name(w) +
+                "/n:" + count_label(n),
             [n, t, w](benchmark::State& s) { bm_wire(s, n, t, w); }, benchmark::kMillisecond);
       }
     }
@@ -239,13 +243,14 @@ void register_misc_benchmarks() {
         continue;
       }
       const std::size_t n = 1000000;
-      const char* dn = d == Donor::idle ? "/donor:idle"
+      const char* dn = d == Donor::idle   ? "/donor:idle"
                        : d == Donor::busy ? "/donor:busy"
                                           : "/donor:busy_progress";
       const std::string name =
           "busy/pull_" + std::string(transport_name(t)) + dn + "/n:" + count_label(n);
-      with_stats(benchmark::RegisterBenchmark(
-                     name.c_str(), [n, t, d](benchmark::State& s) { bm_busy(s, n, t, d); }))
+      with_stats(
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [n, t, d](benchmark::State& s) { bm_busy(s, n, t, d); }))
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->Iterations(5)

@@ -64,8 +64,8 @@ void bm_shm_memcpy(benchmark::State& state, std::size_t bytes) {
   check(MPI_Info_set(info, "alloc_shared_noncontig", "true"), "MPI_Info_set");
   void* base = nullptr;
   MPI_Win win = MPI_WIN_NULL;
-  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(page_round(bytes)), 1, info, node,
-                                         &base, &win);
+  const int rc =
+      MPI_Win_allocate_shared(static_cast<MPI_Aint>(page_round(bytes)), 1, info, node, &base, &win);
   MPI_Info_free(&info);
   check(rc, "MPI_Win_allocate_shared");
   auto* mine = static_cast<float*>(base);
@@ -73,8 +73,7 @@ void bm_shm_memcpy(benchmark::State& state, std::size_t bytes) {
   MPI_Aint donor_size = 0;
   int disp = 0;
   void* donor_base = nullptr;
-  check(MPI_Win_shared_query(win, kDonor, &donor_size, &disp, &donor_base),
-        "MPI_Win_shared_query");
+  check(MPI_Win_shared_query(win, kDonor, &donor_size, &disp, &donor_base), "MPI_Win_shared_query");
   check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win), "MPI_Win_lock_all");
   check(MPI_Win_sync(win), "MPI_Win_sync");
   polite_barrier(MPI_COMM_WORLD);
@@ -236,9 +235,9 @@ void register_pull_benchmarks() {
   // PullOptions::chunk_bytes sweep over RMA (library default 4 MiB). Same-node pulls from
   // snapshots read each layer in one pass and ignore chunk_bytes, so they are not swept.
   for (const std::size_t bytes : {std::size_t{16} << 20U}) {
-    for (const std::size_t chunk : {std::size_t{8} << 10U, std::size_t{32} << 10U,
-                                    std::size_t{128} << 10U, std::size_t{512} << 10U,
-                                    std::size_t{2} << 20U, std::size_t{8} << 20U}) {
+    for (const std::size_t chunk :
+         {std::size_t{8} << 10U, std::size_t{32} << 10U, std::size_t{128} << 10U,
+          std::size_t{512} << 10U, std::size_t{2} << 20U, std::size_t{8} << 20U}) {
       const std::string suffix =
           "/chunk:" + std::to_string(chunk) + "/bytes:" + std::to_string(bytes);
       reg("chunk/pull_rma" + suffix, bytes,

@@ -4,12 +4,13 @@
 // element count, same window options; the adapter adds collecting named_parameters(),
 // checking them against the layout and building the references. Own MPI-aware main (only
 // rank 0 reports); timings reduced with MPI_MAX like the other suites (bench_util.hpp).
-//   mpiexec.mpich -n 2 paramwin_torch_bench [--benchmark_out=torch.json --benchmark_out_format=json]
+//   mpiexec.mpich -n 2 paramwin_torch_bench [--benchmark_out=torch.json
+//   --benchmark_out_format=json]
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
+#include <Kokkos_Core.hpp>
 
 #include <array>
 #include <cstdio>
@@ -42,7 +43,6 @@ struct ModelImpl : ::torch::nn::Module {
     register_parameter("scale", ::torch::ones({}));
   }
 };
-
 
 /// The same volume as spans: kLayers vectors and a one-element vector.
 struct SpanModel {
@@ -134,11 +134,17 @@ void register_torch_benchmarks() {
       const std::string pn = p == Path::torch ? "torch" : "span";
       with_stats(benchmark::RegisterBenchmark(("torch/publish/" + pn + nl + np).c_str(),
                                               [n, p](benchmark::State& s) { bm_publish(s, n, p); }))
-          ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(iterations)->Repetitions(5);
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(iterations)
+          ->Repetitions(5);
       if (env().size >= 2) {
         with_stats(benchmark::RegisterBenchmark(("torch/pull/" + pn + nl + np).c_str(),
                                                 [n, p](benchmark::State& s) { bm_pull(s, n, p); }))
-            ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(iterations)->Repetitions(5);
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(iterations)
+            ->Repetitions(5);
       }
     }
   }
@@ -166,7 +172,8 @@ int main(int argc, char** argv) {
     // Non-root ranks drop --benchmark_out* (they would truncate rank 0's file).
     int kept = 0;
     for (int i = 0; i < argc; ++i) {
-      if (e.rank != 0 && i > 0 && std::string_view(argv[i]).starts_with("--benchmark_out")) continue;
+      if (e.rank != 0 && i > 0 && std::string_view(argv[i]).starts_with("--benchmark_out"))
+        continue;
       argv[kept++] = argv[i];
     }
     argv[kept] = nullptr;

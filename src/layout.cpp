@@ -115,8 +115,8 @@ std::size_t Layout::index_of(std::string_view name) const {
   for (const LayerSpec& l : layers_) {
     known += (known.empty() ? "'" : ", '") + l.name + "'";
   }
-  throw InvalidArgument("unknown layer '" + std::string(name) + "' (layers: " +
-                        (known.empty() ? "none" : known) + ")");
+  throw InvalidArgument("unknown layer '" + std::string(name) +
+                        "' (layers: " + (known.empty() ? "none" : known) + ")");
 }
 
 std::string Layout::serialize() const {

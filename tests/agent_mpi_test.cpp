@@ -116,8 +116,11 @@ TEST(AgentSelection, SkipsUnpublishedLeftAndIncompatibleAgents) {
   if (other_layout) mine.add("extra", std::size_t{3});
   pw::ParameterWindow<> win(MPI_COMM_WORLD, mine, {.layout_check = pw::LayoutCheck::per_donor});
   // Rank 3 never publishes; rank 2 leaves after publishing.
-  win.set_status({.iteration = 1, .age = 1, .metric = static_cast<double>(n - rank),
-                  .generation = 0, .state = pw::AgentState::active});
+  win.set_status({.iteration = 1,
+                  .age = 1,
+                  .metric = static_cast<double>(n - rank),
+                  .generation = 0,
+                  .state = pw::AgentState::active});
   if (!(n >= 4 && rank == 3)) {
     std::vector<float> w(kW, 1.0F), extra(3, 1.0F);
     std::vector<double> b(kB, 1.0);
@@ -128,8 +131,8 @@ TEST(AgentSelection, SkipsUnpublishedLeftAndIncompatibleAgents) {
     }
   }
   if (n >= 4 && rank == 2) {
-    win.set_status({.iteration = 1, .age = 1, .metric = 0.0, .generation = 0,
-                    .state = pw::AgentState::left});
+    win.set_status(
+        {.iteration = 1, .age = 1, .metric = 0.0, .generation = 0, .state = pw::AgentState::left});
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
@@ -323,8 +326,8 @@ TEST(AgentCadence, PublishesEveryNStepsAndAfterRebirths) {
   std::vector<bool> published;
   for (int s = 0; s < 10; ++s) published.push_back(agent.step(s, 1.0, p.refs()).published);
   // Step 1 always publishes, then every third step (a skipped publish would retry).
-  EXPECT_EQ(published, (std::vector<bool>{true, false, false, true, false, false, true, false,
-                                          false, true}));
+  EXPECT_EQ(published,
+            (std::vector<bool>{true, false, false, true, false, false, true, false, false, true}));
   EXPECT_EQ(agent.window().version(), 4U);
   EXPECT_EQ(agent.stats().publishes(), 4);
   EXPECT_EQ(agent.stats().steps(), 10);

@@ -46,8 +46,7 @@ struct Params {
 int soak_deaths() {
   int deaths = 100;
   if (pw::test::world_rank() == 0) {
-    if (const char* env = std::getenv("PARAMWIN_AGENT_SOAK_DEATHS");
-        env != nullptr && *env != '\0')
+    if (const char* env = std::getenv("PARAMWIN_AGENT_SOAK_DEATHS"); env != nullptr && *env != '\0')
       deaths = std::max(1, std::atoi(env));
   }
   MPI_Bcast(&deaths, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -32,9 +32,7 @@ void expect_error(const std::function<void()>& f, const std::string& fragment) {
 
 class BadInput : public ::testing::TestWithParam<pw::Transport> {
  protected:
-  void SetUp() override {
-    layout_.add("w", std::size_t{64}).add("b", {4}, pw::DType::float64);
-  }
+  void SetUp() override { layout_.add("w", std::size_t{64}).add("b", {4}, pw::DType::float64); }
   pw::Layout layout_;
 };
 
@@ -54,8 +52,11 @@ TEST_P(BadInput, PullRejectsBadArgumentsAndLeavesOutputUntouched) {
   };
 
   // Before anyone published: "never published", named with the rank.
-  expect_error<pw::DonorError>([&] { (void)win.pull({donor}, {w, b}); },
-                               "donor " + std::to_string(donor) + " has never published");
+  expect_error<pw::DonorError>(
+      [&] {
+        (void)win.pull({donor}, {w, b});
+      },
+      "donor " + std::to_string(donor) + " has never published");
   unchanged();
   MPI_Barrier(MPI_COMM_WORLD);
   (void)win.publish({w, b});
@@ -63,58 +64,109 @@ TEST_P(BadInput, PullRejectsBadArgumentsAndLeavesOutputUntouched) {
 
   std::vector<float> short_w(63);
   std::vector<float> b_as_float(4);
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {short_w, b}); },
-                                    "expects 64 elements, got 63");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b_as_float}); },
-                                    "expects dtype float64, got float32");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {short_w, b});
+      },
+      "expects 64 elements, got 63");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b_as_float});
+      },
+      "expects dtype float64, got float32");
   expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w}); },
                                     "got 1 layers, the layout has 2");
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("bias", b)}); },
+      [&] {
+        (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("bias", b)});
+      },
       "unknown layer 'bias' (layers: 'w', 'b')");
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("w", w)}); },
+      [&] {
+        (void)win.pull({donor}, {pw::LayerRef("w", w), pw::LayerRef("w", w)});
+      },
       "layer 'w' given twice");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {pw::LayerRef("w", w), b}); },
-                                    "either name every layer or none");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({n}, {w, b}); },
-                                    "rank " + std::to_string(n) + " is out of range");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({-1}, {w, b}); },
-                                    "rank -1 is out of range");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({rank}, {w, b}); },
-                                    "is this rank itself");
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor, donor}, {w, b}); },
-                                    "is listed twice");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {pw::LayerRef("w", w), b});
+      },
+      "either name every layer or none");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({n}, {w, b});
+      },
+      "rank " + std::to_string(n) + " is out of range");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({-1}, {w, b});
+      },
+      "rank -1 is out of range");
+  expect_error<pw::InvalidArgument>([&] { (void)win.pull({rank}, {w, b}); }, "is this rank itself");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor, donor}, {w, b});
+      },
+      "is listed twice");
   const std::vector<int> none;
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull(std::span<const int>(none), {w, b}); }, "donor list is empty");
+      [&] {
+        (void)win.pull(std::span<const int>(none), {w, b});
+      },
+      "donor list is empty");
 
   pw::PullOptions weighted{.reduction = pw::Reduction::weighted, .weights = {1.0, 2.0}};
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
-                                    "got 2 weights for 1 donors");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b}, weighted);
+      },
+      "got 2 weights for 1 donors");
   weighted.weights = {std::numeric_limits<double>::quiet_NaN()};
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
-                                    "weights must be finite and >= 0");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b}, weighted);
+      },
+      "weights must be finite and >= 0");
   weighted.weights = {-1.0};
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
-                                    "weights must be finite and >= 0");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b}, weighted);
+      },
+      "weights must be finite and >= 0");
   weighted.weights = {0.0};
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, weighted); },
-                                    "weights sum to 0");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b}, weighted);
+      },
+      "weights sum to 0");
   pw::PullOptions mean_with_weights{.weights = {1.0}};
-  expect_error<pw::InvalidArgument>([&] { (void)win.pull({donor}, {w, b}, mean_with_weights); },
-                                    "use Reduction::weighted");
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull({donor}, {w, b}, {.momentum = 1.0}); }, "outside [0, 1)");
+      [&] {
+        (void)win.pull({donor}, {w, b}, mean_with_weights);
+      },
+      "use Reduction::weighted");
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull({donor}, {w, b}, {.chunk_bytes = 8}); }, "chunk_bytes 8");
+      [&] {
+        (void)win.pull({donor}, {w, b}, {.momentum = 1.0});
+      },
+      "outside [0, 1)");
   expect_error<pw::InvalidArgument>(
-      [&] { (void)win.pull({donor}, {w, b}, {.timeout_seconds = -1.0}); }, "timeout_seconds");
+      [&] {
+        (void)win.pull({donor}, {w, b}, {.chunk_bytes = 8});
+      },
+      "chunk_bytes 8");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.pull({donor}, {w, b}, {.timeout_seconds = -1.0});
+      },
+      "timeout_seconds");
   unchanged();
 
   // Publish with bad input: rejected, version unchanged.
-  expect_error<pw::InvalidArgument>([&] { (void)win.publish({short_w, b}); },
-                                    "expects 64 elements, got 63");
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        (void)win.publish({short_w, b});
+      },
+      "expects 64 elements, got 63");
   EXPECT_EQ(win.version(), 1U);
 
   // The window still works after all of that.
@@ -141,8 +193,11 @@ TEST_P(BadInput, NonFiniteDonorFailsOrIsSkipped) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     std::vector<float> out(5000, -1.0F);
-    expect_error<pw::DonorError>([&] { (void)win.pull({1, 2}, {out}); },
-                                 "donor 1 (version 1) holds NaN or infinity in layer 'w'");
+    expect_error<pw::DonorError>(
+        [&] {
+          (void)win.pull({1, 2}, {out});
+        },
+        "donor 1 (version 1) holds NaN or infinity in layer 'w'");
     EXPECT_EQ(out, std::vector<float>(5000, -1.0F));
     pw::PullResult r = win.pull({1, 2}, {out}, {.non_finite = pw::NonFinitePolicy::skip_donor});
     EXPECT_TRUE(r.donors[0].skipped);
@@ -173,9 +228,9 @@ TEST(LayoutMismatch, ReportedOnEveryRankNamingTheLayer) {
   // The last rank's "b" has one element more.
   layout.add("b", std::size_t{rank == pw::test::world_size() - 1 ? 5U : 4U});
   const std::string last = std::to_string(pw::test::world_size() - 1);
-  expect_error<pw::LayoutMismatch>(
-      [&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout); },
-      "rank 0 vs rank " + last + " differ at layer 1: 'b' [4 float32] vs 'b' [5 float32]");
+  expect_error<pw::LayoutMismatch>([&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout); },
+                                   "rank 0 vs rank " + last +
+                                       " differ at layer 1: 'b' [4 float32] vs 'b' [5 float32]");
   // Wire formats must agree too.
   pw::Layout same;
   same.add("w", std::size_t{10});

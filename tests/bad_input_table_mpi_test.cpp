@@ -166,36 +166,63 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        }},
       // publish
       {"publish", "span one element short", Kind::invalid_argument, "expects 64 elements, got 63",
-       [&] { (void)win.publish({short_w, b}); }},
+       [&] {
+         (void)win.publish({short_w, b});
+       }},
       {"publish", "span one element long", Kind::invalid_argument, "expects 64 elements, got 65",
-       [&] { (void)win.publish({wide_w, b}); }},
+       [&] {
+         (void)win.publish({wide_w, b});
+       }},
       {"publish", "float32 for a float64 layer", Kind::invalid_argument,
-       "expects dtype float64, got float32", [&] { (void)win.publish({w, b_as_float}); }},
+       "expects dtype float64, got float32",
+       [&] {
+         (void)win.publish({w, b_as_float});
+       }},
       {"publish", "one layer of two", Kind::invalid_argument, "got 1 layers, the layout has 2",
        [&] { (void)win.publish({w}); }},
       {"publish", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
-       [&] { (void)win.publish({pw::ConstLayerRef("w", w), pw::ConstLayerRef("bias", b)}); }},
+       [&] {
+         (void)win.publish({pw::ConstLayerRef("w", w), pw::ConstLayerRef("bias", b)});
+       }},
       {"publish", "no layers on a snapshot window", Kind::invalid_argument, "Exposure::live",
        [&] { (void)win.publish(); }},
       // pull
       {"pull", "output one element short", Kind::invalid_argument, "expects 64 elements, got 63",
-       [&] { (void)win.pull({donor}, {short_w, ob}); }},
+       [&] {
+         (void)win.pull({donor}, {short_w, ob});
+       }},
       {"pull", "output dtype mismatch", Kind::invalid_argument, "expects dtype float64",
-       [&] { (void)win.pull({donor}, {ow, b_as_float}); }},
+       [&] {
+         (void)win.pull({donor}, {ow, b_as_float});
+       }},
       {"pull", "layer named twice", Kind::invalid_argument, "given twice",
-       [&] { (void)win.pull({donor}, {pw::LayerRef("w", ow), pw::LayerRef("w", ow)}); }},
+       [&] {
+         (void)win.pull({donor}, {pw::LayerRef("w", ow), pw::LayerRef("w", ow)});
+       }},
       {"pull", "some layers named", Kind::invalid_argument, "either name every layer or none",
-       [&] { (void)win.pull({donor}, {pw::LayerRef("w", ow), ob}); }},
+       [&] {
+         (void)win.pull({donor}, {pw::LayerRef("w", ow), ob});
+       }},
       {"pull", "donor rank == size", Kind::invalid_argument, "out of range",
-       [&] { (void)win.pull({n}, {ow, ob}); }},
+       [&] {
+         (void)win.pull({n}, {ow, ob});
+       }},
       {"pull", "donor rank -1", Kind::invalid_argument, "rank -1 is out of range",
-       [&] { (void)win.pull({-1}, {ow, ob}); }},
+       [&] {
+         (void)win.pull({-1}, {ow, ob});
+       }},
       {"pull", "self as donor", Kind::invalid_argument, "is this rank itself",
-       [&] { (void)win.pull({rank}, {ow, ob}); }},
+       [&] {
+         (void)win.pull({rank}, {ow, ob});
+       }},
       {"pull", "duplicate donor", Kind::invalid_argument, "is listed twice",
-       [&] { (void)win.pull({donor, donor}, {ow, ob}); }},
+       [&] {
+         (void)win.pull({donor, donor}, {ow, ob});
+       }},
       {"pull", "empty donor list", Kind::invalid_argument, "donor list is empty",
-       [&] { (void)win.pull(std::span<const int>(), {ow, ob}); }},
+       [&] {
+         (void)win.pull(std::span<const int>(), {ow, ob});
+       }},
       {"pull", "weights count != donors", Kind::invalid_argument, "got 2 weights for 1 donors",
        [&] {
          (void)win.pull({donor}, {ow, ob},
@@ -203,20 +230,30 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        }},
       {"pull", "NaN weight", Kind::invalid_argument, "finite and >= 0",
        [&] {
-         (void)win.pull({donor}, {ow, ob}, {.reduction = pw::Reduction::weighted, .weights = {nan}});
+         (void)win.pull({donor}, {ow, ob},
+                        {.reduction = pw::Reduction::weighted, .weights = {nan}});
        }},
       {"pull", "weights sum to 0", Kind::invalid_argument, "weights sum to 0",
        [&] {
-         (void)win.pull({donor}, {ow, ob}, {.reduction = pw::Reduction::weighted, .weights = {0.0}});
+         (void)win.pull({donor}, {ow, ob},
+                        {.reduction = pw::Reduction::weighted, .weights = {0.0}});
        }},
       {"pull", "momentum 1", Kind::invalid_argument, "outside [0, 1)",
-       [&] { (void)win.pull({donor}, {ow, ob}, {.momentum = 1.0}); }},
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.momentum = 1.0});
+       }},
       {"pull", "momentum NaN", Kind::invalid_argument, "momentum",
-       [&] { (void)win.pull({donor}, {ow, ob}, {.momentum = nan}); }},
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.momentum = nan});
+       }},
       {"pull", "negative timeout", Kind::invalid_argument, "timeout_seconds",
-       [&] { (void)win.pull({donor}, {ow, ob}, {.timeout_seconds = -1.0}); }},
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.timeout_seconds = -1.0});
+       }},
       {"pull", "chunk_bytes 8", Kind::invalid_argument, "chunk_bytes 8",
-       [&] { (void)win.pull({donor}, {ow, ob}, {.chunk_bytes = 8}); }},
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.chunk_bytes = 8});
+       }},
       {"pull", "donor holds NaN/Inf (non_finite = fail)", Kind::donor_error, "donor 0",
        [&] {
          if (rank == 0) throw pw::DonorError(0, "donor 0 (self: row not applicable)");
@@ -244,7 +281,8 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
       {"Agent()", "selection.k = 0", Kind::invalid_argument, "selection.k must be >= 1",
        bad_options([](pw::AgentOptions& o) { o.selection.k = 0; })},
       {"Agent()", "age lo > hi", Kind::invalid_argument, "lo 9 > hi 3",
-       bad_options([](pw::AgentOptions& o) { o.triggers.age = {.enabled = true, .lo = 9, .hi = 3}; })},
+       bad_options(
+           [](pw::AgentOptions& o) { o.triggers.age = {.enabled = true, .lo = 9, .hi = 3}; })},
       {"Agent()", "worst fraction 1.5", Kind::invalid_argument, "is outside [0, 1]",
        bad_options([](pw::AgentOptions& o) {
          o.triggers.worst_fraction = {.enabled = true, .fraction = 1.5, .every = 1};
@@ -309,13 +347,20 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     std::vector<double> ab(4, 1.0);
     const std::vector<Row> step_rows = {
         {"Agent::step", "span one element short", Kind::invalid_argument,
-         "expects 64 elements, got 63", [&] { (void)agent.step(0, 1.0, {short_w, ab}); }},
+         "expects 64 elements, got 63",
+         [&] {
+           (void)agent.step(0, 1.0, {short_w, ab});
+         }},
         {"Agent::step", "dtype mismatch", Kind::invalid_argument, "expects dtype float64",
-         [&] { (void)agent.step(0, 1.0, {aw, b_as_float}); }},
+         [&] {
+           (void)agent.step(0, 1.0, {aw, b_as_float});
+         }},
         {"Agent::step", "one layer of two", Kind::invalid_argument, "got 1 layers",
          [&] { (void)agent.step(0, 1.0, {aw}); }},
         {"Agent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
-         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)}); }},
+         [&] {
+           (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)});
+         }},
     };
     const pw::RosterEntry before = agent.window().roster(rank);
     for (const Row& row : step_rows) {
@@ -380,13 +425,22 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     const std::uint64_t epoch = agent.epoch();
     const std::vector<Row> step_rows = {
         {"GroupAgent::step", "span one element short", Kind::invalid_argument,
-         "expects 64 elements, got 63", [&] { (void)agent.step(0, 1.0, {short_w, ab}); }},
+         "expects 64 elements, got 63",
+         [&] {
+           (void)agent.step(0, 1.0, {short_w, ab});
+         }},
         {"GroupAgent::step", "dtype mismatch", Kind::invalid_argument, "expects dtype float64",
-         [&] { (void)agent.step(0, 1.0, {aw, b_as_float}); }},
+         [&] {
+           (void)agent.step(0, 1.0, {aw, b_as_float});
+         }},
         {"GroupAgent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
-         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)}); }},
+         [&] {
+           (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)});
+         }},
         {"GroupAgent::step", "layer named twice", Kind::invalid_argument, "given twice",
-         [&] { (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("w", aw)}); }},
+         [&] {
+           (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("w", aw)});
+         }},
         {"GroupAgent::publish", "one layer of two", Kind::invalid_argument, "got 1 layers",
          [&] { (void)agent.publish({aw}); }},
     };

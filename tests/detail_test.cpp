@@ -12,9 +12,9 @@
 
 #include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
+#include "paramwin/error.hpp"
 #include "window/segment.hpp"
 #include "window/window_impl.hpp"
-#include "paramwin/error.hpp"
 
 namespace pw = paramwin;
 namespace pd = paramwin::detail;
@@ -69,8 +69,8 @@ void check_convert(std::size_t n, std::size_t src_offset) {
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(i % 1000) - T(500);
   // 16-byte aligned destination, like a slot.
   std::vector<T> dst_store(n + 16);
-  auto* dst = reinterpret_cast<T*>(
-      (reinterpret_cast<std::uintptr_t>(dst_store.data()) + 15) / 16 * 16);
+  auto* dst =
+      reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(dst_store.data()) + 15) / 16 * 16);
   const T* s = src.data() + src_offset;
   ASSERT_TRUE(pd::convert(dst, dt, s, dt, n));
   ASSERT_EQ(std::memcmp(dst, s, n * sizeof(T)), 0) << n << " +" << src_offset;
@@ -138,8 +138,8 @@ void check_mix(std::size_t count, std::size_t k, double momentum, std::size_t of
   }
   std::vector<std::byte> acc(count * pd::acc_size(layer) + 8);
   for (std::size_t d = 0; d < k; ++d) {
-    (void)pd::accumulate(acc.data(), layer, sources[d].data, wire, count, sources[d].weight,
-                         d == 0, false);
+    (void)pd::accumulate(acc.data(), layer, sources[d].data, wire, count, sources[d].weight, d == 0,
+                         false);
   }
   pd::commit(want.data() + offset, layer, acc.data(), count, momentum);
   pd::mix(got.data() + offset, layer, sources, wire, count, momentum);
@@ -194,11 +194,13 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
   std::vector<std::uint16_t> got(f.size());
   pd::convert(got.data(), pw::DType::bfloat16, f.data(), pw::DType::float32, f.size());
   for (std::size_t i = 0; i < f.size(); ++i) {
-    ASSERT_EQ(got[i], pw::to_bfloat16(f[i]).bits) << "bfloat16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
+    ASSERT_EQ(got[i], pw::to_bfloat16(f[i]).bits)
+        << "bfloat16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
   }
   pd::convert(got.data(), pw::DType::float16, f.data(), pw::DType::float32, f.size());
   for (std::size_t i = 0; i < f.size(); ++i) {
-    ASSERT_EQ(got[i], pw::to_float16(f[i]).bits) << "float16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
+    ASSERT_EQ(got[i], pw::to_float16(f[i]).bits)
+        << "float16 of bits " << std::bit_cast<std::uint32_t>(f[i]);
   }
   std::vector<std::uint16_t> h(65536);
   for (std::size_t b = 0; b < h.size(); ++b) {
@@ -206,7 +208,8 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
   }
   std::vector<float> wide(h.size());
   for (const pw::DType wire : {pw::DType::bfloat16, pw::DType::float16}) {
-    (void)pd::accumulate(wide.data(), pw::DType::float32, h.data(), wire, h.size(), 1.0, true, false);
+    (void)pd::accumulate(wide.data(), pw::DType::float32, h.data(), wire, h.size(), 1.0, true,
+                         false);
     for (std::size_t b = 0; b < h.size(); ++b) {
       const float want = wire == pw::DType::bfloat16 ? pw::to_float(pw::bfloat16{h[b]})
                                                      : pw::to_float(pw::float16{h[b]});

@@ -34,7 +34,8 @@ struct Params {
   std::vector<double> s = std::vector<double>(1);
   void fill(int rank, std::uint64_t version) {
     for (std::size_t i = 0; i < kW; ++i)
-      w[i] = static_cast<float>(rank * 1000 + static_cast<int>(version % 500) + static_cast<int>(i));
+      w[i] =
+          static_cast<float>(rank * 1000 + static_cast<int>(version % 500) + static_cast<int>(i));
     s[0] = rank * 10.0 + static_cast<double>(version);
   }
   std::vector<pw::LayerRef> refs() { return {w, s}; }
@@ -78,7 +79,8 @@ TEST(StaleDonor, SelectionSkipsADonorThatStoppedPublishingAndSaysWhy) {
     // Fresh right after its publish: eligible.
     const std::uint64_t fp = agent.window().roster(0).fingerprint;
     std::vector<pw::RosterEntry> rosters = agent.window().roster_all();
-    EXPECT_TRUE(std::ranges::count(pw::eligible_donors(rosters, 0, fp, kBound, MPI_Wtime()), kStale))
+    EXPECT_TRUE(
+        std::ranges::count(pw::eligible_donors(rosters, 0, fp, kBound, MPI_Wtime()), kStale))
         << "rank 1 published " << MPI_Wtime() - rosters[kStale].publish_time << " s ago";
     // Train (publishing every step) until rank 1's latest publish is older than the bound.
     std::int64_t it = 0;
@@ -87,7 +89,8 @@ TEST(StaleDonor, SelectionSkipsADonorThatStoppedPublishingAndSaysWhy) {
       (void)agent.step(it++, 1.0, p.refs());
     }
     rosters = agent.window().roster_all();
-    EXPECT_FALSE(std::ranges::count(pw::eligible_donors(rosters, 0, fp, kBound, MPI_Wtime()), kStale));
+    EXPECT_FALSE(
+        std::ranges::count(pw::eligible_donors(rosters, 0, fp, kBound, MPI_Wtime()), kStale));
 
     die = true;
     int rebirths = 0;
@@ -137,7 +140,8 @@ TEST(StaleDonor, BoundIsValidatedAndParsed) {
   pw::AgentOptions o = on_demand(die);
   o.selection.max_staleness_seconds = -1.0;
   EXPECT_THROW(pw::validate(o, 4), pw::InvalidArgument);
-  EXPECT_EQ(pw::parse_agent_options("max_staleness_seconds=2.5").selection.max_staleness_seconds, 2.5);
+  EXPECT_EQ(pw::parse_agent_options("max_staleness_seconds=2.5").selection.max_staleness_seconds,
+            2.5);
 }
 
 // --- an agent that leaves -------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // Misuse: MPI_Finalize while windows are still alive. MPI gives no way to free a window after
 // finalisation, so paramwin frees every live window from inside MPI_Finalize (an
-// MPI_COMM_SELF attribute delete callback, src/mpi/finalize_registry.cpp). Nothing may crash or hang:
-// close() throws paramwin::Error saying "after MPI_Finalize", other calls throw Error too,
+// MPI_COMM_SELF attribute delete callback, src/mpi/finalize_registry.cpp). Nothing may crash or
+// hang: close() throws paramwin::Error saying "after MPI_Finalize", other calls throw Error too,
 // valid() is false, and the destructor of a window that was never closed returns quietly.
 // Run by CTest as finalize_misuse.np2 (and .np4); prints "finalize misuse survived" only
 // when every check held.
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
       } else if (with_thread) {
         fail("--progress-thread needs MPI_THREAD_MULTIPLE");
       }
-      for (pw::ParameterWindow<>* win : {&closed_late, &never_closed, &closed_early, &assigned,
-                                         &on_half}) {
+      for (pw::ParameterWindow<>* win :
+           {&closed_late, &never_closed, &closed_early, &assigned, &on_half}) {
         (void)win->publish({w});
       }
       if (threaded) {
@@ -141,13 +141,17 @@ int main(int argc, char** argv) {
       if (closed_early.valid() || moved_from.valid()) {
         fail("a closed or moved-from window is valid()");
       }
-      expect_error("close()", [&] { closed_late.close(); }, "after MPI_Finalize");
+      expect_error(
+          "close()", [&] { closed_late.close(); }, "after MPI_Finalize");
       if (closed_late.valid()) {
         fail("window still valid after the failed close()");
       }
-      expect_error("publish()", [&] { (void)assigned.publish({w}); }, "after MPI_Finalize");
-      expect_error("pull()", [&] { (void)on_half.pull({0}, {out}); }, "after MPI_Finalize");
-      expect_error("roster_all()", [&] { (void)never_closed.roster_all(); }, "after MPI_Finalize");
+      expect_error(
+          "publish()", [&] { (void)assigned.publish({w}); }, "after MPI_Finalize");
+      expect_error(
+          "pull()", [&] { (void)on_half.pull({0}, {out}); }, "after MPI_Finalize");
+      expect_error(
+          "roster_all()", [&] { (void)never_closed.roster_all(); }, "after MPI_Finalize");
       // never_closed, assigned, on_half, threaded are destroyed here, after MPI_Finalize:
       // they must not crash or throw.
     }

@@ -58,7 +58,8 @@ TEST(AgentGroups, BufferRanksAndCoordinatorAreSetAside) {
   const int n = pw::test::world_size();
   const int rank = pw::test::world_rank();
   // n - 2 training ranks in agents of 1 (n = 4: agents 0 and 1), one buffer, one coordinator.
-  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1, .buffer_ranks = 1, .coordinator = true});
+  pw::AgentGroups groups(MPI_COMM_WORLD,
+                         {.ranks_per_agent = 1, .buffer_ranks = 1, .coordinator = true});
   EXPECT_EQ(groups.agents(), n - 2);
   EXPECT_EQ(groups.coordinator_rank(), n - 1);
   EXPECT_EQ(groups.buffer_ranks(), std::vector<int>{n - 2});
@@ -81,7 +82,8 @@ TEST(AgentGroups, BufferRanksAndCoordinatorAreSetAside) {
             l.add("w", std::size_t{4});
             pw::GroupAgent a(groups, l);
           } catch (const pw::InvalidArgument& e) {
-            EXPECT_NE(std::string(e.what()).find("not an agent rank"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("not an agent rank"), std::string::npos)
+                << e.what();
             throw;
           }
         },
@@ -139,7 +141,8 @@ TEST(AgentGroups, BadConfigurationsAreRejectedOnEveryRank) {
   expect_bad({.ranks_per_agent = 1, .buffer_ranks = -1}, "buffer_ranks = -1");
   expect_bad({.assignment = std::vector<int>(static_cast<std::size_t>(n) + 1, 0)},
              "entries, the communicator has");
-  expect_bad({.assignment = std::vector<int>(static_cast<std::size_t>(n), -7)}, "expected an agent id");
+  expect_bad({.assignment = std::vector<int>(static_cast<std::size_t>(n), -7)},
+             "expected an agent id");
   if (n >= 2) {
     std::vector<int> gap(static_cast<std::size_t>(n), 0);
     gap[0] = 2;  // ids 0 and 2, no 1
@@ -183,17 +186,18 @@ TEST(ShardPlan, EveryElementInExactlyOneShardAndBalanced) {
 
 pw::Layout model() {
   pw::Layout l;
-  l.add("w", std::size_t{1001});                        // uneven cut
-  l.add("scale", std::vector<std::size_t>{});          // 0-dim: one shard holds it
+  l.add("w", std::size_t{1001});               // uneven cut
+  l.add("scale", std::vector<std::size_t>{});  // 0-dim: one shard holds it
   l.add("b", std::size_t{5}, pw::DType::float64);
   l.add("empty", std::size_t{0});
-  l.add("h", std::size_t{3}, pw::DType::bfloat16);     // smaller than some g
+  l.add("h", std::size_t{3}, pw::DType::bfloat16);  // smaller than some g
   return l;
 }
 
 /// Exact in every dtype: what agent @p agent publishes at epoch @p epoch.
 double formula(int agent, std::uint64_t epoch, std::size_t layer, std::size_t i) {
-  if (layer == 4) return static_cast<double>(agent * 8 + static_cast<int>(epoch % 4) * 2 + static_cast<int>(i));
+  if (layer == 4)
+    return static_cast<double>(agent * 8 + static_cast<int>(epoch % 4) * 2 + static_cast<int>(i));
   return static_cast<double>(agent * 100000 + static_cast<int>(epoch % 50) * 1000 +
                              static_cast<int>(layer) * 100 + static_cast<int>(i % 97));
 }
@@ -205,10 +209,12 @@ struct Model {
   std::vector<float> empty;
   std::vector<pw::bfloat16> h = std::vector<pw::bfloat16>(3);
   void fill(int agent, std::uint64_t epoch) {
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(formula(agent, epoch, 0, i));
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(formula(agent, epoch, 0, i));
     scale[0] = static_cast<float>(formula(agent, epoch, 1, 0));
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = formula(agent, epoch, 2, i) + 0.25;
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = pw::to_bfloat16(static_cast<float>(formula(agent, epoch, 4, i)));
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h[i] = pw::to_bfloat16(static_cast<float>(formula(agent, epoch, 4, i)));
   }
   std::vector<pw::LayerRef> refs() { return {w, scale, b, empty, h}; }
   std::vector<pw::ConstLayerRef> crefs() const { return {w, scale, b, empty, h}; }
@@ -220,10 +226,13 @@ struct Model {
       for (const auto& [a, e] : donors) s += formula(a, e, layer, i);
       return s / k;
     };
-    for (std::size_t i = 0; i < w.size(); ++i) if (w[i] != static_cast<float>(mean(0, i))) return false;
+    for (std::size_t i = 0; i < w.size(); ++i)
+      if (w[i] != static_cast<float>(mean(0, i))) return false;
     if (scale[0] != static_cast<float>(mean(1, 0))) return false;
-    for (std::size_t i = 0; i < b.size(); ++i) if (b[i] != mean(2, i) + 0.25) return false;
-    for (std::size_t i = 0; i < h.size(); ++i) if (pw::to_float(h[i]) != static_cast<float>(mean(4, i))) return false;
+    for (std::size_t i = 0; i < b.size(); ++i)
+      if (b[i] != mean(2, i) + 0.25) return false;
+    for (std::size_t i = 0; i < h.size(); ++i)
+      if (pw::to_float(h[i]) != static_cast<float>(mean(4, i))) return false;
     return true;
   }
   std::uint64_t checksum() const {
@@ -342,10 +351,13 @@ TEST_P(GroupAgentTest, DecisionsAreSharedAndEveryRebirthIsExact) {
   o.selection = {.kind = pw::SelectionKind::uniform, .k = k};
   o.on_rebirth = [&](const pw::StepEvent& ev, std::span<const pw::LayerRef> params) {
     Model got;
-    got.w.assign(static_cast<const float*>(params[0].data()), static_cast<const float*>(params[0].data()) + 1001);
+    got.w.assign(static_cast<const float*>(params[0].data()),
+                 static_cast<const float*>(params[0].data()) + 1001);
     got.scale[0] = *static_cast<const float*>(params[1].data());
-    got.b.assign(static_cast<const double*>(params[2].data()), static_cast<const double*>(params[2].data()) + 5);
-    got.h.assign(static_cast<const pw::bfloat16*>(params[4].data()), static_cast<const pw::bfloat16*>(params[4].data()) + 3);
+    got.b.assign(static_cast<const double*>(params[2].data()),
+                 static_cast<const double*>(params[2].data()) + 5);
+    got.h.assign(static_cast<const pw::bfloat16*>(params[4].data()),
+                 static_cast<const pw::bfloat16*>(params[4].data()) + 3);
     std::vector<std::pair<int, std::uint64_t>> donors;
     for (const pw::DonorRecord& d : ev.donors) donors.emplace_back(d.rank, d.version);
     const bool ok = static_cast<int>(donors.size()) == k && got.is_mean_of(donors);
@@ -374,9 +386,9 @@ TEST_P(GroupAgentTest, DecisionsAreSharedAndEveryRebirthIsExact) {
     const pw::StepEvent ev = agent.step(s, metric, m.refs());
     EXPECT_DOUBLE_EQ(ev.metric, 1.0 + (g - 1) / 2.0);
     // Same decision on every rank of the agent.
-    std::int64_t mine[6] = {ev.died, static_cast<std::int64_t>(ev.reason), ev.deferred,
-                            static_cast<std::int64_t>(ev.generation), ev.step,
-                            ev.donors.empty() ? -1 : ev.donors[0].rank};
+    std::int64_t mine[6] = {ev.died,     static_cast<std::int64_t>(ev.reason),
+                            ev.deferred, static_cast<std::int64_t>(ev.generation),
+                            ev.step,     ev.donors.empty() ? -1 : ev.donors[0].rank};
     std::int64_t lo[6];
     std::int64_t hi[6];
     MPI_Allreduce(mine, lo, 6, MPI_INT64_T, MPI_MIN, groups.agent_comm());
@@ -413,7 +425,8 @@ TEST_P(GroupAgentTest, DecisionsAreSharedAndEveryRebirthIsExact) {
     EXPECT_LE(p.median, p.max);
     EXPECT_GE(p.imbalance, 0.0);
   }
-  EXPECT_EQ(rep.phases[static_cast<std::size_t>(pw::Phase::assemble)].samples > 0, g > 1 && all_deaths > 0);
+  EXPECT_EQ(rep.phases[static_cast<std::size_t>(pw::Phase::assemble)].samples > 0,
+            g > 1 && all_deaths > 0);
   const std::string json = rep.to_json();
   for (const char* key : {"\"deaths\":{\"age\":", "\"phases\":{\"decide\":", "\"imbalance\":",
                           "\"bytes_pulled\":", "\"rebirth\":{"}) {
@@ -451,7 +464,9 @@ TEST_P(GroupAgentTest, ShardsFromDifferentPublishesAreNeverMixed) {
     std::vector<pw::ConstLayerRef> shard;
     for (std::size_t l = 0; l < full.size(); ++l) {
       const std::size_t es = pw::dtype_size(agent.plan().full()[l].dtype);
-      shard.emplace_back(std::string_view{}, static_cast<const std::byte*>(full[l].data()) + agent.plan().first(l, 0) * es,
+      shard.emplace_back(std::string_view{},
+                         static_cast<const std::byte*>(full[l].data()) +
+                             agent.plan().first(l, 0) * es,
                          agent.plan().count(l, 0), agent.plan().full()[l].dtype);
     }
     ASSERT_TRUE(agent.window().publish(shard, 777).published);

@@ -8,8 +8,9 @@ namespace pw = paramwin;
 
 TEST(Layout, AddsLayersInOrderWithCountsAndBytes) {
   pw::Layout l;
-  l.add("w", {3, 4}).add("b", std::size_t{4}, pw::DType::float64).add("s", std::vector<std::size_t>{},
-                                                                       pw::DType::bfloat16);
+  l.add("w", {3, 4})
+      .add("b", std::size_t{4}, pw::DType::float64)
+      .add("s", std::vector<std::size_t>{}, pw::DType::bfloat16);
   ASSERT_EQ(l.size(), 3U);
   EXPECT_EQ(l[0].count, 12U);
   EXPECT_EQ(l[1].count, 4U);

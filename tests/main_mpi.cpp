@@ -8,8 +8,8 @@
 // the executable).
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
+#include <Kokkos_Core.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -28,8 +28,8 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
   void OnTestPartResult(const testing::TestPartResult& result) override {
     if (result.failed()) {
       std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                   result.file_name() != nullptr ? result.file_name() : "?",
-                   result.line_number(), result.summary());
+                   result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
+                   result.summary());
     }
   }
   void OnTestEnd(const testing::TestInfo& info) override {
@@ -104,8 +104,8 @@ class Watchdog : public testing::EmptyTestEventListener {
         continue;
       }
       const std::uint64_t gen = generation_;
-      const auto deadline =
-          started_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_));
+      const auto deadline = started_ + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(limit_));
       if (cv_.wait_until(lock, deadline, [&] { return stopping_ || generation_ != gen; })) {
         continue;
       }

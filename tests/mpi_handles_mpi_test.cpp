@@ -164,7 +164,7 @@ TEST(Win, MoveConstructAssignAndSelfMove) {
   a.lock_all();
   const MPI_Win handle_a = a.get();
   pd::Win b(std::move(a));
-  EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move)
+  EXPECT_FALSE(a);           // NOLINT(bugprone-use-after-move)
   EXPECT_FALSE(a.locked());  // NOLINT(bugprone-use-after-move)
   EXPECT_EQ(b.get(), handle_a);
   EXPECT_TRUE(b.locked());
@@ -195,8 +195,7 @@ TEST(Win, ErrorsOnTheOwnedWindowBecomeMpiError) {
   w.lock_all();
   double got = 0.0;
   // Target rank out of range: MPI returns an error code instead of aborting.
-  EXPECT_THROW(pd::check_mpi(MPI_Get(&got, 1, MPI_DOUBLE, world_size(), 0, 1, MPI_DOUBLE,
-                                     w.get()),
+  EXPECT_THROW(pd::check_mpi(MPI_Get(&got, 1, MPI_DOUBLE, world_size(), 0, 1, MPI_DOUBLE, w.get()),
                              "MPI_Get(bad rank)"),
                paramwin::MpiError);
   // A second lock_all epoch on the same window is an error too.

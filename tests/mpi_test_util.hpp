@@ -19,12 +19,12 @@ inline int world_size() {
 }
 
 /// Skips the test (on every rank alike) when fewer than @p n ranks run it.
-#define PARAMWIN_REQUIRE_RANKS(n)                                                       \
-  do {                                                                                  \
-    if (::paramwin::test::world_size() < (n)) {                                         \
-      GTEST_SKIP() << "needs at least " << (n) << " ranks, have "                       \
-                   << ::paramwin::test::world_size();                                   \
-    }                                                                                   \
+#define PARAMWIN_REQUIRE_RANKS(n)                                 \
+  do {                                                            \
+    if (::paramwin::test::world_size() < (n)) {                   \
+      GTEST_SKIP() << "needs at least " << (n) << " ranks, have " \
+                   << ::paramwin::test::world_size();             \
+    }                                                             \
   } while (0)
 
 /// Deterministic test value of element @p i of layer @p layer on @p rank at @p version.

@@ -21,7 +21,8 @@ namespace {
 double compute_for(double seconds) {
   const auto start = std::chrono::steady_clock::now();
   volatile double sink = 0.0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+         seconds) {
     for (int i = 0; i < 1000; ++i) sink = sink + 1e-9 * i;
   }
   return sink;
@@ -39,7 +40,7 @@ TEST(PassiveDonor, ShmPullNeverWaitsForAComputingDonor) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == 1) {
-    (void)compute_for(2.0);  // no MPI call in here
+    (void)compute_for(2.0);                                             // no MPI call in here
     win.set_status({.iteration = 1, .state = pw::AgentState::active});  // "done computing"
   } else if (rank == 0) {
     std::vector<float> out(w.size());
@@ -63,7 +64,8 @@ TEST(PassiveDonor, RmaPullIsServedByTheProgressThreadWhileTheDonorComputes) {
   // Over RMA (MPICH ch4:ucx), a get is served only when the donor is inside MPI. The progress
   // thread keeps the donor inside MPI while its main thread computes without any MPI call.
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout,
-                            {.transport = pw::Transport::rma, .progress_thread = true,
+                            {.transport = pw::Transport::rma,
+                             .progress_thread = true,
                              .progress_interval_us = 100});
   const int rank = win.rank();
   std::vector<float> w(layout[0].count, static_cast<float>(rank + 1));
@@ -111,7 +113,8 @@ TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
       } catch (const pw::TimeoutError& e) {
         EXPECT_EQ(e.rank(), 1);
         EXPECT_NE(std::string(e.what()).find("donor 1 did not complete before the deadline"),
-                  std::string::npos) << e.what();
+                  std::string::npos)
+            << e.what();
       }
       EXPECT_EQ(out, std::vector<float>(w.size(), -1.0F));
     }
@@ -181,7 +184,8 @@ TEST(PassiveDonor, RmaDeadlineInALargePullLosesNothing) {
     for (int i = 0; i < 3; ++i) {
       (void)win.pull({1}, {out}, {.timeout_seconds = 30.0});
       for (std::size_t j = 0; j < out.size(); ++j) {
-        ASSERT_EQ(out[j], 1000.5F + static_cast<float>(j % 997)) << "pull " << i << ", element " << j;
+        ASSERT_EQ(out[j], 1000.5F + static_cast<float>(j % 997))
+            << "pull " << i << ", element " << j;
       }
     }
     while (win.pending_rma() > 0) win.progress();

@@ -49,7 +49,8 @@ std::vector<std::int64_t> max_ages(const pw::AgentOptions& o, int rank, int n) {
 
 pw::DeathReason step(pw::Policy& p, double metric = 0.0,
                      const std::vector<pw::RosterEntry>& rosters = {}) {
-  return p.decide(p.steps() + 1, metric, [&] { return rosters; }, kFp);
+  return p.decide(
+      p.steps() + 1, metric, [&] { return rosters; }, kFp);
 }
 
 // --- age ----------------------------------------------------------------------------------
@@ -168,15 +169,16 @@ TEST(WorstRanks, RanksByMetricTiesByRankNanWorst) {
   // All equal: the highest ranks are the worst.
   std::vector<pw::RosterEntry> tie{entry(0, 5), entry(1, 5), entry(2, 5), entry(3, 5)};
   EXPECT_EQ(pw::worst_ranks(tie, 1, 5, kFp, D::lower_is_better, 0.5), (std::vector<int>{3, 2}));
-  EXPECT_THROW((void)pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 1.5),
-               pw::InvalidArgument);
+  EXPECT_THROW((void)pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 1.5), pw::InvalidArgument);
 }
 
 TEST(WorstRanks, OnlyRanksActiveOrRebirthAgentsOfTheSameLayout) {
-  std::vector<pw::RosterEntry> r{entry(0, 1.0), entry(1, 9.0, 1, pw::AgentState::left),
+  std::vector<pw::RosterEntry> r{entry(0, 1.0),
+                                 entry(1, 9.0, 1, pw::AgentState::left),
                                  entry(2, 8.0, 0, pw::AgentState::fresh),
                                  entry(3, 7.0, 1, pw::AgentState::active, kFp + 1),
-                                 entry(4, 6.0, 1, pw::AgentState::rebirth), entry(5, 2.0)};
+                                 entry(4, 6.0, 1, pw::AgentState::rebirth),
+                                 entry(5, 2.0)};
   // Ranked: 0 (1.0), 4 (6.0, mid-rebirth counts with its last metric), 5 (2.0).
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, pw::MetricDirection::lower_is_better, 1.0),
             (std::vector<int>{4, 5, 0}));
@@ -188,8 +190,7 @@ TEST(WorstFractionTrigger, ReadsRostersOnlyOnItsCadence) {
   o.triggers.worst_fraction = {.enabled = true, .fraction = 0.5, .every = 3};
   o.selection.k = 1;
   pw::Policy p(o, 2, 4);
-  const std::vector<pw::RosterEntry> r{entry(0, 1.0), entry(1, 2.0), entry(2, 3.0),
-                                       entry(3, 0.5)};
+  const std::vector<pw::RosterEntry> r{entry(0, 1.0), entry(1, 2.0), entry(2, 3.0), entry(3, 0.5)};
   int reads = 0;
   const auto reader = [&] {
     ++reads;
@@ -237,9 +238,13 @@ std::vector<pw::RosterEntry> population(int n) {
 }
 
 TEST(EligibleDonors, SkipsSelfUnpublishedRebirthLeftAndOtherLayouts) {
-  std::vector<pw::RosterEntry> r{entry(0, 0), entry(1, 0, 0), entry(2, 0, 3, pw::AgentState::rebirth),
-                                 entry(3, 0, 2, pw::AgentState::left), entry(4, 0, 1, pw::AgentState::active, 7),
-                                 entry(5, 0), entry(6, 0, 4, pw::AgentState::fresh)};
+  std::vector<pw::RosterEntry> r{entry(0, 0),
+                                 entry(1, 0, 0),
+                                 entry(2, 0, 3, pw::AgentState::rebirth),
+                                 entry(3, 0, 2, pw::AgentState::left),
+                                 entry(4, 0, 1, pw::AgentState::active, 7),
+                                 entry(5, 0),
+                                 entry(6, 0, 4, pw::AgentState::fresh)};
   EXPECT_EQ(pw::eligible_donors(r, 0, kFp), (std::vector<int>{5, 6}));
   EXPECT_EQ(pw::eligible_donors(r, 5, kFp), (std::vector<int>{0, 6}));
 }
@@ -313,7 +318,8 @@ TEST(TournamentSelection, NeverPicksSelfAndFavoursBetterDonors) {
   // Size 2 of 7: better donors win more often than worse ones.
   pw::Policy two(selection(pw::SelectionKind::tournament, 1, 2), 0, 8);
   std::vector<int> wins(8, 0);
-  for (int i = 0; i < 4000; ++i) ++wins[static_cast<std::size_t>(two.select_donors(r, kFp).ranks[0])];
+  for (int i = 0; i < 4000; ++i)
+    ++wins[static_cast<std::size_t>(two.select_donors(r, kFp).ranks[0])];
   EXPECT_GT(wins[1], wins[4]);
   EXPECT_GT(wins[4], wins[7]);
   EXPECT_EQ(wins[7], 0);  // the worst can never win a tournament of two distinct entrants
@@ -369,8 +375,8 @@ TEST(FitnessWeights, BetterDonorsWeighMoreInBothDirections) {
     EXPECT_LT(high[0], high[1]);  // highest reward weighs most
     EXPECT_LT(high[1], high[2]);
     // Order of the input does not matter: weights follow the metrics.
-    const auto rev = pw::fitness_weights(std::vector<double>{0.9, 0.5, 0.1}, D::lower_is_better,
-                                         kind, 0.5);
+    const auto rev =
+        pw::fitness_weights(std::vector<double>{0.9, 0.5, 0.1}, D::lower_is_better, kind, 0.5);
     EXPECT_DOUBLE_EQ(rev[0], low[2]);
     EXPECT_DOUBLE_EQ(rev[2], low[0]);
     // Equal metrics: equal weights; NaN: the smallest, still positive.
@@ -553,7 +559,8 @@ void expect_parse_error(std::string_view text, const std::string& needle) {
 }
 
 TEST(ParseOptions, UnknownNamesAndMalformedValuesAreClearErrors) {
-  expect_parse_error("selection=uniformly", "unknown selection 'uniformly' (valid: uniform, fittest, tournament)");
+  expect_parse_error("selection=uniformly",
+                     "unknown selection 'uniformly' (valid: uniform, fittest, tournament)");
   expect_parse_error("mixing=average", "unknown mixing 'average'");
   expect_parse_error("triggers=age,oldness", "unknown trigger 'oldness'");
   expect_parse_error("triggers=custom", "needs a callable");
@@ -613,7 +620,8 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
         "\"metric\":null",
         "\"bytes\":8192", "\"published\":true", "\"publish_skipped\":false", "\"version\":59",
-        "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":0}",
+        "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":"
+        "0}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {
     EXPECT_NE(j.find(part), std::string::npos) << part << "\nin " << j;
   }

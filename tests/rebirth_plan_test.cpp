@@ -165,16 +165,15 @@ TEST(RebirthPlan, AThrowingRosterReaderPropagatesAndUndoesTheStep) {
   o.triggers.worst_fraction = {.enabled = true, .fraction = 0.5, .every = 1};
   pw::Policy policy(o, 0, 4);
   const std::vector<int> none;
-  EXPECT_THROW((void)pd::plan_rebirth(policy,
-                                      pd::PlanInput{.iteration = 1,
-                                                    .metric = 0.0,
-                                                    .fingerprint = kFp,
-                                                    .exclude = none,
-                                                    .rosters =
-                                                        []() -> std::vector<pw::RosterEntry> {
-                                                          throw pw::DonorError(2, "gone");
-                                                        },
-                                                    .now = [] { return 0.0; }}),
+  EXPECT_THROW((void)pd::plan_rebirth(policy, pd::PlanInput{.iteration = 1,
+                                                            .metric = 0.0,
+                                                            .fingerprint = kFp,
+                                                            .exclude = none,
+                                                            .rosters = []()
+                                                                -> std::vector<pw::RosterEntry> {
+                                                              throw pw::DonorError(2, "gone");
+                                                            },
+                                                            .now = [] { return 0.0; }}),
                pw::DonorError);
   EXPECT_EQ(policy.steps(), 0);
 }

@@ -212,8 +212,8 @@ TEST(Soak, EveryRankPublishesAndPullsEveryPullVerified) {
     for (std::size_t j = 0; j < donors.size(); ++j) {
       EXPECT_EQ(r.donors[j].rank, donors[j]);
       versions.push_back(r.donors[j].version);
-      std::uint64_t& seen = last_seen[w * static_cast<std::size_t>(n) +
-                                      static_cast<std::size_t>(donors[j])];
+      std::uint64_t& seen =
+          last_seen[w * static_cast<std::size_t>(n) + static_cast<std::size_t>(donors[j])];
       at(w, kBackwards) += r.donors[j].version < seen ? 1 : 0;
       seen = std::max(seen, r.donors[j].version);
     }

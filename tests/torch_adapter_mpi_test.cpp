@@ -37,9 +37,7 @@ struct NetImpl : torch::nn::Module {
     bn = register_module("bn", torch::nn::BatchNorm1d(hidden));
     fc2 = register_module("fc2", torch::nn::Linear(hidden, 1));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return scale * fc2(torch::tanh(bn(fc1(x))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return scale * fc2(torch::tanh(bn(fc1(x)))); }
   torch::Tensor scale, wide, half, brain;
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::BatchNorm1d bn{nullptr};
@@ -74,12 +72,14 @@ void fill_exact(torch::nn::Module& m, int rank, const pwt::ModuleOptions& o = {}
   for (std::size_t l = 0; l < mt.tensors.size(); ++l) {
     torch::Tensor t = mt.tensors[l];
     const auto base = static_cast<double>(rank * 4 + static_cast<int>(l) * 16);
-    t.copy_((torch::arange(t.numel(), torch::kDouble) + base).reshape(t.sizes()).to(t.scalar_type()));
+    t.copy_(
+        (torch::arange(t.numel(), torch::kDouble) + base).reshape(t.sizes()).to(t.scalar_type()));
   }
 }
 
 /// Byte-wise equality of every exchanged tensor of two modules.
-void expect_bit_equal(torch::nn::Module& a, torch::nn::Module& b, const pwt::ModuleOptions& o = {}) {
+void expect_bit_equal(torch::nn::Module& a, torch::nn::Module& b,
+                      const pwt::ModuleOptions& o = {}) {
   const pwt::ModuleTensors ta = pwt::collect(a, o);
   const pwt::ModuleTensors tb = pwt::collect(b, o);
   ASSERT_EQ(ta.tensors.size(), tb.tensors.size());
@@ -369,7 +369,8 @@ TEST(TorchAgent, RebirthRebuildsOwnedOptimizerWithBuilder) {
   PARAMWIN_REQUIRE_RANKS(2);
   Tiny model;
   fill_random(*model, 50 + static_cast<std::uint64_t>(world_rank()));
-  pwt::OptimizerBuilder build = [](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+  pwt::OptimizerBuilder build =
+      [](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::Adam>(m.parameters(), torch::optim::AdamOptions(0.01));
   };
   pwt::TorchAgent agent(MPI_COMM_WORLD, *model, build, rank0_dies_at(2));
@@ -494,8 +495,7 @@ TEST(TorchErrors, ReshapedParameterAfterWindowCreation) {
     torch::NoGradGuard no_grad;
     model->fc->weight.set_data(torch::zeros({5, 3}));
   }
-  const std::string msg =
-      message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
+  const std::string msg = message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
   EXPECT_NE(msg.find("'fc.weight'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[5, 3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
@@ -518,8 +518,7 @@ TEST(TorchErrors, NonContiguousParameter) {
     torch::NoGradGuard no_grad;
     model->fc->weight.set_data(torch::zeros({3, 2}).t());  // shape [2, 3], strides [1, 2]
   }
-  const std::string msg =
-      message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
+  const std::string msg = message_of<pw::InvalidArgument>([&] { (void)pwt::publish(win, *model); });
   EXPECT_NE(msg.find("'fc.weight' is not contiguous"), std::string::npos) << msg;
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -102,7 +102,8 @@ Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_at
     const char* mode_name = mode == pw::ReadMode::automatic    ? "automatic"
                             : mode == pw::ReadMode::optimistic ? "optimistic"
                                                                : "pinned";
-    std::printf("[ stress  ] %s %s optimistic_attempts=%u: %ld pulls verified, %ld torn, %ld retried, "
+    std::printf("[ stress  ] %s %s optimistic_attempts=%u: %ld pulls verified, %ld torn, %ld "
+                "retried, "
                 "%ld pinned; %ld publishes, %ld skipped for pins\n",
                 std::string(pw::transport_name(transport)).c_str(), mode_name, optimistic_attempts,
                 total.pulls, total.bad, total.retried, total.pinned, total.publishes,
@@ -115,7 +116,9 @@ class TornSnapshot : public ::testing::TestWithParam<pw::Transport> {
  protected:
   // Every RMA round trip waits until a publisher reaches MPI_Test in its loop (MPICH ch4:ucx
   // serves gets only inside MPI), which is slow on an oversubscribed machine: fewer pulls.
-  int pulls(int shm_pulls) const { return GetParam() == pw::Transport::rma ? shm_pulls / 5 : shm_pulls; }
+  int pulls(int shm_pulls) const {
+    return GetParam() == pw::Transport::rma ? shm_pulls / 5 : shm_pulls;
+  }
 };
 
 TEST_P(TornSnapshot, OptimisticReadsRetryAndNeverTear) {

@@ -16,12 +16,12 @@ namespace {
 
 pw::Layout test_layout() {
   pw::Layout layout;
-  layout.add("w1", {16, 33});                      // 528 float32
-  layout.add("b1", {5}, pw::DType::float64);       // float64
-  layout.add("scale", std::vector<std::size_t>{}); // 0-dim scalar
+  layout.add("w1", {16, 33});                       // 528 float32
+  layout.add("b1", {5}, pw::DType::float64);        // float64
+  layout.add("scale", std::vector<std::size_t>{});  // 0-dim scalar
   layout.add("w2", {7, 3}, pw::DType::bfloat16);
   layout.add("empty", std::size_t{0});
-  layout.add("w3", std::size_t{70000});            // several chunks
+  layout.add("w3", std::size_t{70000});  // several chunks
   return layout;
 }
 
@@ -137,7 +137,8 @@ TEST_P(WindowTest, NamedLayersBindInAnyOrder) {
   pw::Layout layout;
   layout.add("a", std::size_t{10}).add("b", std::size_t{20});
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
-  std::vector<float> a(10, static_cast<float>(win.rank())), b(20, static_cast<float>(win.rank() + 100));
+  std::vector<float> a(10, static_cast<float>(win.rank())),
+      b(20, static_cast<float>(win.rank() + 100));
   (void)win.publish({pw::ConstLayerRef("b", b), pw::ConstLayerRef("a", a)});
   MPI_Barrier(MPI_COMM_WORLD);
   const int donor = (win.rank() + 1) % win.size();
@@ -154,7 +155,10 @@ TEST_P(WindowTest, RosterIsReadableByEveryone) {
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
   const int rank = win.rank();
   EXPECT_EQ(win.roster(rank).status.state, pw::AgentState::fresh);
-  win.set_status({.iteration = 10 + rank, .age = rank, .metric = 0.5 * rank, .generation = 2,
+  win.set_status({.iteration = 10 + rank,
+                  .age = rank,
+                  .metric = 0.5 * rank,
+                  .generation = 2,
                   .state = pw::AgentState::active});
   std::vector<float> w(8, 1.0F);
   for (int p = 0; p < rank + 1; ++p) (void)win.publish({w});
@@ -289,8 +293,9 @@ TEST(WindowViews, KokkosViewsAndTheHostStagingPath) {
   layout.add("w", {8, 5}).add("b", {5}, pw::DType::float64);
   // stage_through_host forces the copy-through-host path a device memory space takes.
   for (bool staged : {false, true}) {
-    pw::ParameterWindow<Kokkos::HostSpace> win(
-        MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma, .stage_through_host = staged});
+    pw::ParameterWindow<Kokkos::HostSpace> win(MPI_COMM_WORLD, layout,
+                                               {.transport = pw::Transport::rma,
+                                                .stage_through_host = staged});
     const int rank = win.rank();
     Kokkos::View<float**, Kokkos::HostSpace> w("w", 8, 5);
     Kokkos::View<double*, Kokkos::HostSpace> b("b", 5);

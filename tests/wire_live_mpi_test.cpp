@@ -16,8 +16,9 @@ namespace {
 
 /// Deterministic values spread over many binades, signs mixed.
 float spread(int rank, std::size_t i) {
-  const double x = std::sin(0.37 * static_cast<double>(i) + rank) *
-                   std::pow(10.0, static_cast<double>((i + static_cast<std::size_t>(rank)) % 7) - 3.0);
+  const double x =
+      std::sin(0.37 * static_cast<double>(i) + rank) *
+      std::pow(10.0, static_cast<double>((i + static_cast<std::size_t>(rank)) % 7) - 3.0);
   return static_cast<float>(x);
 }
 
@@ -56,8 +57,8 @@ TEST_P(Wire, MeanIsWithinTheWireErrorBound) {
     const double exact = 0.5 * (a + b);
     // Each donor value is rounded once (relative error <= bound), the float accumulation adds
     // a few float ulps of the magnitudes involved.
-    const double allowed = c.bound * 0.5 * (std::fabs(a) + std::fabs(b)) +
-                           4 * 0x1p-24 * (std::fabs(a) + std::fabs(b));
+    const double allowed =
+        c.bound * 0.5 * (std::fabs(a) + std::fabs(b)) + 4 * 0x1p-24 * (std::fabs(a) + std::fabs(b));
     const double err = std::fabs(out[i] - exact);
     ASSERT_LE(err, allowed) << "element " << i << " exact " << exact << " got " << out[i];
     if (std::fabs(exact) > 1e-3) worst = std::max(worst, err / std::fabs(exact));

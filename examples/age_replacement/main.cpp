@@ -118,7 +118,8 @@ std::pair<T, T> parse_range(std::string_view flag, const std::string& text) {
   if (dots == std::string::npos) {
     throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
   }
-  return {parse_number<T>(flag, text.substr(0, dots)), parse_number<T>(flag, text.substr(dots + 2))};
+  return {parse_number<T>(flag, text.substr(0, dots)),
+          parse_number<T>(flag, text.substr(dots + 2))};
 }
 
 Options parse_options(int argc, char** argv) {
@@ -214,8 +215,8 @@ class ProgressGather {
     auto p = std::make_unique<Pending>();
     p->send = {loss, static_cast<double>(deaths)};
     if (rank_ == 0) p->recv.resize(2 * static_cast<std::size_t>(size_));
-    check_mpi(MPI_Igather(p->send.data(), 2, MPI_DOUBLE, p->recv.data(), 2, MPI_DOUBLE, 0,
-                          comm_, &p->request),
+    check_mpi(MPI_Igather(p->send.data(), 2, MPI_DOUBLE, p->recv.data(), 2, MPI_DOUBLE, 0, comm_,
+                          &p->request),
               "MPI_Igather(progress)");
     if (rank_ != 0 && !lockstep_) {
       pending_.push_back(std::move(p));
@@ -286,7 +287,8 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine) 
   wait_politely(r);
   std::vector<std::string> out;
   for (std::size_t i = 0; i < lens.size(); ++i) {
-    out.push_back(all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i])));
+    out.push_back(
+        all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i])));
   }
   return out;
 }
@@ -344,7 +346,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
 
   // The trainer's model: parameters in std::vectors; paramwin sees them as spans.
   Mlp mlp(o.hidden);
-  const std::uint64_t init_seed = o.seed * std::uint64_t{1000003} + static_cast<std::uint64_t>(rank);
+  const std::uint64_t init_seed =
+      o.seed * std::uint64_t{1000003} + static_cast<std::uint64_t>(rank);
   mlp.initialise(init_seed, 1.0F);
   const float lr = static_cast<float>(agent_lr(o, rank, size));
   constexpr float kClip = 1.0F;
@@ -492,8 +495,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     std::istringstream s(summaries.front());
     for (std::string line; std::getline(s, line);) std::printf("    %s\n", line.c_str());
   }
-  std::printf("  %s run: %d steps in %.2f s, %zu deaths\n", name.c_str(), o.steps,
-              result.seconds, result.deaths.size());
+  std::printf("  %s run: %d steps in %.2f s, %zu deaths\n", name.c_str(), o.steps, result.seconds,
+              result.deaths.size());
   std::fflush(stdout);
   return result;
 }
@@ -565,8 +568,10 @@ int main(int argc, char** argv) {
       if (size < 2) throw UsageError("needs at least 2 ranks (one agent per rank)");
       if (options.donors > size - 1) {
         throw UsageError("--donors " + std::to_string(options.donors) + " needs at least " +
-                         std::to_string(options.donors + 1) + " ranks (donors never include the "
-                         "dying agent), have " + std::to_string(size));
+                         std::to_string(options.donors + 1) +
+                         " ranks (donors never include the "
+                         "dying agent), have " +
+                         std::to_string(size));
       }
       rc = run(options, want_plot, repl, ctrl);
     } catch (const UsageError& e) {

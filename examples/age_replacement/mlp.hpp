@@ -52,12 +52,12 @@ class Mlp {
   static constexpr std::size_t kLayers = 6;
 
   /// Names of the layers, in order.
-  static constexpr const char* kNames[kLayers] = {"fc1.weight", "fc1.bias", "fc2.weight",
+  static constexpr const char* kNames[kLayers] = {"fc1.weight", "fc1.bias",   "fc2.weight",
                                                   "fc2.bias",   "out.weight", "out.bias"};
 
   explicit Mlp(std::size_t hidden) : hidden_(hidden) {
-    const std::size_t counts[kLayers] = {hidden * kInputs, hidden, hidden * hidden, hidden,
-                                         hidden, 1};
+    const std::size_t counts[kLayers] = {hidden * kInputs, hidden, hidden * hidden,
+                                         hidden,           hidden, 1};
     for (std::size_t l = 0; l < kLayers; ++l) {
       params_[l].assign(counts[l], 0.0F);
       grads_[l].assign(counts[l], 0.0F);
@@ -83,8 +83,7 @@ class Mlp {
   void initialise(std::uint64_t seed, float scale) {
     std::mt19937_64 rng(seed);
     auto fill = [&](std::vector<float>& w, std::size_t fan_in, std::size_t fan_out) {
-      const float limit =
-          scale * std::sqrt(6.0F / static_cast<float>(fan_in + fan_out));
+      const float limit = scale * std::sqrt(6.0F / static_cast<float>(fan_in + fan_out));
       std::uniform_real_distribution<float> u(-limit, limit);
       for (float& v : w) v = u(rng);
     };
@@ -168,9 +167,9 @@ class Mlp {
       for (float v : g) sq += static_cast<double>(v) * static_cast<double>(v);
     }
     const double norm = std::sqrt(sq);
-    const float factor =
-        norm > static_cast<double>(clip) ? static_cast<float>(static_cast<double>(clip) / norm)
-                                         : 1.0F;
+    const float factor = norm > static_cast<double>(clip)
+                             ? static_cast<float>(static_cast<double>(clip) / norm)
+                             : 1.0F;
     for (std::size_t l = 0; l < kLayers; ++l) {
       std::vector<float>& p = params_[l];
       const std::vector<float>& g = grads_[l];

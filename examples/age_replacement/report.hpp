@@ -25,22 +25,22 @@ struct DeathRecord {
   std::int64_t step = 0;
   std::uint64_t generation = 0;  ///< generation after the rebirth
   std::string reason;
-  std::string donors;            ///< donor ranks, ';'-separated
-  std::string donor_versions;    ///< publish version read from each donor, ';'-separated
-  double loss_before = 0.0;      ///< loss of the parameters that died
+  std::string donors;          ///< donor ranks, ';'-separated
+  std::string donor_versions;  ///< publish version read from each donor, ';'-separated
+  double loss_before = 0.0;    ///< loss of the parameters that died
   double loss_after = std::numeric_limits<double>::quiet_NaN();  ///< loss one step later
 };
 
 /// What one run of the population produced (gathered on rank 0).
 struct RunResult {
-  std::string name;                ///< "replacement" or "control"
+  std::string name;  ///< "replacement" or "control"
   int agents = 0;
   int steps = 0;
-  std::vector<float> losses;       ///< agent-major: losses[agent * steps + step]
-  std::vector<double> lrs;         ///< learning rate of each agent
-  std::vector<double> test_losses; ///< held-out loss of each agent after the last step
+  std::vector<float> losses;        ///< agent-major: losses[agent * steps + step]
+  std::vector<double> lrs;          ///< learning rate of each agent
+  std::vector<double> test_losses;  ///< held-out loss of each agent after the last step
   std::vector<DeathRecord> deaths;
-  double seconds = 0.0;            ///< wall time of the run (rank 0)
+  double seconds = 0.0;  ///< wall time of the run (rank 0)
 
   [[nodiscard]] double loss(int agent, int step) const {
     return static_cast<double>(
@@ -129,7 +129,10 @@ inline void print_comparison(const RunResult& repl, const RunResult& ctrl, int l
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   auto row = [](const char* label, double a, double b) {
-    const char* verdict = std::isnan(a) || std::isnan(b) ? "" : a < b ? "replacement" : a > b ? "control" : "tie";
+    const char* verdict = std::isnan(a) || std::isnan(b) ? ""
+                          : a < b                        ? "replacement"
+                          : a > b                        ? "control"
+                                                         : "tie";
     std::printf("  %-44s %13.5f %13.5f   %-12s %8.2fx\n", label, a, b, verdict,
                 a > 0.0 ? b / a : std::numeric_limits<double>::quiet_NaN());
   };
@@ -199,8 +202,8 @@ inline void write_deaths_csv(const std::filesystem::path& path,
   for (const RunResult* r : runs) {
     for (const DeathRecord& d : r->deaths) {
       f << r->name << ',' << d.agent << ',' << d.step << ',' << d.generation << ',' << d.reason
-        << ',' << d.donors << ',' << d.donor_versions << ',' << d.loss_before << ','
-        << d.loss_after << '\n';
+        << ',' << d.donors << ',' << d.donor_versions << ',' << d.loss_before << ',' << d.loss_after
+        << '\n';
     }
   }
 }
@@ -293,8 +296,7 @@ inline bool render_plot(const std::filesystem::path& dir, const RunResult& repl,
          "lc rgb '#d62728' title 'control: median'\n"
          "unset multiplot\n";
   }
-  const std::string command =
-      "cd '" + dir.string() + "' && gnuplot plot.gp > gnuplot.log 2>&1";
+  const std::string command = "cd '" + dir.string() + "' && gnuplot plot.gp > gnuplot.log 2>&1";
   const int rc = std::system(command.c_str());
   if (rc != 0) {
     std::fprintf(stderr,

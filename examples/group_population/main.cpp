@@ -95,11 +95,14 @@ int main(int argc, char** argv) {
           for (std::size_t f = 0; f < kFeatures; ++f) pred += x[s * kFeatures + f] * w[f];
           const float err = pred - y[s];
           loss += static_cast<double>(err) * err / static_cast<double>(kSamples);
-          for (std::size_t f = 0; f < kFeatures; ++f) grad[f] += 2.0F * err * x[s * kFeatures + f] / static_cast<float>(kSamples);
+          for (std::size_t f = 0; f < kFeatures; ++f)
+            grad[f] += 2.0F * err * x[s * kFeatures + f] / static_cast<float>(kSamples);
           grad[kFeatures] += 2.0F * err / static_cast<float>(kSamples);
         }
-        MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(kFeatures + 1), MPI_FLOAT, MPI_SUM, groups.agent_comm());
-        for (std::size_t f = 0; f < kFeatures; ++f) w[f] -= lr * grad[f] / static_cast<float>(args.ranks_per_agent);
+        MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(kFeatures + 1), MPI_FLOAT,
+                      MPI_SUM, groups.agent_comm());
+        for (std::size_t f = 0; f < kFeatures; ++f)
+          w[f] -= lr * grad[f] / static_cast<float>(args.ranks_per_agent);
         bias[0] -= lr * grad[kFeatures] / static_cast<float>(args.ranks_per_agent);
 
         const paramwin::StepEvent ev = agent.step(step, loss, {w, bias});  // agent-collective

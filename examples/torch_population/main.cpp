@@ -12,8 +12,8 @@
 // losses.png (gnuplot) and plot.gp.
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <torch/torch.h>
+#include <Kokkos_Core.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -83,15 +83,18 @@ template <class T>
 T parse_number(std::string_view flag, const std::string& text) {
   std::istringstream in(text);
   T value{};
-  if (!(in >> value) || !in.eof()) throw UsageError(std::string(flag) + ": not a number: '" + text + "'");
+  if (!(in >> value) || !in.eof())
+    throw UsageError(std::string(flag) + ": not a number: '" + text + "'");
   return value;
 }
 
 template <class T>
 std::pair<T, T> parse_range(std::string_view flag, const std::string& text) {
   const auto dots = text.find("..");
-  if (dots == std::string::npos) throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
-  return {parse_number<T>(flag, text.substr(0, dots)), parse_number<T>(flag, text.substr(dots + 2))};
+  if (dots == std::string::npos)
+    throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
+  return {parse_number<T>(flag, text.substr(0, dots)),
+          parse_number<T>(flag, text.substr(dots + 2))};
 }
 
 Options parse_options(int argc, char** argv) {
@@ -216,7 +219,7 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     ao.mixing.non_finite = pw::NonFinitePolicy::skip_donor;  // a diverged donor is left out
     // The adapter resets the Adam moments of the replaced parameters on every rebirth.
     agent.emplace(comm, *model, adam, std::move(ao));  // collective
-    (void)agent->publish();  // every agent is a donor from the start
+    (void)agent->publish();                            // every agent is a donor from the start
   }
   if (rank == 0) age_replacement::print_progress_header(name);
   barrier_politely(comm);
@@ -250,7 +253,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
       adam.step();
     }
     if ((step + 1) % o.report_every == 0 || step + 1 == o.steps) {
-      const std::vector<double> all = gather(comm, {loss, static_cast<double>(deaths_flat.size() / 5)});
+      const std::vector<double> all =
+          gather(comm, {loss, static_cast<double>(deaths_flat.size() / 5)});
       if (rank == 0) {
         std::vector<double> losses;
         long deaths = 0;
@@ -258,7 +262,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
           losses.push_back(all[2 * static_cast<std::size_t>(r)]);
           deaths += static_cast<long>(all[2 * static_cast<std::size_t>(r) + 1]);
         }
-        age_replacement::print_progress_row(step + 1, o.steps, age_replacement::spread(losses), deaths);
+        age_replacement::print_progress_row(step + 1, o.steps, age_replacement::spread(losses),
+                                            deaths);
       }
     }
   }
@@ -286,7 +291,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
   const std::vector<double> all_deaths = gather(comm, padded);
   result.seconds = MPI_Wtime() - t0;
   if (agent && rank == 0) {
-    std::printf("\n  rank 0: %llu optimizer state entries reset on rebirth; not exchanged: %zu tensors\n",
+    std::printf("\n  rank 0: %llu optimizer state entries reset on rebirth; not exchanged: %zu "
+                "tensors\n",
                 static_cast<unsigned long long>(agent->optimizer_states_reset()),
                 agent->skipped().size());
   }
@@ -316,9 +322,10 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
       result.deaths.push_back(d);
     }
   }
-  std::sort(result.deaths.begin(), result.deaths.end(), [](const DeathRecord& a, const DeathRecord& b) {
-    return a.step != b.step ? a.step < b.step : a.agent < b.agent;
-  });
+  std::sort(result.deaths.begin(), result.deaths.end(),
+            [](const DeathRecord& a, const DeathRecord& b) {
+              return a.step != b.step ? a.step < b.step : a.agent < b.agent;
+            });
   std::printf("  %s run: %d steps in %.2f s, %zu deaths\n", name.c_str(), o.steps, result.seconds,
               result.deaths.size());
   std::fflush(stdout);
@@ -346,10 +353,11 @@ int main(int argc, char** argv) {
     if (size < 2) throw UsageError("needs at least 2 ranks (one agent per rank)");
     if (rank == 0) {
       std::filesystem::create_directories(o.out);
-      std::printf("torch_population: %d agents (one per rank), %d steps, LibTorch MLP 2-%lld-%lld-1 "
-                  "(tanh), Adam, %lld training points\n",
-                  size, o.steps, static_cast<long long>(o.hidden), static_cast<long long>(o.hidden),
-                  static_cast<long long>(o.train_points));
+      std::
+          printf("torch_population: %d agents (one per rank), %d steps, LibTorch MLP 2-%lld-%lld-1 "
+                 "(tanh), Adam, %lld training points\n",
+                 size, o.steps, static_cast<long long>(o.hidden), static_cast<long long>(o.hidden),
+                 static_cast<long long>(o.train_points));
       std::printf("  deaths at an age drawn from [%lld, %lld]; donors: fittest, k=%d, mean\n",
                   static_cast<long long>(o.age_lo), static_cast<long long>(o.age_hi),
                   std::min(o.donors, size - 1));

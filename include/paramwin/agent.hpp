@@ -74,8 +74,7 @@ class Agent final : public AgentInterface {
   /// unchanged, nothing published); a throwing reset callback keeps the death pending; a
   /// throwing on_rebirth keeps the rebirth (generation advanced, @p params hold the mix)
   /// and the next step publishes it. The event of a throwing step is not recorded.
-  StepEvent step(std::int64_t iteration, double metric,
-                 std::span<const LayerRef> params) override {
+  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.step(access, iteration, metric, params);
   }
@@ -124,9 +123,15 @@ class Agent final : public AgentInterface {
 
   [[nodiscard]] int rank() const { return window_.rank(); }  ///< rank in the window
   [[nodiscard]] int size() const { return window_.size(); }  ///< agents in the window
-  [[nodiscard]] std::int64_t steps() const noexcept override { return policy().steps(); }  ///< steps
-  [[nodiscard]] std::int64_t age() const noexcept override { return policy().age(); }  ///< since birth
-  [[nodiscard]] std::int64_t max_age() const noexcept override { return policy().max_age(); }  ///< drawn
+  [[nodiscard]] std::int64_t steps() const noexcept override {
+    return policy().steps();
+  }  ///< steps
+  [[nodiscard]] std::int64_t age() const noexcept override {
+    return policy().age();
+  }  ///< since birth
+  [[nodiscard]] std::int64_t max_age() const noexcept override {
+    return policy().max_age();
+  }                                                                   ///< drawn
   [[nodiscard]] std::uint64_t generation() const noexcept override {  ///< rebirths
     return policy().generation();
   }

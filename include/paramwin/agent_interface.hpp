@@ -37,10 +37,10 @@ class AgentInterface {
   [[nodiscard]] virtual const AgentStats& stats() const = 0;
   /// Options in force.
   [[nodiscard]] virtual const AgentOptions& options() const = 0;
-  [[nodiscard]] virtual std::int64_t steps() const = 0;         ///< steps so far
-  [[nodiscard]] virtual std::int64_t age() const = 0;           ///< steps since (re)birth
-  [[nodiscard]] virtual std::int64_t max_age() const = 0;       ///< drawn maximum age
-  [[nodiscard]] virtual std::uint64_t generation() const = 0;   ///< rebirths
+  [[nodiscard]] virtual std::int64_t steps() const = 0;        ///< steps so far
+  [[nodiscard]] virtual std::int64_t age() const = 0;          ///< steps since (re)birth
+  [[nodiscard]] virtual std::int64_t max_age() const = 0;      ///< drawn maximum age
+  [[nodiscard]] virtual std::uint64_t generation() const = 0;  ///< rebirths
 
  protected:
   AgentInterface() = default;

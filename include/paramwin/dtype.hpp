@@ -3,8 +3,8 @@
 /// Element types of parameter layers, and the 16-bit float types used on the wire.
 
 #include <bit>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace paramwin {
@@ -43,7 +43,8 @@ struct float16 {
 
 namespace detail {
 /// Branch-free select (keeps conversion loops vectorisable).
-[[nodiscard]] constexpr std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) noexcept {
+[[nodiscard]] constexpr std::uint32_t select_bits(bool c, std::uint32_t a,
+                                                  std::uint32_t b) noexcept {
   const std::uint32_t m = 0U - static_cast<std::uint32_t>(c);
   return (a & m) | (b & ~m);
 }
@@ -68,7 +69,7 @@ namespace detail {
   const std::uint32_t h = v.bits;
   std::uint32_t o = (h & 0x7fffU) << 13U;  // exponent and mantissa in float position
   const std::uint32_t exp = o & 0x0f800000U;
-  o += 0x38000000U;                        // rebias 15 -> 127
+  o += 0x38000000U;                                                 // rebias 15 -> 127
   o = detail::select_bits(exp == 0x0f800000U, o + 0x38000000U, o);  // infinity / NaN
   // Subnormal: let the FPU normalise man * 2^-24.
   const float sub = std::bit_cast<float>(o + 0x00800000U) - std::bit_cast<float>(0x38800000U);
@@ -84,7 +85,8 @@ namespace detail {
   const std::uint32_t nan = 0x7e00U | ((abs >> 13U) & 0x3ffU);
   // Below 2^-14 the result is subnormal: adding 0.5 lets the FPU's round-to-nearest-even
   // place the bits of man * 2^-24.
-  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(abs) + 0.5F) - 0x3f000000U;
+  const std::uint32_t sub =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(abs) + 0.5F) - 0x3f000000U;
   // Normal: rebias the exponent (-112 << 23) and round at bit 13, ties to even.
   const std::uint32_t normal = (abs + 0xc8000fffU + ((abs >> 13U) & 1U)) >> 13U;
   std::uint32_t r = detail::select_bits(abs < 0x38800000U, sub, normal);
@@ -115,6 +117,8 @@ struct dtype_of<float16> {
 
 /// True for the element types a layer can hold.
 template <class T>
-concept Element = requires { dtype_of<T>::value; };
+concept Element = requires {
+  dtype_of<T>::value;
+};
 
 }  // namespace paramwin

@@ -66,8 +66,7 @@ class GroupAgent final : public AgentInterface {
   /// timers (each rank's own) and the note (the leader's); `rank` is the agent id, donor
   /// `rank`s are agent ids and donor `version`s are the group publish stamps read.
   /// @note Collective over the agent's ranks.
-  StepEvent step(std::int64_t iteration, double metric,
-                 std::span<const LayerRef> params) override;
+  StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) override;
   /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
   StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
     return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
@@ -103,13 +102,13 @@ class GroupAgent final : public AgentInterface {
   /// The full layout (every rank holds the full replica).
   [[nodiscard]] const Layout& layout() const override;
 
-  [[nodiscard]] int agent() const;           ///< this agent's id
-  [[nodiscard]] int agents() const;          ///< agents in the population
-  [[nodiscard]] int rank_in_agent() const;   ///< 0 .. g-1 (0 decides)
-  [[nodiscard]] int ranks_per_agent() const; ///< g
+  [[nodiscard]] int agent() const;                                    ///< this agent's id
+  [[nodiscard]] int agents() const;                                   ///< agents in the population
+  [[nodiscard]] int rank_in_agent() const;                            ///< 0 .. g-1 (0 decides)
+  [[nodiscard]] int ranks_per_agent() const;                          ///< g
   [[nodiscard]] bool leader() const { return rank_in_agent() == 0; }  ///< decides for the agent
-  [[nodiscard]] std::int64_t steps() const override;        ///< steps so far
-  [[nodiscard]] std::int64_t age() const override;          ///< steps since birth
+  [[nodiscard]] std::int64_t steps() const override;                  ///< steps so far
+  [[nodiscard]] std::int64_t age() const override;                    ///< steps since birth
   [[nodiscard]] std::int64_t max_age() const override;      ///< drawn maximum age in force
   [[nodiscard]] std::uint64_t generation() const override;  ///< rebirths
   /// Publish epoch of the agent's latest group publish (the stamp of its shards).

@@ -35,9 +35,9 @@ enum class Role : std::uint8_t {
 /// (0 .. A-1, every id used at least once) or kBufferRank / kCoordinatorRank (at most one
 /// coordinator). Agents may then differ in size; sharded agents (GroupAgent) need equal sizes.
 struct GroupOptions {
-  int ranks_per_agent = 1;       ///< g, for the uniform split
-  int buffer_ranks = 0;          ///< ranks set aside as buffer ranks (uniform split)
-  bool coordinator = false;      ///< set the last rank aside as coordinator (uniform split)
+  int ranks_per_agent = 1;        ///< g, for the uniform split
+  int buffer_ranks = 0;           ///< ranks set aside as buffer ranks (uniform split)
+  bool coordinator = false;       ///< set the last rank aside as coordinator (uniform split)
   std::vector<int> assignment{};  ///< explicit split: agent id or a role per rank
 
   static constexpr int kBufferRank = -1;       ///< assignment value of a buffer rank
@@ -64,7 +64,7 @@ class AgentGroups {
   /// @note Collective over the input communicator.
   ~AgentGroups();
 
-  [[nodiscard]] Role role() const noexcept { return role_; }            ///< this rank's role
+  [[nodiscard]] Role role() const noexcept { return role_; }  ///< this rank's role
   [[nodiscard]] bool is_agent_rank() const noexcept { return role_ == Role::agent; }  ///< agent
   [[nodiscard]] int world_rank() const noexcept { return world_rank_; }  ///< in the input comm
   [[nodiscard]] int world_size() const noexcept { return world_size_; }  ///< of the input comm
@@ -106,7 +106,7 @@ class AgentGroups {
   int agent_ = -1;
   int rank_in_agent_ = -1;
   bool uniform_ = true;
-  std::vector<int> assignment_;   // agent id or role code per input rank
+  std::vector<int> assignment_;  // agent id or role code per input rank
   std::vector<int> agent_sizes_;
   std::vector<int> buffer_ranks_;
   int coordinator_rank_ = -1;

@@ -27,14 +27,14 @@ class ConstLayerRef {
  public:
   /// From any contiguous range of float, double, bfloat16 or float16.
   template <std::ranges::contiguous_range R>
-    requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>>
-  ConstLayerRef(R&& range)  // NOLINT(google-explicit-constructor): spans convert implicitly
+  requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>> ConstLayerRef(
+      R&& range)  // NOLINT(google-explicit-constructor): spans convert implicitly
       : ConstLayerRef({}, std::forward<R>(range)) {}
 
   /// Named: binds to the layer called @p name.
   template <std::ranges::contiguous_range R>
-    requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>>
-  ConstLayerRef(std::string_view name, R&& range)
+  requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>> ConstLayerRef(
+      std::string_view name, R&& range)
       : name_(name),
         data_(std::ranges::data(range)),
         count_(std::ranges::size(range)),
@@ -42,8 +42,8 @@ class ConstLayerRef {
 
   /// From a contiguous Kokkos view of any rank in any memory space.
   template <class T, class... P>
-    requires Element<typename Kokkos::View<T, P...>::non_const_value_type>
-  ConstLayerRef(std::string_view name, const Kokkos::View<T, P...>& view)
+  requires Element<typename Kokkos::View<T, P...>::non_const_value_type> ConstLayerRef(
+      std::string_view name, const Kokkos::View<T, P...>& view)
       : name_(name),
         data_(view.data()),
         count_(view.span()),
@@ -53,8 +53,8 @@ class ConstLayerRef {
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
-    requires Element<typename Kokkos::View<T, P...>::non_const_value_type>
-  ConstLayerRef(const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
+  requires Element<typename Kokkos::View<T, P...>::non_const_value_type> ConstLayerRef(
+      const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
       : ConstLayerRef(std::string_view{}, view) {}
 
   /// From a raw pointer, element count and dtype (for adapters).
@@ -62,12 +62,12 @@ class ConstLayerRef {
                 bool host_accessible = true) noexcept
       : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(host_accessible) {}
 
-  [[nodiscard]] std::string_view name() const noexcept { return name_; }   ///< "" if unnamed
-  [[nodiscard]] const void* data() const noexcept { return data_; }        ///< first element
-  [[nodiscard]] std::size_t count() const noexcept { return count_; }      ///< elements
-  [[nodiscard]] DType dtype() const noexcept { return dtype_; }            ///< element type
+  [[nodiscard]] std::string_view name() const noexcept { return name_; }  ///< "" if unnamed
+  [[nodiscard]] const void* data() const noexcept { return data_; }       ///< first element
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }     ///< elements
+  [[nodiscard]] DType dtype() const noexcept { return dtype_; }           ///< element type
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
-  [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }   ///< views only
+  [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
 
  private:
   std::string_view name_;
@@ -83,16 +83,16 @@ class LayerRef {
  public:
   /// From any contiguous range of non-const float, double, bfloat16 or float16.
   template <std::ranges::contiguous_range R>
-    requires Element<std::ranges::range_value_t<R>> &&
-             (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>)
-  LayerRef(R&& range)  // NOLINT(google-explicit-constructor)
+  requires Element<std::ranges::range_value_t<R>> &&
+      (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>)
+          LayerRef(R&& range)  // NOLINT(google-explicit-constructor)
       : LayerRef({}, std::forward<R>(range)) {}
 
   /// Named: binds to the layer called @p name.
   template <std::ranges::contiguous_range R>
-    requires Element<std::ranges::range_value_t<R>> &&
-             (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>)
-  LayerRef(std::string_view name, R&& range)
+  requires Element<std::ranges::range_value_t<R>> &&
+      (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>)
+          LayerRef(std::string_view name, R&& range)
       : name_(name),
         data_(std::ranges::data(range)),
         count_(std::ranges::size(range)),
@@ -100,9 +100,9 @@ class LayerRef {
 
   /// From a contiguous, non-const Kokkos view of any rank in any memory space.
   template <class T, class... P>
-    requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
-             (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
-  LayerRef(std::string_view name, const Kokkos::View<T, P...>& view)
+  requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
+      (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
+          LayerRef(std::string_view name, const Kokkos::View<T, P...>& view)
       : name_(name),
         data_(view.data()),
         count_(view.span()),
@@ -112,9 +112,9 @@ class LayerRef {
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
-    requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
-             (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
-  LayerRef(const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
+  requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
+      (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
+          LayerRef(const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
       : LayerRef(std::string_view{}, view) {}
 
   /// From a raw pointer, element count and dtype (for adapters).
@@ -122,12 +122,12 @@ class LayerRef {
            bool host_accessible = true) noexcept
       : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(host_accessible) {}
 
-  [[nodiscard]] std::string_view name() const noexcept { return name_; }   ///< "" if unnamed
-  [[nodiscard]] void* data() const noexcept { return data_; }              ///< first element
-  [[nodiscard]] std::size_t count() const noexcept { return count_; }      ///< elements
-  [[nodiscard]] DType dtype() const noexcept { return dtype_; }            ///< element type
+  [[nodiscard]] std::string_view name() const noexcept { return name_; }  ///< "" if unnamed
+  [[nodiscard]] void* data() const noexcept { return data_; }             ///< first element
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }     ///< elements
+  [[nodiscard]] DType dtype() const noexcept { return dtype_; }           ///< element type
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
-  [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }   ///< views only
+  [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
   /// The same memory, read-only.
   [[nodiscard]] ConstLayerRef as_const() const noexcept {
     return ConstLayerRef(name_, data_, count_, dtype_, host_accessible_);

@@ -53,8 +53,8 @@ struct WindowOptions {
   Transport transport = Transport::automatic;  ///< donor transport
   WireFormat wire = WireFormat::native;        ///< published element format
   LayoutCheck layout_check = LayoutCheck::strict;
-  bool verify = true;               ///< self-check remote reads at creation (recommended)
-  bool stage_through_host = false;  ///< force the host staging path (tests the device path)
+  bool verify = true;                      ///< self-check remote reads at creation (recommended)
+  bool stage_through_host = false;         ///< force the host staging path (tests the device path)
   Exposure exposure = Exposure::snapshot;  ///< snapshot (copying publish) or live (zero-copy)
   /// Start a thread that polls MPI so that RMA readers are served while this rank computes
   /// (needs MPI_THREAD_MULTIPLE). See docs/rma-semantics.md.
@@ -70,16 +70,16 @@ enum class Reduction : std::uint8_t {
 
 /// What a pull does with a donor whose snapshot holds NaN or infinity.
 enum class NonFinitePolicy : std::uint8_t {
-  fail = 0,       ///< throw DonorError, output untouched
-  skip_donor = 1, ///< leave that donor out (fails if none is left)
-  allow = 2,      ///< no check: non-finite values propagate
+  fail = 0,        ///< throw DonorError, output untouched
+  skip_donor = 1,  ///< leave that donor out (fails if none is left)
+  allow = 2,       ///< no check: non-finite values propagate
 };
 
 /// Options of one pull.
 struct PullOptions {
   Reduction reduction = Reduction::mean;
-  std::vector<double> weights{};   ///< one per donor, for Reduction::weighted
-  double momentum = 0.0;           ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
+  std::vector<double> weights{};  ///< one per donor, for Reduction::weighted
+  double momentum = 0.0;          ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   ReadMode read_mode = ReadMode::automatic;
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
@@ -96,30 +96,30 @@ struct PullOptions {
 
 /// What one pull read from one donor.
 struct DonorRead {
-  int rank = -1;                   ///< donor rank in the window's communicator
-  std::uint64_t version = 0;       ///< the donor's publish version that was read
-  std::uint64_t stamp = 0;         ///< the stamp the donor published with that version
+  int rank = -1;                         ///< donor rank in the window's communicator
+  std::uint64_t version = 0;             ///< the donor's publish version that was read
+  std::uint64_t stamp = 0;               ///< the stamp the donor published with that version
   Transport transport = Transport::shm;  ///< how it was read (shm or rma)
-  std::size_t bytes = 0;           ///< bytes moved from the donor
-  unsigned attempts = 0;           ///< reads started (1 unless a publish overlapped)
-  bool pinned = false;             ///< the final read pinned the donor's slot
-  bool skipped = false;            ///< left out (non-finite values, NonFinitePolicy::skip_donor)
-  double weight = 0.0;             ///< normalised weight applied (0 if skipped)
-  double metric = 0.0;             ///< donor's roster metric when it was read
+  std::size_t bytes = 0;                 ///< bytes moved from the donor
+  unsigned attempts = 0;                 ///< reads started (1 unless a publish overlapped)
+  bool pinned = false;                   ///< the final read pinned the donor's slot
+  bool skipped = false;  ///< left out (non-finite values, NonFinitePolicy::skip_donor)
+  double weight = 0.0;   ///< normalised weight applied (0 if skipped)
+  double metric = 0.0;   ///< donor's roster metric when it was read
 };
 
 /// What a pull did.
 struct PullResult {
-  std::vector<DonorRead> donors{}; ///< in the order the donors were given
-  std::size_t bytes = 0;           ///< bytes moved from all donors
-  double seconds = 0.0;            ///< wall time of the pull
+  std::vector<DonorRead> donors{};  ///< in the order the donors were given
+  std::size_t bytes = 0;            ///< bytes moved from all donors
+  double seconds = 0.0;             ///< wall time of the pull
 };
 
 /// What a publish did.
 struct PublishResult {
-  bool published = false;          ///< false when skipped because a reader pinned the slot
-  std::uint64_t version = 0;       ///< the owner's version after this call
-  double seconds = 0.0;            ///< wall time of the publish
+  bool published = false;     ///< false when skipped because a reader pinned the slot
+  std::uint64_t version = 0;  ///< the owner's version after this call
+  double seconds = 0.0;       ///< wall time of the publish
 };
 
 }  // namespace paramwin

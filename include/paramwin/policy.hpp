@@ -99,9 +99,9 @@ enum class Shortfall : std::uint8_t {
 /// Age trigger: the maximum age is drawn uniformly from [lo, hi] (steps since birth), redrawn
 /// after each death, from a per-agent stream seeded by (seed, rank).
 struct AgeTrigger {
-  bool enabled = true;     ///< on by default (the seed systems' default mode)
-  std::int64_t lo = 50;    ///< smallest maximum age, >= 1
-  std::int64_t hi = 150;   ///< largest maximum age, >= lo
+  bool enabled = true;    ///< on by default (the seed systems' default mode)
+  std::int64_t lo = 50;   ///< smallest maximum age, >= 1
+  std::int64_t hi = 150;  ///< largest maximum age, >= lo
 };
 
 /// Threshold trigger: dies when the metric is worse than @c value (strictly; NaN is worse).
@@ -141,7 +141,7 @@ struct TriggerOptions {
   ThresholdTrigger threshold{};           ///< metric threshold trigger
   WorstFractionTrigger worst_fraction{};  ///< population-rank trigger (reads rosters)
   CustomTrigger custom{};                 ///< enabled when set
-  std::int64_t warmup = 0;    ///< no deaths during the first @c warmup steps, >= 0
+  std::int64_t warmup = 0;                ///< no deaths during the first @c warmup steps, >= 0
   std::int64_t cooldown = 0;  ///< no death within @c cooldown steps after a rebirth, >= 0
 };
 
@@ -164,7 +164,7 @@ struct SelectionOptions {
 struct MixingOptions {
   MixingKind kind = MixingKind::mean;                   ///< mixing rule
   FitnessWeighting weighting = FitnessWeighting::rank;  ///< for weighted without weights
-  double temperature = 1.0;  ///< softmax temperature, > 0
+  double temperature = 1.0;                             ///< softmax temperature, > 0
   /// Explicit weights for MixingKind::weighted, applied to the donors sorted best first:
   /// exactly k finite values > 0 (normalised by the pull); empty: fitness weights.
   std::vector<double> weights{};
@@ -175,13 +175,14 @@ struct MixingOptions {
 /// Publishing cadence. The agent publishes on its first step, right after every rebirth,
 /// after a skipped publish, and whenever either condition below is met.
 struct PublishOptions {
-  std::int64_t every = 1;     ///< publish every N steps (0: no step-based publishing)
-  double interval_ms = 0.0;   ///< publish when this many ms passed since the last (0: off)
+  std::int64_t every = 1;    ///< publish every N steps (0: no step-based publishing)
+  double interval_ms = 0.0;  ///< publish when this many ms passed since the last (0: off)
 };
 
 /// Called after a rebirth wrote the new parameters and before they are republished: reset
 /// optimizer state, learning-rate schedules, re-draw hyperparameters. May modify @p params.
-using RebirthCallback = std::function<void(const StepEvent& event, std::span<const LayerRef> params)>;
+using RebirthCallback =
+    std::function<void(const StepEvent& event, std::span<const LayerRef> params)>;
 
 /// Re-initialises @p params for MixingKind::reset; @p seed comes from the agent's stream.
 using ResetCallback = std::function<void(std::span<const LayerRef> params, std::uint64_t seed)>;
@@ -190,12 +191,12 @@ using ResetCallback = std::function<void(std::span<const LayerRef> params, std::
 struct AgentOptions {
   std::uint64_t seed = 0;  ///< with the rank, seeds every per-agent random stream
   MetricDirection direction = MetricDirection::lower_is_better;  ///< metric direction
-  TriggerOptions triggers{};    ///< who dies
-  SelectionOptions selection{}; ///< who donates
-  MixingOptions mixing{};       ///< how donors are mixed
-  PublishOptions publish{};     ///< when parameters are published
-  RebirthCallback on_rebirth{}; ///< optional rebirth notification
-  ResetCallback reset{};        ///< required by MixingKind::reset
+  TriggerOptions triggers{};                                     ///< who dies
+  SelectionOptions selection{};                                  ///< who donates
+  MixingOptions mixing{};                                        ///< how donors are mixed
+  PublishOptions publish{};                                      ///< when parameters are published
+  RebirthCallback on_rebirth{};                                  ///< optional rebirth notification
+  ResetCallback reset{};                                         ///< required by MixingKind::reset
   /// Path of the JSON-lines event log ("{rank}" is replaced by the rank); empty: no log.
   std::string event_log{};
 };
@@ -245,7 +246,7 @@ void validate(const AgentOptions& options, int population);
 struct DonorChoice {
   std::vector<int> ranks{};       ///< chosen donors
   std::vector<double> metrics{};  ///< their roster metrics, same order
-  std::size_t candidates = 0;   ///< eligible agents there were
+  std::size_t candidates = 0;     ///< eligible agents there were
   std::string shortfall{};        ///< why fewer than k were chosen ("" when k were)
 };
 
@@ -278,7 +279,8 @@ class Policy {
 
   /// Mixing weights for donors with @p metrics_best_first (explicit weights, truncated and
   /// renormalised when clamped, or fitness weights). Positive, summing to 1.
-  [[nodiscard]] std::vector<double> mixing_weights(std::span<const double> metrics_best_first) const;
+  [[nodiscard]] std::vector<double> mixing_weights(
+      std::span<const double> metrics_best_first) const;
 
   /// Marks the rebirth done: age 0, generation + 1, new maximum age, cooldown starts.
   void reborn();
@@ -286,10 +288,10 @@ class Policy {
   [[nodiscard]] std::uint64_t next_reset_seed();
 
   [[nodiscard]] const AgentOptions& options() const noexcept { return options_; }  ///< options
-  [[nodiscard]] int rank() const noexcept { return rank_; }              ///< agent's rank
-  [[nodiscard]] int population() const noexcept { return population_; } ///< agents in window
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }  ///< decide() calls
-  [[nodiscard]] std::int64_t age() const noexcept { return age_; }      ///< steps since birth
+  [[nodiscard]] int rank() const noexcept { return rank_; }                        ///< agent's rank
+  [[nodiscard]] int population() const noexcept { return population_; }     ///< agents in window
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }      ///< decide() calls
+  [[nodiscard]] std::int64_t age() const noexcept { return age_; }          ///< steps since birth
   [[nodiscard]] std::int64_t max_age() const noexcept { return max_age_; }  ///< drawn max age
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }  ///< rebirths
   [[nodiscard]] DeathReason pending() const noexcept { return pending_; }  ///< death awaiting

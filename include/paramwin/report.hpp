@@ -19,30 +19,30 @@ namespace paramwin {
 
 /// One phase over the ranks: statistics of each rank's total seconds in that phase.
 struct PhaseReport {
-  std::string name;      ///< decide, pull, mix, publish, assemble, or rebirth (whole rebirths)
-  double min = 0.0;      ///< smallest per-rank total, seconds
-  double median = 0.0;   ///< median per-rank total
-  double max = 0.0;      ///< largest per-rank total
-  double mean = 0.0;     ///< mean per-rank total
+  std::string name;     ///< decide, pull, mix, publish, assemble, or rebirth (whole rebirths)
+  double min = 0.0;     ///< smallest per-rank total, seconds
+  double median = 0.0;  ///< median per-rank total
+  double max = 0.0;     ///< largest per-rank total
+  double mean = 0.0;    ///< mean per-rank total
   /// max / mean - 1: 0 when every rank spent the same time, 1 when the slowest spent twice
   /// the mean (0 when the mean is 0).
   double imbalance = 0.0;
-  int slowest_rank = -1;          ///< rank (in the report's communicator) with the max
-  std::int64_t samples = 0;       ///< timed occurrences over all ranks
+  int slowest_rank = -1;     ///< rank (in the report's communicator) with the max
+  std::int64_t samples = 0;  ///< timed occurrences over all ranks
 };
 
 /// What gather_report() returns on every rank.
 struct PopulationReport {
-  int ranks = 0;                  ///< ranks that contributed timers
-  int agents = 0;                 ///< ranks that contributed counters (one per agent)
+  int ranks = 0;                      ///< ranks that contributed timers
+  int agents = 0;                     ///< ranks that contributed counters (one per agent)
   std::vector<PhaseReport> phases{};  ///< decide, pull, mix, publish, assemble, rebirth
-  std::int64_t steps = 0;         ///< steps, summed over agents
+  std::int64_t steps = 0;             ///< steps, summed over agents
   /// Deaths by reason (index: DeathReason), summed over agents.
   std::array<std::int64_t, 5> deaths{};
-  std::int64_t deferred = 0;      ///< deferred deaths
-  std::int64_t pulls = 0;         ///< rebirth pulls
-  std::size_t bytes_pulled = 0;   ///< bytes moved from donors
-  std::int64_t publishes = 0;     ///< publishes done
+  std::int64_t deferred = 0;           ///< deferred deaths
+  std::int64_t pulls = 0;              ///< rebirth pulls
+  std::size_t bytes_pulled = 0;        ///< bytes moved from donors
+  std::int64_t publishes = 0;          ///< publishes done
   std::int64_t publishes_skipped = 0;  ///< publishes skipped for a pinned slot
 
   [[nodiscard]] std::int64_t total_deaths() const noexcept;  ///< all reasons

@@ -21,21 +21,21 @@ enum class AgentState : std::uint32_t {
 
 /// The fields an owner sets about itself (everything but the version, which publish sets).
 struct AgentStatus {
-  std::int64_t iteration = 0;         ///< trainer's step counter
-  std::int64_t age = 0;               ///< steps since (re)birth
-  double metric = 0.0;                ///< fitness: loss or reward, direction is the policy's
-  std::uint64_t generation = 0;       ///< times reborn
+  std::int64_t iteration = 0;    ///< trainer's step counter
+  std::int64_t age = 0;          ///< steps since (re)birth
+  double metric = 0.0;           ///< fitness: loss or reward, direction is the policy's
+  std::uint64_t generation = 0;  ///< times reborn
   AgentState state = AgentState::fresh;
 };
 
 /// One agent's roster as read (locally or remotely) at one instant.
 struct RosterEntry {
-  int rank = -1;                      ///< rank in the window's communicator
-  std::uint64_t version = 0;          ///< completed publishes (0: never published)
-  std::uint64_t fingerprint = 0;      ///< layout fingerprint of the agent
-  std::uint64_t status_updates = 0;   ///< number of set_status calls (changes on every update)
-  double publish_time = 0.0;          ///< MPI_Wtime of the latest publish (0 if none)
-  AgentStatus status;                 ///< the owner's self-reported fields
+  int rank = -1;                     ///< rank in the window's communicator
+  std::uint64_t version = 0;         ///< completed publishes (0: never published)
+  std::uint64_t fingerprint = 0;     ///< layout fingerprint of the agent
+  std::uint64_t status_updates = 0;  ///< number of set_status calls (changes on every update)
+  double publish_time = 0.0;         ///< MPI_Wtime of the latest publish (0 if none)
+  AgentStatus status;                ///< the owner's self-reported fields
 };
 
 }  // namespace paramwin

@@ -19,8 +19,8 @@ class ShardPlan {
   /// Cuts @p full into @p shards shards; throws InvalidArgument when @p shards < 1.
   ShardPlan(Layout full, int shards);
 
-  [[nodiscard]] int shards() const noexcept { return shards_; }          ///< g
-  [[nodiscard]] const Layout& full() const noexcept { return full_; }    ///< the whole model
+  [[nodiscard]] int shards() const noexcept { return shards_; }        ///< g
+  [[nodiscard]] const Layout& full() const noexcept { return full_; }  ///< the whole model
   /// The layout of shard @p s: the full layout's layers, same names, order and dtypes, each
   /// one-dimensional with the range's element count (0 where the range is empty).
   [[nodiscard]] const Layout& shard_layout(int s) const;

@@ -7,10 +7,10 @@
 #include "agent/rebirth_executor.hpp"
 #include "agent/rebirth_plan.hpp"
 #include "agent/solo_executor.hpp"
-#include "window/binding.hpp"  // bind_layers: the one ref binder of window and agents
 #include "mpi/agree.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
+#include "window/binding.hpp"  // bind_layers: the one ref binder of window and agents
 
 namespace paramwin::detail {
 
@@ -37,8 +37,10 @@ std::vector<Ref> bind_ordered(const Layout& layout, std::span<const Ref> params,
 }
 
 AgentCounters counters_of(const Policy& p) {
-  return AgentCounters{
-      .steps = p.steps(), .age = p.age(), .max_age = p.max_age(), .generation = p.generation()};
+  return AgentCounters{.steps = p.steps(),
+                       .age = p.age(),
+                       .max_age = p.max_age(),
+                       .generation = p.generation()};
 }
 
 }  // namespace
@@ -137,18 +139,17 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
   std::exception_ptr error;
   if (ex.leader()) {
     try {
-      plan = plan_rebirth(
-          policy_,
-          PlanInput{.iteration = event.iteration,
-                    .metric = event.metric,
-                    .fingerprint = ex.fingerprint(),
-                    .first_attempt = first,
-                    .publish_due = detail::publish_due(policy_.options().publish,
-                                                       steps_since_publish_,
-                                                       Clock::now() - last_publish_),
-                    .exclude = exclude,
-                    .rosters = [&ex] { return ex.roster_all(); },
-                    .now = [] { return MPI_Wtime(); }});
+      plan = plan_rebirth(policy_, PlanInput{.iteration = event.iteration,
+                                             .metric = event.metric,
+                                             .fingerprint = ex.fingerprint(),
+                                             .first_attempt = first,
+                                             .publish_due =
+                                                 detail::publish_due(policy_.options().publish,
+                                                                     steps_since_publish_,
+                                                                     Clock::now() - last_publish_),
+                                             .exclude = exclude,
+                                             .rosters = [&ex] { return ex.roster_all(); },
+                                             .now = [] { return MPI_Wtime(); }});
     } catch (const std::exception& e) {
       error = std::current_exception();
       plan = RebirthPlan{.action = PlanAction::error,
@@ -267,7 +268,8 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   } catch (...) {
     // Never stay advertised as mid-rebirth after an error (others would skip us forever);
     // an error before that (a throwing trigger: the policy undid the step) changes nothing.
-    if (advertised_ == AgentState::rebirth) set_status(ex, AgentState::active, iteration, in.metric);
+    if (advertised_ == AgentState::rebirth)
+      set_status(ex, AgentState::active, iteration, in.metric);
     throw;
   }
   event.note = ex.leader() ? note : std::string();

@@ -11,7 +11,9 @@ namespace paramwin {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& what) { throw InvalidArgument("paramwin: AgentOptions: " + what); }
+[[noreturn]] void bad(const std::string& what) {
+  throw InvalidArgument("paramwin: AgentOptions: " + what);
+}
 
 std::string num(double v) {
   std::string s = std::to_string(v);

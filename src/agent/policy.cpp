@@ -97,8 +97,8 @@ DeathReason Policy::decide_now(std::int64_t iteration, double metric, const Rost
   } else if (t.worst_fraction.enabled && steps_ % t.worst_fraction.every == 0 &&
              t.worst_fraction.fraction > 0.0) {
     const std::vector<RosterEntry> all = rosters ? rosters() : std::vector<RosterEntry>{};
-    const std::vector<int> worst = worst_ranks(all, rank_, metric, fingerprint,
-                                               options_.direction, t.worst_fraction.fraction);
+    const std::vector<int> worst =
+        worst_ranks(all, rank_, metric, fingerprint, options_.direction, t.worst_fraction.fraction);
     if (std::find(worst.begin(), worst.end(), rank_) != worst.end()) {
       reason = DeathReason::worst_fraction;
     }
@@ -163,8 +163,8 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
                  " s > max_staleness_seconds " + std::to_string(bound) + ")";
       }
       if (!reason.empty()) {
-        skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") +
-                   std::to_string(e.rank) + " " + reason;
+        skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(e.rank) +
+                   " " + reason;
       }
     }
     if (!skipped.empty()) why += " (" + skipped + ")";
@@ -173,11 +173,8 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       case Shortfall::error:
         throw DonorError(-1, "paramwin: agent " + std::to_string(rank_) + ": " + why +
                                  "; set selection.shortfall to clamp or defer to tolerate this");
-      case Shortfall::defer:
-        return choice;
-      case Shortfall::clamp:
-        want = eligible.size();
-        break;
+      case Shortfall::defer: return choice;
+      case Shortfall::clamp: want = eligible.size(); break;
     }
   }
 

@@ -129,9 +129,9 @@ RebirthPlan RebirthPlan::from_wire(std::span<const std::int64_t> words) {
   plan.publish_due = head.publish_due != 0;
   plan.donor_error = head.donor_error != 0;
   plan.counters = AgentCounters{.steps = head.steps,
-                               .age = head.age,
-                               .max_age = head.max_age,
-                               .generation = static_cast<std::uint64_t>(head.generation)};
+                                .age = head.age,
+                                .max_age = head.max_age,
+                                .generation = static_cast<std::uint64_t>(head.generation)};
   plan.reset_seed = static_cast<std::uint64_t>(head.reset_seed);
   const auto block = [&](std::size_t b, std::size_t i) {
     return words[kHeadWords + b * capacity + i];
@@ -147,13 +147,14 @@ RebirthPlan RebirthPlan::from_wire(std::span<const std::int64_t> words) {
 
 RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in) {
   RebirthPlan plan;
-  plan.reason = in.first_attempt ? policy.decide(in.iteration, in.metric, in.rosters, in.fingerprint)
-                                 : policy.pending();
+  plan.reason = in.first_attempt
+                    ? policy.decide(in.iteration, in.metric, in.rosters, in.fingerprint)
+                    : policy.pending();
   plan.publish_due = in.first_attempt && in.publish_due;
   plan.counters = AgentCounters{.steps = policy.steps(),
-                               .age = policy.age(),
-                               .max_age = policy.max_age(),
-                               .generation = policy.generation()};
+                                .age = policy.age(),
+                                .max_age = policy.max_age(),
+                                .generation = policy.generation()};
   if (plan.reason == DeathReason::none) return plan;
   if (policy.options().mixing.kind == MixingKind::reset) {
     plan.action = PlanAction::reset;
@@ -180,15 +181,15 @@ std::vector<DonorRecord> donor_records(const RebirthPlan& plan, const PullResult
   records.reserve(result.donors.size());
   for (std::size_t i = 0; i < result.donors.size(); ++i) {
     const DonorRead& d = result.donors[i];
-    records.push_back(DonorRecord{.rank = d.rank,
-                                  .version = d.version,
-                                  .metric = d.metric,
-                                  .weight = d.weight,
-                                  .bytes = d.bytes,
-                                  .transport = d.transport,
-                                  .skipped = d.skipped,
-                                  .staleness_seconds =
-                                      i < plan.staleness.size() ? plan.staleness[i] : 0.0});
+    records.push_back(
+        DonorRecord{.rank = d.rank,
+                    .version = d.version,
+                    .metric = d.metric,
+                    .weight = d.weight,
+                    .bytes = d.bytes,
+                    .transport = d.transport,
+                    .skipped = d.skipped,
+                    .staleness_seconds = i < plan.staleness.size() ? plan.staleness[i] : 0.0});
   }
   return records;
 }

@@ -33,8 +33,8 @@ enum class PlanAction : std::int64_t {
 struct RebirthPlan {
   PlanAction action = PlanAction::none;
   DeathReason reason = DeathReason::none;
-  bool publish_due = false;   ///< the publish cadence asks for a publish this step
-  bool donor_error = false;   ///< action error: the leader's error was a DonorError
+  bool publish_due = false;  ///< the publish cadence asks for a publish this step
+  bool donor_error = false;  ///< action error: the leader's error was a DonorError
   AgentCounters counters{};
   std::uint64_t reset_seed = 0;
   std::vector<int> donors{};
@@ -57,12 +57,12 @@ struct RebirthPlan {
 struct PlanInput {
   std::int64_t iteration = 0;
   double metric = 0.0;
-  std::uint64_t fingerprint = 0;  ///< this agent's layout fingerprint
-  bool first_attempt = true;      ///< decide (advance the policy); later attempts re-plan
-  bool publish_due = false;       ///< the cadence's verdict, carried into the plan
-  std::span<const int> exclude{}; ///< donors that failed in earlier attempts
-  Policy::RosterReader rosters;   ///< reads every agent's roster
-  std::function<double()> now;    ///< MPI_Wtime in the agents; any clock in tests
+  std::uint64_t fingerprint = 0;   ///< this agent's layout fingerprint
+  bool first_attempt = true;       ///< decide (advance the policy); later attempts re-plan
+  bool publish_due = false;        ///< the cadence's verdict, carried into the plan
+  std::span<const int> exclude{};  ///< donors that failed in earlier attempts
+  Policy::RosterReader rosters;    ///< reads every agent's roster
+  std::function<double()> now;     ///< MPI_Wtime in the agents; any clock in tests
 };
 
 /// One attempt: on the first, Policy::decide advances the agent one step; on a death,

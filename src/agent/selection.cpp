@@ -47,8 +47,8 @@ std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, dou
     if (e.rank == self) {
       ranked.push_back({self, own_metric});
       self_seen = true;
-    } else if (e.fingerprint == fingerprint && (e.status.state == AgentState::active ||
-                                                e.status.state == AgentState::rebirth)) {
+    } else if (e.fingerprint == fingerprint &&
+               (e.status.state == AgentState::active || e.status.state == AgentState::rebirth)) {
       ranked.push_back({e.rank, e.status.metric});
     }
   }
@@ -62,8 +62,8 @@ std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, dou
     if (is_better(direction, a.metric, b.metric)) return false;
     return a.rank > b.rank;
   });
-  const auto count = static_cast<std::size_t>(
-      std::floor(fraction * static_cast<double>(ranked.size()) + 1e-9));
+  const auto count =
+      static_cast<std::size_t>(std::floor(fraction * static_cast<double>(ranked.size()) + 1e-9));
   std::vector<int> out;
   out.reserve(count);
   for (std::size_t i = 0; i < count && i < ranked.size(); ++i) {

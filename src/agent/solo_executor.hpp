@@ -14,7 +14,8 @@ class SoloExecutor final : public RebirthExecutor {
  public:
   /// Executes over @p w; @p fingerprint caches the agent's own roster fingerprint across
   /// steps (read once from the roster).
-  SoloExecutor(WindowAccess& w, const MixingOptions& mixing, std::optional<std::uint64_t>& fingerprint)
+  SoloExecutor(WindowAccess& w, const MixingOptions& mixing,
+               std::optional<std::uint64_t>& fingerprint)
       : w_(w), mixing_(mixing), fingerprint_(fingerprint) {}
 
   [[nodiscard]] const char* kind() const noexcept override { return "Agent"; }
@@ -24,8 +25,7 @@ class SoloExecutor final : public RebirthExecutor {
   [[nodiscard]] std::uint64_t fingerprint() override;
 
   void check_params(std::span<const LayerRef> /*ordered*/) const override {}
-  StepAgreement agree(const std::string& local_error, double metric,
-                      bool publish_pending) override;
+  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
 
   [[nodiscard]] std::vector<RosterEntry> roster_all() override { return w_.roster_all(); }
   [[nodiscard]] RosterEntry own_roster() override { return w_.roster(w_.rank()); }

@@ -39,7 +39,8 @@ struct Elem<float> {
   static float widen(raw v) noexcept { return v; }
   static raw narrow(float v) noexcept { return v; }
   static std::uint32_t non_finite(raw v) noexcept {
-    return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7f800000U) == 0x7f800000U);
+    return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7f800000U) ==
+                                      0x7f800000U);
   }
 };
 template <>
@@ -96,8 +97,8 @@ PARAMWIN_KERNEL bool convert_typed(void* dst, const void* src, std::size_t n) {
 
 enum class MixMode { write, blend, add };  // out = sum | m * out + (1 - m) * sum | out += sum
 
-constexpr std::size_t kMaxFused = 4;      // donors per fused pass
-constexpr std::size_t kMixBlock = 2048;   // elements per stack block when k > kMaxFused
+constexpr std::size_t kMaxFused = 4;     // donors per fused pass
+constexpr std::size_t kMixBlock = 2048;  // elements per stack block when k > kMaxFused
 
 // One pass over n elements with K (1..4) sources. The sum runs left to right from the first
 // donor (or from out[i] in add mode), exactly as accumulate() does.
@@ -225,8 +226,10 @@ void mix_float(void* out, DType out_dtype, std::span<const MixSource> src, std::
                double momentum) {
   switch (out_dtype) {
     case DType::float32: return mix_typed<float, Src, float>(out, out_dtype, src, count, momentum);
-    case DType::bfloat16: return mix_typed<float, Src, bfloat16>(out, out_dtype, src, count, momentum);
-    case DType::float16: return mix_typed<float, Src, float16>(out, out_dtype, src, count, momentum);
+    case DType::bfloat16:
+      return mix_typed<float, Src, bfloat16>(out, out_dtype, src, count, momentum);
+    case DType::float16:
+      return mix_typed<float, Src, float16>(out, out_dtype, src, count, momentum);
     case DType::float64: break;
   }
   throw std::logic_error("paramwin: mix: float64 output from a 32-bit accumulation");
@@ -276,8 +279,8 @@ bool accumulate(void* acc, DType layer_dtype, const void* src, DType wire, std::
   if (layer_dtype == DType::float64) {
     // float64 layers are stored natively whatever the wire format.
     return accumulate_typed<double, double>(static_cast<double*>(acc),
-                                            static_cast<const double*>(src), count, weight,
-                                            first, check);
+                                            static_cast<const double*>(src), count, weight, first,
+                                            check);
   }
   auto* a = static_cast<float*>(acc);
   const auto w = static_cast<float>(weight);
@@ -286,13 +289,12 @@ bool accumulate(void* acc, DType layer_dtype, const void* src, DType wire, std::
       return accumulate_typed<float, float>(a, static_cast<const float*>(src), count, w, first,
                                             check);
     case DType::bfloat16:
-      return accumulate_typed<float, bfloat16>(a, static_cast<const std::uint16_t*>(src), count,
-                                               w, first, check);
+      return accumulate_typed<float, bfloat16>(a, static_cast<const std::uint16_t*>(src), count, w,
+                                               first, check);
     case DType::float16:
-      return accumulate_typed<float, float16>(a, static_cast<const std::uint16_t*>(src), count,
-                                              w, first, check);
-    case DType::float64:
-      break;
+      return accumulate_typed<float, float16>(a, static_cast<const std::uint16_t*>(src), count, w,
+                                              first, check);
+    case DType::float64: break;
   }
   throw std::logic_error("paramwin: float64 wire for a non-float64 layer");
 }

@@ -36,7 +36,8 @@ std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine) 
   std::vector<std::string> all;
   all.reserve(lens.size());
   for (std::size_t r = 0; r < lens.size(); ++r) {
-    all.push_back(text.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r])));
+    all.push_back(
+        text.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r])));
   }
   return all;
 }

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-
 namespace paramwin::detail {
 
 /// Throws MpiError naming @p call when @p code is not MPI_SUCCESS.

@@ -70,7 +70,8 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
         Layout::first_difference(Layout::deserialize(texts[0]), Layout::deserialize(texts[r]));
     s_.reset();
     throw LayoutMismatch("paramwin: GroupAgent: layouts differ across training ranks: rank 0 "
-                         "vs rank " + std::to_string(r) + " differ at " + why);
+                         "vs rank " +
+                         std::to_string(r) + " differ at " + why);
   }
   s_->exec.open(groups, window_options);
 }
@@ -84,7 +85,8 @@ GroupAgent::State& GroupAgent::state() const {
   return *s_;
 }
 
-StepEvent GroupAgent::step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
+StepEvent GroupAgent::step(std::int64_t iteration, double metric,
+                           std::span<const LayerRef> params) {
   State& st = state();
   return st.core.step(st.exec, iteration, metric, params);
 }

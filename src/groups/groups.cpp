@@ -51,13 +51,14 @@ std::vector<int> assignment_of(const GroupOptions& o, int size) {
     if (agents == 0) bad("assignment names no agent");
     for (int id = 0; id < agents; ++id) {
       if (std::find(o.assignment.begin(), o.assignment.end(), id) == o.assignment.end()) {
-        bad("assignment uses agent ids up to " + std::to_string(agents - 1) + " but no rank has id " +
-            std::to_string(id) + " (ids must be 0 .. A-1, each used)");
+        bad("assignment uses agent ids up to " + std::to_string(agents - 1) +
+            " but no rank has id " + std::to_string(id) + " (ids must be 0 .. A-1, each used)");
       }
     }
     return o.assignment;
   }
-  if (o.ranks_per_agent < 1) bad("ranks_per_agent = " + std::to_string(o.ranks_per_agent) + " must be >= 1");
+  if (o.ranks_per_agent < 1)
+    bad("ranks_per_agent = " + std::to_string(o.ranks_per_agent) + " must be >= 1");
   if (o.buffer_ranks < 0) bad("buffer_ranks = " + std::to_string(o.buffer_ranks) + " must be >= 0");
   const int training = size - o.buffer_ranks - (o.coordinator ? 1 : 0);
   const std::string count = "the communicator has " + std::to_string(size) + " ranks, " +

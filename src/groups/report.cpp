@@ -44,7 +44,8 @@ PopulationReport gather_report(MPI_Comm comm, const AgentStats& stats, bool coun
   if (count_counters) {
     c[0] = 1.0;
     c[1] = static_cast<double>(stats.steps());
-    for (std::size_t r = 0; r < 5; ++r) c[2 + r] = static_cast<double>(stats.deaths(static_cast<DeathReason>(r)));
+    for (std::size_t r = 0; r < 5; ++r)
+      c[2 + r] = static_cast<double>(stats.deaths(static_cast<DeathReason>(r)));
     c[7] = static_cast<double>(stats.deferred());
     c[8] = static_cast<double>(stats.pulls());
     c[9] = static_cast<double>(stats.bytes_pulled());
@@ -96,8 +97,8 @@ PopulationReport gather_report(MPI_Comm comm, const AgentStats& stats, bool coun
 
 void PopulationReport::write_table(std::ostream& out) const {
   std::ostringstream o;
-  o << "population: " << agents << " agent(s) on " << ranks << " rank(s), " << steps
-    << " steps, " << total_deaths() << " deaths (";
+  o << "population: " << agents << " agent(s) on " << ranks << " rank(s), " << steps << " steps, "
+    << total_deaths() << " deaths (";
   for (std::size_t r = 1; r < deaths.size(); ++r) {
     o << (r == 1 ? "" : ", ") << reason_name(static_cast<DeathReason>(r)) << ' ' << deaths[r];
   }
@@ -122,7 +123,8 @@ std::string PopulationReport::to_json() const {
   o << "{\"ranks\":" << ranks << ",\"agents\":" << agents << ",\"steps\":" << steps
     << ",\"deaths\":{";
   for (std::size_t r = 1; r < deaths.size(); ++r) {
-    o << (r == 1 ? "" : ",") << '"' << reason_name(static_cast<DeathReason>(r)) << "\":" << deaths[r];
+    o << (r == 1 ? "" : ",") << '"' << reason_name(static_cast<DeathReason>(r))
+      << "\":" << deaths[r];
   }
   o << "},\"deaths_total\":" << total_deaths() << ",\"deferred\":" << deferred
     << ",\"pulls\":" << pulls << ",\"bytes_pulled\":" << bytes_pulled

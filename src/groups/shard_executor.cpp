@@ -61,12 +61,14 @@ StepAgreement ShardExecutor::agree(const std::string& local_error, double metric
   // step needs anyway for the agent's metric and pending publishes: one collective a step.
   double in[3] = {local_error.empty() ? 0.0 : 1.0, metric, publish_pending ? 1.0 : 0.0};
   double sum[3] = {};
-  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_.get()), "MPI_Allreduce(step)");
+  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_.get()),
+            "MPI_Allreduce(step)");
   if (sum[0] > 0.0) {
     throw InvalidArgument(!local_error.empty()
                               ? local_error
                               : "paramwin: GroupAgent::step: another rank of agent " +
-                                    std::to_string(agent_) + " passed bad parameters (see its error)");
+                                    std::to_string(agent_) +
+                                    " passed bad parameters (see its error)");
   }
   return StepAgreement{.metric = sum[1] / g_, .any_publish_pending = sum[2] > 0.0};
 }
@@ -76,7 +78,8 @@ RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_err
   std::vector<std::int64_t> words =
       leader() ? plan.to_wire(capacity)
                : std::vector<std::int64_t>(RebirthPlan::wire_words(capacity), 0);
-  check_mpi(MPI_Bcast(words.data(), static_cast<int>(words.size()), MPI_INT64_T, 0, agent_comm_.get()),
+  check_mpi(MPI_Bcast(words.data(), static_cast<int>(words.size()), MPI_INT64_T, 0,
+                      agent_comm_.get()),
             "MPI_Bcast(plan)");
   RebirthPlan shared = RebirthPlan::from_wire(words);
   if (shared.action == PlanAction::error) {
@@ -92,7 +95,8 @@ RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_err
   return shared;
 }
 
-void ShardExecutor::share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) {
+void ShardExecutor::share_reset(std::span<const LayerRef> ordered,
+                                std::exception_ptr leader_error) {
   int ok = leader_error ? 0 : 1;
   check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, agent_comm_.get()), "MPI_Bcast(reset)");
   if (ok == 0) {
@@ -150,7 +154,8 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, std::span<const LayerRe
 
   event.donors = donor_records(plan, result);
   std::size_t bytes = 0;
-  for (int r = 0; r < g_; ++r) bytes += static_cast<std::size_t>(all[static_cast<std::size_t>(r) * words + 2]);
+  for (int r = 0; r < g_; ++r)
+    bytes += static_cast<std::size_t>(all[static_cast<std::size_t>(r) * words + 2]);
   for (std::size_t i = 0; i < n; ++i) {
     // Donors are agents: their version is the group publish stamp all shards carried.
     DonorRecord& d = event.donors[i];
@@ -176,13 +181,13 @@ PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::si
     const std::int64_t* o = &all[static_cast<std::size_t>(r) * words];
     if (o[0] == 0) {
       const int failed = static_cast<int>(o[1]);
-      return PullOutcome{
-          .ok = false,
-          .blame = failed,
-          .retry = true,
-          .why = "in-agent rank " + std::to_string(r) + " could not pull its shard" +
-                 (failed >= 0 ? " from donor agent " + std::to_string(failed) : std::string()) +
-                 (r == rank_in_agent_ ? ": " + own_error : std::string())};
+      return PullOutcome{.ok = false,
+                         .blame = failed,
+                         .retry = true,
+                         .why = "in-agent rank " + std::to_string(r) + " could not pull its shard" +
+                                (failed >= 0 ? " from donor agent " + std::to_string(failed)
+                                             : std::string()) +
+                                (r == rank_in_agent_ ? ": " + own_error : std::string())};
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -194,8 +199,8 @@ PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::si
                            .retry = true,
                            .why = "donor agent " + std::to_string(donors[i]) +
                                   ": its shards came from different publishes (stamps " +
-                                  std::to_string(all[3 + i]) + " and " +
-                                  std::to_string(o[3 + i]) + ") or one was skipped"};
+                                  std::to_string(all[3 + i]) + " and " + std::to_string(o[3 + i]) +
+                                  ") or one was skipped"};
       }
     }
   }
@@ -266,10 +271,12 @@ void ShardExecutor::ensure_scratch() {
     return;
   }
   void* base = nullptr;
-  scratch_win_ = Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), agent_comm_.get(), &base);
+  scratch_win_ =
+      Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), agent_comm_.get(), &base);
   peer_scratch_.assign(static_cast<std::size_t>(g_), nullptr);
   for (int r = 0; r < g_; ++r) {
-    peer_scratch_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(scratch_win_.shared_query(r));
+    peer_scratch_[static_cast<std::size_t>(r)] =
+        static_cast<std::byte*>(scratch_win_.shared_query(r));
   }
   scratch_ = peer_scratch_[static_cast<std::size_t>(rank_in_agent_)];
 }
@@ -285,8 +292,8 @@ std::vector<LayerRef> ShardExecutor::scratch_refs() {
   return refs;
 }
 
-std::vector<ShardExecutor::Block> ShardExecutor::blocks_of(int s,
-                                                           std::span<const LayerRef> ordered) const {
+std::vector<ShardExecutor::Block> ShardExecutor::blocks_of(
+    int s, std::span<const LayerRef> ordered) const {
   std::vector<Block> blocks;
   const Layout& full = plan_.full();
   for (std::size_t l = 0; l < full.size(); ++l) {
@@ -298,7 +305,8 @@ std::vector<ShardExecutor::Block> ShardExecutor::blocks_of(int s,
   return blocks;
 }
 
-void ShardExecutor::copy_shard(int s, const std::byte* src, std::span<const LayerRef> ordered) const {
+void ShardExecutor::copy_shard(int s, const std::byte* src,
+                               std::span<const LayerRef> ordered) const {
   const std::vector<std::size_t> off = offsets_of(s);
   const Layout& full = plan_.full();
   for (std::size_t l = 0; l < full.size(); ++l) {

@@ -41,8 +41,7 @@ class ShardExecutor final : public RebirthExecutor {
   [[nodiscard]] std::uint64_t fingerprint() override { return fingerprint_; }
 
   void check_params(std::span<const LayerRef> ordered) const override;
-  StepAgreement agree(const std::string& local_error, double metric,
-                      bool publish_pending) override;
+  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
 
   [[nodiscard]] std::vector<RosterEntry> roster_all() override { return win().roster_all(); }
   [[nodiscard]] RosterEntry own_roster() override { return win().roster(win().rank()); }
@@ -99,7 +98,7 @@ class ShardExecutor final : public RebirthExecutor {
   // lives in a shared-memory window over the agent, and the gather is a plain copy from the
   // peers' scratch; otherwise in private memory, gathered by broadcasts.
   bool same_node_ = false;
-  Win scratch_win_;  // same_node_: the shared scratch, locked for its life
+  Win scratch_win_;                       // same_node_: the shared scratch, locked for its life
   std::vector<std::byte*> peer_scratch_;  // per in-agent rank (same_node_)
   std::vector<std::byte> private_scratch_;
   std::byte* scratch_ = nullptr;

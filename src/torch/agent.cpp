@@ -242,7 +242,9 @@ const Agent<>& TorchAgent::agent() const {
   if (a == nullptr) wrong_kind("Agent: it drives a GroupAgent");
   return *a;
 }
-bool TorchAgent::grouped() const { return dynamic_cast<const GroupAgent*>(impl_->agent.get()) != nullptr; }
+bool TorchAgent::grouped() const {
+  return dynamic_cast<const GroupAgent*>(impl_->agent.get()) != nullptr;
+}
 GroupAgent& TorchAgent::group_agent() {
   auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get());
   if (g == nullptr) wrong_kind("GroupAgent: it was made from a communicator");

@@ -228,7 +228,8 @@ void bind_live(ParameterWindow<>& window, ::torch::nn::Module& module,
   for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
     if (!mt.tensors[i].device().is_cpu()) {
       fail(kind_of(mt.is_buffer[i]) + " '" + mt.names[i] + "' is on " +
-           mt.tensors[i].device().str() + ": live exposure needs CPU tensors (the window "
+           mt.tensors[i].device().str() +
+           ": live exposure needs CPU tensors (the window "
            "memory is host memory); use snapshot exposure, which stages device tensors");
     }
   }

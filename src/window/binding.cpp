@@ -13,8 +13,8 @@ std::vector<std::size_t> bind_impl(const Layout& layout, std::span<const Ref> re
                                    const char* op) {
   const std::string where = std::string("paramwin: ") + op + ": ";
   if (refs.size() != layout.size()) {
-    throw InvalidArgument(where + "got " + std::to_string(refs.size()) + " layers, the layout has " +
-                          std::to_string(layout.size()));
+    throw InvalidArgument(where + "got " + std::to_string(refs.size()) +
+                          " layers, the layout has " + std::to_string(layout.size()));
   }
   std::size_t named = 0;
   for (const Ref& r : refs) {

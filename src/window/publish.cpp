@@ -10,8 +10,8 @@
 #include <bit>
 
 #include "detail/kernels.hpp"
-#include "window/window_impl.hpp"
 #include "paramwin/error.hpp"
+#include "window/window_impl.hpp"
 
 namespace paramwin::detail {
 

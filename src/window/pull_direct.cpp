@@ -37,7 +37,8 @@ void PullEngine::run_direct() {
     sources.clear();
     for (const Donor& d : donors_) {
       if (!d.skipped) {
-        sources.push_back({w_.shm_segment(d.rank) + data_offset(d, Chunk{l, 0, e.count}), d.weight});
+        sources.push_back(
+            {w_.shm_segment(d.rank) + data_offset(d, Chunk{l, 0, e.count}), d.weight});
       }
     }
     if (sources.size() == 1 && options_.momentum == 0.0 && e.wire == layout[l].dtype) {

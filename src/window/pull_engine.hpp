@@ -60,17 +60,17 @@ struct Donor {
   SegmentHeader* shm = nullptr;  // same-node header, nullptr over RMA
   bool live = false;             // donor exposes live memory: no snapshot, no finiteness record
   double user_weight = 1.0;
-  double weight = 0.0;           // normalised over the donors still in
+  double weight = 0.0;  // normalised over the donors still in
   std::uint64_t version = 0;
-  std::uint64_t bad_layer = 0;   // the read slot's finiteness record (see SegmentHeader)
-  std::uint64_t stamp = 0;       // the read slot's publish stamp
+  std::uint64_t bad_layer = 0;  // the read slot's finiteness record (see SegmentHeader)
+  std::uint64_t stamp = 0;      // the read slot's publish stamp
   unsigned attempts = 0;
-  bool pinned = false;           // the current read holds a pin
+  bool pinned = false;  // the current read holds a pin
   bool ever_pinned = false;
   bool skipped = false;
   bool torn = false;
   bool non_finite = false;
-  std::size_t bad_index = 0;     // layer index for the error message
+  std::size_t bad_index = 0;  // layer index for the error message
   double metric = 0.0;
   std::byte* buffers[2] = {nullptr, nullptr};  // RMA chunk buffers
 };

@@ -22,8 +22,7 @@ void PullEngine::validate(std::span<const int> donors) const {
   for (std::size_t i = 0; i < donors.size(); ++i) {
     w_.check_rank(donors[i], "pull: donor");
     if (donors[i] == w_.rank()) {
-      throw InvalidArgument(where + "donor " + std::to_string(donors[i]) +
-                            " is this rank itself");
+      throw InvalidArgument(where + "donor " + std::to_string(donors[i]) + " is this rank itself");
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (donors[j] == donors[i]) {
@@ -113,8 +112,8 @@ void PullEngine::read_heads() {
                                    std::to_string(w_.slots().fingerprint) + ")");
     }
     if (heads[i].version == 0) {
-      throw DonorError(d.rank, "paramwin: pull: donor " + std::to_string(d.rank) +
-                                   " has never published");
+      throw DonorError(d.rank,
+                       "paramwin: pull: donor " + std::to_string(d.rank) + " has never published");
     }
     d.live = heads[i].exposure == static_cast<std::uint64_t>(Exposure::live);
     d.version = heads[i].version;
@@ -125,8 +124,8 @@ void PullEngine::read_heads() {
 }
 
 void PullEngine::plan_chunks() {
-  const bool any_rma = std::any_of(donors_.begin(), donors_.end(),
-                                   [](const Donor& d) { return d.shm == nullptr; });
+  const bool any_rma =
+      std::any_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.shm == nullptr; });
   const std::size_t chunk_bytes = options_.chunk_bytes != 0 ? options_.chunk_bytes
                                   : any_rma                 ? kRmaChunkBytes
                                                             : kShmChunkBytes;
@@ -198,10 +197,10 @@ bool PullEngine::apply_non_finite() {
       continue;
     }
     if (options_.non_finite == NonFinitePolicy::fail) {
-      throw DonorError(d.rank, "paramwin: pull: donor " + std::to_string(d.rank) +
-                                   " (version " + std::to_string(d.version) +
-                                   ") holds NaN or infinity in layer " +
-                                   w_.layout()[std::min(d.bad_index, w_.layout().size() - 1)].describe());
+      throw DonorError(d.rank,
+                       "paramwin: pull: donor " + std::to_string(d.rank) + " (version " +
+                           std::to_string(d.version) + ") holds NaN or infinity in layer " +
+                           w_.layout()[std::min(d.bad_index, w_.layout().size() - 1)].describe());
     }
     d.skipped = true;
     dropped = true;

@@ -23,7 +23,8 @@ void PullEngine::run_staged() {
   for (unsigned round = 0;; ++round) {
     if (round >= max_rounds) {
       throw DonorError(first_torn_rank(), "paramwin: pull could not read a consistent "
-                                          "snapshot after " + std::to_string(round) + " rounds");
+                                          "snapshot after " +
+                                              std::to_string(round) + " rounds");
     }
     normalise_weights();
     begin_reads(optimistic);
@@ -75,8 +76,8 @@ void PullEngine::begin_reads(unsigned optimistic) {
     if (d.live) {
       // Live memory has one slot and no protocol: read it as it is now.
       d.version = d.shm != nullptr ? d.shm->version.load(std::memory_order_acquire) : d.version;
-      d.stamp = d.shm != nullptr ? d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed)
-                                 : d.stamp;
+      d.stamp =
+          d.shm != nullptr ? d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed) : d.stamp;
     } else if (d.attempts >= optimistic) {
       pin(d);
     } else {
@@ -173,7 +174,8 @@ void PullEngine::unpin_all_noexcept() noexcept {
 /// while accumulated), and a wire type that is the accumulation type.
 bool PullEngine::lands_in_acc(const Donor& d, const Chunk& c) const {
   if (d.skipped || d.shm != nullptr || d.live || d.weight != 1.0 ||
-      std::count_if(donors_.begin(), donors_.end(), [](const Donor& o) { return !o.skipped; }) != 1) {
+      std::count_if(donors_.begin(), donors_.end(), [](const Donor& o) { return !o.skipped; }) !=
+          1) {
     return false;
   }
   const DType layer_dtype = w_.layout()[c.layer].dtype;
@@ -241,8 +243,8 @@ void PullEngine::pass() {
         first = false;  // already there
         continue;
       }
-      const std::byte* src = d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk)
-                                              : d.buffers[c & 1U];
+      const std::byte* src =
+          d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk) : d.buffers[c & 1U];
       const bool finite = accumulate(acc, layer_dtype, src, wire, chunk.count, d.weight, first,
                                      check_live && d.live);
       first = false;
@@ -284,8 +286,8 @@ void PullEngine::end_reads() {
       unpin(d);
       continue;
     }
-    const std::uint64_t b = d.shm != nullptr ? d.shm->begun.load(std::memory_order_relaxed)
-                                             : begun[i];
+    const std::uint64_t b =
+        d.shm != nullptr ? d.shm->begun.load(std::memory_order_relaxed) : begun[i];
     d.torn = d.torn || b > d.version + 1;
   }
 }

@@ -85,8 +85,8 @@ void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset)
   for (const auto& [at, piece] : split_pieces(bytes, kMaxRmaPiece)) {
     const int count = checked_int(piece, "RMA piece bytes");
     MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at),
-                       count, MPI_BYTE, win_, &request),
+    check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at), count,
+                       MPI_BYTE, win_, &request),
               "MPI_Rget");
     requests_.push_back(request);
     targets_.push_back(target);
@@ -113,8 +113,8 @@ void RmaBatch::wait() {
     wait_until_deadline();
     return;
   }
-  const int code = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
-                               MPI_STATUSES_IGNORE);
+  const int code =
+      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   requests_.clear();
   targets_.clear();
   check_mpi(code, "MPI_Waitall (RMA)");

@@ -113,24 +113,28 @@ std::vector<RosterEntry> WindowImpl::roster_all() const {
     }
     batch.wait();
     for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      const std::size_t slot = static_cast<std::size_t>(
+          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
       batch.get(&heads[slot], sizeof(HeadWords), pending[i], 0);
       batch.get(&status[slot], sizeof(StatusWords), pending[i], kStatusOffset);
     }
     batch.wait();
     for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      const std::size_t slot = static_cast<std::size_t>(
+          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
       batch.get(&seq_after[slot], 8, pending[i], kStatusOffset);
     }
     batch.wait();
     std::vector<int> again;
     for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+      const std::size_t slot = static_cast<std::size_t>(
+          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
       const std::uint64_t before = seq_before[i];
       if ((before & 1U) != 0 || before != seq_after[slot] || status[slot].seq != before) {
         again.push_back(pending[i]);
       } else {
-        out[static_cast<std::size_t>(pending[i])] = make_entry(pending[i], heads[slot], status[slot]);
+        out[static_cast<std::size_t>(pending[i])] =
+            make_entry(pending[i], heads[slot], status[slot]);
       }
     }
     pending.swap(again);

@@ -41,7 +41,8 @@ SlotLayout make_slot_layout(const Layout& layout, WireFormat wire) {
   slots.payload_bytes = offset;
   slots.stride = round_up(offset == 0 ? 1 : offset, kPage);
   // Mix the wire format into the layout fingerprint: same layout, other wire = other bytes.
-  slots.fingerprint = layout.fingerprint() ^ (0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(wire) + 1));
+  slots.fingerprint =
+      layout.fingerprint() ^ (0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(wire) + 1));
   return slots;
 }
 

@@ -60,7 +60,7 @@ struct alignas(64) SegmentHeader {
   alignas(64) std::atomic<std::uint64_t> status_seq;
   std::atomic<std::uint64_t> iteration;
   std::atomic<std::uint64_t> age;
-  std::atomic<std::uint64_t> metric;       // bits of a double
+  std::atomic<std::uint64_t> metric;  // bits of a double
   std::atomic<std::uint64_t> generation;
   std::atomic<std::uint64_t> state;
 
@@ -120,7 +120,8 @@ struct SlotLayout {
 }
 
 /// Total segment bytes: header page plus the slots.
-[[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots, Exposure exposure) noexcept {
+[[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots,
+                                                  Exposure exposure) noexcept {
   return kPage + slot_count(exposure) * slots.stride;
 }
 

@@ -33,8 +33,7 @@ bool sane(const HeadWords& head) {
 }
 
 std::size_t tail_of(const HeadWords& head) {
-  return kPage + slot_count(static_cast<Exposure>(head.exposure)) * head.stride -
-         kVerifyWords * 8;
+  return kPage + slot_count(static_cast<Exposure>(head.exposure)) * head.stride - kVerifyWords * 8;
 }
 
 /// The peers a rank checks: all of them up to 64 ranks, four otherwise.
@@ -60,7 +59,8 @@ struct PeerReads {
 };
 
 PeerReads read_peers(MPI_Win win, const std::vector<int>& peers) {
-  PeerReads r{std::vector<std::uint64_t>(peers.size() * kWords), std::vector<HeadWords>(peers.size())};
+  PeerReads r{std::vector<std::uint64_t>(peers.size() * kWords),
+              std::vector<HeadWords>(peers.size())};
   RmaBatch batch(win);
   for (std::size_t p = 0; p < peers.size(); ++p) {
     batch.get(&r.heads[p], sizeof(HeadWords), peers[p], 0);
@@ -136,8 +136,8 @@ void WindowImpl::verify() {
       }
     }
   } catch (const std::exception& e) {
-    error = "paramwin: window self-check failed on rank " + std::to_string(rank_) +
-            " (via " + e.what() + ")";
+    error = "paramwin: window self-check failed on rank " + std::to_string(rank_) + " (via " +
+            e.what() + ")";
   }
   const int failing = first_failing_rank(comm_.get(), error.empty());
   // Slot memory is the owner's again; nobody reads it before the first publish.
@@ -154,8 +154,9 @@ void WindowImpl::check_layouts_strict(std::uint64_t slot_fingerprint) {
   }
   // Every rank saw the disagreement, so every rank takes this path: exchange the layouts and
   // explain the first difference identically everywhere.
-  const std::vector<std::string> texts = allgather_text(
-      comm_.get(), layout_.serialize() + "wire " + std::to_string(static_cast<int>(options_.wire)) + "\n");
+  const std::vector<std::string> texts =
+      allgather_text(comm_.get(), layout_.serialize() + "wire " +
+                                      std::to_string(static_cast<int>(options_.wire)) + "\n");
   const auto differs = std::find_if(texts.begin(), texts.end(),
                                     [&](const std::string& t) { return t != texts.front(); });
   const int other = differs == texts.end() ? 0 : static_cast<int>(differs - texts.begin());

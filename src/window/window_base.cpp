@@ -1,8 +1,8 @@
 // ParameterWindow's non-template part: forwards to WindowImpl, guards moved-from use.
 #include "paramwin/detail/window_base.hpp"
 
-#include "window/window_impl.hpp"
 #include "paramwin/error.hpp"
+#include "window/window_impl.hpp"
 
 namespace paramwin::detail {
 
@@ -51,8 +51,7 @@ std::uint64_t WindowBase::version() const { return impl().version(); }
 std::size_t WindowBase::wire_bytes() const { return impl().wire_bytes(); }
 std::uint64_t WindowBase::fingerprint() const { return impl().fingerprint(); }
 
-PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers,
-                                       std::uint64_t stamp) {
+PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers, std::uint64_t stamp) {
   return impl().publish(layers, stamp);
 }
 

@@ -163,7 +163,8 @@ void WindowImpl::map_node_segments() {
     void* ptr = shm_win_.shared_query(i, &seg_size);
     if (ptr == nullptr || static_cast<std::size_t>(seg_size) < 2 * kPage) {
       throw VerificationError("paramwin: MPI_Win_shared_query returned no usable segment for "
-                              "node rank " + std::to_string(i));
+                              "node rank " +
+                              std::to_string(i));
     }
     shm_base_[static_cast<std::size_t>(comm_ranks[static_cast<std::size_t>(i)])] =
         static_cast<std::byte*>(align_page(ptr));

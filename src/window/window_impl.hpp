@@ -30,7 +30,8 @@
 
 namespace paramwin::detail {
 
-using ByteView = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using ByteView =
+    Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 class WindowImpl final : public FinalizeClient {
  public:
@@ -131,8 +132,8 @@ class WindowImpl final : public FinalizeClient {
   Layout layout_;
   WindowOptions options_;
   SlotLayout slots_;
-  ByteView segment_;                     // this rank's segment: header page + two slots
-  std::vector<std::byte*> shm_base_;     // per comm rank: segment base if on this node
+  ByteView segment_;                  // this rank's segment: header page + two slots
+  std::vector<std::byte*> shm_base_;  // per comm rank: segment base if on this node
   std::uint64_t version_ = 0;
   AgentStatus status_;
   std::jthread progress_thread_;

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
         MPI_Win_free(&raw);
         if (rank == 0) {
           const double m = median(t);
-          std::printf("| raw MPI_Get+flush, other host | %zu MiB | %.2f ms | %.2f GB/s | %.2f ms | %d |\n",
+          std::printf("| raw MPI_Get+flush, other host | %zu MiB | %.2f ms | %.2f GB/s | %.2f ms | "
+                      "%d |\n",
                       mib, m * 1e3, static_cast<double>(bytes) / m / 1e9,
                       *std::min_element(t.begin(), t.end()) * 1e3, reps);
           std::fflush(stdout);

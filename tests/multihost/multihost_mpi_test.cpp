@@ -40,8 +40,8 @@ struct Topology {
     int len = 0;
     MPI_Get_processor_name(name.data(), &len);
     std::vector<char> all(static_cast<std::size_t>(n) * MPI_MAX_PROCESSOR_NAME);
-    MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                  MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                  MPI_CHAR, MPI_COMM_WORLD);
     for (int r = 0; r < n; ++r) {
       host.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
     }
@@ -59,20 +59,20 @@ const Topology& topology() {
   return t;
 }
 
-#define PARAMWIN_REQUIRE_HOSTS(n)                                                       \
-  do {                                                                                  \
-    if (topology().nodes < (n)) {                                                       \
-      GTEST_SKIP() << "needs ranks on at least " << (n) << " hosts (run it through "    \
-                   << "scripts/multihost.sh), have " << topology().nodes;               \
-    }                                                                                   \
+#define PARAMWIN_REQUIRE_HOSTS(n)                                                    \
+  do {                                                                               \
+    if (topology().nodes < (n)) {                                                    \
+      GTEST_SKIP() << "needs ranks on at least " << (n) << " hosts (run it through " \
+                   << "scripts/multihost.sh), have " << topology().nodes;            \
+    }                                                                                \
   } while (0)
 
 pw::Layout test_layout() {
   pw::Layout layout;
-  layout.add("w1", {16, 33});                      // float32
-  layout.add("b1", {5}, pw::DType::float64);       // float64
-  layout.add("scale", std::vector<std::size_t>{}); // 0-dim scalar
-  layout.add("w3", std::size_t{300000});           // several RMA chunks (512 KiB each)
+  layout.add("w1", {16, 33});                       // float32
+  layout.add("b1", {5}, pw::DType::float64);        // float64
+  layout.add("scale", std::vector<std::size_t>{});  // 0-dim scalar
+  layout.add("w3", std::size_t{300000});            // several RMA chunks (512 KiB each)
   return layout;
 }
 
@@ -95,10 +95,10 @@ TEST(Multihost, NodeSplitFollowsTheEmulatedHosts) {
   const int n = pw::test::world_size();
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
-      EXPECT_EQ(t.same_node(a, b), t.host[static_cast<std::size_t>(a)] ==
-                                       t.host[static_cast<std::size_t>(b)])
-          << "ranks " << a << " (" << t.host[static_cast<std::size_t>(a)] << ") and " << b
-          << " (" << t.host[static_cast<std::size_t>(b)] << ")";
+      EXPECT_EQ(t.same_node(a, b),
+                t.host[static_cast<std::size_t>(a)] == t.host[static_cast<std::size_t>(b)])
+          << "ranks " << a << " (" << t.host[static_cast<std::size_t>(a)] << ") and " << b << " ("
+          << t.host[static_cast<std::size_t>(b)] << ")";
     }
   }
   if (pw::test::world_rank() == 0) {
@@ -155,10 +155,13 @@ TEST_P(MultihostPull, ExactMeansAndTheRightTransportPerDonor) {
         return std::abs(got - want) <= rel * std::max(1.0, std::abs(want));
       };
       long bad = 0;
-      for (std::size_t i = 0; i < out.w1.size(); ++i) bad += near(out.w1[i], mean(0, i, 0.0), 1e-6) ? 0 : 1;
-      for (std::size_t i = 0; i < out.b1.size(); ++i) bad += near(out.b1[i], mean(1, i, 0.25), 1e-12) ? 0 : 1;
+      for (std::size_t i = 0; i < out.w1.size(); ++i)
+        bad += near(out.w1[i], mean(0, i, 0.0), 1e-6) ? 0 : 1;
+      for (std::size_t i = 0; i < out.b1.size(); ++i)
+        bad += near(out.b1[i], mean(1, i, 0.25), 1e-12) ? 0 : 1;
       bad += near(out.scale[0], mean(2, 0, 0.0), 1e-6) ? 0 : 1;
-      for (std::size_t i = 0; i < out.w3.size(); ++i) bad += near(out.w3[i], mean(3, i, 0.0), 1e-6) ? 0 : 1;
+      for (std::size_t i = 0; i < out.w3.size(); ++i)
+        bad += near(out.w3[i], mean(3, i, 0.0), 1e-6) ? 0 : 1;
       EXPECT_EQ(bad, 0) << "rank " << rank << ", k=" << k << ", first donor " << donors[0];
     }
   }
@@ -167,7 +170,9 @@ TEST_P(MultihostPull, ExactMeansAndTheRightTransportPerDonor) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, MultihostPull,
                          ::testing::Values(pw::Transport::automatic, pw::Transport::rma),
-                         [](const auto& param_info) { return std::string(pw::transport_name(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(pw::transport_name(param_info.param));
+                         });
 
 TEST(Multihost, ShmTransportRefusesAnOtherHostDonorAndLeavesTheOutput) {
   PARAMWIN_REQUIRE_HOSTS(2);
@@ -198,7 +203,8 @@ TEST(Multihost, WireBfloat16AcrossHostsIsExactForSmallIntegers) {
   const int rank = win.rank();
   const int n = win.size();
   std::vector<float> w(100000);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(rank * 16 + static_cast<int>(i % 16));
+  for (std::size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<float>(rank * 16 + static_cast<int>(i % 16));
   (void)win.publish({w});
   MPI_Barrier(MPI_COMM_WORLD);
   // One same-host and one other-host donor: the mean of two integers is exact in float.
@@ -227,8 +233,11 @@ TEST(Multihost, RostersAreReadableAcrossHosts) {
   layout.add("w", std::size_t{16});
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout);
   const int rank = win.rank();
-  win.set_status({.iteration = 100 + rank, .age = rank, .metric = 0.5 * rank,
-                  .generation = static_cast<std::uint64_t>(rank), .state = pw::AgentState::active});
+  win.set_status({.iteration = 100 + rank,
+                  .age = rank,
+                  .metric = 0.5 * rank,
+                  .generation = static_cast<std::uint64_t>(rank),
+                  .state = pw::AgentState::active});
   MPI_Barrier(MPI_COMM_WORLD);
   const std::vector<pw::RosterEntry> all = win.roster_all();
   ASSERT_EQ(static_cast<int>(all.size()), win.size());

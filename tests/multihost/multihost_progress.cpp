@@ -56,8 +56,8 @@ const char* aid_name(Aid a) {
 
 struct Outcome {
   int pulls = 0;
-  int during = 0;            // pulls that returned while the donor was still computing
-  double first_ms = 0.0;     // latency of the first pull
+  int during = 0;         // pulls that returned while the donor was still computing
+  double first_ms = 0.0;  // latency of the first pull
   double median_ms = 0.0;
   double max_ms = 0.0;
 };
@@ -141,7 +141,10 @@ int main(int argc, char** argv) {
     } else {
       // Donors: rank 1 (same host as rank 0 under scripts/multihost.sh) and rank n/2 (the
       // first rank of the other host).
-      struct Case { int donor; Aid aid; };
+      struct Case {
+        int donor;
+        Aid aid;
+      };
       const Case cases[] = {{1, Aid::none},
                             {n / 2, Aid::none},
                             {n / 2, Aid::progress_calls},
@@ -161,8 +164,8 @@ int main(int argc, char** argv) {
                     "first pull %.1f ms, median %.2f ms, max %.1f ms, %d/%d pulls returned "
                     "while the donor computed %s\n",
                     c.donor, cross ? "other host" : "same host", pw::transport_name(t).data(),
-                    aid_name(c.aid), static_cast<double>(mib), compute_s, o.first_ms,
-                    o.median_ms, o.max_ms, o.during, o.pulls, ok ? "[ok]" : "[UNEXPECTED]");
+                    aid_name(c.aid), static_cast<double>(mib), compute_s, o.first_ms, o.median_ms,
+                    o.max_ms, o.during, o.pulls, ok ? "[ok]" : "[UNEXPECTED]");
         std::fflush(stdout);
       }
     }

@@ -89,10 +89,10 @@ class WindowAccessOf final : public WindowAccess {
 /// The policy's counters an agent reports. On the ranks of a group other than the leader,
 /// the leader's, as shared with each step.
 struct AgentCounters {
-  std::int64_t steps = 0;          ///< steps so far
-  std::int64_t age = 0;            ///< steps since (re)birth
-  std::int64_t max_age = 0;        ///< drawn maximum age in force
-  std::uint64_t generation = 0;    ///< rebirths
+  std::int64_t steps = 0;        ///< steps so far
+  std::int64_t age = 0;          ///< steps since (re)birth
+  std::int64_t max_age = 0;      ///< drawn maximum age in force
+  std::uint64_t generation = 0;  ///< rebirths
 };
 
 class RebirthExecutor;  // src/agent/rebirth_executor.hpp
@@ -152,8 +152,8 @@ class AgentCore {
   EventLog log_;
   AgentCounters counters_{};
   AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
-  bool publish_pending_ = true;  // first step always publishes
-  bool left_ = false;            // leave() was called: step() is refused from then on
+  bool publish_pending_ = true;                 // first step always publishes
+  bool left_ = false;                         // leave() was called: step() is refused from then on
   std::optional<std::uint64_t> fingerprint_;  // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};

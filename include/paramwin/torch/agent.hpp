@@ -38,8 +38,9 @@ struct TorchAgentOptions {
   bool clear_gradients = true;
 };
 
-/// One member of a population training a LibTorch module. Owns a paramwin::Agent (and its
-/// window) whose layout is layout_of(module, options.module). Keeps a reference to the
+/// One member of a population training a LibTorch module. Owns one agent, held as an
+/// AgentInterface: a paramwin::Agent (from a communicator) or a GroupAgent (from
+/// AgentGroups), whose layout is layout_of(module, options.module). Keeps a reference to the
 /// module: the module must outlive the agent. Move-only; not thread-safe.
 ///
 /// With WindowOptions::exposure == Exposure::live the module's exchanged tensors are moved

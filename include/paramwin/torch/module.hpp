@@ -33,10 +33,10 @@ struct ModuleOptions {
 /// The tensors of a module that paramwin exchanges, in layout order (parameters in
 /// named_parameters() order, 0-dim ones included, then the selected buffers).
 struct ModuleTensors {
-  std::vector<std::string> names;     ///< fully qualified names ("fc1.weight")
+  std::vector<std::string> names;        ///< fully qualified names ("fc1.weight")
   std::vector<::torch::Tensor> tensors;  ///< shallow handles to the module's tensors
-  std::vector<bool> is_buffer;        ///< per tensor: a buffer rather than a parameter
-  Layout layout;                      ///< names, shapes and dtypes of the tensors
+  std::vector<bool> is_buffer;           ///< per tensor: a buffer rather than a parameter
+  Layout layout;                         ///< names, shapes and dtypes of the tensors
   /// Tensors left out, each with the reason ("bn.num_batches_tracked: Long buffer, not
   /// exchanged (integer)", "conv.bias: undefined").
   std::vector<std::string> skipped;
@@ -53,7 +53,8 @@ struct ModuleTensors {
 
 /// The layout of @p module's exchanged tensors (collect(module, options).layout): pass it to
 /// the ParameterWindow (or Agent) constructor.
-[[nodiscard]] Layout layout_of(const ::torch::nn::Module& module, const ModuleOptions& options = {});
+[[nodiscard]] Layout layout_of(const ::torch::nn::Module& module,
+                               const ModuleOptions& options = {});
 
 /// Checks that @p tensors can be exchanged through @p window: the same names, shapes and
 /// dtypes in the same order as the window's layout, each tensor contiguous and strided.
