@@ -19,8 +19,9 @@ export PARAMWIN_TEST_WATCHDOG_SECONDS="${PARAMWIN_TEST_WATCHDOG_SECONDS:-600}"
 # install_consumer (label install) is left out: it builds a separate consumer project without
 # sanitizer flags against the instrumented static library, which cannot link (__asan_* and
 # __ubsan_* undefined); the normal pass (scripts/test.sh) runs it.
-mpi_labels_out="serial|multihost|install"
-[ "${PARAMWIN_MULTIHOST:-0}" = 1 ] && mpi_labels_out="serial|install"
+# lint (format_check, api_docs_check) checks sources, not code paths: the normal pass runs it.
+mpi_labels_out="serial|multihost|install|lint"
+[ "${PARAMWIN_MULTIHOST:-0}" = 1 ] && mpi_labels_out="serial|install|lint"
 # Serial tests never start MPI: full leak checking.
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
   ctest --output-on-failure --timeout 900 -L serial "$@"

@@ -140,6 +140,35 @@ TEST(Info, MoveAndSharedNoncontig) {
   EXPECT_EQ(c.get(), handle);
 }
 
+TEST(LocalHandle, GroupAndDatatypeMoveAndFree) {
+  pd::Group a;
+  ASSERT_EQ(MPI_Comm_group(MPI_COMM_WORLD, a.out()), MPI_SUCCESS);
+  const MPI_Group handle = a.get();
+  int size = 0;
+  MPI_Group_size(handle, &size);
+  EXPECT_EQ(size, world_size());
+  pd::Group b(std::move(a));
+  EXPECT_EQ(a.get(), MPI_GROUP_NULL);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(b.get(), handle);
+  pd::Group c;
+  ASSERT_EQ(MPI_Comm_group(MPI_COMM_SELF, c.out()), MPI_SUCCESS);
+  c = std::move(b);  // frees the MPI_COMM_SELF group
+  EXPECT_EQ(c.get(), handle);
+  c = std::move(same(c));
+  EXPECT_EQ(c.get(), handle);
+
+  // A datatype owned from creation to the end of scope, usable in between.
+  pd::Datatype t;
+  ASSERT_EQ(MPI_Type_contiguous(3, MPI_INT, t.out()), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Type_commit(t.out()), MPI_SUCCESS);
+  int bytes = 0;
+  MPI_Type_size(t.get(), &bytes);
+  EXPECT_EQ(bytes, 3 * static_cast<int>(sizeof(int)));
+  pd::Datatype u(std::move(t));
+  EXPECT_EQ(t.get(), MPI_DATATYPE_NULL);  // NOLINT(bugprone-use-after-move)
+  EXPECT_NE(u.get(), MPI_DATATYPE_NULL);
+}
+
 TEST(Win, SharedLockedScratch) {
   pd::Comm node = pd::Comm::split_shared(MPI_COMM_WORLD);
   void* base = nullptr;

@@ -43,11 +43,11 @@ class AgentInterface {
   [[nodiscard]] virtual std::uint64_t generation() const = 0;  ///< rebirths
 
  protected:
-  AgentInterface() = default;
-  AgentInterface(const AgentInterface&) = default;
-  AgentInterface& operator=(const AgentInterface&) = default;
-  AgentInterface(AgentInterface&&) = default;
-  AgentInterface& operator=(AgentInterface&&) = default;
+  AgentInterface() = default;                                  ///< for the agents only
+  AgentInterface(const AgentInterface&) = default;             ///< for the agents only
+  AgentInterface& operator=(const AgentInterface&) = default;  ///< for the agents only
+  AgentInterface(AgentInterface&&) = default;                  ///< for the agents' moves
+  AgentInterface& operator=(AgentInterface&&) = default;       ///< for the agents' moves
 };
 
 }  // namespace paramwin

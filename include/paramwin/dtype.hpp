@@ -31,13 +31,15 @@ enum class DType : std::uint8_t { float32 = 1, float64 = 2, bfloat16 = 3, float1
 
 /// Brain float: the upper 16 bits of an IEEE float32. Storage type only.
 struct bfloat16 {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< the raw 16 bits
+  /// Bitwise equality (NaNs with equal bits compare equal).
   friend constexpr bool operator==(bfloat16, bfloat16) = default;
 };
 
 /// IEEE 754 binary16. Storage type only.
 struct float16 {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< the raw 16 bits
+  /// Bitwise equality (NaNs with equal bits compare equal).
   friend constexpr bool operator==(float16, float16) = default;
 };
 
@@ -98,21 +100,25 @@ namespace detail {
 /// Maps a C++ element type to its DType (float, double, bfloat16, float16).
 template <class T>
 struct dtype_of;
+/// float is DType::float32.
 template <>
 struct dtype_of<float> {
-  static constexpr DType value = DType::float32;
+  static constexpr DType value = DType::float32;  ///< the DType of float
 };
+/// double is DType::float64.
 template <>
 struct dtype_of<double> {
-  static constexpr DType value = DType::float64;
+  static constexpr DType value = DType::float64;  ///< the DType of double
 };
+/// bfloat16 is DType::bfloat16.
 template <>
 struct dtype_of<bfloat16> {
-  static constexpr DType value = DType::bfloat16;
+  static constexpr DType value = DType::bfloat16;  ///< the DType of bfloat16
 };
+/// float16 is DType::float16.
 template <>
 struct dtype_of<float16> {
-  static constexpr DType value = DType::float16;
+  static constexpr DType value = DType::float16;  ///< the DType of float16
 };
 
 /// True for the element types a layer can hold.

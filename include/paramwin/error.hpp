@@ -28,6 +28,7 @@ class LayoutMismatch : public Error {
 /// A donor cannot serve a pull: never published, incompatible, non-finite data, left, stale.
 class DonorError : public Error {
  public:
+  /// @p rank: the donor concerned (-1: none in particular); @p what: the message.
   DonorError(int rank, const std::string& what) : Error(what), rank_(rank) {}
   /// Rank (in the window's communicator) of the donor concerned.
   [[nodiscard]] int rank() const noexcept { return rank_; }
@@ -41,7 +42,7 @@ class DonorError : public Error {
 /// unchanged and the window stays usable.
 class TimeoutError : public DonorError {
  public:
-  using DonorError::DonorError;
+  using DonorError::DonorError;  ///< (rank, message), as DonorError
 };
 
 /// A window failed its self-check: remote reads did not return the bytes the owner wrote.
@@ -53,6 +54,7 @@ class VerificationError : public Error {
 /// An MPI call returned an error code. Keeps the code, the call and MPI's own message.
 class MpiError : public Error {
  public:
+  /// @p code returned by @p call; @p mpi_message is MPI_Error_string of the code.
   MpiError(int code, std::string call, const std::string& mpi_message)
       : Error(call + " failed: " + mpi_message + " (MPI error code " + std::to_string(code) + ")"),
         code_(code),

@@ -66,6 +66,7 @@ class ConstLayerRef {
   [[nodiscard]] const void* data() const noexcept { return data_; }       ///< first element
   [[nodiscard]] std::size_t count() const noexcept { return count_; }     ///< elements
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }           ///< element type
+  /// True when the host can read the memory (false for device views).
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
   [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
 
@@ -126,6 +127,7 @@ class LayerRef {
   [[nodiscard]] void* data() const noexcept { return data_; }             ///< first element
   [[nodiscard]] std::size_t count() const noexcept { return count_; }     ///< elements
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }           ///< element type
+  /// True when the host can read the memory (false for device views).
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
   [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
   /// The same memory, read-only.

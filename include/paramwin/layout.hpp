@@ -25,6 +25,7 @@ struct LayerSpec {
 
   /// "name [64x32 float32]".
   [[nodiscard]] std::string describe() const;
+  /// Same name, shape, element count and dtype.
   friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
 };
 
@@ -74,6 +75,7 @@ class Layout {
   /// Human explanation of the first difference between two layouts ("" when equal).
   [[nodiscard]] static std::string first_difference(const Layout& a, const Layout& b);
 
+  /// Same layers in the same order.
   friend bool operator==(const Layout& a, const Layout& b) { return a.layers_ == b.layers_; }
 
  private:

@@ -50,9 +50,9 @@ enum class LayoutCheck : std::uint8_t {
 
 /// Options fixed when a window is created.
 struct WindowOptions {
-  Transport transport = Transport::automatic;  ///< donor transport
-  WireFormat wire = WireFormat::native;        ///< published element format
-  LayoutCheck layout_check = LayoutCheck::strict;
+  Transport transport = Transport::automatic;      ///< donor transport
+  WireFormat wire = WireFormat::native;            ///< published element format
+  LayoutCheck layout_check = LayoutCheck::strict;  ///< when layouts are compared
   bool verify = true;                      ///< self-check remote reads at creation (recommended)
   bool stage_through_host = false;         ///< force the host staging path (tests the device path)
   Exposure exposure = Exposure::snapshot;  ///< snapshot (copying publish) or live (zero-copy)
@@ -77,11 +77,11 @@ enum class NonFinitePolicy : std::uint8_t {
 
 /// Options of one pull.
 struct PullOptions {
-  Reduction reduction = Reduction::mean;
-  std::vector<double> weights{};  ///< one per donor, for Reduction::weighted
-  double momentum = 0.0;          ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
-  NonFinitePolicy non_finite = NonFinitePolicy::fail;
-  ReadMode read_mode = ReadMode::automatic;
+  Reduction reduction = Reduction::mean;  ///< how the donors are combined
+  std::vector<double> weights{};          ///< one per donor, for Reduction::weighted
+  double momentum = 0.0;                  ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
+  NonFinitePolicy non_finite = NonFinitePolicy::fail;  ///< donors holding NaN/inf
+  ReadMode read_mode = ReadMode::automatic;            ///< pin, optimistic, or chosen per donor
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
   /// Bytes per chunk of the staged pass (RMA donors, live donors, ReadMode::optimistic);
   /// 0: library default (4 MiB with RMA donors, else 32 KiB). Direct same-node pulls read

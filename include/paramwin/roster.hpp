@@ -21,11 +21,11 @@ enum class AgentState : std::uint32_t {
 
 /// The fields an owner sets about itself (everything but the version, which publish sets).
 struct AgentStatus {
-  std::int64_t iteration = 0;    ///< trainer's step counter
-  std::int64_t age = 0;          ///< steps since (re)birth
-  double metric = 0.0;           ///< fitness: loss or reward, direction is the policy's
-  std::uint64_t generation = 0;  ///< times reborn
-  AgentState state = AgentState::fresh;
+  std::int64_t iteration = 0;            ///< trainer's step counter
+  std::int64_t age = 0;                  ///< steps since (re)birth
+  double metric = 0.0;                   ///< fitness: loss or reward, direction is the policy's
+  std::uint64_t generation = 0;          ///< times reborn
+  AgentState state = AgentState::fresh;  ///< what donor selection may do with this agent
 };
 
 /// One agent's roster as read (locally or remotely) at one instant.

@@ -33,7 +33,7 @@ namespace paramwin {
 template <class MemorySpace = Kokkos::HostSpace>
 class ParameterWindow {
  public:
-  using memory_space = MemorySpace;
+  using memory_space = MemorySpace;  ///< where the caller's layers live
 
   /// Creates the window over @p comm (duplicated), checks layouts across ranks (strict mode:
   /// LayoutMismatch naming the differing layer, thrown on every rank) and verifies that

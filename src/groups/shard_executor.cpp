@@ -354,14 +354,12 @@ void ShardExecutor::broadcast_blocks(const std::vector<Block>& blocks, int root)
       lens.push_back(static_cast<int>(pieces[i].bytes));
       total += pieces[i].bytes;
     }
-    MPI_Datatype type = MPI_DATATYPE_NULL;
+    Datatype type;
     check_mpi(MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(), addrs.data(),
-                                       MPI_BYTE, &type),
+                                       MPI_BYTE, type.out()),
               "MPI_Type_create_hindexed");
-    check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
-    const int rc = MPI_Bcast(MPI_BOTTOM, 1, type, root, agent_comm_.get());
-    MPI_Type_free(&type);
-    check_mpi(rc, "MPI_Bcast(shard)");
+    check_mpi(MPI_Type_commit(type.out()), "MPI_Type_commit");
+    check_mpi(MPI_Bcast(MPI_BOTTOM, 1, type.get(), root, agent_comm_.get()), "MPI_Bcast(shard)");
   }
 }
 

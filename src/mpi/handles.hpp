@@ -1,5 +1,6 @@
 #pragma once
-// Owners of MPI handles: Comm (communicator), Win (window), Info (info object), and
+// Owners of MPI handles: Comm (communicator), Win (window), Info (info object), Group and
+// Datatype (short-lived local handles), and
 // MpiStatus, the first failure of a sequence of MPI calls that must all be attempted.
 //
 // Every owner is move-only with the rule of five written out: a move leaves the source
@@ -12,6 +13,8 @@
 // the same code as Win::free().
 
 #include <mpi.h>
+
+#include <utility>
 
 namespace paramwin::detail {
 
@@ -150,5 +153,54 @@ class Win {
   MPI_Win win_ = MPI_WIN_NULL;
   bool locked_ = false;
 };
+
+/// Owns a local MPI handle that needs no agreement to free (a group, a derived datatype):
+/// freed with Traits::release on scope exit, never after MPI_Finalize. Move-only.
+template <class Traits>
+class LocalHandle {
+ public:
+  using handle_type = typename Traits::handle_type;  ///< the MPI handle type
+
+  LocalHandle() noexcept = default;
+  /// Takes ownership of @p h.
+  explicit LocalHandle(handle_type h) noexcept : h_(h) {}
+  LocalHandle(const LocalHandle&) = delete;
+  LocalHandle& operator=(const LocalHandle&) = delete;
+  LocalHandle(LocalHandle&& other) noexcept : h_(std::exchange(other.h_, Traits::null())) {}
+  LocalHandle& operator=(LocalHandle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      h_ = std::exchange(other.h_, Traits::null());
+    }
+    return *this;
+  }
+  ~LocalHandle() { reset(); }
+
+  [[nodiscard]] handle_type get() const noexcept { return h_; }
+  /// Where an MPI call that creates the handle writes it (the owner must be empty).
+  [[nodiscard]] handle_type* out() noexcept { return &h_; }
+
+ private:
+  void reset() noexcept {
+    if (h_ != Traits::null() && !mpi_finalized()) Traits::release(&h_);
+    h_ = Traits::null();
+  }
+  handle_type h_ = Traits::null();
+};
+
+/// LocalHandle traits of an MPI_Group.
+struct GroupTraits {
+  using handle_type = MPI_Group;
+  static MPI_Group null() noexcept { return MPI_GROUP_NULL; }
+  static void release(MPI_Group* g) noexcept { MPI_Group_free(g); }
+};
+/// LocalHandle traits of an MPI_Datatype.
+struct DatatypeTraits {
+  using handle_type = MPI_Datatype;
+  static MPI_Datatype null() noexcept { return MPI_DATATYPE_NULL; }
+  static void release(MPI_Datatype* t) noexcept { MPI_Type_free(t); }
+};
+using Group = LocalHandle<GroupTraits>;        ///< a communicator's group, freed on scope exit
+using Datatype = LocalHandle<DatatypeTraits>;  ///< a derived datatype, freed on scope exit
 
 }  // namespace paramwin::detail

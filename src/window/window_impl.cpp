@@ -140,23 +140,17 @@ void WindowImpl::init_segment() {
 void WindowImpl::map_node_segments() {
   const int node_size = node_comm_.size();
   shm_base_.assign(static_cast<std::size_t>(size_), nullptr);
-  MPI_Group world_group = MPI_GROUP_NULL;
-  MPI_Group node_group = MPI_GROUP_NULL;
-  check_mpi(MPI_Comm_group(comm_.get(), &world_group), "MPI_Comm_group");
-  const int grouped = MPI_Comm_group(node_comm_.get(), &node_group);
-  if (grouped != MPI_SUCCESS) {
-    MPI_Group_free(&world_group);
-    check_mpi(grouped, "MPI_Comm_group(node)");
-  }
+  Group world_group;
+  Group node_group;
+  check_mpi(MPI_Comm_group(comm_.get(), world_group.out()), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(node_comm_.get(), node_group.out()), "MPI_Comm_group(node)");
   std::vector<int> node_ranks(static_cast<std::size_t>(node_size));
   std::vector<int> comm_ranks(static_cast<std::size_t>(node_size));
   for (int i = 0; i < node_size; ++i) {
     node_ranks[static_cast<std::size_t>(i)] = i;
   }
-  const int translated = MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(),
-                                                   world_group, comm_ranks.data());
-  MPI_Group_free(&world_group);
-  MPI_Group_free(&node_group);
+  const int translated = MPI_Group_translate_ranks(node_group.get(), node_size, node_ranks.data(),
+                                                   world_group.get(), comm_ranks.data());
   check_mpi(translated, "MPI_Group_translate_ranks");
   for (int i = 0; i < node_size; ++i) {
     MPI_Aint seg_size = 0;
