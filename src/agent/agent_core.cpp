@@ -234,7 +234,6 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
                           std::to_string(ex.agent_id()) +
                           ": step() after leave(): the agent has left the population");
   }
-  const auto t0 = Clock::now();
   std::vector<LayerRef> ordered;
   std::string bad;
   try {
@@ -245,6 +244,9 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   }
   const StepAgreement in = ex.agree(bad, metric, publish_pending_);
   ++steps_since_publish_;
+  // The decide timer starts after the agreement: for a group, waiting there for the agent's
+  // slowest rank is the trainer's imbalance, not the decision's cost.
+  const auto t0 = Clock::now();
 
   StepEvent event;
   event.rank = ex.agent_id();
