@@ -432,7 +432,9 @@ def main():
       "(`paramwin_bench.smoke.np2`).\n")
     w("Measured separately (their own programs and pages): the LibTorch adapter against the "
       "span path, [benchmarks-torch.md](benchmarks-torch.md); pulls and rebirths across two "
-      "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md).\n")
+      "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
+      "side (before / after a change, `scripts/bench_compare.py`), "
+      "[benchmarks-compare.md](benchmarks-compare.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)
