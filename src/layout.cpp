@@ -72,6 +72,21 @@ Layout& Layout::add(std::string name, std::vector<std::size_t> shape, DType dtyp
     }
     count *= d;
   }
+  // Checked before anything changes: a layout whose byte or element totals wrap around
+  // would size windows and scratches from a small wrong number.
+  constexpr std::size_t kMax = static_cast<std::size_t>(-1);
+  const std::size_t esize = dtype_size(dtype);
+  if (count > kMax / esize) {
+    throw InvalidArgument("layer '" + name + "': shape " + shape_text(shape) + " of " +
+                          std::string(dtype_name(dtype)) + " is more than 2^64 bytes");
+  }
+  const std::size_t bytes = count * esize;
+  if (count > kMax - total_elements_ || bytes > kMax - total_bytes_) {
+    throw InvalidArgument("layer '" + name + "': shape " + shape_text(shape) + " of " +
+                          std::string(dtype_name(dtype)) + " would make the layout's total (" +
+                          std::to_string(total_elements_) + " elements, " +
+                          std::to_string(total_bytes_) + " bytes so far) overflow 2^64");
+  }
   mix_u64(fingerprint_, name.size());
   mix(fingerprint_, name.data(), name.size());
   mix_u64(fingerprint_, shape.size());
@@ -80,7 +95,7 @@ Layout& Layout::add(std::string name, std::vector<std::size_t> shape, DType dtyp
   }
   mix_u64(fingerprint_, static_cast<std::uint64_t>(dtype));
   total_elements_ += count;
-  total_bytes_ += count * dtype_size(dtype);
+  total_bytes_ += bytes;
   layers_.push_back(LayerSpec{std::move(name), std::move(shape), count, dtype});
   return *this;
 }

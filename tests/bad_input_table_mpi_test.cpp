@@ -115,6 +115,9 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
   pw::Layout lay;
   lay.add("x", std::size_t{2});
   const pw::Layout lay0 = lay;
+  // Every second element of a 2-column grid: a strided view of the layer's size.
+  const Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> grid("grid", kW, 2);
+  const auto strided = Kokkos::subview(grid, Kokkos::ALL, 0);
 
   const auto roster_before = win.roster(rank);
   const std::uint64_t version_before = win.version();
@@ -138,6 +141,15 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        [&] { lay.add("y", -3); }},
       {"Layout::add", "out-of-range dtype", Kind::invalid_argument, "invalid dtype",
        [&] { lay.add("y", std::size_t{1}, static_cast<pw::DType>(99)); }},
+      {"Layout::add", "a layer of more than 2^64 bytes", Kind::invalid_argument,
+       "more than 2^64 bytes",
+       [&] {
+         lay.add("huge", std::vector<std::size_t>{std::size_t{1} << 61, 2});
+       }},
+      {"Layout::add", "layout total over 2^64 bytes", Kind::invalid_argument, "overflow 2^64",
+       [&] {
+         lay.add("huge", std::vector<std::size_t>{(std::size_t{1} << 63) - 1}, pw::DType::float16);
+       }},
       {"Layout::operator[]", "index out of range", Kind::invalid_argument, "out of range",
        [&] { (void)lay[5]; }},
       {"Layout::index_of", "unknown name", Kind::invalid_argument, "unknown layer 'nope'",
@@ -183,6 +195,11 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
       {"publish", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
        [&] {
          (void)win.publish({pw::ConstLayerRef("w", w), pw::ConstLayerRef("bias", b)});
+       }},
+      {"publish", "strided unnamed view", Kind::invalid_argument,
+       "layer #0 (w) is a view that is not contiguous",
+       [&] {
+         (void)win.publish({pw::ConstLayerRef(strided), pw::ConstLayerRef(b)});
        }},
       {"publish", "no layers on a snapshot window", Kind::invalid_argument, "Exposure::live",
        [&] { (void)win.publish(); }},
@@ -294,6 +311,12 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
          o.mixing.kind = pw::MixingKind::weighted;
          o.mixing.weights = {1, 2, 3};
        })},
+      {"Agent()", "weights whose sum overflows", Kind::invalid_argument, "sum to infinity",
+       bad_options([](pw::AgentOptions& o) {
+         o.selection.k = 2;
+         o.mixing.kind = pw::MixingKind::weighted;
+         o.mixing.weights = {1e308, 1e308};
+       })},
       {"Agent()", "reset without callback", Kind::invalid_argument, "needs a reset callback",
        bad_options([](pw::AgentOptions& o) { o.mixing.kind = pw::MixingKind::reset; })},
       {"Agent()", "negative staleness bound", Kind::invalid_argument, "max_staleness_seconds",
@@ -322,6 +345,13 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        [&] { pw::validate(pw::parse_agent_options("k=0"), 4); }},
   };
 
+  if (n >= 3) {  // two donors exist
+    rows.push_back(
+        {"pull", "weights whose sum overflows", Kind::invalid_argument, "sum to infinity", [&] {
+           (void)win.pull({donor, (rank + 2) % n}, {ow, ob},
+                          {.reduction = pw::Reduction::weighted, .weights = {1e308, 1e308}});
+         }});
+  }
   int rows_checked = 0;
   for (const Row& row : rows) {
     const std::string why = run_row(row);
@@ -335,6 +365,9 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     EXPECT_EQ(r.version, roster_before.version) << row.entry << " / " << row.input;
     EXPECT_EQ(r.status_updates, roster_before.status_updates) << row.entry << " / " << row.input;
     EXPECT_TRUE(lay == lay0) << row.entry << " / " << row.input << " changed the layout";
+    EXPECT_EQ(lay.fingerprint(), lay0.fingerprint()) << row.entry << " / " << row.input;
+    EXPECT_EQ(lay.total_bytes(), lay0.total_bytes()) << row.entry << " / " << row.input;
+    EXPECT_EQ(lay.total_elements(), lay0.total_elements()) << row.entry << " / " << row.input;
     ++rows_checked;
   }
 

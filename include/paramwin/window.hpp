@@ -190,11 +190,22 @@ class ParameterWindow {
   template <class Ref>
   bool needs_staging(std::span<const Ref> refs) const {
     bool staging = base_.valid() && base_.options().stage_through_host;
-    for (const Ref& r : refs) {
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const Ref& r = refs[i];
       if (!r.contiguous()) {
-        // Checked here too: staging copies bytes, which would hide a strided layout.
-        throw InvalidArgument("paramwin: layer '" + std::string(r.name()) +
-                              "' is a view that is not contiguous");
+        // Checked here too: staging copies bytes, which would hide a strided layout. An
+        // unnamed ref is named by its position and the layer it binds to.
+        // (Appends, not "literal" + string: GCC 12's -Wrestrict misfires on the latter.)
+        std::string msg = "paramwin: layer ";
+        if (!r.name().empty()) {
+          msg.append("'").append(r.name()).append("'");
+        } else {
+          msg.append("#").append(std::to_string(i));
+          if (base_.valid() && i < base_.layout().size()) {
+            msg.append(" (").append(base_.layout()[i].name).append(")");
+          }
+        }
+        throw InvalidArgument(msg.append(" is a view that is not contiguous"));
       }
       staging = staging || !r.host_accessible() || !kHostSpace;
     }

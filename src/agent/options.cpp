@@ -25,6 +25,33 @@ bool any_trigger(const TriggerOptions& t) {
          static_cast<bool>(t.custom);
 }
 
+// Explicit mixing weights: only with 'weighted', one per donor, finite and > 0, and a finite
+// sum (a sum that overflows would normalise every weight to 0).
+void check_mixing_weights(const MixingOptions& m, int k) {
+  if (m.weights.empty()) return;
+  if (m.kind != MixingKind::weighted) {
+    bad("mixing.weights given but mixing is '" + std::string(mixing_name(m.kind)) +
+        "' (weights apply to 'weighted' only)");
+  }
+  if (m.weights.size() != static_cast<std::size_t>(k)) {
+    bad("mixing.weights has " + std::to_string(m.weights.size()) +
+        " entries but selection.k = " + std::to_string(k) + " donors");
+  }
+  for (std::size_t i = 0; i < m.weights.size(); ++i) {
+    if (!(m.weights[i] > 0.0) || !std::isfinite(m.weights[i])) {
+      bad("mixing.weights[" + std::to_string(i) + "] = " + num(m.weights[i]) +
+          " (weights must be finite and > 0)");
+    }
+  }
+  double sum = 0.0;
+  for (const double w : m.weights) sum += w;
+  if (!std::isfinite(sum)) {
+    // Every prefix sums to less, so a clamped selection (fewer donors) cannot overflow.
+    bad("mixing.weights sum to infinity (their sum overflows a double); scale them down: "
+        "only their ratios matter");
+  }
+}
+
 }  // namespace
 
 void validate(const AgentOptions& o, int population) {
@@ -86,22 +113,7 @@ void validate(const AgentOptions& o, int population) {
   if (!(m.temperature > 0.0) || !std::isfinite(m.temperature)) {
     bad("mixing.temperature must be finite and > 0, got " + num(m.temperature));
   }
-  if (!m.weights.empty()) {
-    if (m.kind != MixingKind::weighted) {
-      bad("mixing.weights given but mixing is '" + std::string(mixing_name(m.kind)) +
-          "' (weights apply to 'weighted' only)");
-    }
-    if (m.weights.size() != static_cast<std::size_t>(s.k)) {
-      bad("mixing.weights has " + std::to_string(m.weights.size()) +
-          " entries but selection.k = " + std::to_string(s.k) + " donors");
-    }
-    for (std::size_t i = 0; i < m.weights.size(); ++i) {
-      if (!(m.weights[i] > 0.0) || !std::isfinite(m.weights[i])) {
-        bad("mixing.weights[" + std::to_string(i) + "] = " + num(m.weights[i]) +
-            " (weights must be finite and > 0)");
-      }
-    }
-  }
+  check_mixing_weights(m, s.k);
   if (m.kind == MixingKind::reset && !o.reset) {
     bad("mixing 'reset' needs a reset callback (AgentOptions::reset)");
   }

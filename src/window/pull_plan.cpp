@@ -53,6 +53,10 @@ void PullEngine::validate(std::span<const int> donors) const {
     if (!(sum > 0.0)) {
       throw InvalidArgument(where + "weights sum to 0");
     }
+    if (!std::isfinite(sum)) {
+      throw InvalidArgument(where + "weights sum to infinity (their sum overflows a double); " +
+                            "scale them down: only their ratios matter");
+    }
   } else if (options_.reduction != Reduction::mean) {
     throw InvalidArgument(where + "unknown reduction");
   }
