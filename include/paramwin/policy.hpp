@@ -166,7 +166,8 @@ struct MixingOptions {
   FitnessWeighting weighting = FitnessWeighting::rank;  ///< for weighted without weights
   double temperature = 1.0;                             ///< softmax temperature, > 0
   /// Explicit weights for MixingKind::weighted, applied to the donors sorted best first:
-  /// exactly k finite values > 0 (normalised by the pull); empty: fitness weights.
+  /// exactly k finite values > 0 with a finite sum (normalised by the pull); empty: fitness
+  /// weights.
   std::vector<double> weights{};
   double momentum = 0.0;  ///< new = momentum * own + (1 - momentum) * mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;  ///< donors holding NaN/inf
