@@ -78,8 +78,9 @@ enum class NonFinitePolicy : std::uint8_t {
 /// Options of one pull.
 struct PullOptions {
   Reduction reduction = Reduction::mean;  ///< how the donors are combined
-  std::vector<double> weights{};          ///< one per donor, for Reduction::weighted; finite, >= 0, finite sum > 0
-  double momentum = 0.0;                  ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
+  std::vector<double>
+      weights{};          ///< one per donor, for Reduction::weighted; finite, >= 0, finite sum > 0
+  double momentum = 0.0;  ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;  ///< donors holding NaN/inf
   ReadMode read_mode = ReadMode::automatic;            ///< pin, optimistic, or chosen per donor
   unsigned optimistic_attempts = 4;  ///< lock-free tries before a donor is pinned (0: pin at once)
