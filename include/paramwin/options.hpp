@@ -78,8 +78,8 @@ enum class NonFinitePolicy : std::uint8_t {
 /// Options of one pull.
 struct PullOptions {
   Reduction reduction = Reduction::mean;  ///< how the donors are combined
-  std::vector<double>
-      weights{};          ///< one per donor, for Reduction::weighted; finite, >= 0, finite sum > 0
+  /// One per donor, for Reduction::weighted: finite and >= 0, with a finite sum > 0.
+  std::vector<double> weights{};
   double momentum = 0.0;  ///< out = momentum*out + (1-momentum)*mix, in [0, 1)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;  ///< donors holding NaN/inf
   ReadMode read_mode = ReadMode::automatic;            ///< pin, optimistic, or chosen per donor
