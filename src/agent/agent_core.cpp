@@ -16,11 +16,7 @@ namespace paramwin::detail {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using Clock = StepClock;
 
 // A failing pull attempt excludes its donor and plans again, at most this many times.
 constexpr int kAttempts = 3;
@@ -216,10 +212,7 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
 void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered,
                              StepEvent& event) {
   const auto t = Clock::now();
-  std::vector<ConstLayerRef> refs;
-  refs.reserve(ordered.size());
-  for (const LayerRef& r : ordered) refs.push_back(r.as_const());
-  const PublishResult r = ex.publish(refs);
+  const PublishResult r = ex.publish(const_refs(ordered));
   event.seconds.publish = seconds_since(t);
   event.published = r.published;
   event.publish_skipped = !r.published;

@@ -5,6 +5,7 @@
 // callbacks, publish, stats, log); an executor only moves data and, for a group, shares the
 // leader's decisions with the other ranks of the agent.
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <span>
@@ -18,6 +19,21 @@
 #include "paramwin/roster.hpp"
 
 namespace paramwin::detail {
+
+using StepClock = std::chrono::steady_clock;  ///< the clock of the step's phase timers
+
+/// Seconds from @p t to now, for the step's phase timers.
+[[nodiscard]] inline double seconds_since(StepClock::time_point t) {
+  return std::chrono::duration<double>(StepClock::now() - t).count();
+}
+
+/// @p refs as read-only refs (what publish takes), same order.
+[[nodiscard]] inline std::vector<ConstLayerRef> const_refs(std::span<const LayerRef> refs) {
+  std::vector<ConstLayerRef> out;
+  out.reserve(refs.size());
+  for (const LayerRef& r : refs) out.push_back(r.as_const());
+  return out;
+}
 
 /// What every rank of the agent agreed on at the start of a step.
 struct StepAgreement {

@@ -1,8 +1,6 @@
 // SoloExecutor: a one-rank agent's rebirth (see solo_executor.hpp).
 #include "agent/solo_executor.hpp"
 
-#include <chrono>
-
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
@@ -30,20 +28,17 @@ void SoloExecutor::share_reset(std::span<const LayerRef> /*ordered*/,
 
 PullOutcome SoloExecutor::pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
                                StepEvent& event) {
-  const auto t = std::chrono::steady_clock::now();
-  const auto elapsed = [&t] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
+  const auto t = StepClock::now();
   try {
     // The window's pull is transactional: it writes straight into the caller's layers only
     // once every donor's snapshot has been read whole.
     const PullResult r = w_.pull(plan.donors, ordered, pull_options(plan, mixing_));
-    event.seconds.pull += elapsed();
+    event.seconds.pull += seconds_since(t);
     event.donors = donor_records(plan, r);
     event.bytes += r.bytes;
     return PullOutcome{.ok = true};
   } catch (const DonorError& e) {
-    event.seconds.pull += elapsed();
+    event.seconds.pull += seconds_since(t);
     return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};
   }
 }

@@ -16,11 +16,7 @@ namespace paramwin::detail {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using Clock = StepClock;
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
 
@@ -237,10 +233,7 @@ std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef
 // Momentum mixes into the current shard: the scratch starts from it.
 void ShardExecutor::start_from_current(std::span<const LayerRef> ordered,
                                        std::span<const LayerRef> scratch) {
-  std::vector<ConstLayerRef> cp;
-  cp.reserve(ordered.size());
-  for (const LayerRef& r : ordered) cp.push_back(r.as_const());
-  const std::vector<ConstLayerRef> cur = shard_of(cp);
+  const std::vector<ConstLayerRef> cur = shard_of(const_refs(ordered));
   for (std::size_t l = 0; l < cur.size(); ++l) {
     if (cur[l].count() == 0) continue;  // an empty layer's data() may be null
     std::memcpy(scratch[l].data(), cur[l].data(), cur[l].count() * dtype_size(cur[l].dtype()));
