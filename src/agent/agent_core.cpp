@@ -135,17 +135,18 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
   std::exception_ptr error;
   if (ex.leader()) {
     try {
-      plan = plan_rebirth(policy_, PlanInput{.iteration = event.iteration,
-                                             .metric = event.metric,
-                                             .fingerprint = ex.fingerprint(),
-                                             .first_attempt = first,
-                                             .publish_due =
-                                                 detail::publish_due(policy_.options().publish,
-                                                                     steps_since_publish_,
-                                                                     Clock::now() - last_publish_),
-                                             .exclude = exclude,
-                                             .rosters = [&ex] { return ex.roster_all(); },
-                                             .now = [] { return MPI_Wtime(); }});
+      plan = plan_rebirth(policy_,
+                          PlanInput{.iteration = event.iteration,
+                                    .metric = event.metric,
+                                    .fingerprint = ex.fingerprint(),
+                                    .first_attempt = first,
+                                    .publish_due =  // judged once, on the first
+                                    first && detail::publish_due(policy_.options().publish,
+                                                                 steps_since_publish_,
+                                                                 Clock::now() - last_publish_),
+                                    .exclude = exclude,
+                                    .rosters = [&ex] { return ex.roster_all(); },
+                                    .now = [] { return MPI_Wtime(); }});
     } catch (const std::exception& e) {
       error = std::current_exception();
       plan = RebirthPlan{.action = PlanAction::error,
