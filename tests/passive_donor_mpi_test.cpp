@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "mpi_test_util.hpp"
@@ -89,6 +90,72 @@ TEST(PassiveDonor, RmaPullIsServedByTheProgressThreadWhileTheDonorComputes) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// An unreachable agent (busy outside MPI for seconds, as a dead process looks to RMA) must
+// not hold up the roster read of another, progressing agent; reads of the unreachable one
+// honour their deadline.
+TEST(PassiveDonor, RosterReadOfOneAgentIgnoresAnUnreachableThirdAndHonoursItsDeadline) {
+  PARAMWIN_REQUIRE_RANKS(3);
+  pw::Layout layout;
+  layout.add("w", std::size_t{1} << 10);
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma});
+  const int rank = win.rank();
+  std::vector<float> w(layout[0].count, static_cast<float>(rank + 1));
+  win.set_status({.iteration = 7, .state = pw::AgentState::active});
+  (void)win.publish({w});
+  MPI_Barrier(MPI_COMM_WORLD);
+  constexpr double kBusy = 3.0;
+  if (rank == 1) {
+    (void)compute_for(kBusy);  // unreachable over RMA for 3 s
+  } else if (rank == 0) {
+    // Rank 2 progresses (below): its roster arrives while rank 1 is unreachable.
+    const double t0 = MPI_Wtime();
+    const pw::RosterEntry two = win.roster(2, 2.0);
+    const double one_read = MPI_Wtime() - t0;
+    EXPECT_EQ(two.rank, 2);
+    EXPECT_EQ(two.version, 1U);
+    EXPECT_EQ(two.status.iteration, 7);
+    std::vector<float> out(w.size());
+    (void)win.pull({2}, {out});
+    EXPECT_EQ(out[0], 3.0F);
+    // The unreachable one: a bounded read throws TimeoutError naming it and both causes.
+    for (int which = 0; which < 2; ++which) {
+      const double t1 = MPI_Wtime();
+      try {
+        if (which == 0) {
+          (void)win.roster(1, 0.2);
+        } else {
+          (void)win.roster_all(0.2);
+        }
+        ADD_FAILURE() << "a roster read of an agent busy for 3 s returned within 0.2 s";
+      } catch (const pw::TimeoutError& e) {
+        EXPECT_EQ(e.rank(), 1);
+        const std::string what = e.what();
+        EXPECT_NE(what.find("roster read: RMA read from rank 1 did not complete"),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find("its process is gone"), std::string::npos) << what;
+      }
+      const double waited = MPI_Wtime() - t1;
+      EXPECT_GE(waited, 0.2);
+      // Still inside rank 1's busy spell: the read returned at its deadline, not when rank 1
+      // came back (a logical check: no wall-clock threshold on how fast it was).
+      EXPECT_LT(MPI_Wtime() - t0, kBusy) << "the roster reads waited for the busy rank";
+    }
+    EXPECT_LT(one_read, kBusy) << "roster(2) waited for the unreachable rank 1";
+  } else {
+    // Progressing agents: in MPI all the time, until rank 1 is back.
+    const double t0 = MPI_Wtime();
+    while (MPI_Wtime() - t0 < kBusy + 0.5) win.progress();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The abandoned reads complete once rank 1 is back; then every roster reads.
+  EXPECT_EQ(win.roster_all().size(), static_cast<std::size_t>(win.size()));
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(win.pending_rma(), 0U);
+  EXPECT_THROW((void)win.roster(0, -1.0), pw::InvalidArgument);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
   PARAMWIN_REQUIRE_RANKS(2);
   pw::Layout layout;
@@ -112,7 +179,8 @@ TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
         ADD_FAILURE() << "pull from a donor busy for 2 s returned within a 0.2 s deadline";
       } catch (const pw::TimeoutError& e) {
         EXPECT_EQ(e.rank(), 1);
-        EXPECT_NE(std::string(e.what()).find("donor 1 did not complete before the deadline"),
+        EXPECT_NE(std::string(e.what()).find(
+                      "RMA read from rank 1 did not complete before the deadline"),
                   std::string::npos)
             << e.what();
       }

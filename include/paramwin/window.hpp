@@ -174,10 +174,20 @@ class ParameterWindow {
     return pull(donors, std::span<const LayerRef>(out.begin(), out.size()), options);
   }
 
-  /// Reads one agent's roster (one-sided; @p rank may be this rank).
-  [[nodiscard]] RosterEntry roster(int rank) const { return base_.roster(rank); }
-  /// Reads every agent's roster (one-sided, no collective), indexed by rank.
-  [[nodiscard]] std::vector<RosterEntry> roster_all() const { return base_.roster_all(); }
+  /// Reads one agent's roster (one-sided; @p rank may be this rank): only that agent's block,
+  /// so an unreachable third rank never delays it. Same-node agents are read from shared
+  /// memory (never waits); others over RMA, which on MPICH's ch4:ucx completes only when
+  /// @p rank enters MPI. @p timeout_seconds > 0 bounds that wait: past it TimeoutError (the
+  /// read completes in the background, as an abandoned pull's does); 0: no bound.
+  [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const {
+    return base_.roster(rank, timeout_seconds);
+  }
+  /// Reads every agent's roster (one-sided, no collective), indexed by rank; the RMA reads of
+  /// all remote agents are pipelined together. @p timeout_seconds as for roster(): past it
+  /// TimeoutError naming the first agent that has not answered.
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const {
+    return base_.roster_all(timeout_seconds);
+  }
   /// Sets this agent's own roster fields (iteration, age, metric, generation, state).
   void set_status(const AgentStatus& status) { base_.set_status(status); }
   /// This agent's own roster fields as last set.

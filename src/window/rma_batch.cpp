@@ -14,6 +14,17 @@ constexpr std::size_t kMaxRmaPiece = std::size_t{1} << 30;  // bytes per MPI_Rge
 
 }  // namespace
 
+std::string timeout_text(const char* what, int rank) {
+  const std::string r = std::to_string(rank);
+  // On MPICH's ch4:ucx an MPI_Get is served only when its target enters MPI, so a late read
+  // means one of two things, and the reader cannot tell which.
+  return std::string("paramwin: ") + what + ": RMA read from rank " + r +
+         " did not complete before the deadline (timeout_seconds): rank " + r +
+         " has not entered MPI since the read began. Either it is busy computing without "
+         "letting MPI progress (see docs/rma-semantics.md: progress() or "
+         "WindowOptions::progress_thread), or its process is gone (exited or crashed)";
+}
+
 // --- Graveyard, Scratch -----------------------------------------------------------------
 
 void Graveyard::reap(bool block) noexcept {
@@ -143,10 +154,7 @@ void RmaBatch::wait_until_deadline() {
         }
       }
       abandon();
-      throw TimeoutError(late, "paramwin: pull: RMA read from donor " + std::to_string(late) +
-                                   " did not complete before the deadline (timeout_seconds); the "
-                                   "donor has not entered MPI since (see docs/rma-semantics.md: "
-                                   "progress() or WindowOptions::progress_thread)");
+      throw TimeoutError(late, timeout_text(what_, late));
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,10 @@ class Scratch {
   std::size_t bytes_ = 0;
 };
 
+/// The message of a TimeoutError for an RMA read of @p what from @p rank: names both causes
+/// (a target busy outside MPI, a target process that is gone).
+std::string timeout_text(const char* what, int rank);
+
 /// Splits @p bytes into consecutive pieces of at most @p max_piece bytes (offset, size), so
 /// that no MPI count exceeds INT_MAX however large a layer is.
 std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
@@ -69,9 +74,14 @@ std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
 /// for together, optionally against an absolute deadline (MPI_Wtime).
 class RmaBatch {
  public:
+  /// @p what names the operation in a TimeoutError ("pull", "roster read").
   RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr, std::shared_ptr<RmaArena> arena = nullptr,
-           double deadline = 0.0)
-      : win_(win), graveyard_(graveyard), arena_(std::move(arena)), deadline_(deadline) {}
+           double deadline = 0.0, const char* what = "pull")
+      : win_(win),
+        graveyard_(graveyard),
+        arena_(std::move(arena)),
+        deadline_(deadline),
+        what_(what) {}
   RmaBatch(const RmaBatch&) = delete;
   RmaBatch& operator=(const RmaBatch&) = delete;
   RmaBatch(RmaBatch&&) = delete;
@@ -83,7 +93,7 @@ class RmaBatch {
   /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
   /// the old value lands in @p old.
   void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
-  /// Waits for every started operation; throws TimeoutError naming a donor that has not
+  /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
   /// Hands outstanding requests to the graveyard without waiting.
@@ -97,6 +107,7 @@ class RmaBatch {
   Graveyard* graveyard_;
   std::shared_ptr<RmaArena> arena_;
   double deadline_;
+  const char* what_;
   std::vector<MPI_Request> requests_;
   std::vector<int> targets_;
 };

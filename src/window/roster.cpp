@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cmath>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "paramwin/error.hpp"
@@ -72,16 +75,19 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
   return make_entry(rank, head, s);
 }
 
-RosterEntry WindowImpl::roster(int rank) const {
+RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
   check_rank(rank, "roster:");
+  check_roster_timeout(timeout_seconds);
   if (rank == rank_ || transport_for(rank) == Transport::shm) {
     return read_local_roster(rank, rank == rank_ ? header() : *shm_header(rank));
   }
-  std::vector<RosterEntry> all = roster_all();
-  return all[static_cast<std::size_t>(rank)];
+  // Only this rank's block: a dead or busy third rank cannot hold it up.
+  const int one[1] = {rank};
+  return read_remote_rosters(one, timeout_seconds).front();
 }
 
-std::vector<RosterEntry> WindowImpl::roster_all() const {
+std::vector<RosterEntry> WindowImpl::roster_all(double timeout_seconds) const {
+  check_roster_timeout(timeout_seconds);
   std::vector<RosterEntry> out(static_cast<std::size_t>(size_));
   std::vector<int> remote;
   for (int r = 0; r < size_; ++r) {
@@ -92,49 +98,66 @@ std::vector<RosterEntry> WindowImpl::roster_all() const {
       remote.push_back(r);
     }
   }
-  if (remote.empty()) {
-    return out;
+  if (!remote.empty()) {
+    std::vector<RosterEntry> got = read_remote_rosters(remote, timeout_seconds);
+    for (std::size_t i = 0; i < remote.size(); ++i) {
+      out[static_cast<std::size_t>(remote[i])] = got[i];
+    }
   }
-  // Remote seqlock read in three pipelined phases over all remote ranks: sequence word,
+  return out;
+}
+
+void WindowImpl::check_roster_timeout(double timeout_seconds) {
+  if (!(timeout_seconds >= 0.0) || !std::isfinite(timeout_seconds)) {
+    throw InvalidArgument("paramwin: roster: timeout_seconds must be finite and >= 0, got " +
+                          std::to_string(timeout_seconds));
+  }
+}
+
+std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ranks,
+                                                         double timeout_seconds) const {
+  // Remote seqlock read in three pipelined phases over the given ranks: sequence word,
   // header and status block, sequence word again. Retry the ranks whose sequence moved.
-  const std::size_t n = remote.size();
-  std::vector<std::uint64_t> seq_after(n);
-  std::vector<HeadWords> heads(n);
-  std::vector<StatusWords> status(n);
-  std::vector<int> pending = remote;
+  // With a deadline the reads land in an arena that outlives them: a read abandoned at the
+  // deadline completes later, into memory the graveyard keeps.
+  const std::size_t n = ranks.size();
+  const double deadline = timeout_seconds > 0.0 ? MPI_Wtime() + timeout_seconds : 0.0;
+  auto arena = std::make_shared<RmaArena>();
+  auto* seq_before = arena->make<std::uint64_t>(n);
+  auto* seq_after = arena->make<std::uint64_t>(n);
+  auto* heads = arena->make<HeadWords>(n);
+  auto* status = arena->make<StatusWords>(n);
+  Graveyard* graveyard = deadline > 0.0 ? &graveyard_ : nullptr;
+  std::vector<RosterEntry> out(n);
+  std::vector<std::size_t> pending(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    pending[i] = i;
+  }
   for (int round = 0; !pending.empty(); ++round) {
     if (round > 10000) {
       throw Error("paramwin: roster read did not settle after 10000 rounds");
     }
-    std::vector<std::uint64_t> seq_before(pending.size());
-    RmaBatch batch(rma_win_.get());
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      batch.get(&seq_before[i], 8, pending[i], kStatusOffset);
+    RmaBatch batch(rma_win_.get(), graveyard, arena, deadline, "roster read");
+    for (const std::size_t i : pending) {
+      batch.get(&seq_before[i], 8, ranks[i], kStatusOffset);
     }
     batch.wait();
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(
-          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
-      batch.get(&heads[slot], sizeof(HeadWords), pending[i], 0);
-      batch.get(&status[slot], sizeof(StatusWords), pending[i], kStatusOffset);
+    for (const std::size_t i : pending) {
+      batch.get(&heads[i], sizeof(HeadWords), ranks[i], 0);
+      batch.get(&status[i], sizeof(StatusWords), ranks[i], kStatusOffset);
     }
     batch.wait();
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(
-          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
-      batch.get(&seq_after[slot], 8, pending[i], kStatusOffset);
+    for (const std::size_t i : pending) {
+      batch.get(&seq_after[i], 8, ranks[i], kStatusOffset);
     }
     batch.wait();
-    std::vector<int> again;
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      const std::size_t slot = static_cast<std::size_t>(
-          std::find(remote.begin(), remote.end(), pending[i]) - remote.begin());
+    std::vector<std::size_t> again;
+    for (const std::size_t i : pending) {
       const std::uint64_t before = seq_before[i];
-      if ((before & 1U) != 0 || before != seq_after[slot] || status[slot].seq != before) {
-        again.push_back(pending[i]);
+      if ((before & 1U) != 0 || before != seq_after[i] || status[i].seq != before) {
+        again.push_back(i);
       } else {
-        out[static_cast<std::size_t>(pending[i])] =
-            make_entry(pending[i], heads[slot], status[slot]);
+        out[i] = make_entry(ranks[i], heads[i], status[i]);
       }
     }
     pending.swap(again);

@@ -64,8 +64,12 @@ void* WindowBase::live_layer(std::size_t layer) const { return impl().live_layer
 void WindowBase::progress() const { impl().progress(); }
 std::size_t WindowBase::pending_rma() const { return impl().pending_rma(); }
 
-RosterEntry WindowBase::roster(int rank) const { return impl().roster(rank); }
-std::vector<RosterEntry> WindowBase::roster_all() const { return impl().roster_all(); }
+RosterEntry WindowBase::roster(int rank, double timeout_seconds) const {
+  return impl().roster(rank, timeout_seconds);
+}
+std::vector<RosterEntry> WindowBase::roster_all(double timeout_seconds) const {
+  return impl().roster_all(timeout_seconds);
+}
 void WindowBase::set_status(const AgentStatus& status) { impl().set_status(status); }
 const AgentStatus& WindowBase::status() const { return impl().status(); }
 

@@ -73,8 +73,9 @@ class WindowImpl final : public FinalizeClient {
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                   const PullOptions& options);
 
-  [[nodiscard]] RosterEntry roster(int rank) const;
-  [[nodiscard]] std::vector<RosterEntry> roster_all() const;
+  /// @p timeout_seconds > 0 bounds the RMA reads (TimeoutError past it; 0: no bound).
+  [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const noexcept { return status_; }
 
@@ -122,6 +123,11 @@ class WindowImpl final : public FinalizeClient {
   void start_progress_thread();
   void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
+  /// Seqlock reads of the roster blocks of @p ranks (all on other nodes, or under
+  /// Transport::rma) over RMA, in the order given; TimeoutError past the deadline.
+  [[nodiscard]] std::vector<RosterEntry> read_remote_rosters(std::span<const int> ranks,
+                                                             double timeout_seconds) const;
+  static void check_roster_timeout(double timeout_seconds);
 
   Comm comm_;
   Comm node_comm_;
@@ -137,7 +143,7 @@ class WindowImpl final : public FinalizeClient {
   std::uint64_t version_ = 0;
   AgentStatus status_;
   std::jthread progress_thread_;
-  Graveyard graveyard_;
+  mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
   Scratch scratch_;
   std::atomic<bool> freed_at_finalize_{false};
   std::string finalize_error_;

@@ -50,8 +50,8 @@ class WindowBase {
   void progress() const;
   [[nodiscard]] std::size_t pending_rma() const;
 
-  [[nodiscard]] RosterEntry roster(int rank) const;
-  [[nodiscard]] std::vector<RosterEntry> roster_all() const;
+  [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const;
 
