@@ -28,7 +28,15 @@ echo
 echo "demo: running $exe on $ranks ranks (MPICH: /usr/bin/mpiexec.mpich)"
 # MPICH busy-polls and this machine may have fewer cores than ranks: the example never
 # blocks in MPI (it polls with sleeps), so oversubscribing is fine.
-/usr/bin/mpiexec.mpich -n "$ranks" "$exe" --out "$out" "${args[@]+"${args[@]}"}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+/usr/bin/mpiexec.mpich -n "$ranks" "$exe" --out "$out" "${args[@]+"${args[@]}"}" | tee "$log"
+# hydra exits 0 when a rank exits 0 without MPI_Finalize (docs/reliability.md): the example's
+# last line, printed once every rank reached the end, is the proof that the run finished.
+if ! grep -q "^age_replacement: all $ranks ranks finished$" "$log"; then
+  echo "demo: the run ended without every rank finishing (see the output above)" >&2
+  exit 1
+fi
 
 out_abs=$(cd "$out" && pwd)
 echo

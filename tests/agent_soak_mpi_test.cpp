@@ -43,6 +43,19 @@ struct Params {
   }
 };
 
+/// publish.rebirth_wait_ms for the soak: PARAMWIN_AGENT_SOAK_REBIRTH_WAIT_MS (default: the
+/// library's), to compare the post-rebirth publishes skipped with and without the wait.
+double soak_rebirth_wait_ms() {
+  double ms = pw::PublishOptions{}.rebirth_wait_ms;
+  if (pw::test::world_rank() == 0) {
+    if (const char* env = std::getenv("PARAMWIN_AGENT_SOAK_REBIRTH_WAIT_MS");
+        env != nullptr && *env != '\0')
+      ms = std::atof(env);
+  }
+  MPI_Bcast(&ms, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return ms;
+}
+
 int soak_deaths() {
   int deaths = 100;
   if (pw::test::world_rank() == 0) {
@@ -71,6 +84,7 @@ TEST(AgentSoak, HundredsOfRebirthsEachExactlyTheRecordedDonorsMean) {
   o.seed = 77;
   o.triggers.age = {.enabled = true, .lo = 2, .hi = 5};
   o.selection = {.kind = pw::SelectionKind::uniform, .k = k};
+  o.publish.rebirth_wait_ms = soak_rebirth_wait_ms();
   o.on_rebirth = [&](const pw::StepEvent& ev, std::span<const pw::LayerRef> params) {
     // Check the mix against the donors and versions the event records...
     const auto* w = static_cast<const float*>(params[0].data());
@@ -111,9 +125,16 @@ TEST(AgentSoak, HundredsOfRebirthsEachExactlyTheRecordedDonorsMean) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
   long long steps = 0;
+  long long rebirth_skipped = 0;  // post-rebirth publishes skipped even after the wait
+  long long rebirth_retried = 0;  // post-rebirth publishes that needed more than one try
   for (; agent.stats().deaths() < target && steps < max_steps; ++steps) {
     p.fill(rank, agent.window().version() + 1);
-    (void)agent.step(steps, 1.0 / (1.0 + static_cast<double>(steps)), {p.w, p.b});
+    const pw::StepEvent ev =
+        agent.step(steps, 1.0 / (1.0 + static_cast<double>(steps)), {p.w, p.b});
+    if (ev.died) {
+      rebirth_skipped += ev.publish_skipped ? 1 : 0;
+      rebirth_retried += ev.publish_attempts > 1 ? 1 : 0;
+    }
   }
   const double elapsed = MPI_Wtime() - t0;
   EXPECT_EQ(checked, agent.stats().deaths());
@@ -123,15 +144,18 @@ TEST(AgentSoak, HundredsOfRebirthsEachExactlyTheRecordedDonorsMean) {
   EXPECT_EQ(agent.window().roster(rank).status.generation,
             static_cast<std::uint64_t>(agent.stats().deaths()));
 
-  long long mine[4] = {checked, wrong, agent.stats().deferred(), steps};
-  long long all[4] = {};
-  MPI_Allreduce(mine, all, 4, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  long long mine[6] = {checked, wrong,           agent.stats().deferred(),
+                       steps,   rebirth_skipped, rebirth_retried};
+  long long all[6] = {};
+  MPI_Allreduce(mine, all, 6, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   double slowest = 0.0;
   MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("[ agents  ] %d agents, %lld steps in all, %.3f s: %lld rebirths verified against "
-                "their recorded donor versions, %lld wrong, %lld deferred deaths\n",
-                n, all[3], slowest, all[0], all[1], all[2]);
+                "their recorded donor versions, %lld wrong, %lld deferred deaths; "
+                "post-rebirth publishes (rebirth_wait_ms %g): %lld retried, %lld still skipped\n",
+                n, all[3], slowest, all[0], all[1], all[2], o.publish.rebirth_wait_ms, all[5],
+                all[4]);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -249,6 +249,29 @@ TEST(EligibleDonors, SkipsSelfUnpublishedRebirthLeftAndOtherLayouts) {
   EXPECT_EQ(pw::eligible_donors(r, 5, kFp), (std::vector<int>{0, 6}));
 }
 
+// A dead agent's last snapshot stays readable over shared memory and its roster still says
+// active: only its staleness tells it apart, so the bound is on by default.
+TEST(EligibleDonors, DefaultOptionsSkipAnAgentSilentForOverAMinute) {
+  const pw::AgentOptions defaults;
+  EXPECT_EQ(defaults.selection.max_staleness_seconds, pw::kDefaultMaxStalenessSeconds);
+  EXPECT_EQ(pw::kDefaultMaxStalenessSeconds, 60.0);
+  std::vector<pw::RosterEntry> r{entry(0, 0), entry(1, 0), entry(2, 0)};
+  const double now = 1000.0;
+  r[0].publish_time = now - 1.0;
+  r[1].publish_time = now - 61.0;  // dead (or hung) for a minute
+  r[2].publish_time = now - 59.0;
+  pw::AgentOptions o = defaults;
+  o.selection.k = 2;
+  o.selection.shortfall = pw::Shortfall::clamp;
+  pw::Policy p(o, 0, 3);
+  const pw::DonorChoice c = p.select_donors(r, kFp, {}, now);
+  EXPECT_EQ(c.ranks, std::vector<int>{2});
+  EXPECT_NE(c.shortfall.find("rank 1 stale (no publish for 61"), std::string::npos) << c.shortfall;
+  o.selection.max_staleness_seconds = 0.0;  // no bound: the dead one is eligible again
+  pw::Policy unbounded(o, 0, 3);
+  EXPECT_EQ(unbounded.select_donors(r, kFp, {}, now).ranks.size(), 2U);
+}
+
 pw::AgentOptions selection(pw::SelectionKind kind, int k, int t = 2,
                            pw::Shortfall shortfall = pw::Shortfall::defer) {
   pw::AgentOptions o;

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/finish.hpp"
 #include "mlp.hpp"
 #include "paramwin/agent.hpp"
 #include "paramwin/paramwin.hpp"
@@ -587,6 +588,7 @@ int main(int argc, char** argv) {
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+  paramwin_examples::report_finished("age_replacement");  // see examples/common/finish.hpp
   MPI_Finalize();
 
   // gnuplot runs after MPI is gone: forking inside an MPI process is best avoided.

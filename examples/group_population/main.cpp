@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/finish.hpp"
 #include "paramwin/paramwin.hpp"
 
 namespace {
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
       code = 1;
     }
   }
+  paramwin_examples::report_finished("group_population");  // see examples/common/finish.hpp
   MPI_Finalize();
   return code;
 }

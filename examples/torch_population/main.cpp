@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "../age_replacement/report.hpp"
+#include "../common/finish.hpp"
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/agent.hpp"
 
@@ -390,6 +391,7 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  paramwin_examples::report_finished("torch_population");  // see examples/common/finish.hpp
   MPI_Finalize();
   // gnuplot runs after MPI is gone: forking inside an MPI process is best avoided.
   if (rank == 0 && rc == 0 && !repl.losses.empty()) {

@@ -82,8 +82,9 @@ struct StepEvent {
   std::size_t bytes = 0;                 ///< bytes pulled in this step
   bool published = false;                ///< parameters were published in this step
   bool publish_skipped = false;          ///< a publish was attempted but a reader pinned the slot
-  std::uint64_t version = 0;             ///< this agent's publish version after the step
-  PhaseSeconds seconds{};                ///< time of each phase
+  unsigned publish_attempts = 0;  ///< tries of this step's publish (> 1: a rebirth's retried)
+  std::uint64_t version = 0;      ///< this agent's publish version after the step
+  PhaseSeconds seconds{};         ///< time of each phase
 };
 
 /// One JSON object (no newline) describing @p event; see docs/agent.md for the fields.

@@ -145,6 +145,11 @@ struct TriggerOptions {
   std::int64_t cooldown = 0;  ///< no death within @c cooldown steps after a rebirth, >= 0
 };
 
+/// Default SelectionOptions::max_staleness_seconds: far longer than the gap between two
+/// publishes of a trainer that publishes every step, short enough that a dead agent's last
+/// snapshot stops spreading within a minute.
+inline constexpr double kDefaultMaxStalenessSeconds = 60.0;
+
 /// How donors are chosen.
 struct SelectionOptions {
   SelectionKind kind = SelectionKind::uniform;  ///< selection rule
@@ -155,9 +160,13 @@ struct SelectionOptions {
   Shortfall shortfall = Shortfall::defer;
   /// Staleness bound, in seconds: an agent whose latest publish is older than this (the
   /// reader's MPI_Wtime minus the roster's publish_time) is not eligible as a donor, e.g. a
-  /// trainer that hangs or stopped publishing. 0: no bound. Compares clocks of two ranks:
-  /// exact on one node; across nodes it needs MPI_WTIME_IS_GLOBAL or synchronised clocks.
-  double max_staleness_seconds = 0.0;
+  /// trainer that hangs, stopped publishing, or whose process died without MPI_Finalize
+  /// (over shared memory its last snapshot stays readable and its roster still says active).
+  /// On by default (kDefaultMaxStalenessSeconds); 0: no bound. Raise it for trainers whose
+  /// publishes are further apart (long steps, evaluation phases). Compares clocks of two
+  /// ranks: exact on one node; across nodes it needs MPI_WTIME_IS_GLOBAL or synchronised
+  /// clocks.
+  double max_staleness_seconds = kDefaultMaxStalenessSeconds;
 };
 
 /// How donors are mixed.
@@ -178,6 +187,11 @@ struct MixingOptions {
 struct PublishOptions {
   std::int64_t every = 1;    ///< publish every N steps (0: no step-based publishing)
   double interval_ms = 0.0;  ///< publish when this many ms passed since the last (0: off)
+  /// After a rebirth, a publish that a reader's pin skips is retried (letting MPI progress
+  /// between tries) for up to this many ms, so that the reborn parameters replace the dead
+  /// ones in the roster at once; past it the publish stays pending for the next step.
+  /// 0: one try. Publishes outside a rebirth never wait.
+  double rebirth_wait_ms = 50.0;
 };
 
 /// Called after a rebirth wrote the new parameters and before they are republished: reset

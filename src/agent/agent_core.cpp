@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "agent/rebirth_executor.hpp"
 #include "agent/rebirth_plan.hpp"
@@ -211,9 +212,21 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
 }
 
 void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered,
-                             StepEvent& event) {
+                             StepEvent& event, bool reborn) {
   const auto t = Clock::now();
-  const PublishResult r = ex.publish(const_refs(ordered));
+  const std::vector<ConstLayerRef> refs = const_refs(ordered);
+  const auto wait = std::chrono::duration<double, std::milli>(
+      reborn ? policy_.options().publish.rebirth_wait_ms : 0.0);
+  PublishResult r = ex.publish(refs);
+  event.publish_attempts = 1;
+  // A pin is held by a reader of the older snapshot for the length of one read: after a
+  // rebirth, wait for it (bounded) rather than keep advertising the dead parameters.
+  while (!r.published && Clock::now() - t < wait) {
+    ex.progress();
+    std::this_thread::yield();
+    r = ex.publish(refs);
+    ++event.publish_attempts;
+  }
   event.seconds.publish = seconds_since(t);
   event.published = r.published;
   event.publish_skipped = !r.published;
@@ -286,7 +299,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
     policy_.options().on_rebirth(event, params);
     event.seconds.mix += seconds_since(t);
   }
-  if (publish) publish_step(ex, ordered, event);
+  if (publish) publish_step(ex, ordered, event, died);
   event.version = ex.version();
   stats_.record(event);
   if (ex.leader()) log_.write(event);

@@ -122,6 +122,7 @@ std::string to_json(const StepEvent& e) {
   int_field(out, "bytes", e.bytes);
   bool_field(out, "published", e.published);
   bool_field(out, "publish_skipped", e.publish_skipped);
+  int_field(out, "publish_attempts", e.publish_attempts);
   int_field(out, "version", e.version);
   key(out, "seconds");
   out += '{';

@@ -104,6 +104,8 @@ class RebirthExecutor {
   virtual void advance_stamp() = 0;
   /// Publishes @p ordered (this rank's part of it) with the stamp advance_stamp() fixed.
   virtual PublishResult publish(std::span<const ConstLayerRef> ordered) = 0;
+  /// Lets MPI progress once on this rank's window (serves its RMA readers).
+  virtual void progress() = 0;
   /// The agent's latest publish: the window version (solo) or the group's stamp (epoch).
   [[nodiscard]] virtual std::uint64_t version() const = 0;
 };

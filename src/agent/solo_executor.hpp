@@ -43,6 +43,7 @@ class SoloExecutor final : public RebirthExecutor {
   PublishResult publish(std::span<const ConstLayerRef> ordered) override {
     return w_.publish(ordered);
   }
+  void progress() override { w_.progress(); }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
 
  private:

@@ -55,6 +55,7 @@ class ShardExecutor final : public RebirthExecutor {
 
   void advance_stamp() override { ++epoch_; }
   PublishResult publish(std::span<const ConstLayerRef> ordered) override;
+  void progress() override { win().progress(); }
   [[nodiscard]] std::uint64_t version() const override { return epoch_; }
 
   [[nodiscard]] ParameterWindow<>& win() { return *window_; }

@@ -41,6 +41,8 @@ class WindowAccess {
   virtual PublishResult publish(std::span<const ConstLayerRef> layers) = 0;
   virtual PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                           const PullOptions& options) = 0;
+  /// Lets MPI progress once (serves RMA readers, completes their pin releases).
+  virtual void progress() = 0;
 };
 
 /// WindowAccess over a ParameterWindow<MemorySpace> (or anything with the same members).
@@ -61,6 +63,7 @@ class WindowAccessOf final : public WindowAccess {
                   const PullOptions& options) override {
     return w_.pull(donors, out, options);
   }
+  void progress() override { w_.progress(); }
 
  private:
   Window& w_;
@@ -144,7 +147,10 @@ class AgentCore {
                    std::span<const int> exclude);
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
                 std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due);
-  void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event);
+  /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
+  /// reader's pin is retried for up to publish.rebirth_wait_ms.
+  void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
+                    bool reborn);
   void published(const PublishResult& r);
 
   Policy policy_;
