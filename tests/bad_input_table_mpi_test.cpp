@@ -119,6 +119,35 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
   const Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> grid("grid", kW, 2);
   const auto strided = Kokkos::subview(grid, Kokkos::ALL, 0);
 
+  // A window with an 8x8 layer, for the rules on multi-dimensional Kokkos views: a view of
+  // rank 2 or more must have the layer's shape, in row-major order.
+  pw::Layout grid_layout;
+  grid_layout.add("g", {8, 8});
+  pw::ParameterWindow<> gridwin(MPI_COMM_WORLD, grid_layout);
+  using Right = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  const Right g8("g8", 8, 8);
+  for (std::size_t i = 0; i < 8; ++i)
+    for (std::size_t j = 0; j < 8; ++j)
+      g8(i, j) = static_cast<float>(rank * 100) + static_cast<float>(i * 8 + j);
+  (void)gridwin.publish({pw::ConstLayerRef(g8)});
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Each of the right element count, each refused; as outputs they must stay untouched.
+  const Kokkos::View<float**, Kokkos::LayoutLeft, Kokkos::HostSpace> left8("left8", 8, 8);
+  const Right r4x16("r4x16", 4, 16);
+  const Kokkos::View<float***, Kokkos::HostSpace> cube("cube", 4, 4, 4);
+  Kokkos::deep_copy(left8, -5.0F);
+  Kokkos::deep_copy(r4x16, -5.0F);
+  Kokkos::deep_copy(cube, -5.0F);
+  auto grid_outputs_intact = [&] {
+    for (std::size_t i = 0; i < 64; ++i) {
+      if (left8.data()[i] != -5.0F || r4x16.data()[i] != -5.0F || cube.data()[i] != -5.0F) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const std::uint64_t grid_version_before = gridwin.version();
+
   const auto roster_before = win.roster(rank);
   const std::uint64_t version_before = win.version();
 
@@ -203,6 +232,20 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        }},
       {"publish", "no layers on a snapshot window", Kind::invalid_argument, "Exposure::live",
        [&] { (void)win.publish(); }},
+      {"publish", "LayoutLeft 8x8 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view whose elements are not in row-major (C) order",
+       [&] { (void)gridwin.publish({pw::ConstLayerRef(left8)}); }},
+      {"publish", "4x16 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view of shape 4x16",
+       [&] { (void)gridwin.publish({pw::ConstLayerRef(r4x16)}); }},
+      {"publish", "4x4x4 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view of shape 4x4x4",
+       [&] { (void)gridwin.publish({pw::ConstLayerRef("g", cube)}); }},
+      {"publish", "8x8 view for a flat layer of 64", Kind::invalid_argument,
+       "'w' [64 float32] got a view of shape 8x8",
+       [&] {
+         (void)win.publish({pw::ConstLayerRef(g8), pw::ConstLayerRef(b)});
+       }},
       // pull
       {"pull", "output one element short", Kind::invalid_argument, "expects 64 elements, got 63",
        [&] {
@@ -212,6 +255,15 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        [&] {
          (void)win.pull({donor}, {ow, b_as_float});
        }},
+      {"pull", "LayoutLeft 8x8 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view whose elements are not in row-major (C) order",
+       [&] { (void)gridwin.pull({donor}, {pw::LayerRef(left8)}); }},
+      {"pull", "4x16 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view of shape 4x16",
+       [&] { (void)gridwin.pull({donor}, {pw::LayerRef("g", r4x16)}); }},
+      {"pull", "4x4x4 view for an 8x8 layer", Kind::invalid_argument,
+       "'g' [8x8 float32] got a view of shape 4x4x4",
+       [&] { (void)gridwin.pull({donor}, {pw::LayerRef(cube)}); }},
       {"pull", "layer named twice", Kind::invalid_argument, "given twice",
        [&] {
          (void)win.pull({donor}, {pw::LayerRef("w", ow), pw::LayerRef("w", ow)});
@@ -368,6 +420,8 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     EXPECT_EQ(lay.fingerprint(), lay0.fingerprint()) << row.entry << " / " << row.input;
     EXPECT_EQ(lay.total_bytes(), lay0.total_bytes()) << row.entry << " / " << row.input;
     EXPECT_EQ(lay.total_elements(), lay0.total_elements()) << row.entry << " / " << row.input;
+    EXPECT_TRUE(grid_outputs_intact()) << row.entry << " / " << row.input << " touched a view";
+    EXPECT_EQ(gridwin.version(), grid_version_before) << row.entry << " / " << row.input;
     ++rows_checked;
   }
 
@@ -393,6 +447,11 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
         {"Agent::step", "unknown layer name", Kind::invalid_argument, "unknown layer 'bias'",
          [&] {
            (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("bias", ab)});
+         }},
+        {"Agent::step", "4x16 view for a flat layer of 64", Kind::invalid_argument,
+         "'w' [64 float32] got a view of shape 4x16",
+         [&] {
+           (void)agent.step(0, 1.0, {pw::LayerRef(r4x16), pw::LayerRef(ab)});
          }},
     };
     const pw::RosterEntry before = agent.window().roster(rank);
@@ -474,6 +533,11 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
          [&] {
            (void)agent.step(0, 1.0, {pw::LayerRef("w", aw), pw::LayerRef("w", aw)});
          }},
+        {"GroupAgent::step", "LayoutLeft 8x8 view for a flat layer of 64", Kind::invalid_argument,
+         "'w' [64 float32] got a view of shape 8x8",
+         [&] {
+           (void)agent.step(0, 1.0, {pw::LayerRef("w", left8), pw::LayerRef("b", ab)});
+         }},
         {"GroupAgent::publish", "one layer of two", Kind::invalid_argument, "got 1 layers",
          [&] { (void)agent.publish({aw}); }},
     };
@@ -498,6 +562,12 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
   EXPECT_EQ(r.donors[0].version, 1U);
   EXPECT_EQ(gw, w);
   EXPECT_EQ(gb, b);
+  // And the grid window an exact pull into a row-major 8x8 view.
+  const Right pg("pg", 8, 8);
+  EXPECT_EQ(gridwin.pull({donor}, {pw::LayerRef(pg)}).donors[0].version, 1U);
+  for (std::size_t i = 0; i < 8; ++i)
+    for (std::size_t j = 0; j < 8; ++j)
+      EXPECT_EQ(pg(i, j), static_cast<float>(donor * 100) + static_cast<float>(i * 8 + j));
   if (rank == 0) {
     std::printf("[ table   ] %d bad inputs tried, each with its error and no state change\n",
                 rows_checked);

@@ -1,4 +1,5 @@
-// Internals that decide sizes: piece splitting for MPI counts, checked narrowing, slot format.
+// Internals that decide sizes: piece splitting for MPI counts, checked narrowing, slot format;
+// and the ref binder's rules for multi-dimensional Kokkos views.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -7,12 +8,16 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "window/binding.hpp"
 #include "window/segment.hpp"
 #include "window/window_impl.hpp"
 
@@ -221,4 +226,108 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
       }
     }
   }
+}
+
+namespace {
+
+template <class Layout_>
+using Unmanaged2 =
+    Kokkos::View<float**, Layout_, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// bind_layers' message for one ref against a one-layer layout ("" when it binds).
+std::string bind_one(const pw::Layout& layout, const pw::ConstLayerRef& ref) {
+  try {
+    (void)pd::bind_layers(layout, std::span<const pw::ConstLayerRef>(&ref, 1), "publish");
+  } catch (const pw::InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A ref made from a view of rank >= 2 carries its extents and element order; flat refs carry
+// none. Binding: a view of rank >= 2 must be the layer's shape, in row-major order.
+TEST(Detail, ViewRefsCarryShapeAndOrderAndBindingChecksThem) {
+  std::vector<float> buf(64);
+  pw::Layout grid;
+  grid.add("g", {8, 8});
+  pw::Layout row;
+  row.add("r", {1, 64});
+
+  const Unmanaged2<Kokkos::LayoutRight> right(buf.data(), 8, 8);
+  const Unmanaged2<Kokkos::LayoutLeft> left(buf.data(), 8, 8);
+  const pw::ConstLayerRef r(right);
+  ASSERT_EQ(r.view_extents().size(), 2U);
+  EXPECT_EQ(r.view_extents()[0], 8U);
+  EXPECT_EQ(r.view_extents()[1], 8U);
+  EXPECT_TRUE(r.row_major());
+  EXPECT_FALSE(pw::ConstLayerRef(left).row_major());
+  EXPECT_EQ(bind_one(grid, r), "");
+
+  // Flat refs: spans, containers, rank-1 views bind to any shape of the right count.
+  EXPECT_TRUE(pw::ConstLayerRef(buf).view_extents().empty());
+  const Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+      flat(buf.data(), 64);
+  EXPECT_TRUE(pw::ConstLayerRef(flat).view_extents().empty());
+  EXPECT_EQ(bind_one(grid, pw::ConstLayerRef(buf)), "");
+  EXPECT_EQ(bind_one(grid, pw::ConstLayerRef(flat)), "");
+  EXPECT_EQ(bind_one(row, pw::ConstLayerRef(flat)), "");
+
+  // Another shape of the same count, or another rank: refused, naming both shapes.
+  const std::string wide = bind_one(grid, Unmanaged2<Kokkos::LayoutRight>(buf.data(), 4, 16));
+  EXPECT_NE(wide.find("paramwin: publish: layer 'g' [8x8 float32] got a view of shape 4x16"),
+            std::string::npos)
+      << wide;
+  const Kokkos::View<float***, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+      cube(buf.data(), 4, 4, 4);
+  EXPECT_NE(bind_one(grid, cube).find("got a view of shape 4x4x4"), std::string::npos);
+  EXPECT_NE(bind_one(row, r).find("'r' [1x64 float32] got a view of shape 8x8"), std::string::npos);
+  pw::Layout flat_layout;
+  flat_layout.add("f", std::size_t{64});
+  EXPECT_NE(bind_one(flat_layout, r).find("'f' [64 float32] got a view of shape 8x8"),
+            std::string::npos);
+
+  // Column-major order: refused for 8x8; a LayoutLeft 1x64 has only one order.
+  const std::string transposed = bind_one(grid, left);
+  EXPECT_NE(transposed.find("'g' [8x8 float32] got a view whose elements are not in row-major"),
+            std::string::npos)
+      << transposed;
+  EXPECT_NE(transposed.find("LayoutRight"), std::string::npos) << transposed;
+  const Unmanaged2<Kokkos::LayoutLeft> left_row(buf.data(), 1, 64);
+  EXPECT_TRUE(pw::ConstLayerRef(left_row).row_major());
+  EXPECT_EQ(bind_one(row, left_row), "");
+
+  // LayoutStride: judged by its strides. Column-major strides are refused; a row-major,
+  // contiguous slice of a larger view binds.
+  using Strided = Kokkos::View<float**, Kokkos::LayoutStride, Kokkos::HostSpace,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const Strided col_major(buf.data(), Kokkos::LayoutStride(8, 1, 8, 8));
+  EXPECT_TRUE(col_major.span_is_contiguous());
+  EXPECT_FALSE(pw::ConstLayerRef(col_major).row_major());
+  EXPECT_NE(bind_one(grid, col_major).find("not in row-major"), std::string::npos);
+  const Strided row_major(buf.data(), Kokkos::LayoutStride(8, 8, 8, 1));
+  EXPECT_EQ(bind_one(grid, row_major), "");
+  std::vector<float> big(3 * 64);
+  const Kokkos::View<float***, Kokkos::LayoutRight, Kokkos::HostSpace,
+                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+      stack(big.data(), 3, 8, 8);
+  const auto slice = Kokkos::subview(stack, 1, Kokkos::ALL(), Kokkos::ALL());
+  EXPECT_EQ(bind_one(grid, slice), "");
+  EXPECT_EQ(pw::ConstLayerRef(slice).data(), big.data() + 64);
+
+  // The shape and order survive as_const() and with_data() (the host staging copy).
+  std::vector<float> other(64);
+  pw::LayerRef w(left);
+  EXPECT_FALSE(w.as_const().row_major());
+  EXPECT_FALSE(w.with_data(other.data()).row_major());
+  EXPECT_EQ(w.with_data(other.data()).data(), other.data());
+  EXPECT_EQ(r.with_data(other.data()).view_extents().size(), 2U);
+  EXPECT_NE(bind_one(grid, w.as_const()).find("not in row-major"), std::string::npos);
+  // as_const() keeps non-contiguity too (it used to report every ref as contiguous).
+  std::vector<float> grid2(128);
+  const Unmanaged2<Kokkos::LayoutRight> two_cols(grid2.data(), 64, 2);
+  const pw::LayerRef column(Kokkos::subview(two_cols, Kokkos::ALL(), 0));
+  EXPECT_FALSE(column.contiguous());
+  EXPECT_FALSE(column.as_const().contiguous());
 }

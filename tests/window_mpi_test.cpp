@@ -329,3 +329,86 @@ TEST(WindowViews, KokkosViewsAndTheHostStagingPath) {
 }
 
 }  // namespace
+
+namespace {
+
+// The rule for multi-dimensional views: layers are row-major; a view of rank 2 or more binds
+// only to a layer of its exact shape, in row-major order (LayoutRight); flat references
+// (spans, containers, rank-1 views) bind to any shape by element count.
+TEST(WindowViews, RowMajorViewsRoundTripAndFlatRefsBindToAnyShape) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("g", {8, 8});
+  using Right = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  for (bool staged : {false, true}) {
+    pw::ParameterWindow<Kokkos::HostSpace> win(MPI_COMM_WORLD, layout,
+                                               {.stage_through_host = staged});
+    const int rank = win.rank();
+    const int donor = (rank + 1) % win.size();
+    Right g("g", 8, 8);
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t j = 0; j < 8; ++j) g(i, j) = value(rank, 0, i * 8 + j);
+    (void)win.publish({pw::ConstLayerRef("g", g)});
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    // A LayoutRight 8x8 view: element (i, j) comes back as the donor's (i, j).
+    Right out("out", 8, 8);
+    (void)win.pull({donor}, {pw::LayerRef(out)});
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t j = 0; j < 8; ++j)
+        ASSERT_EQ(out(i, j), value(donor, 0, i * 8 + j)) << staged << " " << i << "," << j;
+    // Flat references get the layer in row-major order.
+    Kokkos::View<float*, Kokkos::HostSpace> flat("flat", 64);
+    (void)win.pull({donor}, {pw::LayerRef("g", flat)});
+    std::vector<float> vec(64);
+    (void)win.pull({donor}, {vec});
+    for (std::size_t k = 0; k < 64; ++k) {
+      ASSERT_EQ(flat(k), value(donor, 0, k)) << staged << " " << k;
+      ASSERT_EQ(vec[k], value(donor, 0, k)) << staged << " " << k;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // every exact read done before the snapshots change
+    // A rank-1 view and a vector publish too.
+    (void)win.publish({pw::ConstLayerRef(flat)});
+    (void)win.publish({vec});
+
+    // A LayoutLeft 8x8 view (the transpose) is refused on publish and pull, also when the
+    // window stages through the host, and the output is left as it was.
+    Kokkos::View<float**, Kokkos::LayoutLeft, Kokkos::HostSpace> left("left", 8, 8);
+    Kokkos::deep_copy(left, -1.0F);
+    const std::uint64_t version = win.version();
+    for (int op = 0; op < 2; ++op) {
+      try {
+        if (op == 0) {
+          (void)win.publish({pw::ConstLayerRef(left)});
+        } else {
+          (void)win.pull({donor}, {pw::LayerRef(left)});
+        }
+        ADD_FAILURE() << "LayoutLeft 8x8 view accepted (staged " << staged << ", op " << op << ")";
+      } catch (const pw::InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("not in row-major (C) order"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("LayoutRight"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_EQ(win.version(), version);
+    for (std::size_t k = 0; k < 64; ++k) ASSERT_EQ(left.data()[k], -1.0F) << k;
+    // The copy the message suggests works: deep_copy into a LayoutRight view.
+    Kokkos::deep_copy(left, g);  // element-wise: left(i, j) == g(i, j)
+    Right copy("copy", 8, 8);
+    Kokkos::deep_copy(copy, left);
+    (void)win.publish({pw::ConstLayerRef(copy)});
+    // A view of the right count but another shape is refused, naming both shapes.
+    Kokkos::View<float**, Kokkos::HostSpace> wide("wide", 4, 16);
+    try {
+      (void)win.pull({donor}, {pw::LayerRef(wide)});
+      ADD_FAILURE() << "4x16 view accepted for an 8x8 layer";
+    } catch (const pw::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'g' [8x8 float32] got a view of shape 4x16"),
+                std::string::npos)
+          << e.what();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+}  // namespace

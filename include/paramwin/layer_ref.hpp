@@ -2,10 +2,18 @@
 /// @file layer_ref.hpp
 /// Type-erased references to the caller's parameter memory, one per layer: built from a
 /// std::span, a contiguous container or a Kokkos view, optionally with the layer's name.
+///
+/// Layers are in row-major (C) element order. Spans, containers, raw pointers and views of
+/// rank 0 or 1 are flat: they bind to a layer of any shape with the right element count. A
+/// Kokkos view of rank 2 or more must have exactly the layer's shape and row-major element
+/// order (Kokkos::LayoutRight; a LayoutLeft view with more than one extent above 1 is
+/// refused, never transposed silently).
 
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <ranges>
 #include <span>
 #include <string_view>
@@ -15,10 +23,43 @@
 
 namespace paramwin {
 
+class LayerRef;
+
 namespace detail {
 template <class View>
 constexpr bool view_host_accessible =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
+
+/// What a Kokkos view of rank 2 or more adds to a layer reference: its extents and whether
+/// its elements lie in row-major order. rank 0 means a flat reference.
+struct ViewShape {
+  static constexpr std::size_t kMaxRank = 8;  // Kokkos views have at most 8 dimensions
+  std::array<std::size_t, kMaxRank> extents{};
+  std::uint8_t rank = 0;
+  bool row_major = true;
+};
+
+template <class T, class... P>
+ViewShape view_shape(const Kokkos::View<T, P...>& view) {
+  constexpr std::size_t rank = Kokkos::View<T, P...>::traits::rank;
+  static_assert(rank <= ViewShape::kMaxRank);
+  ViewShape s;
+  if constexpr (rank >= 2) {
+    s.rank = static_cast<std::uint8_t>(rank);
+    // Row-major: every dimension longer than 1 has the stride of the extents after it.
+    // (Dimensions of extent 1 have no order; an empty view has no elements to order.)
+    std::size_t after = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      s.extents[d] = view.extent(d);
+      if (s.extents[d] > 1 && view.stride(d) != after) {
+        s.row_major = false;
+      }
+      after *= s.extents[d];
+    }
+    s.row_major = s.row_major || after == 0;
+  }
+  return s;
+}
 }  // namespace detail
 
 /// Read-only reference to one layer of the caller's parameters (for publish).
@@ -40,7 +81,9 @@ class ConstLayerRef {
         count_(std::ranges::size(range)),
         dtype_(dtype_of<std::remove_cvref_t<std::ranges::range_value_t<R>>>::value) {}
 
-  /// From a contiguous Kokkos view of any rank in any memory space.
+  /// From a contiguous Kokkos view of any rank in any memory space. A view of rank 2 or
+  /// more keeps its extents and element order: binding requires the layer's exact shape and
+  /// row-major order (see the file comment).
   template <class T, class... P>
   requires Element<typename Kokkos::View<T, P...>::non_const_value_type> ConstLayerRef(
       std::string_view name, const Kokkos::View<T, P...>& view)
@@ -49,7 +92,8 @@ class ConstLayerRef {
         count_(view.span()),
         dtype_(dtype_of<typename Kokkos::View<T, P...>::non_const_value_type>::value),
         host_accessible_(detail::view_host_accessible<Kokkos::View<T, P...>>),
-        contiguous_(view.span_is_contiguous()) {}
+        contiguous_(view.span_is_contiguous()),
+        shape_(detail::view_shape(view)) {}
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
@@ -69,14 +113,32 @@ class ConstLayerRef {
   /// True when the host can read the memory (false for device views).
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
   [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
+  /// The extents of a Kokkos view of rank 2 or more; empty for a flat reference (a range,
+  /// a raw pointer, a view of rank 0 or 1), which binds to a layer of any shape.
+  [[nodiscard]] std::span<const std::size_t> view_extents() const noexcept {
+    return {shape_.extents.data(), shape_.rank};
+  }
+  /// False for a view of rank 2 or more whose elements are not in row-major (C) order
+  /// (e.g. Kokkos::LayoutLeft); binding refuses such a view.
+  [[nodiscard]] bool row_major() const noexcept { return shape_.row_major; }
+  /// The same reference (name, count, dtype, view shape and order) to a copy of its memory
+  /// at @p data, host memory (for adapters that stage layers through the host).
+  [[nodiscard]] ConstLayerRef with_data(const void* data) const noexcept {
+    ConstLayerRef r = *this;
+    r.data_ = data;
+    r.host_accessible_ = true;
+    return r;
+  }
 
  private:
+  friend class LayerRef;  // as_const() copies every field
   std::string_view name_;
   const void* data_;
   std::size_t count_;
   DType dtype_;
   bool host_accessible_ = true;
   bool contiguous_ = true;
+  detail::ViewShape shape_;
 };
 
 /// Writable reference to one layer of the caller's parameters (for pull).
@@ -99,7 +161,9 @@ class LayerRef {
         count_(std::ranges::size(range)),
         dtype_(dtype_of<std::ranges::range_value_t<R>>::value) {}
 
-  /// From a contiguous, non-const Kokkos view of any rank in any memory space.
+  /// From a contiguous, non-const Kokkos view of any rank in any memory space. A view of
+  /// rank 2 or more keeps its extents and element order: binding requires the layer's exact
+  /// shape and row-major order (see the file comment).
   template <class T, class... P>
   requires Element<typename Kokkos::View<T, P...>::non_const_value_type> &&
       (!std::is_const_v<typename Kokkos::View<T, P...>::value_type>)
@@ -109,7 +173,8 @@ class LayerRef {
         count_(view.span()),
         dtype_(dtype_of<typename Kokkos::View<T, P...>::non_const_value_type>::value),
         host_accessible_(detail::view_host_accessible<Kokkos::View<T, P...>>),
-        contiguous_(view.span_is_contiguous()) {}
+        contiguous_(view.span_is_contiguous()),
+        shape_(detail::view_shape(view)) {}
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
@@ -130,9 +195,28 @@ class LayerRef {
   /// True when the host can read the memory (false for device views).
   [[nodiscard]] bool host_accessible() const noexcept { return host_accessible_; }
   [[nodiscard]] bool contiguous() const noexcept { return contiguous_; }  ///< views only
-  /// The same memory, read-only.
+  /// The extents of a Kokkos view of rank 2 or more; empty for a flat reference (a range,
+  /// a raw pointer, a view of rank 0 or 1), which binds to a layer of any shape.
+  [[nodiscard]] std::span<const std::size_t> view_extents() const noexcept {
+    return {shape_.extents.data(), shape_.rank};
+  }
+  /// False for a view of rank 2 or more whose elements are not in row-major (C) order
+  /// (e.g. Kokkos::LayoutLeft); binding refuses such a view.
+  [[nodiscard]] bool row_major() const noexcept { return shape_.row_major; }
+  /// The same reference (memory, name, count, dtype, contiguity, view shape), read-only.
   [[nodiscard]] ConstLayerRef as_const() const noexcept {
-    return ConstLayerRef(name_, data_, count_, dtype_, host_accessible_);
+    ConstLayerRef r(name_, data_, count_, dtype_, host_accessible_);
+    r.contiguous_ = contiguous_;
+    r.shape_ = shape_;
+    return r;
+  }
+  /// The same reference (name, count, dtype, view shape and order) to a copy of its memory
+  /// at @p data, host memory (for adapters that stage layers through the host).
+  [[nodiscard]] LayerRef with_data(void* data) const noexcept {
+    LayerRef r = *this;
+    r.data_ = data;
+    r.host_accessible_ = true;
+    return r;
   }
 
  private:
@@ -142,6 +226,7 @@ class LayerRef {
   DType dtype_;
   bool host_accessible_ = true;
   bool contiguous_ = true;
+  detail::ViewShape shape_;
 };
 
 }  // namespace paramwin

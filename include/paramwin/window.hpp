@@ -153,8 +153,7 @@ class ParameterWindow {
       // The current values are needed for momentum; copying them in also keeps the staged
       // output identical to the caller's memory if the pull fails.
       ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
-      host.emplace_back(out[i].name(), const_cast<void*>(staged.data()), staged.count(),
-                        staged.dtype());
+      host.push_back(out[i].with_data(const_cast<void*>(staged.data())));
     }
     PullResult result = base_.pull_host(donors, host, options);
     for (std::size_t i = 0; i < out.size(); ++i) {
@@ -238,7 +237,8 @@ class ParameterWindow {
       Kokkos::deep_copy(HostBytes(buf.data(), bytes),
                         SpaceBytes(static_cast<char*>(const_cast<void*>(ref.data())), bytes));
     }
-    return ConstLayerRef(ref.name(), buf.data(), ref.count(), ref.dtype());
+    // The staged copy keeps the view's shape and order: binding checks them after staging.
+    return ref.with_data(buf.data());
   }
 
   static void stage_out(std::vector<char>& buf, const LayerRef& ref) {

@@ -1,12 +1,25 @@
 // The one ref binder (see binding.hpp).
 #include "window/binding.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
 namespace {
+
+// "8x8", like LayerSpec::describe() writes a layer's shape.
+std::string extents_text(std::span<const std::size_t> extents) {
+  std::string s;
+  for (std::size_t i = 0; i < extents.size(); ++i) {
+    if (i != 0) {
+      s += 'x';
+    }
+    s += std::to_string(extents[i]);
+  }
+  return s;
+}
 
 template <class Ref>
 std::vector<std::size_t> bind_impl(const Layout& layout, std::span<const Ref> refs,
@@ -45,6 +58,22 @@ std::vector<std::size_t> bind_impl(const Layout& layout, std::span<const Ref> re
     }
     if (!r.contiguous()) {
       throw InvalidArgument(where + "layer " + spec.describe() + " is not contiguous");
+    }
+    // Layers are row-major. A flat ref (empty extents) binds to any shape by count; a view of
+    // rank 2 or more must be the layer's shape, in row-major order: otherwise a 4x16 view for
+    // an 8x8 layer (another shape) or a LayoutLeft 8x8 one (the transpose) binds silently.
+    const std::span<const std::size_t> extents = r.view_extents();
+    if (!extents.empty() && !std::ranges::equal(extents, spec.shape)) {
+      throw InvalidArgument(where + "layer " + spec.describe() + " got a view of shape " +
+                            extents_text(extents) +
+                            ": a view of rank 2 or more must have the layer's shape (a span or "
+                            "rank-1 view binds to any shape, in row-major order)");
+    }
+    if (!r.row_major()) {
+      throw InvalidArgument(where + "layer " + spec.describe() +
+                            " got a view whose elements are not in row-major (C) order (e.g. "
+                            "Kokkos::LayoutLeft): use a Kokkos::LayoutRight view, or deep_copy "
+                            "into one");
     }
     if (r.count() != 0 && r.data() == nullptr) {
       throw InvalidArgument(where + "layer " + spec.describe() + " has a null data pointer");

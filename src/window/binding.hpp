@@ -1,6 +1,7 @@
 #pragma once
 // The one ref binder: matches the caller's layer refs (by name, or by position when none is
-// named) to a layout, checking count, dtype, contiguity and data pointer of every layer.
+// named) to a layout, checking count, dtype, contiguity, view shape and element order, and
+// data pointer of every layer.
 // Used by publish, pull and the agents; its error messages are part of the contract.
 
 #include <cstddef>
@@ -13,7 +14,8 @@
 namespace paramwin::detail {
 
 /// Binds the caller's refs to layout order: result[i] is the ref index for layer i.
-/// Throws InvalidArgument naming the layer on a count, dtype, name or contiguity problem;
+/// Throws InvalidArgument naming the layer on a count, dtype, name, contiguity, view shape or
+/// element order problem (a view of rank >= 2 must be the layer's shape, row-major);
 /// messages start with "paramwin: <operation>: ".
 std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const ConstLayerRef> refs,
                                      const char* operation);
