@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -276,6 +278,155 @@ TEST(WindowCreation, RejectsNullCommunicatorAndBadOptions) {
   bad.transport = static_cast<pw::Transport>(9);
   expect_error<pw::InvalidArgument>([&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, bad); },
                                     "out-of-range enumerator");
+}
+
+/// The message of the E that @p f throws ("" and a failure if it throws none or another).
+template <class E>
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception";
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+TEST(WindowIdentity, OppositeOrdersFailOnEveryRankThenTheSameOrderWorks) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  // A communicator of its own, so that the creation counts below start at #1.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});  // the same layout: the layout check cannot tell them apart
+  const std::string msg = message_of<pw::InvalidArgument>([&] {
+    pw::ParameterWindow<> a(comm, layout, {.name = rank == 0 ? "A" : "B"});
+    pw::ParameterWindow<> b(comm, layout, {.name = rank == 0 ? "B" : "A"});
+  });
+  EXPECT_TRUE(contains(msg, "rank 0 creates window 'A' (#1 created on this communicator), "
+                            "rank 1 creates window 'B' (#1 created on this communicator)"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "windows must be created in the same order on every rank")) << msg;
+
+  // The failed creation counted on every rank (#1), so the counts are still in step.
+  pw::ParameterWindow<> a(comm, layout, {.name = "A"});
+  pw::ParameterWindow<> b(comm, layout, {.name = "B"});
+  EXPECT_EQ(a.name(), "A");
+  EXPECT_EQ(b.name(), "B");
+  std::vector<float> wa(16, static_cast<float>(100 + rank));
+  std::vector<float> wb(16, static_cast<float>(200 + rank));
+  (void)a.publish({wa});
+  (void)b.publish({wb});
+  MPI_Barrier(comm);
+  const int donor = (rank + 1) % n;
+  std::vector<float> out(16, -1.0F);
+  (void)a.pull({donor}, {out});
+  EXPECT_EQ(out, std::vector<float>(16, static_cast<float>(100 + donor)));
+  (void)b.pull({donor}, {out});
+  EXPECT_EQ(out, std::vector<float>(16, static_cast<float>(200 + donor)));
+  MPI_Barrier(comm);
+
+  // Names alike, an unnamed window on one rank: still refused, naming the count (#4).
+  const std::string unnamed = message_of<pw::InvalidArgument>(
+      [&] { pw::ParameterWindow<> c(comm, layout, {.name = rank == 0 ? "" : "C"}); });
+  EXPECT_TRUE(contains(unnamed, "rank 0 creates an unnamed window (#4 created on this "
+                                "communicator), rank 1 creates window 'C' (#4"))
+      << unnamed;
+  a.close();
+  b.close();
+  MPI_Comm_free(&comm);
+}
+
+TEST(WindowCreation, OptionsThatMustAgreeAreCheckedOnEveryRank) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});
+  expect_error<pw::InvalidArgument>(
+      [&] { pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.verify = rank != 0}); },
+      "WindowOptions differ across ranks: verify is false on rank 0, true on rank 1 (verify "
+      "and layout_check must be the same on every rank)");
+  const pw::LayoutCheck last_per_donor =
+      rank == n - 1 ? pw::LayoutCheck::per_donor : pw::LayoutCheck::strict;
+  expect_error<pw::InvalidArgument>(
+      [&] {
+        pw::ParameterWindow<> win(MPI_COMM_WORLD, layout,
+                                  {.layout_check = last_per_donor, .verify = rank == 0});
+      },
+      "verify is true on rank 0, false on rank 1; layout_check is strict on rank 0, per_donor "
+      "on rank " +
+          std::to_string(n - 1));
+  // A bad option on one rank only: every rank throws (this used to hang the others).
+  const std::string bad = message_of<pw::InvalidArgument>([&] {
+    pw::ParameterWindow<> win(MPI_COMM_WORLD, layout,
+                              {.transport = rank == 1 ? static_cast<pw::Transport>(9)
+                                                      : pw::Transport::automatic});
+  });
+  EXPECT_TRUE(contains(bad, rank == 1 ? "paramwin: WindowOptions holds an out-of-range"
+                                      : "paramwin: rank 1 failed: paramwin: WindowOptions"))
+      << bad;
+
+  // The options that are each rank's own may differ: transport, exposure, staging, progress.
+  pw::WindowOptions own;
+  own.transport = rank == 0 ? pw::Transport::rma : pw::Transport::automatic;
+  own.exposure = rank == 0 ? pw::Exposure::live : pw::Exposure::snapshot;
+  own.stage_through_host = rank == 1;
+  own.progress_thread = rank == 1;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, own);
+  std::vector<float> w(16, static_cast<float>(rank + 1));
+  if (rank == 0) {
+    std::span<float> live = win.live_span<float>("w");
+    std::fill(live.begin(), live.end(), 1.0F);
+    (void)win.publish();
+  } else {
+    (void)win.publish({w});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int donor = (rank + 1) % n;
+  std::vector<float> out(16, -1.0F);
+  (void)win.pull({donor}, {out});
+  EXPECT_EQ(out, std::vector<float>(16, static_cast<float>(donor + 1)));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(WindowCreation, AWindowTheNodeCannotHoldFailsOnEveryRankBeforeAllocating) {
+  const int n = pw::test::world_size();
+  pw::Layout huge;
+  huge.add("x", std::size_t{1} << 40);  // 4 TiB of float32
+  const std::string msg = message_of<pw::Error>([&] {
+    try {
+      pw::ParameterWindow<> win(MPI_COMM_WORLD, huge, {.name = "huge"});
+    } catch (const pw::InvalidArgument& e) {
+      ADD_FAILURE() << "InvalidArgument: " << e.what();
+    } catch (const pw::MpiError& e) {
+      ADD_FAILURE() << "MpiError (MPI was asked): " << e.what();
+    }
+  });
+  EXPECT_TRUE(contains(msg, "paramwin: window 'huge' cannot be allocated: this rank's segment "
+                            "needs 8.0 TiB (8796093030400 bytes: the layers take 4.0 TiB in "
+                            "wire format, held twice for the two snapshot slots, plus a header "
+                            "page)"))
+      << msg;
+  EXPECT_TRUE(contains(msg, " of memory and swap")) << msg;
+  if (n > 1) {  // every test rank is on this node
+    EXPECT_TRUE(contains(msg, "the " + std::to_string(n) + " ranks on this node need")) << msg;
+  }
+  // Nothing was allocated; a window that fits is created as usual.
+  pw::Layout small;
+  small.add("x", std::size_t{8});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, small);
+  std::vector<float> x(8, 1.0F);
+  EXPECT_EQ(win.publish({x}).version, 1U);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

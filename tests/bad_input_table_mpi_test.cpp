@@ -205,6 +205,36 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
          if (rank == 0) l.add("extra", std::size_t{1});
          pw::ParameterWindow<> x(MPI_COMM_WORLD, l);
        }},
+      {"ParameterWindow()", "windows created in opposite orders (named)", Kind::invalid_argument,
+       "windows must be created in the same order on every rank",
+       [&] {
+         pw::ParameterWindow<> first(MPI_COMM_WORLD, layout(), {.name = rank == 0 ? "A" : "B"});
+         pw::ParameterWindow<> second(MPI_COMM_WORLD, layout(), {.name = rank == 0 ? "B" : "A"});
+       }},
+      {"ParameterWindow()", "verify on every rank but rank 0", Kind::invalid_argument,
+       "WindowOptions differ across ranks: verify is false on rank 0, true on rank 1",
+       [&] { pw::ParameterWindow<> x(MPI_COMM_WORLD, layout(), {.verify = rank != 0}); }},
+      {"ParameterWindow()", "layout_check strict on rank 0, per_donor on the others",
+       Kind::invalid_argument, "layout_check is strict on rank 0, per_donor on rank 1",
+       [&] {
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, layout(),
+                                 {.layout_check = rank == 0 ? pw::LayoutCheck::strict
+                                                            : pw::LayoutCheck::per_donor});
+       }},
+      {"ParameterWindow()", "out-of-range exposure on rank 0 only", Kind::invalid_argument,
+       "out-of-range enumerator",
+       [&] {
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, layout(),
+                                 {.exposure = rank == 0 ? static_cast<pw::Exposure>(7)
+                                                        : pw::Exposure::snapshot});
+       }},
+      {"ParameterWindow()", "a window larger than the node (2^40 float32)", Kind::error,
+       "cannot be allocated",
+       [&] {
+         pw::Layout l;
+         l.add("x", std::size_t{1} << 40);
+         pw::ParameterWindow<> x(MPI_COMM_WORLD, l);
+       }},
       // publish
       {"publish", "span one element short", Kind::invalid_argument, "expects 64 elements, got 63",
        [&] {

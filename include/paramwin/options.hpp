@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,14 @@ enum class LayoutCheck : std::uint8_t {
 };
 
 /// Options fixed when a window is created.
+///
+/// Window creation agrees on some fields across the ranks before anything else (one
+/// MPI_Allreduce) and throws InvalidArgument on every rank when they differ: verify,
+/// layout_check and the window's identity (name and creation count, see name). The others
+/// are this rank's own choice and may differ between ranks: transport, exposure (readers
+/// learn each donor's exposure from its header), stage_through_host, progress_thread and
+/// progress_interval_us; wire is compared with the layout (LayoutMismatch under
+/// LayoutCheck::strict, an incompatible donor under LayoutCheck::per_donor).
 struct WindowOptions {
   Transport transport = Transport::automatic;      ///< donor transport
   WireFormat wire = WireFormat::native;            ///< published element format
@@ -60,6 +69,14 @@ struct WindowOptions {
   /// (needs MPI_THREAD_MULTIPLE). See docs/rma-semantics.md.
   bool progress_thread = false;
   unsigned progress_interval_us = 200;  ///< sleep between two polls of the progress thread
+  /// The window's name, for its identity check and its error messages (default: unnamed).
+  /// Window creation is collective, so the windows of one communicator pair up by the
+  /// order in which they are created; creation compares the name and the number of
+  /// windows created on the communicator so far across ranks, and throws InvalidArgument
+  /// on every rank ("windows must be created in the same order on every rank") when they
+  /// differ, before any memory is allocated. Only a name tells apart windows created in
+  /// opposite orders on two ranks: name every window when several share a communicator.
+  std::string name{};
 };
 
 /// How donors are combined.

@@ -35,10 +35,13 @@ class ParameterWindow {
  public:
   using memory_space = MemorySpace;  ///< where the caller's layers live
 
-  /// Creates the window over @p comm (duplicated), checks layouts across ranks (strict mode:
-  /// LayoutMismatch naming the differing layer, thrown on every rank) and verifies that
-  /// remote reads return the owner's bytes (VerificationError otherwise).
-  /// @note Collective over @p comm.
+  /// Creates the window over @p comm (duplicated). Before allocating anything it checks,
+  /// throwing on every rank: that the options every rank must share and the window's
+  /// identity agree (InvalidArgument; see WindowOptions and WindowOptions::name), that the
+  /// layouts agree (strict mode: LayoutMismatch naming the differing layer) and that the
+  /// node can hold its ranks' segments (Error naming the bytes needed and the memory there
+  /// is). Then it verifies that remote reads return the owner's bytes (VerificationError
+  /// otherwise). @note Collective over @p comm.
   ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {})
       : base_(comm, std::move(layout), options) {}
 
@@ -68,6 +71,8 @@ class ParameterWindow {
   [[nodiscard]] const Layout& layout() const { return base_.layout(); }
   /// Options the window was created with.
   [[nodiscard]] const WindowOptions& options() const { return base_.options(); }
+  /// The window's name (WindowOptions::name; empty if unnamed).
+  [[nodiscard]] const std::string& name() const { return base_.options().name; }
   /// Transport a pull from @p rank uses (shm or rma).
   [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
   /// Number of completed publishes of this rank.

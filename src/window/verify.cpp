@@ -1,9 +1,19 @@
-// Creation-time checks of a window: layout agreement across ranks (LayoutCheck::strict) and
-// the self-check (every rank reads its peers' patterns through MPI_Get and shared memory).
+// Creation-time checks of a window: options and identity agreed across ranks, layout
+// agreement (LayoutCheck::strict), whether the node can hold the segments, and the self-check
+// (every rank reads its peers' patterns through MPI_Get and shared memory).
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "detail/mpi_check.hpp"
@@ -101,7 +111,273 @@ std::string check_peer(int target, const HeadWords& head, const std::uint64_t* g
   return {};
 }
 
+// --- options and identity ------------------------------------------------------------
+
+/// FNV-1a: a hash of the window name that is the same in every process (std::hash need not).
+std::uint64_t name_hash(std::string_view name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : name) {
+    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/// What every rank must share, in the order of the agreement's allreduce.
+enum Agreed : std::size_t { kVerify, kLayoutCheck, kName, kCreation, kAgreed };
+
+/// One rank's agreed fields, as exchanged to explain a disagreement.
+struct Identity {
+  bool verify = true;
+  std::uint64_t layout_check = 0;
+  std::uint64_t creation = 0;
+  std::string name;
+
+  /// "verify layout_check creation\nname" (the name last: it may hold any byte).
+  [[nodiscard]] std::string encode() const {
+    return std::to_string(verify ? 1 : 0) + " " + std::to_string(layout_check) + " " +
+           std::to_string(creation) + "\n" + name;
+  }
+  static Identity decode(const std::string& text) {
+    Identity id;
+    const std::size_t nl = text.find('\n');
+    std::istringstream head(text.substr(0, nl));
+    int verify = 1;
+    head >> verify >> id.layout_check >> id.creation;
+    id.verify = verify != 0;
+    id.name = nl == std::string::npos ? std::string() : text.substr(nl + 1);
+    return id;
+  }
+  /// "window 'A' (#2 created on this communicator)" or "an unnamed window (#2 ...)".
+  [[nodiscard]] std::string window() const {
+    return (name.empty() ? std::string("an unnamed window") : "window '" + name + "'") + " (#" +
+           std::to_string(creation + 1) + " created on this communicator)";
+  }
+};
+
+std::string layout_check_name(std::uint64_t value) {
+  switch (value) {
+    case 0: return "strict";
+    case 1: return "per_donor";
+    default: return "out of range (" + std::to_string(value) + ")";
+  }
+}
+
+/// The lowest rank whose @p differs(rank 0's, its) holds (0 if none).
+template <class Differs>
+int first_other(const std::vector<Identity>& ids, Differs differs) {
+  for (std::size_t r = 1; r < ids.size(); ++r) {
+    if (differs(ids.front(), ids[r])) {
+      return static_cast<int>(r);
+    }
+  }
+  return 0;
+}
+
+// --- memory -----------------------------------------------------------------------------
+
+constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > kMax - b ? kMax : a + b;
+}
+
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) noexcept {
+  return b != 0 && a > kMax / b ? kMax : a * b;
+}
+
+/// "8.0 TiB" (binary units, one decimal; plain bytes below 1 KiB).
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) {
+    return std::to_string(bytes) + " bytes";
+  }
+  static constexpr std::array<const char*, 6> kUnits = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  auto value = static_cast<double>(bytes) / 1024.0;
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  std::array<char, 32> text{};
+  std::snprintf(text.data(), text.size(), "%.1f %s", value, kUnits[unit]);
+  return text.data();
+}
+
+/// Physical memory plus swap of this node (0 when unknown).
+std::uint64_t memory_and_swap() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) {
+    return 0;
+  }
+  std::uint64_t total =
+      mul_sat(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page));
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("SwapTotal:", 0) == 0) {
+      std::istringstream in(line.substr(10));
+      std::uint64_t kib = 0;
+      if (in >> kib) {
+        total = add_sat(total, mul_sat(kib, 1024));
+      }
+      break;
+    }
+  }
+  return total;
+}
+
+/// Free bytes in /dev/shm, where MPICH puts the file behind a shared window whose node has
+/// more than one rank (mkstemp there; /tmp only when /dev/shm is not writable). tmpfs
+/// grants pages when they are first written: a segment larger than the space left is
+/// created without complaint and the first publish into it dies of SIGBUS. kMax (no limit)
+/// when the MPI is not MPICH or /dev/shm is not usable.
+std::uint64_t dev_shm_free() {
+#if defined(MPICH_VERSION)
+  struct statvfs st {};
+  if (access("/dev/shm", W_OK) == 0 && statvfs("/dev/shm", &st) == 0) {
+    return mul_sat(static_cast<std::uint64_t>(st.f_bavail),
+                   static_cast<std::uint64_t>(st.f_frsize));
+  }
+#endif
+  return kMax;
+}
+
 }  // namespace
+
+void WindowImpl::agree_on_creation(const std::string& local_error) {
+  const WindowOptions& o = options_;
+  const std::array<std::uint64_t, kAgreed> mine = {o.verify ? 1U : 0U,
+                                                   static_cast<std::uint64_t>(o.layout_check),
+                                                   name_hash(o.name), creation_};
+  // One allreduce (max): the lowest failing rank as size - rank (0: none), then each field
+  // and its complement (max of ~v is ~min of v: a field agrees iff its max and min are
+  // equal). Both hold whether MPI orders the words as unsigned or as signed numbers: MPICH
+  // 4.0.2 here takes MPI_MAX of MPI_UINT64_T as signed (max(2^64 - 1, 0) is 0).
+  std::array<std::uint64_t, 1 + 2 * kAgreed> in{};
+  std::array<std::uint64_t, 1 + 2 * kAgreed> out{};
+  in[0] = local_error.empty() ? 0 : static_cast<std::uint64_t>(size_ - rank_);
+  for (std::size_t f = 0; f < kAgreed; ++f) {
+    in[1 + 2 * f] = mine[f];
+    in[2 + 2 * f] = ~mine[f];
+  }
+  check_mpi(MPI_Allreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_UINT64_T, MPI_MAX,
+                          comm_.get()),
+            "MPI_Allreduce(window creation)");
+  if (out[0] != 0) {
+    // Bad options (check_options) on some rank: its own message there, "rank N failed: ..."
+    // on the others. Nothing else is compared: an out-of-range option explains itself.
+    const int failing = size_ - static_cast<int>(out[0]);
+    std::string text = failure_text(comm_.get(), failing, local_error);
+    throw InvalidArgument(local_error.empty() ? text : local_error);
+  }
+  std::array<bool, kAgreed> differs{};
+  bool any = false;
+  for (std::size_t f = 0; f < kAgreed; ++f) {
+    differs[f] = out[1 + 2 * f] != ~out[2 + 2 * f];
+    any = any || differs[f];
+  }
+  if (!any) {
+    return;
+  }
+  // Every rank saw the same disagreement, so every rank takes this path: exchange the values
+  // and explain them, rank 0 against the lowest rank that differs.
+  const Identity me{o.verify, static_cast<std::uint64_t>(o.layout_check), creation_, o.name};
+  std::vector<Identity> ids;
+  for (const std::string& text : allgather_text(comm_.get(), me.encode())) {
+    ids.push_back(Identity::decode(text));
+  }
+  std::string options_text;
+  auto note_option = [&](const char* field, auto value_of) {
+    const int r = first_other(ids, [&](const Identity& a, const Identity& b) {
+      return value_of(a) != value_of(b);
+    });
+    options_text += (options_text.empty() ? "" : "; ") + std::string(field) + " is " +
+                    value_of(ids.front()) + " on rank 0, " +
+                    value_of(ids[static_cast<std::size_t>(r)]) + " on rank " + std::to_string(r);
+  };
+  if (differs[kVerify]) {
+    note_option("verify",
+                [](const Identity& id) { return std::string(id.verify ? "true" : "false"); });
+  }
+  if (differs[kLayoutCheck]) {
+    note_option("layout_check",
+                [](const Identity& id) { return layout_check_name(id.layout_check); });
+  }
+  std::string message;
+  if (differs[kName] || differs[kCreation]) {
+    const int r = first_other(ids, [](const Identity& a, const Identity& b) {
+      return a.name != b.name || a.creation != b.creation;
+    });
+    message = "paramwin: ranks are creating different windows: rank 0 creates " +
+              ids.front().window() + ", rank " + std::to_string(r) + " creates " +
+              ids[static_cast<std::size_t>(r)].window() +
+              "; windows must be created in the same order on every rank (creation is "
+              "collective and pairs windows by their order)";
+    if (!options_text.empty()) {
+      message += "; their WindowOptions differ too: " + options_text;
+    }
+  } else {
+    message = "paramwin: WindowOptions differ across ranks: " + options_text +
+              " (verify and layout_check must be the same on every rank)";
+  }
+  throw InvalidArgument(message);
+}
+
+void WindowImpl::check_memory() const {
+  // This rank's segment as create_windows() allocates it (header page, slots, spare page),
+  // computed without overflow: a layout near 2^64 bytes must fail here, not wrap.
+  const std::uint64_t slot_bytes =
+      slots_.payload_bytes > kMax - kPage
+          ? kMax
+          : round_up(std::max<std::size_t>(slots_.payload_bytes, 1), kPage);
+  const std::uint64_t slots = slot_count(options_.exposure);
+  const std::uint64_t mine = add_sat(add_sat(kPage, mul_sat(slots, slot_bytes)), kPage);
+  const int node_size = node_comm_.size();
+  std::vector<std::uint64_t> on_node(static_cast<std::size_t>(node_size));
+  check_mpi(MPI_Allgather(&mine, 1, MPI_UINT64_T, on_node.data(), 1, MPI_UINT64_T,
+                          node_comm_.get()),
+            "MPI_Allgather(segment bytes)");
+  std::uint64_t node_total = 0;
+  for (const std::uint64_t b : on_node) {
+    node_total = add_sat(node_total, b);
+  }
+
+  std::string error;
+  try {
+    // With one rank on the node MPICH allocates the segment as private memory; with more,
+    // as a file in /dev/shm that all of them map.
+    const std::uint64_t memory = memory_and_swap();
+    const std::uint64_t shm = node_size > 1 ? dev_shm_free() : kMax;
+    const std::uint64_t limit =
+        std::min({memory == 0 ? kMax : memory, shm,
+                  static_cast<std::uint64_t>(std::numeric_limits<MPI_Aint>::max())});
+    if (node_total > limit) {
+      std::string what =
+          "paramwin: " +
+          (options_.name.empty() ? std::string("the window") : "window '" + options_.name + "'") +
+          " cannot be allocated: this rank's segment needs " + human_bytes(mine) + " (" +
+          std::to_string(mine) + " bytes: the layers take " + human_bytes(slots_.payload_bytes) +
+          " in wire format, held " +
+          (slots == 2 ? "twice for the two snapshot slots" : "once (live exposure)") +
+          ", plus a header page)";
+      if (node_size > 1) {
+        what += " and the " + std::to_string(node_size) + " ranks on this node need " +
+                human_bytes(node_total) + " together";
+      }
+      what += ", but this node has " + (memory == 0 ? std::string("an unknown amount of memory")
+                                                    : human_bytes(memory) + " of memory and swap");
+      if (shm != kMax) {
+        what += ", and /dev/shm, where MPICH puts the memory that the ranks of a node share, "
+                "has " +
+                human_bytes(shm) + " free";
+      }
+      error = what;
+    }
+  } catch (const std::exception& e) {
+    error = std::string("paramwin: checking the memory for the window failed: ") + e.what();
+  }
+  agree_or_throw<Error>(comm_.get(), error);
+}
 
 void WindowImpl::verify() {
   // Each rank writes a rank-specific pattern at both ends of its segment; every rank then

@@ -22,6 +22,31 @@ void* align_page(void* p) {
   return reinterpret_cast<void*>(round_up(u, kPage));
 }
 
+/// The attribute key under which a communicator counts the windows created on it (created
+/// once per process; the count is stored in the attribute value itself, so nothing needs
+/// freeing, and MPI_Comm_dup does not copy it: a duplicate starts at 0).
+int creation_keyval() {
+  static const int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &k, nullptr),
+              "MPI_Comm_create_keyval");
+    return k;
+  }();
+  return keyval;
+}
+
+/// Number of windows whose creation started on @p comm before this one; counts this one.
+std::uint64_t count_creation(MPI_Comm comm) {
+  const int keyval = creation_keyval();
+  void* value = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");
+  const std::uintptr_t before = found != 0 ? reinterpret_cast<std::uintptr_t>(value) : 0;
+  check_mpi(MPI_Comm_set_attr(comm, keyval, reinterpret_cast<void*>(before + 1)),
+            "MPI_Comm_set_attr");
+  return before;
+}
+
 }  // namespace
 
 // --- creation ---------------------------------------------------------------------------
@@ -36,7 +61,9 @@ WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& option
   if (comm == MPI_COMM_NULL) {
     throw InvalidArgument("paramwin: ParameterWindow created on MPI_COMM_NULL");
   }
-  check_options();
+  // Counted on every rank before anything that can fail, so that the counts stay in step
+  // whatever happens to this creation.
+  creation_ = count_creation(comm);
   try {
     create(comm);
     remember_client(this);
@@ -74,11 +101,22 @@ void WindowImpl::create(MPI_Comm comm) {
   rank_ = comm_.rank();
   size_ = comm_.size();
 
+  // Everything that decides which collectives follow is agreed on first, in one collective:
+  // a rank with bad options, other options or another window throws with all the others.
+  std::string options_error;
+  try {
+    check_options();
+  } catch (const Error& e) {
+    options_error = e.what();
+  }
+  agree_on_creation(options_error);
+
   slots_ = make_slot_layout(layout_, options_.wire);
   if (options_.layout_check == LayoutCheck::strict) {
     check_layouts_strict(slots_.fingerprint);
   }
   node_comm_ = Comm::split_shared(comm_.get());
+  check_memory();
   create_windows();
   // What follows the collective creations is local until verify(): a rank that fails here
   // must not leave the others waiting in verify()'s collectives.
@@ -108,11 +146,26 @@ void WindowImpl::create_windows() {
   // One spare page: MPICH does not always hand out page-aligned segments (seen with one
   // rank per node), so align inside the allocation. Offsets within a page are the same in
   // every process that maps the segment, so peers align their view of it identically.
-  shm_win_ = Win::allocate_shared(static_cast<MPI_Aint>(bytes + kPage), info.get(),
-                                  node_comm_.get(), &raw);
+  // check_memory() has refused what the node cannot hold; should MPI fail anyway, every
+  // rank throws (the failing ones MpiError, the others Error naming them) rather than wait
+  // in the next collective. (MPICH agrees on the outcome within the node communicator, so
+  // the ranks holding a shared window to free are all the ranks of their node.)
+  std::exception_ptr error;
+  try {
+    shm_win_ = Win::allocate_shared(static_cast<MPI_Aint>(bytes + kPage), info.get(),
+                                    node_comm_.get(), &raw);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_or_rethrow<Error>(comm_.get(), error);
   void* base = align_page(raw);
   segment_ = ByteView(static_cast<std::byte*>(base), bytes);
-  rma_win_ = Win::create(base, static_cast<MPI_Aint>(bytes), info.get(), comm_.get());
+  try {
+    rma_win_ = Win::create(base, static_cast<MPI_Aint>(bytes), info.get(), comm_.get());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_or_rethrow<Error>(comm_.get(), error);
 }
 
 void WindowImpl::init_segment() {

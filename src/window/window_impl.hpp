@@ -107,6 +107,13 @@ class WindowImpl final : public FinalizeClient {
   }
   void check_options() const;
   void create(MPI_Comm comm);
+  /// One MPI_Allreduce: @p local_error (check_options()) on any rank, WindowOptions fields
+  /// that every rank must share (verify, layout_check) and the identity (name, creation_).
+  /// Throws InvalidArgument on every rank when something failed or differs (collective).
+  void agree_on_creation(const std::string& local_error);
+  /// Throws Error on every rank when this node's ranks' segments together exceed what the
+  /// node can hold (memory and swap; /dev/shm's free space under MPICH) (collective).
+  void check_memory() const;
   /// The shared-memory segment and the RMA window over the same pages (collective).
   void create_windows();
   /// Checks the memory model, writes the header, opens both lock_all epochs (local).
@@ -135,6 +142,7 @@ class WindowImpl final : public FinalizeClient {
   Win rma_win_;
   int rank_ = -1;
   int size_ = 0;
+  std::uint64_t creation_ = 0;  // windows created on the caller's communicator before this one
   Layout layout_;
   WindowOptions options_;
   SlotLayout slots_;
