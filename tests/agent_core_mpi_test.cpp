@@ -36,7 +36,7 @@ class PinnedWindow final : public pw::detail::WindowAccess {
   [[nodiscard]] pw::RosterEntry roster(int rank) const override {
     return entries_.at(static_cast<std::size_t>(rank));
   }
-  [[nodiscard]] std::vector<pw::RosterEntry> roster_all() const override {
+  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const override {
     std::vector<pw::RosterEntry> out = entries_;
     out[1].publish_time = MPI_Wtime();  // the donor is fresh
     return out;
@@ -61,10 +61,12 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     return r;
   }
   void progress() override { ++progress_calls; }
+  [[nodiscard]] bool has_rma_readers() const override { return rma_readers; }
 
-  int skips = 0;           ///< publishes still to skip
-  int publish_calls = 0;   ///< tries of publish
-  int progress_calls = 0;  ///< progress() calls
+  int skips = 0;             ///< publishes still to skip
+  int publish_calls = 0;     ///< tries of publish
+  int progress_calls = 0;    ///< progress() calls
+  bool rma_readers = false;  ///< what has_rma_readers() says
 
  private:
   pw::Layout layout_;
@@ -157,6 +159,24 @@ TEST(RebirthPublish, TheWaitIsBoundedAndOrdinaryPublishesNeverWait) {
   EXPECT_FALSE(next.died);
   EXPECT_EQ(next.publish_attempts, 1U);
   EXPECT_EQ(win.publish_calls, 1);
+}
+
+TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
+  PinnedWindow win(layout());
+  pw::AgentOptions o;  // no trigger: nobody dies, every step publishes once
+  o.selection.k = 1;
+  pw::detail::AgentCore core(o, 0, 2, false);
+  std::vector<float> w(8, 0.0F);
+  const pw::LayerRef params[] = {pw::LayerRef(w)};
+  for (int i = 0; i < 10; ++i) (void)core.step(win, i, 0.5, params);
+  EXPECT_EQ(win.progress_calls, 0) << "no RMA reader: no progress call";
+  win.rma_readers = true;
+  for (int i = 10; i < 20; ++i) (void)core.step(win, i, 0.5, params);
+  EXPECT_EQ(win.progress_calls, 10);
+  o.serve.progress_in_step = false;
+  pw::detail::AgentCore off(o, 0, 2, false);
+  for (int i = 0; i < 10; ++i) (void)off.step(win, i, 0.5, params);
+  EXPECT_EQ(win.progress_calls, 10) << "serve.progress_in_step = false: none";
 }
 
 TEST(RebirthPublish, WaitIsValidatedAndParsed) {

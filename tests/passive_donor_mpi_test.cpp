@@ -117,17 +117,26 @@ TEST(PassiveDonor, RosterReadOfOneAgentIgnoresAnUnreachableThirdAndHonoursItsDea
     std::vector<float> out(w.size());
     (void)win.pull({2}, {out});
     EXPECT_EQ(out[0], 3.0F);
-    // The unreachable one: a bounded read throws TimeoutError naming it and both causes.
+    // The unreachable one: a bounded roster(1) throws TimeoutError naming it and both causes;
+    // a bounded roster_all() returns the others whole and rank 1 as not answered.
     for (int which = 0; which < 2; ++which) {
       const double t1 = MPI_Wtime();
       try {
         if (which == 0) {
           (void)win.roster(1, 0.2);
+          ADD_FAILURE() << "a roster read of an agent busy for 3 s returned within 0.2 s";
         } else {
-          (void)win.roster_all(0.2);
+          const std::vector<pw::RosterEntry> all = win.roster_all(0.2);
+          EXPECT_FALSE(all[1].answered);
+          EXPECT_EQ(all[1].rank, 1);
+          EXPECT_EQ(all[1].version, 0U);
+          EXPECT_TRUE(all[2].answered);
+          EXPECT_EQ(all[2].version, 1U);
+          EXPECT_EQ(all[2].status.iteration, 7);
+          EXPECT_TRUE(all[0].answered);
         }
-        ADD_FAILURE() << "a roster read of an agent busy for 3 s returned within 0.2 s";
       } catch (const pw::TimeoutError& e) {
+        EXPECT_EQ(which, 0) << "roster_all threw: " << e.what();
         EXPECT_EQ(e.rank(), 1);
         const std::string what = e.what();
         EXPECT_NE(what.find("roster read: RMA read from rank 1 did not complete"),

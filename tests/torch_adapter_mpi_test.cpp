@@ -568,4 +568,52 @@ TEST(TorchDevice, CudaRoundTripStagesThroughHost) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// read.timeout_seconds bounds a TorchAgent's step as an Agent's (tests/bounded_step_mpi_test
+// for Agent and GroupAgent): the best donor computes 3 s without MPI, the bound is 0.3 s;
+// the dying agent's step returns while the donor still computes, and its module is either
+// reborn or unchanged (a deferred death).
+TEST(TorchAgent, StepNeverWaitsLongerThanReadTimeout) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = world_rank();
+  const int busy = world_size() - 1;
+  for (pw::Transport t : {pw::Transport::shm, pw::Transport::rma}) {
+    Tiny model;
+    fill_random(*model, 70 + static_cast<std::uint64_t>(rank));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
+    pw::AgentOptions ao;
+    ao.triggers.age = {.enabled = true, .lo = 2, .hi = 2};
+    ao.selection = {.kind = pw::SelectionKind::fittest, .k = 1};
+    ao.read.timeout_seconds = 0.3;
+    pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, ao, {}, {.transport = t});
+    const double metric = rank == busy ? 0.0 : 1.0 + rank;
+    (void)agent.step(0, metric);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    if (rank == busy) {
+      while (MPI_Wtime() - t0 < 3.0) {
+      }  // MPI_Wtime is a clock read, not an MPI call that progresses
+    } else if (rank == 0) {
+      std::vector<torch::Tensor> before;
+      for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+      const pw::StepEvent ev = agent.step(1, metric);
+      EXPECT_LT(MPI_Wtime() - t0, 3.0) << "TorchAgent::step waited for the busy donor";
+      EXPECT_NE(ev.reason, pw::DeathReason::none);
+      const auto params = model->parameters();
+      bool same = true;
+      for (std::size_t i = 0; i < params.size(); ++i) same = same && params[i].equal(before[i]);
+      if (ev.died) {
+        EXPECT_FALSE(same) << "reborn, yet the module kept its parameters";
+      } else {
+        EXPECT_TRUE(ev.deferred);
+        EXPECT_TRUE(same) << "a deferred death changed the module";
+        EXPECT_EQ(t, pw::Transport::rma) << "a shm read never waits: " << ev.note;
+      }
+    }
+    if (rank != busy) {
+      while (MPI_Wtime() - t0 < 3.2) agent.member().progress();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 }  // namespace

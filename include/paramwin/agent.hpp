@@ -41,11 +41,15 @@ class Agent final : public AgentInterface {
   Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
         const WindowOptions& window_options = {})
       : core_(detail::AgentCore::create_collective(comm, std::move(options))),
-        window_(comm, std::move(layout), window_options) {}
+        window_(comm, std::move(layout),
+                detail::serving_window_options(window_options, core_.policy().options().serve)) {}
 
   /// Takes ownership of an existing @p window; validates @p options locally (not collective).
+  /// With serve.progress_thread the window must have been created with a progress thread.
   explicit Agent(window_type&& window, AgentOptions options = {})
-      : core_(std::move(options), window.rank(), window.size()), window_(std::move(window)) {}
+      : core_(std::move(options), window.rank(), window.size()), window_(std::move(window)) {
+    detail::check_serving(window_.options(), core_.policy().options().serve);
+  }
 
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -102,6 +106,8 @@ class Agent final : public AgentInterface {
     core_.leave(access);
   }
 
+  /// Lets MPI progress once on the window (see AgentInterface::progress).
+  void progress() override { window_.progress(); }
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
   void close() override { window_.close(); }

@@ -28,6 +28,10 @@ class AgentInterface {
   virtual PublishResult publish(std::span<const ConstLayerRef> params) = 0;
   /// Leaves the population: others stop choosing this agent; step() throws from then on.
   virtual void leave() = 0;
+  /// Lets MPI progress once on this rank's window, serving agents that read it over RMA;
+  /// cheap (one MPI_Iprobe). step() does it once per step (AgentOptions::serve); call it
+  /// inside long computations between steps too.
+  virtual void progress() = 0;
   /// Frees the agent's window, reporting errors as exceptions (collective).
   virtual void close() = 0;
 

@@ -84,6 +84,9 @@ class GroupAgent final : public AgentInterface {
   /// then on. Call on every rank of the agent.
   void leave() override;
 
+  /// Lets MPI progress once on this rank's shard window (see AgentInterface::progress).
+  void progress() override;
+
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the shard peers.
   void close() override;

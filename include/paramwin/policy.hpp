@@ -194,6 +194,37 @@ struct PublishOptions {
   double rebirth_wait_ms = 50.0;
 };
 
+/// How an agent reads other agents inside step(): the bound on its waiting and the pull's
+/// read settings. Same-node (shared-memory) reads never wait; these bound RMA reads.
+struct ReadOptions {
+  /// Bound, in seconds, on the time one step() waits for other agents over RMA: the roster
+  /// reads and every pull attempt of the step share it (0: no bound). A rebirth that cannot
+  /// finish within it is a deferred death with the parameters unchanged (its note says
+  /// "deadline"); the death stays pending for the next step.
+  double timeout_seconds = 0.0;
+  /// Bound on one roster read over RMA (every agent's, at a death or a worst-fraction
+  /// check), within timeout_seconds; agents that have not answered by then are neither
+  /// eligible as donors nor ranked in that step (0: only timeout_seconds bounds it).
+  double roster_timeout_seconds = 0.0;
+  ReadMode read_mode = ReadMode::automatic;  ///< PullOptions::read_mode of the rebirth's pulls
+  unsigned optimistic_attempts = 4;          ///< PullOptions::optimistic_attempts
+  std::size_t chunk_bytes = 0;  ///< PullOptions::chunk_bytes (0: library default; else >= 256)
+};
+
+/// How an agent serves the agents that read it over RMA (on MPICH's ch4:ucx an MPI_Get is
+/// served only while its target is inside MPI). See docs/rma-semantics.md.
+struct ServeOptions {
+  /// step() lets MPI progress once (one MPI_Iprobe) when some rank reads this agent over
+  /// RMA (ParameterWindow::has_rma_readers()), so a trainer loop without other MPI calls
+  /// still serves its readers once per step.
+  bool progress_in_step = true;
+  /// Start the window's progress thread (WindowOptions::progress_thread): readers are served
+  /// while the trainer computes, at the price of a thread polling MPI every
+  /// progress_interval_us (needs MPI_Init_thread with MPI_THREAD_MULTIPLE).
+  bool progress_thread = false;
+  unsigned progress_interval_us = 200;  ///< WindowOptions::progress_interval_us of that thread
+};
+
 /// Called after a rebirth wrote the new parameters and before they are republished: reset
 /// optimizer state, learning-rate schedules, re-draw hyperparameters. May modify @p params.
 using RebirthCallback =
@@ -210,8 +241,10 @@ struct AgentOptions {
   SelectionOptions selection{};                                  ///< who donates
   MixingOptions mixing{};                                        ///< how donors are mixed
   PublishOptions publish{};                                      ///< when parameters are published
-  RebirthCallback on_rebirth{};                                  ///< optional rebirth notification
-  ResetCallback reset{};                                         ///< required by MixingKind::reset
+  ReadOptions read{};            ///< how step() reads others (deadline, read mode, chunks)
+  ServeOptions serve{};          ///< how this agent serves its RMA readers (progress)
+  RebirthCallback on_rebirth{};  ///< optional rebirth notification
+  ResetCallback reset{};         ///< required by MixingKind::reset
   /// Path of the JSON-lines event log ("{rank}" is replaced by the rank); empty: no log.
   std::string event_log{};
 };

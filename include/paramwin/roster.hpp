@@ -36,6 +36,10 @@ struct RosterEntry {
   std::uint64_t status_updates = 0;  ///< number of set_status calls (changes on every update)
   double publish_time = 0.0;         ///< MPI_Wtime of the latest publish (0 if none)
   AgentStatus status;                ///< the owner's self-reported fields
+  /// False when a bounded roster_all() read of this agent over RMA did not complete before
+  /// its deadline (the agent did not enter MPI meanwhile: busy, or its process is gone);
+  /// every other field but rank is then empty (version 0: never chosen as a donor).
+  bool answered = true;
 };
 
 }  // namespace paramwin

@@ -134,6 +134,11 @@ class ParameterWindow {
                                                                                         s.size());
   }
 
+  /// Whether another rank may read this rank's snapshots over RMA (a rank on another node,
+  /// or any rank created with Transport::rma): then this rank must let MPI progress for
+  /// them (progress(), WindowOptions::progress_thread; Agent::step does it once per step).
+  [[nodiscard]] bool has_rma_readers() const { return base_.has_rma_readers(); }
+
   /// Lets MPI progress once, serving RMA readers of this rank (on MPICH's ch4:ucx an MPI_Get
   /// waits until its target enters MPI). Cheap: place it in a training loop that otherwise
   /// makes no MPI call, or use WindowOptions::progress_thread.
@@ -187,8 +192,9 @@ class ParameterWindow {
     return base_.roster(rank, timeout_seconds);
   }
   /// Reads every agent's roster (one-sided, no collective), indexed by rank; the RMA reads of
-  /// all remote agents are pipelined together. @p timeout_seconds as for roster(): past it
-  /// TimeoutError naming the first agent that has not answered.
+  /// all remote agents are pipelined together. @p timeout_seconds > 0 bounds the wait: the
+  /// agents that have not answered by then come back with RosterEntry::answered == false
+  /// (their reads complete in the background); the others are read whole. 0: no bound.
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const {
     return base_.roster_all(timeout_seconds);
   }

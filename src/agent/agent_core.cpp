@@ -130,24 +130,44 @@ void AgentCore::leave(RebirthExecutor& ex) {
   left_ = true;
 }
 
+double AgentCore::time_left() const { return deadline_ > 0.0 ? deadline_ - MPI_Wtime() : 0.0; }
+
+double AgentCore::roster_timeout() const {
+  const double own = policy_.options().read.roster_timeout_seconds;
+  if (deadline_ <= 0.0) return own;
+  // Past the step's deadline a roster read still starts, but waits for no one (a remote
+  // agent that has not answered at once is left out).
+  const double left = std::max(time_left(), 1e-9);
+  return own > 0.0 ? std::min(own, left) : left;
+}
+
 RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                             std::span<const int> exclude) {
   RebirthPlan plan;
   std::exception_ptr error;
-  if (ex.leader()) {
+  if (ex.leader() && !first && deadline_ > 0.0 && time_left() <= 0.0) {
+    // The step's time to wait for others is spent: the death stays pending (the leader
+    // decides, the plan carries it to every rank of the agent).
+    plan = RebirthPlan{.action = PlanAction::defer,
+                       .counters = counters_,
+                       .note = "deadline: read.timeout_seconds " +
+                               std::to_string(policy_.options().read.timeout_seconds) +
+                               " s spent before another donor could be tried"};
+  } else if (ex.leader()) {
     try {
-      plan = plan_rebirth(policy_,
-                          PlanInput{.iteration = event.iteration,
-                                    .metric = event.metric,
-                                    .fingerprint = ex.fingerprint(),
-                                    .first_attempt = first,
-                                    .publish_due =  // judged once, on the first
-                                    first && detail::publish_due(policy_.options().publish,
-                                                                 steps_since_publish_,
-                                                                 Clock::now() - last_publish_),
-                                    .exclude = exclude,
-                                    .rosters = [&ex] { return ex.roster_all(); },
-                                    .now = [] { return MPI_Wtime(); }});
+      plan =
+          plan_rebirth(policy_,
+                       PlanInput{.iteration = event.iteration,
+                                 .metric = event.metric,
+                                 .fingerprint = ex.fingerprint(),
+                                 .first_attempt = first,
+                                 .publish_due =  // judged once, on the first
+                                 first && detail::publish_due(policy_.options().publish,
+                                                              steps_since_publish_,
+                                                              Clock::now() - last_publish_),
+                                 .exclude = exclude,
+                                 .rosters = [&ex, this] { return ex.roster_all(roster_timeout()); },
+                                 .now = [] { return MPI_Wtime(); }});
     } catch (const std::exception& e) {
       error = std::current_exception();
       plan = RebirthPlan{.action = PlanAction::error,
@@ -198,7 +218,9 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
       event.seconds.assemble += seconds_since(t_share);
       return true;
     }
-    const PullOutcome r = ex.pull(plan, ordered, event);
+    const PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
+                                        deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
+    const PullOutcome r = ex.pull(plan, po, ordered, event);
     if (r.ok) return true;
     append_note(note, r.why);
     set_status(ex, AgentState::active, event.iteration, event.metric);
@@ -233,6 +255,22 @@ void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> orde
   published(r);
 }
 
+WindowOptions serving_window_options(WindowOptions options, const ServeOptions& serve) {
+  if (serve.progress_thread) {
+    options.progress_thread = true;
+    options.progress_interval_us = serve.progress_interval_us;
+  }
+  return options;
+}
+
+void check_serving(const WindowOptions& options, const ServeOptions& serve) {
+  if (serve.progress_thread && !options.progress_thread) {
+    throw InvalidArgument("paramwin: AgentOptions::serve.progress_thread asks for a progress "
+                          "thread, but the window given to the Agent was created without one "
+                          "(WindowOptions::progress_thread)");
+  }
+}
+
 StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
   if (left_) {
@@ -249,8 +287,14 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   } catch (const InvalidArgument& e) {
     bad = e.what();
   }
+  // Serve this rank's RMA readers once per step: on MPICH's ch4:ucx their gets wait until
+  // this rank enters MPI, and a trainer loop may make no other MPI call.
+  if (policy_.options().serve.progress_in_step && ex.has_rma_readers()) ex.progress();
   const StepAgreement in = ex.agree(bad, metric, publish_pending_);
   ++steps_since_publish_;
+  // The step's bound on waiting for other agents (roster reads and pulls share it).
+  const double budget = policy_.options().read.timeout_seconds;
+  deadline_ = budget > 0.0 ? MPI_Wtime() + budget : 0.0;
   // The decide timer starts after the agreement: for a group, waiting there for the agent's
   // slowest rank is the trainer's imbalance, not the decision's cost.
   const auto t0 = Clock::now();
@@ -308,17 +352,17 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
 
 StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
-  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  SoloExecutor ex(w, fingerprint_);
   return step(ex, iteration, metric, params);
 }
 
 PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
-  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  SoloExecutor ex(w, fingerprint_);
   return publish(ex, params);
 }
 
 void AgentCore::leave(WindowAccess& w) {
-  SoloExecutor ex(w, policy_.options().mixing, fingerprint_);
+  SoloExecutor ex(w, fingerprint_);
   leave(ex);
 }
 

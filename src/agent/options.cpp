@@ -129,6 +129,26 @@ void validate(const AgentOptions& o, int population) {
   if (!(p.interval_ms >= 0.0) || !std::isfinite(p.interval_ms)) {
     bad("publish.interval_ms must be finite and >= 0, got " + num(p.interval_ms));
   }
+  const ReadOptions& r = o.read;
+  if (!(r.timeout_seconds >= 0.0) || !std::isfinite(r.timeout_seconds)) {
+    bad("read.timeout_seconds must be finite and >= 0, got " + num(r.timeout_seconds));
+  }
+  if (!(r.roster_timeout_seconds >= 0.0) || !std::isfinite(r.roster_timeout_seconds)) {
+    bad("read.roster_timeout_seconds must be finite and >= 0, got " +
+        num(r.roster_timeout_seconds));
+  }
+  if (r.read_mode > ReadMode::pinned) {
+    bad("read.read_mode holds an out-of-range enumerator");
+  }
+  if (r.chunk_bytes != 0 && (r.chunk_bytes < 256 || r.chunk_bytes > (std::size_t{1} << 30))) {
+    bad("read.chunk_bytes must be 0 (library default) or in [256, 2^30], got " +
+        std::to_string(r.chunk_bytes));
+  }
+  if (o.serve.progress_thread &&
+      (o.serve.progress_interval_us == 0 || o.serve.progress_interval_us > 1000000)) {
+    bad("serve.progress_interval_us must be in [1, 1000000], got " +
+        std::to_string(o.serve.progress_interval_us));
+  }
   if (!(p.rebirth_wait_ms >= 0.0) || !std::isfinite(p.rebirth_wait_ms)) {
     bad("publish.rebirth_wait_ms must be finite and >= 0, got " + num(p.rebirth_wait_ms));
   }
@@ -196,6 +216,14 @@ NonFinitePolicy parse_non_finite(std::string_view v) {
   if (v == "allow") return NonFinitePolicy::allow;
   throw InvalidArgument("paramwin: unknown non-finite policy '" + std::string(v) +
                         "' (valid: fail, skip_donor, allow)");
+}
+
+ReadMode parse_read_mode(std::string_view v) {
+  if (v == "automatic" || v == "auto") return ReadMode::automatic;
+  if (v == "optimistic") return ReadMode::optimistic;
+  if (v == "pinned") return ReadMode::pinned;
+  throw InvalidArgument("paramwin: unknown read mode '" + std::string(v) +
+                        "' (valid: automatic, optimistic, pinned)");
 }
 
 }  // namespace
@@ -283,6 +311,22 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.publish.interval_ms = to_double(key, v);
     } else if (key == "publish_rebirth_wait_ms") {
       o.publish.rebirth_wait_ms = to_double(key, v);
+    } else if (key == "read_timeout_seconds") {
+      o.read.timeout_seconds = to_double(key, v);
+    } else if (key == "roster_timeout_seconds") {
+      o.read.roster_timeout_seconds = to_double(key, v);
+    } else if (key == "read_mode") {
+      o.read.read_mode = parse_read_mode(v);
+    } else if (key == "optimistic_attempts") {
+      o.read.optimistic_attempts = to_int<unsigned>(key, v);
+    } else if (key == "chunk_bytes") {
+      o.read.chunk_bytes = to_int<std::size_t>(key, v);
+    } else if (key == "progress_in_step") {
+      o.serve.progress_in_step = to_bool(key, v);
+    } else if (key == "progress_thread") {
+      o.serve.progress_thread = to_bool(key, v);
+    } else if (key == "progress_interval_us") {
+      o.serve.progress_interval_us = to_int<unsigned>(key, v);
     } else if (key == "event_log") {
       o.event_log = std::string(v);
     } else {
@@ -292,7 +336,9 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "worst_every, warmup, cooldown, selection, k, tournament_size, max_staleness_seconds, "
           "shortfall, clamp, "
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
-          "publish_interval_ms, publish_rebirth_wait_ms, event_log)");
+          "publish_interval_ms, publish_rebirth_wait_ms, read_timeout_seconds, "
+          "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, "
+          "progress_in_step, progress_thread, progress_interval_us, event_log)");
     }
   }
   return o;

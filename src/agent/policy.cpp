@@ -154,6 +154,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       if (e.rank == rank_) continue;
       std::string reason;
       if (std::find(exclude.begin(), exclude.end(), e.rank) != exclude.end()) reason = "excluded";
+      else if (!e.answered) reason = "did not answer the roster read in time";
       else if (e.version == 0) reason = "never published";
       else if (e.fingerprint != fingerprint) reason = "incompatible layout";
       else if (e.status.state == AgentState::rebirth) reason = "mid-rebirth";

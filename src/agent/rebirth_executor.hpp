@@ -78,7 +78,9 @@ class RebirthExecutor {
                               bool publish_pending) = 0;
 
   /// Every agent's roster (the leader plans with them).
-  [[nodiscard]] virtual std::vector<RosterEntry> roster_all() = 0;
+  /// Every agent's roster; @p timeout_seconds > 0 bounds the RMA reads (late agents come
+  /// back with answered = false).
+  [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) = 0;
   /// This agent's own roster entry.
   [[nodiscard]] virtual RosterEntry own_roster() = 0;
   /// Updates this rank's roster entry.
@@ -91,10 +93,11 @@ class RebirthExecutor {
   /// After the leader ran the reset callback into @p ordered (@p leader_error: it threw):
   /// every rank holds the leader's result, or every rank throws.
   virtual void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) = 0;
-  /// Pulls and mixes the plan's donors into @p ordered. On failure @p ordered is unchanged
-  /// on every rank. Adds to the event's timers, donors and bytes.
-  virtual PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
-                           StepEvent& event) = 0;
+  /// Pulls and mixes the plan's donors into @p ordered with @p options (pull_options: the
+  /// mix, the read settings, this rank's time left). On failure @p ordered is unchanged on
+  /// every rank. Adds to the event's timers, donors and bytes.
+  virtual PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
+                           std::span<const LayerRef> ordered, StepEvent& event) = 0;
   /// The leader's counters after Policy::reborn() on every rank.
   virtual AgentCounters share_rebirth(const AgentCounters& leader_counters) = 0;
 
@@ -106,6 +109,8 @@ class RebirthExecutor {
   virtual PublishResult publish(std::span<const ConstLayerRef> ordered) = 0;
   /// Lets MPI progress once on this rank's window (serves its RMA readers).
   virtual void progress() = 0;
+  /// Whether some rank reads this rank's window over RMA (ParameterWindow::has_rma_readers).
+  [[nodiscard]] virtual bool has_rma_readers() const = 0;
   /// The agent's latest publish: the window version (solo) or the group's stamp (epoch).
   [[nodiscard]] virtual std::uint64_t version() const = 0;
 };

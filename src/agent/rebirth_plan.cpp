@@ -165,10 +165,15 @@ RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in) {
   return plan;
 }
 
-PullOptions pull_options(const RebirthPlan& plan, const MixingOptions& mixing) {
+PullOptions pull_options(const RebirthPlan& plan, const MixingOptions& mixing,
+                         const ReadOptions& read, double timeout_seconds) {
   PullOptions po;
   po.momentum = mixing.momentum;
   po.non_finite = mixing.non_finite;
+  po.read_mode = read.read_mode;
+  po.optimistic_attempts = read.optimistic_attempts;
+  po.chunk_bytes = read.chunk_bytes;
+  po.timeout_seconds = timeout_seconds;
   if (!plan.weights.empty()) {
     po.reduction = Reduction::weighted;
     po.weights = plan.weights;

@@ -71,8 +71,10 @@ struct PlanInput {
 /// (the policy then undoes the step, see Policy::decide).
 [[nodiscard]] RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in);
 
-/// The pull options a plan's mix needs (reduction, weights, momentum, non-finite policy).
-[[nodiscard]] PullOptions pull_options(const RebirthPlan& plan, const MixingOptions& mixing);
+/// The pull options of a plan's rebirth: its mix (reduction, weights, momentum, non-finite
+/// policy), the agent's @p read settings and the time left, @p timeout_seconds (0: none).
+[[nodiscard]] PullOptions pull_options(const RebirthPlan& plan, const MixingOptions& mixing,
+                                       const ReadOptions& read = {}, double timeout_seconds = 0.0);
 
 /// The event's donor records for a finished pull of @p plan (one per donor read).
 [[nodiscard]] std::vector<DonorRecord> donor_records(const RebirthPlan& plan,

@@ -17,7 +17,7 @@ std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
                                  double now) {
   std::vector<int> out;
   for (const RosterEntry& e : rosters) {
-    if (e.rank == self || e.version == 0 || e.fingerprint != fingerprint ||
+    if (e.rank == self || !e.answered || e.version == 0 || e.fingerprint != fingerprint ||
         e.status.state == AgentState::rebirth || e.status.state == AgentState::left) {
       continue;
     }

@@ -26,13 +26,13 @@ void SoloExecutor::share_reset(std::span<const LayerRef> /*ordered*/,
   if (leader_error) std::rethrow_exception(leader_error);
 }
 
-PullOutcome SoloExecutor::pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
-                               StepEvent& event) {
+PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& options,
+                               std::span<const LayerRef> ordered, StepEvent& event) {
   const auto t = StepClock::now();
   try {
     // The window's pull is transactional: it writes straight into the caller's layers only
     // once every donor's snapshot has been read whole.
-    const PullResult r = w_.pull(plan.donors, ordered, pull_options(plan, mixing_));
+    const PullResult r = w_.pull(plan.donors, ordered, options);
     event.seconds.pull += seconds_since(t);
     event.donors = donor_records(plan, r);
     event.bytes += r.bytes;

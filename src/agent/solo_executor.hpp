@@ -14,9 +14,8 @@ class SoloExecutor final : public RebirthExecutor {
  public:
   /// Executes over @p w; @p fingerprint caches the agent's own roster fingerprint across
   /// steps (read once from the roster).
-  SoloExecutor(WindowAccess& w, const MixingOptions& mixing,
-               std::optional<std::uint64_t>& fingerprint)
-      : w_(w), mixing_(mixing), fingerprint_(fingerprint) {}
+  SoloExecutor(WindowAccess& w, std::optional<std::uint64_t>& fingerprint)
+      : w_(w), fingerprint_(fingerprint) {}
 
   [[nodiscard]] const char* kind() const noexcept override { return "Agent"; }
   [[nodiscard]] int agent_id() const override { return w_.rank(); }
@@ -27,14 +26,16 @@ class SoloExecutor final : public RebirthExecutor {
   void check_params(std::span<const LayerRef> /*ordered*/) const override {}
   StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
 
-  [[nodiscard]] std::vector<RosterEntry> roster_all() override { return w_.roster_all(); }
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) override {
+    return w_.roster_all(timeout_seconds);
+  }
   [[nodiscard]] RosterEntry own_roster() override { return w_.roster(w_.rank()); }
   void set_status(const AgentStatus& status) override { w_.set_status(status); }
 
   RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
-  PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
-                   StepEvent& event) override;
+  PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
+                   std::span<const LayerRef> ordered, StepEvent& event) override;
   AgentCounters share_rebirth(const AgentCounters& leader_counters) override {
     return leader_counters;
   }
@@ -44,11 +45,11 @@ class SoloExecutor final : public RebirthExecutor {
     return w_.publish(ordered);
   }
   void progress() override { w_.progress(); }
+  [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
 
  private:
   WindowAccess& w_;
-  const MixingOptions& mixing_;
   std::optional<std::uint64_t>& fingerprint_;
 };
 

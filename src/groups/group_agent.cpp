@@ -22,7 +22,7 @@ struct GroupAgent::State {
       // Policy streams are per agent: every rank of the agent draws the same ages; only the
       // leader's policy advances, the others mirror its counters (AgentCore::counters).
       : core(std::move(options), groups.agent(), groups.agents(), groups.rank_in_agent() == 0),
-        exec(groups, std::move(layout), core.policy().options().mixing) {}
+        exec(groups, std::move(layout)) {}
 
   detail::AgentCore core;
   detail::ShardExecutor exec;
@@ -73,7 +73,8 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
                          "vs rank " +
                          std::to_string(r) + " differ at " + why);
   }
-  s_->exec.open(groups, window_options);
+  s_->exec.open(groups,
+                detail::serving_window_options(window_options, s_->core.policy().options().serve));
 }
 
 GroupAgent::GroupAgent(GroupAgent&&) noexcept = default;
@@ -100,6 +101,8 @@ void GroupAgent::leave() {
   State& st = state();
   st.core.leave(st.exec);
 }
+
+void GroupAgent::progress() { state().exec.win().progress(); }
 
 void GroupAgent::close() {
   State& st = state();

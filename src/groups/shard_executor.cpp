@@ -22,9 +22,8 @@ constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, 
 
 }  // namespace
 
-ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout, const MixingOptions& mixing)
+ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout)
     : plan_(std::move(layout), groups.agent_size()),
-      mixing_(mixing),
       agent_(groups.agent()),
       agents_(groups.agents()),
       rank_in_agent_(groups.rank_in_agent()),
@@ -108,15 +107,14 @@ void ShardExecutor::share_reset(std::span<const LayerRef> ordered,
   broadcast_blocks(all, 0);
 }
 
-PullOutcome ShardExecutor::pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
-                                StepEvent& event) {
+PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
+                                std::span<const LayerRef> ordered, StepEvent& event) {
   const std::size_t n = plan.donors.size();
   const auto t_pull = Clock::now();
   // One rank per agent: nothing to agree on or gather, and the window's pull is itself
   // transactional, so it writes straight into the caller's layers.
   const std::vector<LayerRef> scratch =
       g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end()) : scratch_refs();
-  const PullOptions po = pull_options(plan, mixing_);
   if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch);
   const std::size_t words = 3 + 2 * n;
   std::vector<std::int64_t> out(words, 0);

@@ -27,7 +27,7 @@ namespace paramwin::detail {
 class ShardExecutor final : public RebirthExecutor {
  public:
   /// Cuts @p layout for @p groups' agents (no MPI yet; see open()).
-  ShardExecutor(const AgentGroups& groups, Layout layout, const MixingOptions& mixing);
+  ShardExecutor(const AgentGroups& groups, Layout layout);
 
   /// Duplicates the agent communicator, finds whether the agent's ranks share a node and
   /// creates this rank's shard window over the shard peers.
@@ -43,19 +43,22 @@ class ShardExecutor final : public RebirthExecutor {
   void check_params(std::span<const LayerRef> ordered) const override;
   StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
 
-  [[nodiscard]] std::vector<RosterEntry> roster_all() override { return win().roster_all(); }
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) override {
+    return win().roster_all(timeout_seconds);
+  }
   [[nodiscard]] RosterEntry own_roster() override { return win().roster(win().rank()); }
   void set_status(const AgentStatus& status) override { win().set_status(status); }
 
   RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
-  PullOutcome pull(const RebirthPlan& plan, std::span<const LayerRef> ordered,
-                   StepEvent& event) override;
+  PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
+                   std::span<const LayerRef> ordered, StepEvent& event) override;
   AgentCounters share_rebirth(const AgentCounters& leader_counters) override;
 
   void advance_stamp() override { ++epoch_; }
   PublishResult publish(std::span<const ConstLayerRef> ordered) override;
   void progress() override { win().progress(); }
+  [[nodiscard]] bool has_rma_readers() const override { return win().has_rma_readers(); }
   [[nodiscard]] std::uint64_t version() const override { return epoch_; }
 
   [[nodiscard]] ParameterWindow<>& win() { return *window_; }
@@ -86,7 +89,6 @@ class ShardExecutor final : public RebirthExecutor {
                       std::span<const int> donors, const std::string& own_error) const;
 
   ShardPlan plan_;
-  const MixingOptions& mixing_;
   std::optional<ParameterWindow<>> window_;
   Comm agent_comm_;  // a duplicate of the groups' agent communicator
   int agent_;

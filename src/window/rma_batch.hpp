@@ -96,6 +96,8 @@ class RmaBatch {
   /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
+  /// True once every started operation has completed (never waits).
+  bool test();
   /// Hands outstanding requests to the graveyard without waiting.
   void abandon() noexcept;
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "paramwin/error.hpp"
 #include "window/rma_batch.hpp"
@@ -83,7 +84,7 @@ RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
   }
   // Only this rank's block: a dead or busy third rank cannot hold it up.
   const int one[1] = {rank};
-  return read_remote_rosters(one, timeout_seconds).front();
+  return read_remote_rosters(one, timeout_seconds, false).front();
 }
 
 std::vector<RosterEntry> WindowImpl::roster_all(double timeout_seconds) const {
@@ -99,7 +100,7 @@ std::vector<RosterEntry> WindowImpl::roster_all(double timeout_seconds) const {
     }
   }
   if (!remote.empty()) {
-    std::vector<RosterEntry> got = read_remote_rosters(remote, timeout_seconds);
+    std::vector<RosterEntry> got = read_remote_rosters(remote, timeout_seconds, true);
     for (std::size_t i = 0; i < remote.size(); ++i) {
       out[static_cast<std::size_t>(remote[i])] = got[i];
     }
@@ -115,9 +116,12 @@ void WindowImpl::check_roster_timeout(double timeout_seconds) {
 }
 
 std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ranks,
-                                                         double timeout_seconds) const {
-  // Remote seqlock read in three pipelined phases over the given ranks: sequence word,
-  // header and status block, sequence word again. Retry the ranks whose sequence moved.
+                                                         double timeout_seconds,
+                                                         bool mark_late) const {
+  // A remote seqlock read per rank in three phases — sequence word; header and status
+  // block; sequence word again — retried from the start when the sequence moved. Each rank
+  // advances through its phases as its own reads complete, all ranks in flight together:
+  // one rank that does not answer (busy outside MPI, or gone) holds up no other.
   // With a deadline the reads land in an arena that outlives them: a read abandoned at the
   // deadline completes later, into memory the graveyard keeps.
   const std::size_t n = ranks.size();
@@ -128,39 +132,72 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
   auto* heads = arena->make<HeadWords>(n);
   auto* status = arena->make<StatusWords>(n);
   Graveyard* graveyard = deadline > 0.0 ? &graveyard_ : nullptr;
+
+  struct Reader {
+    std::unique_ptr<RmaBatch> batch;
+    int phase = 0;  // 0: sequence word, 1: header and status, 2: sequence word again
+    int rounds = 0;
+    bool done = false;
+  };
+  std::vector<Reader> readers(n);
+  const auto issue = [&](std::size_t i) {
+    RmaBatch& b = *readers[i].batch;
+    switch (readers[i].phase) {
+      case 0: b.get(&seq_before[i], 8, ranks[i], kStatusOffset); break;
+      case 1:
+        b.get(&heads[i], sizeof(HeadWords), ranks[i], 0);
+        b.get(&status[i], sizeof(StatusWords), ranks[i], kStatusOffset);
+        break;
+      default: b.get(&seq_after[i], 8, ranks[i], kStatusOffset); break;
+    }
+  };
   std::vector<RosterEntry> out(n);
-  std::vector<std::size_t> pending(n);
   for (std::size_t i = 0; i < n; ++i) {
-    pending[i] = i;
+    readers[i].batch =
+        std::make_unique<RmaBatch>(rma_win_.get(), graveyard, arena, deadline, "roster read");
+    issue(i);
   }
-  for (int round = 0; !pending.empty(); ++round) {
-    if (round > 10000) {
-      throw Error("paramwin: roster read did not settle after 10000 rounds");
-    }
-    RmaBatch batch(rma_win_.get(), graveyard, arena, deadline, "roster read");
-    for (const std::size_t i : pending) {
-      batch.get(&seq_before[i], 8, ranks[i], kStatusOffset);
-    }
-    batch.wait();
-    for (const std::size_t i : pending) {
-      batch.get(&heads[i], sizeof(HeadWords), ranks[i], 0);
-      batch.get(&status[i], sizeof(StatusWords), ranks[i], kStatusOffset);
-    }
-    batch.wait();
-    for (const std::size_t i : pending) {
-      batch.get(&seq_after[i], 8, ranks[i], kStatusOffset);
-    }
-    batch.wait();
-    std::vector<std::size_t> again;
-    for (const std::size_t i : pending) {
+  std::size_t left = n;
+  while (left > 0) {
+    for (std::size_t i = 0; i < n; ++i) {
+      Reader& r = readers[i];
+      if (r.done || !r.batch->test()) {
+        continue;
+      }
+      if (r.phase < 2) {
+        ++r.phase;
+        issue(i);
+        continue;
+      }
       const std::uint64_t before = seq_before[i];
       if ((before & 1U) != 0 || before != seq_after[i] || status[i].seq != before) {
-        again.push_back(i);
-      } else {
-        out[i] = make_entry(ranks[i], heads[i], status[i]);
+        if (++r.rounds > 10000) {
+          throw Error("paramwin: roster read of rank " + std::to_string(ranks[i]) +
+                      " did not settle after 10000 rounds");
+        }
+        r.phase = 0;  // the owner wrote meanwhile: read again
+        issue(i);
+        continue;
       }
+      out[i] = make_entry(ranks[i], heads[i], status[i]);
+      r.done = true;
+      --left;
     }
-    pending.swap(again);
+    if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {
+      int first_late = -1;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (readers[i].done) continue;
+        readers[i].batch->abandon();
+        if (first_late < 0) first_late = ranks[i];
+        out[i] = RosterEntry{};
+        out[i].rank = ranks[i];
+        out[i].answered = false;
+      }
+      if (!mark_late) {
+        throw TimeoutError(first_late, timeout_text("roster read", first_late));
+      }
+      break;
+    }
   }
   return out;
 }

@@ -64,6 +64,7 @@ void* WindowBase::live_layer(std::size_t layer) const { return impl().live_layer
 void WindowBase::progress() const { impl().progress(); }
 std::size_t WindowBase::pending_rma() const { return impl().pending_rma(); }
 
+bool WindowBase::has_rma_readers() const { return impl().has_rma_readers(); }
 RosterEntry WindowBase::roster(int rank, double timeout_seconds) const {
   return impl().roster(rank, timeout_seconds);
 }

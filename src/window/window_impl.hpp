@@ -66,6 +66,8 @@ class WindowImpl final : public FinalizeClient {
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }
   [[nodiscard]] Transport transport_for(int rank) const;
+  /// Whether some other rank may read this rank over RMA (see ParameterWindow).
+  [[nodiscard]] bool has_rma_readers() const noexcept { return rma_readers_; }
   /// Throws InvalidArgument unless @p rank is a rank of the window.
   void check_rank(int rank, const char* what) const;
 
@@ -131,9 +133,11 @@ class WindowImpl final : public FinalizeClient {
   void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
   /// Seqlock reads of the roster blocks of @p ranks (all on other nodes, or under
-  /// Transport::rma) over RMA, in the order given; TimeoutError past the deadline.
+  /// Transport::rma) over RMA, in the order given. Past the deadline: with @p mark_late the
+  /// ranks that have not answered come back with answered = false, else TimeoutError.
   [[nodiscard]] std::vector<RosterEntry> read_remote_rosters(std::span<const int> ranks,
-                                                             double timeout_seconds) const;
+                                                             double timeout_seconds,
+                                                             bool mark_late) const;
   static void check_roster_timeout(double timeout_seconds);
 
   Comm comm_;
@@ -149,6 +153,7 @@ class WindowImpl final : public FinalizeClient {
   ByteView segment_;                  // this rank's segment: header page + two slots
   std::vector<std::byte*> shm_base_;  // per comm rank: segment base if on this node
   std::uint64_t version_ = 0;
+  bool rma_readers_ = false;
   AgentStatus status_;
   std::jthread progress_thread_;
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too

@@ -36,13 +36,15 @@ class WindowAccess {
   [[nodiscard]] virtual const Layout& layout() const = 0;
   [[nodiscard]] virtual std::uint64_t version() const = 0;
   [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
-  [[nodiscard]] virtual std::vector<RosterEntry> roster_all() const = 0;
+  [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) const = 0;
   virtual void set_status(const AgentStatus& status) = 0;
   virtual PublishResult publish(std::span<const ConstLayerRef> layers) = 0;
   virtual PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                           const PullOptions& options) = 0;
   /// Lets MPI progress once (serves RMA readers, completes their pin releases).
   virtual void progress() = 0;
+  /// Whether some rank reads this window over RMA.
+  [[nodiscard]] virtual bool has_rma_readers() const = 0;
 };
 
 /// WindowAccess over a ParameterWindow<MemorySpace> (or anything with the same members).
@@ -54,7 +56,9 @@ class WindowAccessOf final : public WindowAccess {
   [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
   [[nodiscard]] RosterEntry roster(int rank) const override { return w_.roster(rank); }
-  [[nodiscard]] std::vector<RosterEntry> roster_all() const override { return w_.roster_all(); }
+  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) const override {
+    return w_.roster_all(timeout_seconds);
+  }
   void set_status(const AgentStatus& status) override { w_.set_status(status); }
   PublishResult publish(std::span<const ConstLayerRef> layers) override {
     return w_.publish(layers);
@@ -64,6 +68,7 @@ class WindowAccessOf final : public WindowAccess {
     return w_.pull(donors, out, options);
   }
   void progress() override { w_.progress(); }
+  [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }
 
  private:
   Window& w_;
@@ -80,6 +85,14 @@ class WindowAccessOf final : public WindowAccess {
 [[nodiscard]] std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
                                                           std::span<const ConstLayerRef> params,
                                                           std::string_view caller);
+
+/// @p options with the progress thread that @p serve asks for (progress_thread and its
+/// interval); unchanged when serve.progress_thread is false.
+[[nodiscard]] WindowOptions serving_window_options(WindowOptions options,
+                                                   const ServeOptions& serve);
+/// Throws InvalidArgument when @p serve asks for a progress thread that a window created
+/// with @p options does not have.
+void check_serving(const WindowOptions& options, const ServeOptions& serve);
 
 /// @p path with every "{rank}" replaced by @p rank (event log paths).
 [[nodiscard]] std::string expand_rank(std::string path, int rank);
@@ -152,6 +165,10 @@ class AgentCore {
   void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
                     bool reborn);
   void published(const PublishResult& r);
+  /// Seconds left until this step's deadline (read.timeout_seconds; meaningless without).
+  [[nodiscard]] double time_left() const;
+  /// The bound of a roster read now: read.roster_timeout_seconds within the time left.
+  [[nodiscard]] double roster_timeout() const;
 
   Policy policy_;
   AgentStats stats_;
@@ -163,6 +180,7 @@ class AgentCore {
   std::optional<std::uint64_t> fingerprint_;  // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
+  double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)
 };
 
 }  // namespace paramwin::detail

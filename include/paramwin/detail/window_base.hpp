@@ -50,6 +50,7 @@ class WindowBase {
   void progress() const;
   [[nodiscard]] std::size_t pending_rma() const;
 
+  [[nodiscard]] bool has_rma_readers() const;
   [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
