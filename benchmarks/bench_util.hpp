@@ -145,5 +145,6 @@ void register_pull_benchmarks();
 void register_multi_donor_benchmarks();
 void register_misc_benchmarks();
 void register_group_benchmarks();
+void register_serve_benchmarks();
 
 }  // namespace paramwin::bench

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
         paramwin::bench::register_multi_donor_benchmarks();
         paramwin::bench::register_misc_benchmarks();
         paramwin::bench::register_group_benchmarks();
+        paramwin::bench::register_serve_benchmarks();
         if (e.rank == 0) {
           benchmark::RunSpecifiedBenchmarks();
         } else {

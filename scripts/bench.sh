@@ -13,6 +13,7 @@ build_dir=build
 do_build=1
 run=1
 groups_only=0
+serve_only=0
 reps=3
 min_time=0.05
 while [ $# -gt 0 ]; do
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --quick) reps=2; min_time=0.02; shift ;;
     --reps) reps=$2; shift 2 ;;
     --groups) groups_only=1; shift ;;
+    --serve) serve_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -64,9 +66,25 @@ run_groups() {
   cat /proc/loadavg >> "$out/groups_load.txt"
 }
 
+run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progress cost
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/serve_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/serve_load.txt"
+  /usr/bin/mpiexec.mpich -n 2 "$bench" \
+    --benchmark_filter='^serve/|^busy/pull_rma/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/serve_np2.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/serve_load.txt"
+}
+
 if [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_groups
+elif [ "$run" = 1 ] && [ "$serve_only" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  run_serve
+  python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --section serve
+  echo "bench: updated the serve section of docs/benchmarks.md"
+  exit 0
 elif [ "$run" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   rm -f "$out"/np*.json "$out"/load_np*.txt
@@ -83,6 +101,7 @@ elif [ "$run" = 1 ]; then
   # 8 ranks: roster reads and the k = 1 rebirth at scale.
   run_suite 8 '^roster/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
   run_groups
+  run_serve
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --img-dir docs/img

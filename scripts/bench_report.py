@@ -398,6 +398,75 @@ def groups_section(json_dir, w):
       "model on real links.\n")
 
 
+SERVE_BEGIN = "<!-- serve:begin (scripts/bench.sh --serve rewrites this section) -->"
+SERVE_END = "<!-- serve:end -->"
+
+
+def serve_section(json_dir, w):
+    """Section 9 from out/bench/serve_np2.json (scripts/bench.sh --serve, or the full run)."""
+    path = os.path.join(json_dir, "serve_np2.json") if json_dir else ""
+    if not path or not os.path.exists(path):
+        return
+    results, _ = load([path])
+    get = lambda name: results.get((2, name))  # noqa: E731
+    commit = open(os.path.join(json_dir, "serve_commit.txt")).read().strip() \
+        if os.path.exists(os.path.join(json_dir, "serve_commit.txt")) else "an unrecorded commit"
+    load_note = ""
+    lpath = os.path.join(json_dir, "serve_load.txt")
+    if os.path.exists(lpath):
+        lines = open(lpath).read().split("\n")
+        if len(lines) > 2 and lines[2].strip():
+            load_note = (f" Run {lines[0].strip()}; load average before: {lines[1].split()[0]}, "
+                         f"after: {lines[2].split()[0]}.")
+    w(SERVE_BEGIN + "\n")
+    w("## 9. Serving RMA readers from an Agent loop (issue 14)\n")
+    w(f"Measured at {commit} with `scripts/bench.sh --serve` (2 ranks, medians of the "
+      f"repetitions, (min – max)).{load_note}\n")
+    w("Rank 0 pulls 1M float32 over RMA from rank 1 (after a 2 ms head start). *Agent loop*: "
+      "rank 1 runs 0.3 s of training steps, each 1 ms of compute without MPI calls then "
+      "`Agent::step` (no death, no publish), so `step()` is the loop's only paramwin call. "
+      "*no aid*: `serve.progress_in_step = false`; *with step()'s progress*: the default, one "
+      "`MPI_Iprobe` per step when the window has RMA readers. The raw busy-donor rows of "
+      "section 5 (0.3 s of compute, no step) are repeated from the same run.\n")
+    rows = []
+    for label, name in (("idle donor (waits inside MPI)", "busy/pull_rma/donor:idle/n:1M"),
+                        ("busy donor, no aid", "busy/pull_rma/donor:busy/n:1M"),
+                        ("busy donor, progress() every ~10 µs", "busy/pull_rma/donor:busy_progress/n:1M"),
+                        ("Agent loop, no aid", "serve/agent_loop_rma/progress:none/n:1M"),
+                        ("Agent loop with step()'s progress", "serve/agent_loop_rma/progress:step/n:1M")):
+        r = get(name)
+        rows.append([label, ftime_range(r)])
+    w(table(["donor", "pull latency, rma, 1M float32"], rows) + "\n")
+    off = get("serve/step_cost/progress:none")
+    on = get("serve/step_cost/progress:step")
+    cost = (on.median - off.median) if on and off else None
+    w("The progress call's cost: rank 0 times 1000 `Agent::step` calls of an agent whose window "
+      "has RMA readers (`Transport::rma`), no death, no publish, with and without the call.\n")
+    w(table(["step() without the call", "step() with the call", "cost of the call per step",
+             "share of a 1 ms step (target < 1 %)"],
+            [[ftime_range(off), ftime_range(on),
+              ftime(cost) if cost is not None else "—",
+              f"{100 * cost / 1e-3:.3f} %" if cost is not None else "—"]]) + "\n")
+    w(SERVE_END + "\n")
+
+
+def update_section(out_path, render):
+    """Replaces the marked section of @p out_path with what @p render writes (appends it when
+    the file has none yet)."""
+    md = []
+    render(md.append)
+    new = "\n".join(md)
+    text = open(out_path).read()
+    if SERVE_BEGIN in text and SERVE_END in text:
+        head, rest = text.split(SERVE_BEGIN, 1)
+        tail = rest.split(SERVE_END, 1)[1]
+        text = head + new.rstrip("\n") + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + new
+    with open(out_path, "w") as f:
+        f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json-dir", default="out/bench")
@@ -405,7 +474,12 @@ def main():
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--img-dir", default="docs/img")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--section", choices=["serve"],
+                    help="rewrite only this section of the existing --out file")
     args = ap.parse_args()
+    if args.section == "serve":
+        update_section(args.out, lambda w: serve_section(args.json_dir, w))
+        return
 
     paths = list(args.json)
     if args.json_dir:
@@ -705,6 +779,7 @@ def main():
 
     # ---- agent groups ----
     groups_section(args.json_dir, w)
+    serve_section(args.json_dir, w)
 
     # ---- ceilings of the unmet targets ----
     ceilings_section(data, big, knp, w)
