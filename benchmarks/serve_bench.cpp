@@ -90,12 +90,35 @@ void bm_step_cost(benchmark::State& state, bool progress_in_step) {
   polite_barrier(MPI_COMM_WORLD);
 }
 
+// The call itself, as step() makes it: window.progress() on an agent with RMA readers,
+// timed over 10000 calls. Per call.
+void bm_progress_call(benchmark::State& state) {
+  constexpr int kCalls = 10000;
+  auto [win, params] = published_window(1024, Transport::rma);
+  for (auto _ : state) {
+    double t = 0.0;
+    if (env().rank == kReader) {
+      const double t0 = now();
+      for (int i = 0; i < kCalls; ++i) {
+        win.progress();
+      }
+      t = (now() - t0) / kCalls;
+    }
+    finish_iteration(state, t);
+  }
+  polite_barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 
 void register_serve_benchmarks() {
   if (env().size < 2) {
     return;
   }
+  with_stats(benchmark::RegisterBenchmark("serve/progress_call", bm_progress_call))
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(20);
   for (const bool p : {false, true}) {
     const std::string pn = p ? "step" : "none";
     with_stats(
