@@ -11,6 +11,7 @@
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
+#include "paramwin/pause_guard.hpp"
 #include "paramwin/policy.hpp"
 
 namespace paramwin {
@@ -28,6 +29,17 @@ class AgentInterface {
   virtual PublishResult publish(std::span<const ConstLayerRef> params) = 0;
   /// Leaves the population: others stop choosing this agent; step() throws from then on.
   virtual void leave() = 0;
+  /// Pauses the agent (evaluation, checkpointing): its roster says paused, so no other
+  /// agent chooses it as a donor or ranks it; step() keeps counting and deciding but never
+  /// publishes by the cadence; deaths follow AgentOptions::paused_deaths. publish() is
+  /// still allowed. No-op when already paused; InvalidArgument after leave().
+  virtual void pause() = 0;
+  /// Ends a pause: the roster says active again. Publishes nothing by itself: the next
+  /// step publishes what is owed (a rebirth while paused) or what the cadence asks for.
+  /// No-op when not paused (or after leave()).
+  virtual void resume() = 0;
+  /// Whether the agent is paused.
+  [[nodiscard]] virtual bool is_paused() const = 0;
   /// Frees the agent's window, reporting errors as exceptions (collective).
   virtual void close() = 0;
 

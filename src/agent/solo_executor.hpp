@@ -25,7 +25,8 @@ class SoloExecutor final : public RebirthExecutor {
   [[nodiscard]] std::uint64_t fingerprint() override;
 
   void check_params(std::span<const LayerRef> /*ordered*/) const override {}
-  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
+  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending,
+                      bool paused) override;
 
   [[nodiscard]] std::vector<RosterEntry> roster_all() override { return w_.roster_all(); }
   [[nodiscard]] RosterEntry own_roster() override { return w_.roster(w_.rank()); }

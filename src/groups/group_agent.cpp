@@ -101,6 +101,18 @@ void GroupAgent::leave() {
   st.core.leave(st.exec);
 }
 
+void GroupAgent::pause() {
+  State& st = state();
+  st.core.pause(st.exec);
+}
+
+void GroupAgent::resume() {
+  State& st = state();
+  st.core.resume(st.exec);
+}
+
+bool GroupAgent::is_paused() const { return state().core.paused(); }
+
 void GroupAgent::close() {
   State& st = state();
   if (st.exec.has_window()) st.exec.win().close();
