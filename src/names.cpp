@@ -43,6 +43,7 @@ std::string_view state_name(AgentState state) noexcept {
     case AgentState::active: return "active";
     case AgentState::rebirth: return "rebirth";
     case AgentState::left: return "left";
+    case AgentState::paused: return "paused";
   }
   return "invalid";
 }

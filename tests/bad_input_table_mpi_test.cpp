@@ -410,8 +410,12 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
       {"Agent()", "negative post-rebirth publish wait", Kind::invalid_argument,
        "publish.rebirth_wait_ms",
        bad_options([](pw::AgentOptions& o) { o.publish.rebirth_wait_ms = -1.0; })},
-      {"Agent()", "no publishing at all", Kind::invalid_argument, "both 0",
-       bad_options([](pw::AgentOptions& o) { o.publish = {.every = 0, .interval_ms = 0.0}; })},
+      {"Agent()", "negative publish.every", Kind::invalid_argument, "publish.every must be >= 0",
+       bad_options([](pw::AgentOptions& o) { o.publish.every = -1; })},
+      {"Agent()", "out-of-range paused_deaths", Kind::invalid_argument,
+       "paused_deaths is out of range", bad_options([](pw::AgentOptions& o) {
+         o.paused_deaths = static_cast<pw::PausedDeaths>(9);
+       })},
       {"Agent()", "k > population - 1 (defer)", Kind::invalid_argument, "other agent(s) can donate",
        bad_options([&](pw::AgentOptions& o) {
          o.selection.k = n;
@@ -430,6 +434,8 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        [&] { (void)pw::parse_agent_options("selection=best_ever"); }},
       {"parse_agent_options", "malformed age range", Kind::invalid_argument, "a range",
        [&] { (void)pw::parse_agent_options("age=50-150"); }},
+      {"parse_agent_options", "unknown paused_deaths", Kind::invalid_argument, "defer, honour",
+       [&] { (void)pw::parse_agent_options("paused_deaths=sometimes"); }},
       {"parse_agent_options", "invalid result (k=0)", Kind::invalid_argument, "selection.k",
        [&] { pw::validate(pw::parse_agent_options("k=0"), 4); }},
   };

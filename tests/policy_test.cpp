@@ -178,7 +178,8 @@ TEST(WorstRanks, OnlyRanksActiveOrRebirthAgentsOfTheSameLayout) {
                                  entry(2, 8.0, 0, pw::AgentState::fresh),
                                  entry(3, 7.0, 1, pw::AgentState::active, kFp + 1),
                                  entry(4, 6.0, 1, pw::AgentState::rebirth),
-                                 entry(5, 2.0)};
+                                 entry(5, 2.0),
+                                 entry(6, 99.0, 1, pw::AgentState::paused)};
   // Ranked: 0 (1.0), 4 (6.0, mid-rebirth counts with its last metric), 5 (2.0).
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, pw::MetricDirection::lower_is_better, 1.0),
             (std::vector<int>{4, 5, 0}));
@@ -237,14 +238,15 @@ std::vector<pw::RosterEntry> population(int n) {
   return r;
 }
 
-TEST(EligibleDonors, SkipsSelfUnpublishedRebirthLeftAndOtherLayouts) {
+TEST(EligibleDonors, SkipsSelfUnpublishedRebirthLeftPausedAndOtherLayouts) {
   std::vector<pw::RosterEntry> r{entry(0, 0),
                                  entry(1, 0, 0),
                                  entry(2, 0, 3, pw::AgentState::rebirth),
                                  entry(3, 0, 2, pw::AgentState::left),
                                  entry(4, 0, 1, pw::AgentState::active, 7),
                                  entry(5, 0),
-                                 entry(6, 0, 4, pw::AgentState::fresh)};
+                                 entry(6, 0, 4, pw::AgentState::fresh),
+                                 entry(7, 0, 5, pw::AgentState::paused)};
   EXPECT_EQ(pw::eligible_donors(r, 0, kFp), (std::vector<int>{5, 6}));
   EXPECT_EQ(pw::eligible_donors(r, 5, kFp), (std::vector<int>{0, 6}));
 }
@@ -506,10 +508,15 @@ TEST(Validate, RejectsBadOptionsWithAClearMessage) {
   o.mixing.temperature = 0.0;
   expect_invalid(o, "temperature");
   o = {};
-  o.publish.every = 0;
-  expect_invalid(o, "both 0");
+  o.publish.every = 0;  // with interval_ms = 0: only explicit publish() calls (and rebirths)
+  EXPECT_NO_THROW(pw::validate(o, 4));
   o.publish.interval_ms = 50;
   EXPECT_NO_THROW(pw::validate(o, 4));
+  o.publish.every = -1;
+  expect_invalid(o, "publish.every must be >= 0");
+  o = {};
+  o.paused_deaths = static_cast<pw::PausedDeaths>(7);
+  expect_invalid(o, "paused_deaths is out of range");
   o = {};
   o.triggers.warmup = -1;
   expect_invalid(o, "warmup");
@@ -522,13 +529,32 @@ TEST(Validate, RejectsBadOptionsWithAClearMessage) {
 
 // --- configuration from strings -----------------------------------------------------------
 
+TEST(ParseOptions, PausedDeathsAndThePausedState) {
+  EXPECT_EQ(pw::parse_agent_options("paused_deaths=defer").paused_deaths, pw::PausedDeaths::defer);
+  EXPECT_EQ(pw::parse_agent_options("paused_deaths=honor").paused_deaths, pw::PausedDeaths::honour);
+  EXPECT_EQ(pw::AgentOptions{}.paused_deaths, pw::PausedDeaths::defer);
+  EXPECT_EQ(pw::paused_deaths_name(pw::PausedDeaths::honour), "honour");
+  EXPECT_EQ(pw::paused_deaths_name(pw::parse_paused_deaths("defer")), "defer");
+  try {
+    (void)pw::parse_agent_options("paused_deaths=maybe");
+    ADD_FAILURE() << "accepted";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("defer, honour"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pw::state_name(pw::AgentState::paused), "paused");
+  EXPECT_EQ(static_cast<int>(pw::AgentState::paused), 4);
+  // Manual publishing: every = 0 and interval_ms = 0 from strings too.
+  EXPECT_NO_THROW(
+      pw::validate(pw::parse_agent_options("publish_every=0 publish_interval_ms=0"), 4));
+}
+
 TEST(ParseOptions, ReadsEveryKey) {
   const pw::AgentOptions o = pw::parse_agent_options(
       "seed=17 direction=reward triggers=age,threshold,worst_fraction age=20..40 threshold=0.5;"
       "worst_fraction=0.25 worst_every=5 warmup=10 cooldown=7 selection=tournament k=3\n"
       "tournament_size=4 shortfall=clamp mixing=weighted weighting=softmax temperature=0.5 "
       "weights=3,2,1 momentum=0.25 non_finite=skip_donor publish_every=4 "
-      "publish_interval_ms=100 event_log=/tmp/ev_{rank}.jsonl");
+      "publish_interval_ms=100 paused_deaths=honour event_log=/tmp/ev_{rank}.jsonl");
   EXPECT_EQ(o.seed, 17U);
   EXPECT_EQ(o.direction, pw::MetricDirection::higher_is_better);
   EXPECT_TRUE(o.triggers.age.enabled);
@@ -553,6 +579,7 @@ TEST(ParseOptions, ReadsEveryKey) {
   EXPECT_EQ(o.mixing.non_finite, pw::NonFinitePolicy::skip_donor);
   EXPECT_EQ(o.publish.every, 4);
   EXPECT_DOUBLE_EQ(o.publish.interval_ms, 100.0);
+  EXPECT_EQ(o.paused_deaths, pw::PausedDeaths::honour);
   EXPECT_EQ(o.event_log, "/tmp/ev_{rank}.jsonl");
   EXPECT_NO_THROW(pw::validate(o, 8));
 
@@ -642,7 +669,8 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"donors\":[{\"rank\":0,\"version\":41,\"metric\":0.125,\"weight\":0.5,\"bytes\":4096,"
         "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
         "\"metric\":null",
-        "\"bytes\":8192", "\"published\":true", "\"publish_skipped\":false", "\"version\":59",
+        "\"bytes\":8192", "\"paused\":false", "\"published\":true", "\"publish_skipped\":false",
+        "\"version\":59",
         "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":"
         "0}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {

@@ -46,6 +46,7 @@ struct Planner {
   pw::Policy policy;
   std::vector<pw::RosterEntry> rosters = population();
   int roster_reads = 0;
+  bool hold_deaths = false;  // paused with PausedDeaths::defer
 
   explicit Planner(const pw::AgentOptions& o) : policy(o, 0, 4) {}
 
@@ -56,6 +57,7 @@ struct Planner {
                                                   .fingerprint = kFp,
                                                   .first_attempt = first,
                                                   .publish_due = due,
+                                                  .hold_deaths = hold_deaths,
                                                   .exclude = ex,
                                                   .rosters =
                                                       [this] {
@@ -146,6 +148,25 @@ TEST(RebirthPlan, ShortfallDefersOrClampsWithANote) {
   EXPECT_EQ(c.action, pd::PlanAction::pull);
   EXPECT_EQ(c.donors, (std::vector<int>{1}));
   EXPECT_EQ(c.note.rfind("clamped: ", 0), 0U) << c.note;
+}
+
+TEST(RebirthPlan, APauseHoldsTheDeathWithoutReadingRostersUntilResumed) {
+  Planner p(dies_at(1));
+  p.hold_deaths = true;
+  const pd::RebirthPlan held = p.plan();
+  EXPECT_EQ(held.action, pd::PlanAction::defer);
+  EXPECT_EQ(held.reason, pw::DeathReason::age);
+  EXPECT_EQ(held.note, "paused");
+  EXPECT_EQ(p.roster_reads, 0);
+  const pd::RebirthPlan still = p.plan();  // the death stays pending while paused
+  EXPECT_EQ(still.action, pd::PlanAction::defer);
+  EXPECT_EQ(still.reason, pw::DeathReason::age);
+  EXPECT_EQ(still.counters.steps, 2);
+  p.hold_deaths = false;  // resumed
+  const pd::RebirthPlan after = p.plan();
+  EXPECT_EQ(after.action, pd::PlanAction::pull);
+  EXPECT_EQ(after.reason, pw::DeathReason::age);
+  EXPECT_EQ(after.donors, (std::vector<int>{1, 3}));
 }
 
 TEST(RebirthPlan, ResetCarriesASeedFromItsOwnStream) {

@@ -429,6 +429,43 @@ TEST(TorchAgent, RebirthAdoptsDonorMixIntoModule) {
   }
 }
 
+TEST(TorchAgent, PauseGuardHoldsTheRepublishOfADeathHonouredWhilePaused) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  fill_exact(*model, world_rank());
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  pw::AgentOptions ao = rank0_dies_at(2);
+  ao.paused_deaths = pw::PausedDeaths::honour;
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao));
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    const std::uint64_t version = agent.agent().window().version();
+    {
+      pw::PauseGuard guard(agent);  // e.g. an evaluation phase
+      EXPECT_TRUE(agent.is_paused());
+      EXPECT_EQ(agent.agent().window().roster(0).status.state, pw::AgentState::paused);
+      EXPECT_FALSE(agent.step(0, 1.0).published);
+      const pw::StepEvent death = agent.step(1, 1.0);  // age 2: reborn while paused
+      EXPECT_TRUE(death.paused);
+      ASSERT_TRUE(death.died) << death.note;
+      ASSERT_EQ(death.donors.size(), 1U);
+      EXPECT_FALSE(death.published);
+      Tiny expected;
+      fill_exact(*expected, death.donors[0].rank);
+      expect_bit_equal(*model, *expected);  // the module holds the mix already
+      EXPECT_EQ(agent.agent().window().version(), version);
+    }
+    EXPECT_FALSE(agent.is_paused());
+    EXPECT_EQ(agent.member().is_paused(), false);
+    EXPECT_EQ(agent.agent().window().roster(0).status.state, pw::AgentState::active);
+    const pw::StepEvent after = agent.step(2, 1.0);
+    EXPECT_TRUE(after.published) << "the held republish";
+    EXPECT_EQ(agent.agent().window().version(), version + 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(TorchAgent, GroupedAgentsExchangeShardsIntoEveryReplica) {
   if (world_size() < 4 || world_size() % 2 != 0) GTEST_SKIP() << "needs 2 agents of 2 ranks";
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});

@@ -108,6 +108,20 @@ class Agent final : public AgentInterface {
 
   /// Lets MPI progress once on the window (see AgentInterface::progress).
   void progress() override { window_.progress(); }
+  /// Pauses this agent (see AgentInterface::pause and docs/agent.md, "Pause and resume"):
+  /// a local roster update, not collective; other agents stop choosing and ranking it.
+  void pause() override {
+    detail::WindowAccessOf<window_type> access(window_);
+    core_.pause(access);
+  }
+  /// Ends a pause (see AgentInterface::resume); local, not collective.
+  void resume() override {
+    detail::WindowAccessOf<window_type> access(window_);
+    core_.resume(access);
+  }
+  /// Whether the agent is paused.
+  [[nodiscard]] bool is_paused() const noexcept override { return core_.paused(); }
+
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
   void close() override { window_.close(); }

@@ -11,6 +11,7 @@
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
+#include "paramwin/pause_guard.hpp"
 #include "paramwin/policy.hpp"
 
 namespace paramwin {
@@ -32,6 +33,17 @@ class AgentInterface {
   /// cheap (one MPI_Iprobe). step() does it once per step (AgentOptions::serve); call it
   /// inside long computations between steps too.
   virtual void progress() = 0;
+  /// Pauses the agent (evaluation, checkpointing): its roster says paused, so no other
+  /// agent chooses it as a donor or ranks it; step() keeps counting and deciding but never
+  /// publishes by the cadence; deaths follow AgentOptions::paused_deaths. publish() is
+  /// still allowed. No-op when already paused; InvalidArgument after leave().
+  virtual void pause() = 0;
+  /// Ends a pause: the roster says active again. Publishes nothing by itself: the next
+  /// step publishes what is owed (a rebirth while paused) or what the cadence asks for.
+  /// No-op when not paused (or after leave()).
+  virtual void resume() = 0;
+  /// Whether the agent is paused.
+  [[nodiscard]] virtual bool is_paused() const = 0;
   /// Frees the agent's window, reporting errors as exceptions (collective).
   virtual void close() = 0;
 

@@ -69,7 +69,8 @@ struct StepEvent {
   bool died = false;           ///< the agent died and was reborn in this step
   /// Why it died; when deferred, why a death is pending; none otherwise.
   DeathReason reason = DeathReason::none;
-  bool deferred = false;  ///< a death was due but postponed (too few donors, pull failed)
+  bool deferred = false;  ///< a death was due but postponed (too few donors, pull failed, paused)
+  bool paused = false;    ///< the agent was paused during this step (no publish, not a donor)
   /// Why it was deferred (e.g. "rank 2 stale (no publish for 3.1 s > ...)", "rank 1 left",
   /// a donor's error), or which donors were retried.
   std::string note{};

@@ -31,8 +31,9 @@ namespace paramwin {
 ///
 /// Collectives: the constructor and close() are collective over all training ranks
 /// (AgentGroups::training_comm); step() is collective over the agent's own ranks only
-/// (AgentGroups::agent_comm): it never waits for another agent. publish() and leave() are
-/// local but must be called on every rank of the agent, in the same order.
+/// (AgentGroups::agent_comm): it never waits for another agent. publish(), leave(),
+/// pause() and resume() are local but must be called on every rank of the agent, in the
+/// same order.
 class GroupAgent final : public AgentInterface {
  public:
   /// Checks that every training rank passed the same @p layout and valid @p options
@@ -86,6 +87,14 @@ class GroupAgent final : public AgentInterface {
 
   /// Lets MPI progress once on this rank's shard window (see AgentInterface::progress).
   void progress() override;
+  /// Pauses the agent (see AgentInterface::pause): this rank's shard roster says paused.
+  /// Local, but call it on every rank of the agent before its next step(): step() throws
+  /// InvalidArgument on every rank of an agent paused on some ranks only (nothing changed).
+  void pause() override;
+  /// Ends the pause (see AgentInterface::resume); call it on every rank of the agent.
+  void resume() override;
+  /// Whether this rank of the agent is paused.
+  [[nodiscard]] bool is_paused() const override;
 
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the shard peers.

@@ -12,6 +12,7 @@
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
+#include "paramwin/pause_guard.hpp"
 #include "paramwin/policy.hpp"
 #include "paramwin/report.hpp"
 #include "paramwin/roster.hpp"

@@ -65,6 +65,12 @@ enum class Shortfall : std::uint8_t {
   error = 2,  ///< throw DonorError naming the candidates and why the others were skipped
 };
 
+/// What a paused agent (AgentInterface::pause) does with a death its triggers decide.
+enum class PausedDeaths : std::uint8_t {
+  defer = 0,   ///< the death stays pending (StepEvent::deferred, note "paused") until resumed
+  honour = 1,  ///< reborn as usual (the pull happens); the republish waits for the resume
+};
+
 /// Lower-case name of @p direction ("lower_is_better", "higher_is_better").
 [[nodiscard]] std::string_view direction_name(MetricDirection direction) noexcept;
 /// Lower-case name of @p reason ("none", "age", "threshold", "worst_fraction", "custom").
@@ -77,6 +83,8 @@ enum class Shortfall : std::uint8_t {
 [[nodiscard]] std::string_view weighting_name(FitnessWeighting weighting) noexcept;
 /// Lower-case name of @p shortfall ("defer", "clamp", "error").
 [[nodiscard]] std::string_view shortfall_name(Shortfall shortfall) noexcept;
+/// Lower-case name of @p paused_deaths ("defer", "honour").
+[[nodiscard]] std::string_view paused_deaths_name(PausedDeaths paused_deaths) noexcept;
 
 /// Parses "lower_is_better" (also "lower", "min", "loss") or "higher_is_better" (also
 /// "higher", "max", "reward"); throws InvalidArgument listing the valid names.
@@ -92,6 +100,8 @@ enum class Shortfall : std::uint8_t {
 [[nodiscard]] FitnessWeighting parse_weighting(std::string_view name);
 /// Parses "defer", "clamp" or "error"; throws InvalidArgument otherwise.
 [[nodiscard]] Shortfall parse_shortfall(std::string_view name);
+/// Parses "defer" or "honour" (also "honor"); throws InvalidArgument otherwise.
+[[nodiscard]] PausedDeaths parse_paused_deaths(std::string_view name);
 
 /// True when metric @p a is strictly better than @p b. NaN is worse than every number.
 [[nodiscard]] bool is_better(MetricDirection direction, double a, double b) noexcept;
@@ -183,7 +193,10 @@ struct MixingOptions {
 };
 
 /// Publishing cadence. The agent publishes on its first step, right after every rebirth,
-/// after a skipped publish, and whenever either condition below is met.
+/// after a skipped publish, and whenever either condition below is met. With both
+/// conditions off (every = 0 and interval_ms = 0) it publishes only when the caller calls
+/// publish(), and after rebirths (never on the first step by itself). A paused agent
+/// ignores the cadence (see AgentInterface::pause).
 struct PublishOptions {
   std::int64_t every = 1;    ///< publish every N steps (0: no step-based publishing)
   double interval_ms = 0.0;  ///< publish when this many ms passed since the last (0: off)
@@ -245,6 +258,9 @@ struct AgentOptions {
   ServeOptions serve{};          ///< how this agent serves its RMA readers (progress)
   RebirthCallback on_rebirth{};  ///< optional rebirth notification
   ResetCallback reset{};         ///< required by MixingKind::reset
+  /// Deaths decided while the agent is paused: kept pending until resume() (defer), or
+  /// carried out at once with the republish held until resume() (honour).
+  PausedDeaths paused_deaths = PausedDeaths::defer;
   /// Path of the JSON-lines event log ("{rank}" is replaced by the rank); empty: no log.
   std::string event_log{};
 };
@@ -252,7 +268,7 @@ struct AgentOptions {
 /// Checks @p options for a population of @p population agents; throws InvalidArgument
 /// naming the first bad field (lo > hi, negative ages, fraction outside [0, 1], k <= 0,
 /// k > population - 1 without clamping, weights not matching k, momentum outside [0, 1),
-/// reset without a callback, nothing ever published, ...).
+/// reset without a callback, negative publish cadence, ...).
 void validate(const AgentOptions& options, int population);
 
 /// Builds options from string key/value pairs (see docs/agent.md for the keys), e.g.
@@ -264,7 +280,7 @@ void validate(const AgentOptions& options, int population);
 [[nodiscard]] AgentOptions parse_agent_options(std::string_view text);
 
 /// Rank of each agent that may donate to @p self: published (version > 0), not mid-rebirth,
-/// not left, same fingerprint as @p fingerprint, not @p self, and — when
+/// not left, not paused, same fingerprint as @p fingerprint, not @p self, and — when
 /// @p max_staleness_seconds > 0 — published at most that long before @p now (MPI_Wtime
 /// seconds, as RosterEntry::publish_time). Sorted by rank.
 [[nodiscard]] std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
@@ -276,7 +292,8 @@ void validate(const AgentOptions& options, int population);
 [[nodiscard]] double staleness_seconds(const RosterEntry& entry, double now) noexcept;
 
 /// The worst floor(@p fraction * n) of the n ranked agents, worst first. Ranked: state
-/// active or rebirth (a dying agent still counts with its last metric), same @p fingerprint;
+/// active or rebirth (a dying agent still counts with its last metric; fresh, left and
+/// paused agents do not), same @p fingerprint;
 /// @p self is ranked with @p own_metric whatever its roster says. Ties: the higher rank is
 /// worse; NaN is worst.
 [[nodiscard]] std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self,

@@ -14,6 +14,7 @@ enum class AgentState : std::uint32_t {
   active = 1,   ///< training and publishing
   rebirth = 2,  ///< being reborn: do not choose as a donor
   left = 3,     ///< left the population: do not choose as a donor
+  paused = 4,   ///< paused (AgentInterface::pause): do not choose as a donor, do not rank
 };
 
 /// Lower-case name of @p state.

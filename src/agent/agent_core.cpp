@@ -72,6 +72,10 @@ bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
 
 AgentCore::AgentCore(AgentOptions options, int rank, int population, bool writes_log)
     : policy_(std::move(options), rank, population), counters_(counters_of(policy_)) {
+  // every = 0 with interval_ms = 0: only explicit publish() calls (and rebirths) publish,
+  // not even the first step.
+  const PublishOptions& p = policy_.options().publish;
+  publish_pending_ = p.every > 0 || p.interval_ms > 0.0;
   if (writes_log && !policy_.options().event_log.empty()) {
     log_ = EventLog(expand_rank(policy_.options().event_log, rank));
   }
@@ -128,6 +132,28 @@ void AgentCore::leave(RebirthExecutor& ex) {
   const RosterEntry own = ex.own_roster();
   set_status(ex, AgentState::left, own.status.iteration, own.status.metric);
   left_ = true;
+  paused_ = false;
+}
+
+void AgentCore::pause(RebirthExecutor& ex) {
+  if (left_) {
+    throw InvalidArgument("paramwin: " + std::string(ex.kind()) + " " +
+                          std::to_string(ex.agent_id()) +
+                          ": pause() after leave(): the agent has left the population");
+  }
+  if (paused_) return;
+  const RosterEntry own = ex.own_roster();
+  // resume() goes back to what the roster said: active, or fresh before the first step.
+  resume_state_ = own.status.state == AgentState::fresh ? AgentState::fresh : AgentState::active;
+  set_status(ex, AgentState::paused, own.status.iteration, own.status.metric);
+  paused_ = true;
+}
+
+void AgentCore::resume(RebirthExecutor& ex) {
+  if (!paused_ || left_) return;
+  const RosterEntry own = ex.own_roster();
+  set_status(ex, resume_state_, own.status.iteration, own.status.metric);
+  paused_ = false;
 }
 
 double AgentCore::time_left() const { return deadline_ > 0.0 ? deadline_ - MPI_Wtime() : 0.0; }
@@ -161,10 +187,13 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
                                  .metric = event.metric,
                                  .fingerprint = ex.fingerprint(),
                                  .first_attempt = first,
-                                 .publish_due =  // judged once, on the first
-                                 first && detail::publish_due(policy_.options().publish,
-                                                              steps_since_publish_,
-                                                              Clock::now() - last_publish_),
+                                 // Judged once, on the first; a pause ignores it.
+                                 .publish_due = first && !paused_ &&
+                                                detail::publish_due(policy_.options().publish,
+                                                                    steps_since_publish_,
+                                                                    Clock::now() - last_publish_),
+                                 .hold_deaths = paused_ && policy_.options().paused_deaths ==
+                                                               PausedDeaths::defer,
                                  .exclude = exclude,
                                  .rosters = [&ex, this] { return ex.roster_all(roster_timeout()); },
                                  .now = [] { return MPI_Wtime(); }});
@@ -223,7 +252,7 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
     const PullOutcome r = ex.pull(plan, po, ordered, event);
     if (r.ok) return true;
     append_note(note, r.why);
-    set_status(ex, AgentState::active, event.iteration, event.metric);
+    set_status(ex, resting_state(), event.iteration, event.metric);
     if (r.blame < 0 ? !r.retry
                     : std::find(exclude.begin(), exclude.end(), r.blame) != exclude.end()) {
       return false;
@@ -290,7 +319,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   // Serve this rank's RMA readers once per step: on MPICH's ch4:ucx their gets wait until
   // this rank enters MPI, and a trainer loop may make no other MPI call.
   if (policy_.options().serve.progress_in_step && ex.has_rma_readers()) ex.progress();
-  const StepAgreement in = ex.agree(bad, metric, publish_pending_);
+  const StepAgreement in = ex.agree(bad, metric, publish_pending_, paused_);
   ++steps_since_publish_;
   // The step's bound on waiting for other agents (roster reads and pulls share it).
   const double budget = policy_.options().read.timeout_seconds;
@@ -303,6 +332,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   event.rank = ex.agent_id();
   event.iteration = iteration;
   event.metric = in.metric;
+  event.paused = in.paused;
   event.mixing = policy_.options().mixing.kind;
   event.seconds.decide = seconds_since(t0);
   std::string note;
@@ -321,23 +351,24 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   } catch (...) {
     // Never stay advertised as mid-rebirth after an error (others would skip us forever);
     // an error before that (a throwing trigger: the policy undid the step) changes nothing.
-    if (advertised_ == AgentState::rebirth)
-      set_status(ex, AgentState::active, iteration, in.metric);
+    if (advertised_ == AgentState::rebirth) set_status(ex, resting_state(), iteration, in.metric);
     throw;
   }
+  // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
+  // throwing callback included), they are published by this step or the next. A paused
+  // agent holds every publish (the rebirth's too) for its first step after resume().
+  const bool owed = died || in.any_publish_pending || due;
+  const bool publish = owed && !in.paused;
+  if (owed) publish_pending_ = true;
+  if (died && in.paused) append_note(note, "paused: the republish waits for resume()");
   event.note = ex.leader() ? note : std::string();
   event.generation = counters_.generation;
   event.next_max_age = counters_.max_age;
   // The reborn agent keeps reporting its last metric until the next step measures one.
-  set_status(ex, AgentState::active, iteration, in.metric);
+  resume_state_ = AgentState::active;
+  set_status(ex, resting_state(), iteration, in.metric);
 
-  // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
-  // throwing callback included), they are published by this step or the next.
-  const bool publish = died || in.any_publish_pending || due;
-  if (publish) {
-    publish_pending_ = true;
-    ex.advance_stamp();
-  }
+  if (publish) ex.advance_stamp();
   if (died && policy_.options().on_rebirth) {
     const auto t = Clock::now();
     policy_.options().on_rebirth(event, params);
@@ -364,6 +395,16 @@ PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef>
 void AgentCore::leave(WindowAccess& w) {
   SoloExecutor ex(w, fingerprint_);
   leave(ex);
+}
+
+void AgentCore::pause(WindowAccess& w) {
+  SoloExecutor ex(w, fingerprint_);
+  pause(ex);
+}
+
+void AgentCore::resume(WindowAccess& w) {
+  SoloExecutor ex(w, fingerprint_);
+  resume(ex);
 }
 
 }  // namespace paramwin::detail

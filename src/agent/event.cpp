@@ -97,6 +97,7 @@ std::string to_json(const StepEvent& e) {
   number_field(out, "metric", e.metric);
   bool_field(out, "died", e.died);
   bool_field(out, "deferred", e.deferred);
+  bool_field(out, "paused", e.paused);
   string_field(out, "reason", reason_name(e.reason));
   int_field(out, "age", e.age);
   int_field(out, "max_age", e.max_age);

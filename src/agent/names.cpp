@@ -64,6 +64,14 @@ std::string_view shortfall_name(Shortfall shortfall) noexcept {
   return "?";
 }
 
+std::string_view paused_deaths_name(PausedDeaths paused_deaths) noexcept {
+  switch (paused_deaths) {
+    case PausedDeaths::defer: return "defer";
+    case PausedDeaths::honour: return "honour";
+  }
+  return "?";
+}
+
 std::string_view phase_name(Phase phase) noexcept {
   switch (phase) {
     case Phase::decide: return "decide";
@@ -120,6 +128,12 @@ Shortfall parse_shortfall(std::string_view name) {
   if (name == "clamp") return Shortfall::clamp;
   if (name == "error") return Shortfall::error;
   unknown("shortfall policy", name, "defer, clamp, error");
+}
+
+PausedDeaths parse_paused_deaths(std::string_view name) {
+  if (name == "defer") return PausedDeaths::defer;
+  if (name == "honour" || name == "honor") return PausedDeaths::honour;
+  unknown("paused-deaths policy", name, "defer, honour");
 }
 
 bool is_better(MetricDirection direction, double a, double b) noexcept {

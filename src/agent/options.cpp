@@ -152,9 +152,10 @@ void validate(const AgentOptions& o, int population) {
   if (!(p.rebirth_wait_ms >= 0.0) || !std::isfinite(p.rebirth_wait_ms)) {
     bad("publish.rebirth_wait_ms must be finite and >= 0, got " + num(p.rebirth_wait_ms));
   }
-  if (p.every == 0 && p.interval_ms == 0.0) {
-    bad("publish.every and publish.interval_ms are both 0: parameters would only be "
-        "published after rebirths");
+  // every = 0 with interval_ms = 0 is valid: publish only when the caller calls publish()
+  // (and after rebirths).
+  if (o.paused_deaths != PausedDeaths::defer && o.paused_deaths != PausedDeaths::honour) {
+    bad("paused_deaths is out of range");
   }
 }
 
@@ -327,6 +328,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.serve.progress_thread = to_bool(key, v);
     } else if (key == "progress_interval_us") {
       o.serve.progress_interval_us = to_int<unsigned>(key, v);
+    } else if (key == "paused_deaths") {
+      o.paused_deaths = parse_paused_deaths(v);
     } else if (key == "event_log") {
       o.event_log = std::string(v);
     } else {
@@ -336,7 +339,7 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "worst_every, warmup, cooldown, selection, k, tournament_size, max_staleness_seconds, "
           "shortfall, clamp, "
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
-          "publish_interval_ms, publish_rebirth_wait_ms, read_timeout_seconds, "
+          "publish_interval_ms, publish_rebirth_wait_ms, paused_deaths, read_timeout_seconds, "
           "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, "
           "progress_in_step, progress_thread, progress_interval_us, event_log)");
     }

@@ -159,6 +159,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       else if (e.fingerprint != fingerprint) reason = "incompatible layout";
       else if (e.status.state == AgentState::rebirth) reason = "mid-rebirth";
       else if (e.status.state == AgentState::left) reason = "left";
+      else if (e.status.state == AgentState::paused) reason = "paused";
       else if (bound > 0.0 && staleness_seconds(e, now) > bound) {
         reason = "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
                  " s > max_staleness_seconds " + std::to_string(bound) + ")";

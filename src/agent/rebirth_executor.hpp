@@ -39,6 +39,7 @@ using StepClock = std::chrono::steady_clock;  ///< the clock of the step's phase
 struct StepAgreement {
   double metric = 0.0;               ///< the agent's metric (a group's: the mean of its ranks')
   bool any_publish_pending = false;  ///< some rank still owes a publish
+  bool paused = false;               ///< the agent is paused (on every one of its ranks)
 };
 
 /// How one pull attempt ended, the same on every rank of the agent.
@@ -73,9 +74,10 @@ class RebirthExecutor {
   /// checks. @p ordered is in layout order.
   virtual void check_params(std::span<const LayerRef> ordered) const = 0;
   /// Agrees on the step's inputs over the agent's ranks. @p local_error non-empty: this
-  /// rank's parameters are bad. Throws InvalidArgument on every rank when any rank's are.
-  virtual StepAgreement agree(const std::string& local_error, double metric,
-                              bool publish_pending) = 0;
+  /// rank's parameters are bad. Throws InvalidArgument on every rank when any rank's are,
+  /// or when some ranks are @p paused and others not (pause() was not called on every rank).
+  virtual StepAgreement agree(const std::string& local_error, double metric, bool publish_pending,
+                              bool paused) = 0;
 
   /// Every agent's roster (the leader plans with them).
   /// Every agent's roster; @p timeout_seconds > 0 bounds the RMA reads (late agents come

@@ -156,6 +156,12 @@ RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in) {
                                 .max_age = policy.max_age(),
                                 .generation = policy.generation()};
   if (plan.reason == DeathReason::none) return plan;
+  if (in.hold_deaths) {
+    // Paused with PausedDeaths::defer: the policy keeps the death pending until resumed.
+    plan.action = PlanAction::defer;
+    plan.note = "paused";
+    return plan;
+  }
   if (policy.options().mixing.kind == MixingKind::reset) {
     plan.action = PlanAction::reset;
     plan.reset_seed = policy.next_reset_seed();

@@ -57,18 +57,22 @@ struct RebirthPlan {
 struct PlanInput {
   std::int64_t iteration = 0;
   double metric = 0.0;
-  std::uint64_t fingerprint = 0;   ///< this agent's layout fingerprint
-  bool first_attempt = true;       ///< decide (advance the policy); later attempts re-plan
-  bool publish_due = false;        ///< the cadence's verdict, carried into the plan
+  std::uint64_t fingerprint = 0;  ///< this agent's layout fingerprint
+  bool first_attempt = true;      ///< decide (advance the policy); later attempts re-plan
+  bool publish_due = false;       ///< the cadence's verdict, carried into the plan
+  /// The agent is paused with PausedDeaths::defer: a death is decided but not carried out
+  /// (action defer, note "paused"), and no roster is read for donors.
+  bool hold_deaths = false;
   std::span<const int> exclude{};  ///< donors that failed in earlier attempts
   Policy::RosterReader rosters;    ///< reads every agent's roster
   std::function<double()> now;     ///< MPI_Wtime in the agents; any clock in tests
 };
 
-/// One attempt: on the first, Policy::decide advances the agent one step; on a death,
-/// the donors are chosen (select_donors), trimmed to one for MixingKind::best and weighted
-/// for MixingKind::weighted. Throws what the policy, the trigger or the roster reader throws
-/// (the policy then undoes the step, see Policy::decide).
+/// One attempt: on the first, Policy::decide advances the agent one step; on a death held
+/// by a pause (PlanInput::hold_deaths), defer; on a death, the donors are chosen (select_donors),
+/// trimmed to one for MixingKind::best and weighted for MixingKind::weighted. Throws what the
+/// policy, the trigger or the roster reader throws (the policy then undoes the step, see
+/// Policy::decide).
 [[nodiscard]] RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in);
 
 /// The pull options of a plan's rebirth: its mix (reduction, weights, momentum, non-finite

@@ -18,7 +18,8 @@ std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
   std::vector<int> out;
   for (const RosterEntry& e : rosters) {
     if (e.rank == self || !e.answered || e.version == 0 || e.fingerprint != fingerprint ||
-        e.status.state == AgentState::rebirth || e.status.state == AgentState::left) {
+        e.status.state == AgentState::rebirth || e.status.state == AgentState::left ||
+        e.status.state == AgentState::paused) {
       continue;
     }
     if (max_staleness_seconds > 0.0 && staleness_seconds(e, now) > max_staleness_seconds) {

@@ -11,9 +11,9 @@ std::uint64_t SoloExecutor::fingerprint() {
 }
 
 StepAgreement SoloExecutor::agree(const std::string& local_error, double metric,
-                                  bool publish_pending) {
+                                  bool publish_pending, bool paused) {
   if (!local_error.empty()) throw InvalidArgument(local_error);
-  return StepAgreement{.metric = metric, .any_publish_pending = publish_pending};
+  return StepAgreement{.metric = metric, .any_publish_pending = publish_pending, .paused = paused};
 }
 
 RebirthPlan SoloExecutor::share(RebirthPlan plan, std::exception_ptr leader_error) {

@@ -24,7 +24,8 @@ class SoloExecutor final : public RebirthExecutor {
   [[nodiscard]] std::uint64_t fingerprint() override;
 
   void check_params(std::span<const LayerRef> /*ordered*/) const override {}
-  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
+  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending,
+                      bool paused) override;
 
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) override {
     return w_.roster_all(timeout_seconds);

@@ -103,6 +103,17 @@ void GroupAgent::leave() {
 }
 
 void GroupAgent::progress() { state().exec.win().progress(); }
+void GroupAgent::pause() {
+  State& st = state();
+  st.core.pause(st.exec);
+}
+
+void GroupAgent::resume() {
+  State& st = state();
+  st.core.resume(st.exec);
+}
+
+bool GroupAgent::is_paused() const { return state().core.paused(); }
 
 void GroupAgent::close() {
   State& st = state();

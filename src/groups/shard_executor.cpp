@@ -51,12 +51,14 @@ void ShardExecutor::check_params(std::span<const LayerRef> ordered) const {
 }
 
 StepAgreement ShardExecutor::agree(const std::string& local_error, double metric,
-                                   bool publish_pending) {
+                                   bool publish_pending, bool paused) {
   // The bad-input agreement (detail::agree_or_throw's question) rides on the allreduce every
-  // step needs anyway for the agent's metric and pending publishes: one collective a step.
-  double in[3] = {local_error.empty() ? 0.0 : 1.0, metric, publish_pending ? 1.0 : 0.0};
-  double sum[3] = {};
-  check_mpi(MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, agent_comm_.get()),
+  // step needs anyway for the agent's metric, pending publishes and pause: one collective a
+  // step.
+  double in[4] = {local_error.empty() ? 0.0 : 1.0, metric, publish_pending ? 1.0 : 0.0,
+                  paused ? 1.0 : 0.0};
+  double sum[4] = {};
+  check_mpi(MPI_Allreduce(in, sum, 4, MPI_DOUBLE, MPI_SUM, agent_comm_.get()),
             "MPI_Allreduce(step)");
   if (sum[0] > 0.0) {
     throw InvalidArgument(!local_error.empty()
@@ -65,7 +67,19 @@ StepAgreement ShardExecutor::agree(const std::string& local_error, double metric
                                     std::to_string(agent_) +
                                     " passed bad parameters (see its error)");
   }
-  return StepAgreement{.metric = sum[1] / g_, .any_publish_pending = sum[2] > 0.0};
+  const int paused_ranks = static_cast<int>(sum[3]);
+  if (paused_ranks != 0 && paused_ranks != g_) {
+    // Each rank advertises the pause in its own shard's roster: half-paused, readers of
+    // different shards would disagree about the agent.
+    throw InvalidArgument("paramwin: GroupAgent::step: agent " + std::to_string(agent_) +
+                          " is paused on " + std::to_string(paused_ranks) + " of its " +
+                          std::to_string(g_) +
+                          " ranks (this rank: " + (paused ? "paused" : "not paused") +
+                          "); call pause() and resume() on every rank of the agent");
+  }
+  return StepAgreement{.metric = sum[1] / g_,
+                       .any_publish_pending = sum[2] > 0.0,
+                       .paused = paused_ranks == g_};
 }
 
 RebirthPlan ShardExecutor::share(RebirthPlan plan, std::exception_ptr leader_error) {

@@ -41,7 +41,8 @@ class ShardExecutor final : public RebirthExecutor {
   [[nodiscard]] std::uint64_t fingerprint() override { return fingerprint_; }
 
   void check_params(std::span<const LayerRef> ordered) const override;
-  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending) override;
+  StepAgreement agree(const std::string& local_error, double metric, bool publish_pending,
+                      bool paused) override;
 
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) override {
     return win().roster_all(timeout_seconds);

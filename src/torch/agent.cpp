@@ -223,6 +223,10 @@ PublishResult TorchAgent::publish() {
   return impl_->agent->publish(as_const);
 }
 
+void TorchAgent::pause() { impl_->agent->pause(); }
+void TorchAgent::resume() { impl_->agent->resume(); }
+bool TorchAgent::is_paused() const { return impl_->agent->is_paused(); }
+
 ::torch::optim::Optimizer& TorchAgent::optimizer() { return impl_->optimizer(); }
 ::torch::nn::Module& TorchAgent::module() { return *impl_->module; }
 namespace {

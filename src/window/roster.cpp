@@ -16,7 +16,7 @@
 namespace paramwin::detail {
 
 void WindowImpl::set_status(const AgentStatus& status) {
-  if (status.state > AgentState::left) {
+  if (status.state > AgentState::paused) {
     throw InvalidArgument("paramwin: set_status with an out-of-range AgentState");
   }
   SegmentHeader& h = header();
@@ -45,7 +45,10 @@ RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
   e.status.age = static_cast<std::int64_t>(s.age);
   e.status.metric = std::bit_cast<double>(s.metric);
   e.status.generation = s.generation;
-  e.status.state = s.state <= 3 ? static_cast<AgentState>(s.state) : AgentState::left;
+  // An unknown state (a newer library's?) is read as left: never chosen, never ranked.
+  e.status.state = s.state <= static_cast<std::uint64_t>(AgentState::paused)
+                       ? static_cast<AgentState>(s.state)
+                       : AgentState::left;
   return e;
 }
 

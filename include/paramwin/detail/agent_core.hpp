@@ -133,8 +133,17 @@ class AgentCore {
                  std::span<const LayerRef> params);
   /// Publishes @p params now, outside the cadence.
   PublishResult publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params);
-  /// Marks the agent as having left; step() throws from then on.
+  /// Marks the agent as having left; step() throws from then on (a pause ends).
   void leave(RebirthExecutor& ex);
+  /// Advertises the agent as paused in this rank's roster: not chosen, not ranked, no
+  /// publishing by the cadence until resume(). No-op when already paused; InvalidArgument
+  /// after leave().
+  void pause(RebirthExecutor& ex);
+  /// Ends a pause: the roster says active again (fresh if the agent never stepped). No-op
+  /// when not paused or after leave(). Publishes nothing by itself.
+  void resume(RebirthExecutor& ex);
+  /// Whether pause() is in force on this rank.
+  [[nodiscard]] bool paused() const noexcept { return paused_; }
 
   /// step() for a one-rank agent over @p w (a solo executor).
   StepEvent step(WindowAccess& w, std::int64_t iteration, double metric,
@@ -143,6 +152,10 @@ class AgentCore {
   PublishResult publish(WindowAccess& w, std::span<const ConstLayerRef> params);
   /// leave() for a one-rank agent over @p w.
   void leave(WindowAccess& w);
+  /// pause() for a one-rank agent over @p w.
+  void pause(WindowAccess& w);
+  /// resume() for a one-rank agent over @p w.
+  void resume(WindowAccess& w);
 
   [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
   [[nodiscard]] const AgentStats& stats() const noexcept { return stats_; }
@@ -156,6 +169,10 @@ class AgentCore {
   struct Attempts;
 
   void set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration, double metric);
+  /// The state the roster returns to outside a rebirth: paused or active.
+  [[nodiscard]] AgentState resting_state() const noexcept {
+    return paused_ ? AgentState::paused : AgentState::active;
+  }
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
@@ -175,9 +192,11 @@ class AgentCore {
   EventLog log_;
   AgentCounters counters_{};
   AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
-  bool publish_pending_ = true;                 // first step always publishes
-  bool left_ = false;                         // leave() was called: step() is refused from then on
-  std::optional<std::uint64_t> fingerprint_;  // own roster fingerprint, read once
+  bool publish_pending_ = true;  // first step publishes (unless publishing is manual only)
+  bool left_ = false;            // leave() was called: step() is refused from then on
+  bool paused_ = false;          // pause() is in force
+  AgentState resume_state_ = AgentState::active;  // what resume() advertises
+  std::optional<std::uint64_t> fingerprint_;      // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
   double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)

@@ -98,6 +98,15 @@ class TorchAgent {
   /// Publishes the module's tensors now, outside the cadence (e.g. before the first step).
   PublishResult publish();
 
+  /// Pauses the agent (AgentInterface::pause): during evaluation or checkpointing it is
+  /// nobody's donor and publishes nothing by the cadence. For a grouped agent call it on
+  /// every rank of the agent. See also paramwin::PauseGuard.
+  void pause();
+  /// Ends the pause (AgentInterface::resume).
+  void resume();
+  /// Whether the agent is paused.
+  [[nodiscard]] bool is_paused() const;
+
   /// The optimizer in force (the borrowed one, or the latest one the builder made).
   [[nodiscard]] ::torch::optim::Optimizer& optimizer();
   /// The module the agent trains.
