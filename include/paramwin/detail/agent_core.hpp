@@ -152,6 +152,9 @@ class AgentCore {
   void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
                     bool reborn);
   void published(const PublishResult& r);
+  /// Calls AgentOptions::prepare_params once per step()/publish() (tracked by
+  /// params_prepared_), adding its time to @p seconds.
+  void prepare_params(double& seconds);
 
   Policy policy_;
   AgentStats stats_;
@@ -159,7 +162,8 @@ class AgentCore {
   AgentCounters counters_{};
   AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
   bool publish_pending_ = true;                 // first step always publishes
-  bool left_ = false;                         // leave() was called: step() is refused from then on
+  bool left_ = false;             // leave() was called: step() is refused from then on
+  bool params_prepared_ = false;  // prepare_params ran in the step()/publish() in progress
   std::optional<std::uint64_t> fingerprint_;  // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
