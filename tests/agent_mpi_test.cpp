@@ -342,6 +342,42 @@ TEST(AgentCadence, PublishesEveryNStepsAndAfterRebirths) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(AgentCadence, PrepareParamsRunsOnlyBeforeTheParametersAreRead) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  // The hook fills the parameters (as an adapter fills host copies of device memory): it
+  // runs once per publishing step and per publish(), never on the others, and what it
+  // filled is what was published.
+  Params p;
+  std::uint64_t prepared = 0;
+  pw::AgentOptions o = quiet_options();
+  o.publish.every = 3;
+  o.prepare_params = [&] { p.fill(rank, ++prepared); };
+  pw::Agent<> agent(MPI_COMM_WORLD, layout(), o);
+  (void)agent.publish(p.crefs());
+  EXPECT_EQ(prepared, 1U);
+  std::vector<std::uint64_t> calls;
+  for (int s = 0; s < 7; ++s) {
+    (void)agent.step(s, 1.0, p.refs());
+    calls.push_back(prepared);
+  }
+  // After publish(), every third step publishes: steps 3 and 6 (indices 2 and 5).
+  EXPECT_EQ(calls, (std::vector<std::uint64_t>{1, 1, 2, 2, 2, 3, 3}));
+  EXPECT_EQ(agent.window().version(), 3U);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int donor = (rank + 1) % n;
+  Params got;
+  const std::vector<int> donors{donor};
+  const std::vector<pw::LayerRef> out = got.refs();
+  (void)agent.window().pull(donors, out);
+  Params want;
+  want.fill(donor, 3);  // the donor's hook filled version 3 for its latest publish
+  EXPECT_EQ(got.w, want.w);
+  EXPECT_EQ(got.b, want.b);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(AgentValidation, InvalidOptionsOnOneRankThrowOnEveryRank) {
   pw::AgentOptions o = quiet_options();
   if (pw::test::world_rank() == 0) o.triggers.worst_fraction.fraction = 2.0;

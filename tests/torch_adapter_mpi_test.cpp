@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -469,45 +470,60 @@ TEST(TorchAgent, PauseGuardHoldsTheRepublishOfADeathHonouredWhilePaused) {
 TEST(TorchAgent, GroupedAgentsExchangeShardsIntoEveryReplica) {
   if (world_size() < 4 || world_size() % 2 != 0) GTEST_SKIP() << "needs 2 agents of 2 ranks";
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
-  // Every dtype, a 0-dim parameter and batch-norm buffers, cut in two shards.
-  const pwt::ModuleOptions mo{.buffers = true};
-  Net model;
-  fill_exact(*model, groups.agent(), mo);  // replicas of one agent are identical
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  pw::AgentOptions ao;
-  ao.triggers.age.enabled = false;
-  ao.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 2; };
-  ao.selection.k = 1;
-  pwt::TorchAgentOptions to;
-  to.module = mo;
-  pwt::TorchAgent agent(groups, *model, sgd, std::move(ao), to);
-  EXPECT_TRUE(agent.grouped());
-  EXPECT_THROW((void)agent.agent(), pw::InvalidArgument);
-  EXPECT_EQ(agent.group_agent().ranks_per_agent(), 2);
-  (void)agent.publish();
-  MPI_Barrier(MPI_COMM_WORLD);
-  // One step of SGD with momentum so that the optimizer has state to reset (no update: the
-  // gradients are zero, the parameters stay exact).
-  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
-  sgd.step();
-  EXPECT_FALSE(sgd.state().empty());
-  for (int step = 1; step <= 2; ++step) {
-    const pw::StepEvent ev = agent.step(step, 1.0);
-    if (groups.agent() == 0 && step == 2) {
-      ASSERT_TRUE(ev.died) << ev.note;
-      ASSERT_EQ(ev.donors.size(), 1U);
-      EXPECT_EQ(ev.donors[0].rank, 1);
-      Net expected;
-      fill_exact(*expected, 1, mo);
-      expect_bit_equal(*model, *expected, mo);  // on both ranks of agent 0
-      EXPECT_TRUE(sgd.state().empty()) << "momentum buffers of the replaced parameters remain";
-      EXPECT_GT(agent.optimizer_states_reset(), 0U);
-    } else {
-      EXPECT_FALSE(ev.died);
+  // In place and through host staging buffers (the path of device tensors).
+  for (const bool staged : {false, true}) {
+    // Every dtype, a 0-dim parameter and batch-norm buffers, cut in two shards.
+    const pwt::ModuleOptions mo{.buffers = true, .stage_through_host = staged};
+    Net model;
+    fill_exact(*model, groups.agent(), mo);  // replicas of one agent are identical
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    pw::AgentOptions ao;
+    ao.triggers.age.enabled = false;
+    ao.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 2; };
+    ao.selection.k = 1;
+    ao.publish.every = 2;
+    pwt::TorchAgentOptions to;
+    to.module = mo;
+    pwt::TorchAgent agent(groups, *model, sgd, std::move(ao), to);
+    EXPECT_TRUE(agent.grouped());
+    EXPECT_THROW((void)agent.agent(), pw::InvalidArgument);
+    EXPECT_EQ(agent.group_agent().ranks_per_agent(), 2);
+    (void)agent.publish();
+    MPI_Barrier(MPI_COMM_WORLD);
+    // One step of SGD with momentum so that the optimizer has state to reset (no update: the
+    // gradients are zero, the parameters stay exact).
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    sgd.step();
+    EXPECT_FALSE(sgd.state().empty());
+    const std::uint64_t n = agent.staging_stats().staged_tensors;
+    EXPECT_EQ(n, staged ? pwt::collect(*model, mo).tensors.size() : 0U);
+    for (int step = 1; step <= 3; ++step) {
+      const std::uint64_t before = agent.staging_stats().device_to_host;
+      const pw::StepEvent ev = agent.step(step, 1.0);
+      // Step 1 neither publishes (every = 2) nor dies: no copy on either rank of the agent;
+      // step 2 publishes (and agent 0 dies); step 3 publishes only if step 2's was skipped.
+      const bool moved = ev.published || ev.publish_skipped || ev.died;
+      if (step <= 2) {
+        EXPECT_EQ(moved, step == 2) << "step " << step;
+      }
+      EXPECT_EQ(agent.staging_stats().device_to_host - before, moved ? n : 0U) << "step " << step;
+      if (groups.agent() == 0 && step == 2) {
+        ASSERT_TRUE(ev.died) << ev.note;
+        ASSERT_EQ(ev.donors.size(), 1U);
+        EXPECT_EQ(ev.donors[0].rank, 1);
+        Net expected;
+        fill_exact(*expected, 1, mo);
+        expect_bit_equal(*model, *expected, mo);  // on both ranks of agent 0
+        EXPECT_TRUE(sgd.state().empty()) << "momentum buffers of the replaced parameters remain";
+        EXPECT_GT(agent.optimizer_states_reset(), 0U);
+        EXPECT_EQ(agent.staging_stats().host_to_device, n);
+      } else {
+        EXPECT_FALSE(ev.died);
+      }
     }
+    EXPECT_EQ(agent.stats().deaths(), groups.agent() == 0 ? 1 : 0);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
-  EXPECT_EQ(agent.stats().deaths(), groups.agent() == 0 ? 1 : 0);
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(TorchAgent, GroupedAgentRefusesLiveExposure) {
@@ -521,6 +537,188 @@ TEST(TorchAgent, GroupedAgentRefusesLiveExposure) {
     pwt::TorchAgent agent(groups, *model, sgd, ao, {}, {.exposure = pw::Exposure::live});
   });
   EXPECT_NE(what.find("Exposure::live"), std::string::npos) << what;
+}
+
+// --- staging: host copies only on steps that move data --------------------------------------
+
+/// Every exchanged tensor of @p m, as doubles, concatenated in layout order.
+std::vector<double> flat(torch::nn::Module& m) {
+  std::vector<double> out;
+  for (const torch::Tensor& t : pwt::collect(m).tensors) {
+    const torch::Tensor d = t.detach().cpu().to(torch::kDouble).contiguous().reshape({-1});
+    out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+  }
+  return out;
+}
+
+/// Checks that what @p agent's window holds as this rank's latest snapshot is what its module
+/// held at its latest publish (@p published): its neighbour reads it and compares.
+void expect_neighbour_reads(pwt::TorchAgent& agent, const std::vector<double>& published,
+                            const std::string& what) {
+  const int n = world_size();
+  const int rank = world_rank();
+  std::vector<double> all(published.size() * static_cast<std::size_t>(n));
+  MPI_Allgather(published.data(), static_cast<int>(published.size()), MPI_DOUBLE, all.data(),
+                static_cast<int>(published.size()), MPI_DOUBLE, MPI_COMM_WORLD);
+  const int donor = (rank + 1) % n;
+  Tiny probe;
+  const std::vector<int> donors{donor};
+  (void)pwt::adopt(agent.agent().window(), donors, *probe);
+  const std::vector<double> got = flat(*probe);
+  ASSERT_EQ(got.size(), published.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], all[static_cast<std::size_t>(donor) * published.size() + i])
+        << what << ": rank " << rank << " read element " << i << " of rank " << donor;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchStaging, HostCopiesOnlyOnStepsThatPublishOrRebirth) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  // Tiny: 3 tensors (fc.weight, fc.bias, scale), all staged through host buffers by
+  // stage_through_host, the path device tensors take. Without a user on_rebirth a rebirth
+  // costs one host->device copy per tensor; with one, also a device->host copy per tensor
+  // to republish what the callback left in the module.
+  constexpr std::uint64_t kTensors = 3;
+  for (const bool user_callback : {false, true}) {
+    Tiny model;
+    fill_random(*model, 300 + static_cast<std::uint64_t>(world_rank()));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
+    pw::AgentOptions ao;
+    ao.seed = 11;
+    ao.triggers.age = {.enabled = true, .lo = 7, .hi = 13};
+    ao.selection.k = 1;
+    ao.publish.every = 5;
+    int callbacks = 0;
+    if (user_callback) {
+      ao.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) { ++callbacks; };
+    }
+    pwt::TorchAgentOptions to;
+    to.module.stage_through_host = true;
+    pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao), to);
+    EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
+    EXPECT_EQ(agent.staging_stats().binds, 0U);
+    (void)agent.publish();
+    EXPECT_EQ(agent.staging_stats().device_to_host, kTensors);
+    EXPECT_EQ(agent.staging_stats().staged_tensors, kTensors);
+    EXPECT_EQ(agent.staging_stats().pinned_tensors, 0U);  // CPU tensors: pageable buffers
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    std::uint64_t data_steps = 0;  // steps that read or wrote the parameters
+    std::uint64_t publishes = 0;
+    std::uint64_t rebirths = 0;
+    for (int step = 0; step < 100; ++step) {
+      const double loss = train_step(model, sgd);
+      const std::uint64_t before = agent.staging_stats().device_to_host;
+      const pw::StepEvent ev = agent.step(step, loss);
+      const bool published = ev.published || ev.publish_skipped;  // both read the parameters
+      // A death deferred after a failed pull read them too (none expected here).
+      const bool pulled = ev.deferred && ev.seconds.pull > 0.0;
+      publishes += published ? 1U : 0U;
+      rebirths += ev.died ? 1U : 0U;
+      const bool moved = published || ev.died || pulled;
+      data_steps += moved ? 1U : 0U;
+      EXPECT_EQ(agent.staging_stats().device_to_host - before,
+                (moved ? kTensors : 0) + (ev.died && user_callback ? kTensors : 0))
+          << "step " << step << (ev.died ? " (rebirth)" : "") << (published ? " (publish)" : "");
+      if (step % 10 == 0) agent.agent().window().progress();
+    }
+    const pwt::TorchStagingStats& s = agent.staging_stats();
+    const std::uint64_t callback_copies = user_callback ? kTensors * rebirths : 0;
+    std::printf("[rank %d] staging over 100 steps (user on_rebirth: %s): %llu publishes, %llu "
+                "rebirths, %llu steps that moved data; device->host %llu, host->device %llu, "
+                "binds %llu\n",
+                world_rank(), user_callback ? "yes" : "no",
+                static_cast<unsigned long long>(publishes),
+                static_cast<unsigned long long>(rebirths),
+                static_cast<unsigned long long>(data_steps),
+                static_cast<unsigned long long>(s.device_to_host),
+                static_cast<unsigned long long>(s.host_to_device),
+                static_cast<unsigned long long>(s.binds));
+    EXPECT_GT(rebirths, 3U);     // ages 7..13 over 100 steps
+    EXPECT_LT(data_steps, 60U);  // publish.every = 5: most steps copy nothing
+    // + the explicit publish; + a pass after each user callback
+    EXPECT_EQ(s.stage_passes, 1 + data_steps + (user_callback ? rebirths : 0U));
+    EXPECT_EQ(s.device_to_host, kTensors * (1 + data_steps) + callback_copies);
+    EXPECT_EQ(s.host_to_device, kTensors * rebirths);
+    EXPECT_EQ(s.binds, 1U);  // the module never changed: collected once
+    EXPECT_EQ(callbacks, user_callback ? static_cast<int>(rebirths) : 0);
+
+    // What the window holds is what the module held at the latest publish, not a stale copy:
+    // train once more (the module now differs from the window), publish, read it back.
+    (void)train_step(model, sgd);
+    (void)agent.publish();
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect_neighbour_reads(agent, flat(*model), "after 100 steps");
+  }
+}
+
+TEST(TorchStaging, ReplacedParameterIsBoundOnTheNextStep) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  for (const bool staged : {false, true}) {
+    const std::string variant = staged ? "staged" : "in place";
+    Tiny model;
+    fill_random(*model, 400 + static_cast<std::uint64_t>(world_rank()));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
+    pw::AgentOptions ao;
+    ao.triggers.age.enabled = false;
+    ao.selection.k = 1;
+    ao.publish.every = 1;
+    pwt::TorchAgentOptions to;
+    to.module.stage_through_host = staged;
+    pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao), to);
+    (void)agent.publish();
+    (void)agent.step(0, 1.0);
+    EXPECT_EQ(agent.staging_stats().binds, 1U) << variant;
+    EXPECT_EQ(agent.staging_stats().staged_tensors, staged ? 3U : 0U) << variant;
+
+    // Replace fc.weight's tensor data (new memory, as Module::to does): the next step binds
+    // the new memory and publishes its values; the old memory is freed (an in-place ref to
+    // it would read freed memory).
+    {
+      torch::NoGradGuard no_grad;
+      model->fc->weight.set_data(torch::full({2, 3}, 42.0F + static_cast<float>(world_rank())));
+    }
+    const pw::StepEvent ev = agent.step(1, 1.0);
+    EXPECT_TRUE(ev.published) << variant;
+    EXPECT_EQ(agent.staging_stats().binds, 2U) << variant;
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect_neighbour_reads(agent, flat(*model), variant + ": replaced fc.weight");
+    (void)agent.step(2, 1.0);
+    EXPECT_EQ(agent.staging_stats().binds, 2U) << variant << ": no change, no new binding";
+
+    // A changed shape, a changed dtype and an added parameter are refused by name, before the
+    // step changes anything; restoring a fitting tensor makes the next step work again.
+    const torch::Tensor good = model->fc->weight.detach().clone();
+    const std::int64_t steps = agent.agent().steps();
+    {
+      torch::NoGradGuard no_grad;
+      model->fc->weight.set_data(torch::zeros({5, 3}));
+    }
+    std::string msg = message_of<pw::InvalidArgument>([&] { (void)agent.step(3, 1.0); });
+    EXPECT_NE(msg.find("'fc.weight' has shape [5, 3]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+    {
+      torch::NoGradGuard no_grad;
+      model->fc->weight.set_data(torch::zeros({2, 3}, torch::kDouble));
+    }
+    msg = message_of<pw::InvalidArgument>([&] { (void)agent.step(3, 1.0); });
+    EXPECT_NE(msg.find("'fc.weight' has dtype float64"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("float32"), std::string::npos) << msg;
+    EXPECT_EQ(agent.agent().steps(), steps) << "a refused step counted";
+    EXPECT_EQ(agent.staging_stats().binds, 2U) << variant << ": refused bindings kept the old";
+    {
+      torch::NoGradGuard no_grad;
+      model->fc->weight.set_data(good);
+    }
+    EXPECT_NO_THROW((void)agent.step(3, 1.0)) << variant;
+    EXPECT_EQ(agent.agent().steps(), steps + 1);
+    EXPECT_EQ(agent.staging_stats().binds, 3U) << variant;
+    model->register_parameter("extra", torch::zeros({2}));
+    msg = message_of<pw::InvalidArgument>([&] { (void)agent.publish(); });
+    EXPECT_NE(msg.find("'extra'"), std::string::npos) << msg;
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 // --- errors -------------------------------------------------------------------------------
@@ -651,6 +849,34 @@ TEST(TorchAgent, StepNeverWaitsLongerThanReadTimeout) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+TEST(TorchDevice, CudaAgentCopiesOnlyWhenDataMoves) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); the same staging code is "
+                    "tested on CPU tensors by TorchStaging.*";
+  }
+  Tiny model;
+  fill_random(*model, 500 + static_cast<std::uint64_t>(world_rank()));
+  model->to(torch::kCUDA);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.selection.k = 1;
+  ao.publish.every = 4;
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao));
+  (void)agent.publish();
+  EXPECT_EQ(agent.staging_stats().pinned_tensors, 3U);
+  std::uint64_t publishes = 0;
+  for (int step = 0; step < 20; ++step) {
+    publishes += agent.step(step, 1.0).published ? 1U : 0U;
+  }
+  EXPECT_EQ(agent.staging_stats().device_to_host, 3 * (1 + publishes));
+  EXPECT_EQ(agent.staging_stats().binds, 1U);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<double> mine = flat(*model);  // copies to the CPU
+  expect_neighbour_reads(agent, mine, "cuda");
 }
 
 }  // namespace

@@ -246,6 +246,15 @@ using RebirthCallback =
 /// Re-initialises @p params for MixingKind::reset; @p seed comes from the agent's stream.
 using ResetCallback = std::function<void(std::span<const LayerRef> params, std::uint64_t seed)>;
 
+/// Called by step() and publish() at most once per call, right before the agent first reads
+/// or writes the caller's parameters (a publish, a pull, the reset callback): a step that
+/// neither publishes nor attempts a rebirth never calls it. For callers whose parameters are
+/// host copies of memory the agent cannot read (e.g. the LibTorch adapter's copies of GPU
+/// tensors): fill the copies here, so that steps that move no data copy nothing. The
+/// parameters passed to step() must already be valid memory of the right size; only their
+/// values may be stale until this is called. If it throws, the call throws (see step()).
+using PrepareParamsCallback = std::function<void()>;
+
 /// Everything an Agent is configured with. Checked by validate() at construction.
 struct AgentOptions {
   std::uint64_t seed = 0;  ///< with the rank, seeds every per-agent random stream
@@ -258,6 +267,8 @@ struct AgentOptions {
   ServeOptions serve{};          ///< how this agent serves its RMA readers (progress)
   RebirthCallback on_rebirth{};  ///< optional rebirth notification
   ResetCallback reset{};         ///< required by MixingKind::reset
+  /// Optional: fills the parameters' values on demand (see PrepareParamsCallback).
+  PrepareParamsCallback prepare_params{};
   /// Deaths decided while the agent is paused: kept pending until resume() (defer), or
   /// carried out at once with the republish held until resume() (honour).
   PausedDeaths paused_deaths = PausedDeaths::defer;

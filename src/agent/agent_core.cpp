@@ -119,9 +119,21 @@ void AgentCore::published(const PublishResult& r) {
   }
 }
 
+void AgentCore::prepare_params(double& seconds) {
+  if (params_prepared_) return;
+  params_prepared_ = true;
+  if (!policy_.options().prepare_params) return;
+  const auto t = Clock::now();
+  policy_.options().prepare_params();
+  seconds += seconds_since(t);
+}
+
 PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params) {
   const std::string caller = std::string(ex.kind()) + "::publish";
   const std::vector<ConstLayerRef> ordered = bind_step_params(ex.layout(), params, caller);
+  params_prepared_ = false;
+  double unused = 0.0;
+  prepare_params(unused);
   ex.advance_stamp();
   PublishResult r = ex.publish(ordered);
   published(r);
@@ -231,7 +243,10 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
     // Chosen first, advertised after: of two agents dying at once, at most one can see the
     // other mid-rebirth, so they never both wait for each other.
     set_status(ex, AgentState::rebirth, event.iteration, event.metric);
+    // The first access to the parameters in this step: their values must be current (a
+    // pull blends with them for momentum, and keeps them when it fails).
     if (plan.action == PlanAction::reset) {
+      prepare_params(event.seconds.mix);
       const auto t_mix = Clock::now();
       std::exception_ptr reset_error;
       if (ex.leader()) {
@@ -247,6 +262,7 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
       event.seconds.assemble += seconds_since(t_share);
       return true;
     }
+    prepare_params(event.seconds.pull);
     const PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
                                         deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
     const PullOutcome r = ex.pull(plan, po, ordered, event);
@@ -265,6 +281,8 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
 void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered,
                              StepEvent& event, bool reborn) {
   const auto t = Clock::now();
+  double prepared = 0.0;  // counted in the publish timer below
+  prepare_params(prepared);
   const std::vector<ConstLayerRef> refs = const_refs(ordered);
   const auto wait = std::chrono::duration<double, std::milli>(
       reborn ? policy_.options().publish.rebirth_wait_ms : 0.0);
@@ -324,6 +342,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   // The step's bound on waiting for other agents (roster reads and pulls share it).
   const double budget = policy_.options().read.timeout_seconds;
   deadline_ = budget > 0.0 ? MPI_Wtime() + budget : 0.0;
+  params_prepared_ = false;
   // The decide timer starts after the agreement: for a group, waiting there for the agent's
   // slowest rank is the trainer's imbalance, not the decision's cost.
   const auto t0 = Clock::now();

@@ -1,10 +1,13 @@
 // LibTorch adapter: TorchAgent (an Agent driven by a module and its optimizer).
 #include "paramwin/torch/agent.hpp"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -28,6 +31,45 @@ std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
   return erased;
 }
 
+namespace {
+
+/// What one tensor of the module looked like when the agent bound it: any difference on a
+/// later step means the module's tensors changed (a parameter replaced or added, the module
+/// moved to another device, a tensor reshaped or made non-contiguous), and they are collected
+/// again.
+struct Seen {
+  const c10::TensorImpl* impl = nullptr;
+  const void* data = nullptr;
+  std::vector<std::int64_t> sizes;
+  ::torch::ScalarType dtype = ::torch::kFloat;
+  ::torch::Device device{::torch::kCPU};
+  bool contiguous = true;
+
+  explicit Seen(const ::torch::Tensor& t) {
+    if (!t.defined()) return;
+    impl = t.unsafeGetTensorImpl();
+    data = t.data_ptr();
+    sizes = t.sizes().vec();
+    dtype = t.scalar_type();
+    device = t.device();
+    contiguous = t.is_contiguous();
+  }
+
+  [[nodiscard]] bool matches(const ::torch::Tensor& t) const {
+    if (!t.defined()) return impl == nullptr;
+    return impl == t.unsafeGetTensorImpl() && data == t.data_ptr() && dtype == t.scalar_type() &&
+           device == t.device() && contiguous == t.is_contiguous() && t.sizes().equals(sizes);
+  }
+};
+
+/// Waits until the copies enqueued on @p device's current stream are done.
+void synchronize(const ::torch::Device& device) {
+  const c10::impl::VirtualGuardImpl guard(device.type());
+  guard.getStream(device).synchronize();
+}
+
+}  // namespace
+
 struct TorchAgent::Impl {
   ::torch::nn::Module* module = nullptr;
   ::torch::optim::Optimizer* borrowed = nullptr;
@@ -35,6 +77,7 @@ struct TorchAgent::Impl {
   OptimizerBuilder builder;
   TorchAgentOptions options;
   RebirthCallback user_on_rebirth;
+  PrepareParamsCallback user_prepare;
   std::vector<std::string> skipped;
   std::uint64_t built = 0;
   std::uint64_t states_reset = 0;
@@ -42,9 +85,18 @@ struct TorchAgent::Impl {
   // An Agent<> (one rank) or a GroupAgent (g ranks): the adapter needs only the interface.
   std::unique_ptr<AgentInterface> agent;
 
-  // The tensors of the step in progress and, when staged, their host copies.
+  // The module's tensors as bound (re-collected only when seen_ no longer matches them),
+  // per tensor its host staging buffer (undefined: exchanged in place) and whether that
+  // buffer is page-locked, the devices whose streams the copies run on, and the refs the
+  // agent is given: to the staging buffers or, for tensors exchanged in place, the tensors.
+  bool bound = false;
+  std::vector<Seen> seen;
   ModuleTensors current;
   std::vector<::torch::Tensor> staged;
+  std::vector<bool> pinned;
+  std::vector<::torch::Device> devices;
+  std::vector<LayerRef> refs;
+  TorchStagingStats counters;
 
   ::torch::optim::Optimizer& optimizer() { return owned ? *owned : *borrowed; }
 
@@ -80,14 +132,21 @@ struct TorchAgent::Impl {
     ++built;
   }
 
-  /// Takes over the user's rebirth hook and returns the module's layout.
+  /// Takes over the user's rebirth and prepare hooks and returns the module's layout.
   Layout prepare(AgentOptions& agent_options) {
     ModuleTensors mt = collect(*module, options.module);
     skipped = mt.skipped;
     user_on_rebirth = std::move(agent_options.on_rebirth);
-    // `this` is stable (heap-allocated Impl), so the hook survives moves of the TorchAgent.
+    user_prepare = std::move(agent_options.prepare_params);
+    // `this` is stable (heap-allocated Impl), so the hooks survive moves of the TorchAgent.
     agent_options.on_rebirth = [this](const StepEvent& event, std::span<const LayerRef> params) {
       on_rebirth(event, params);
+    };
+    // The core calls this only when a step (or publish) is about to read or write the
+    // parameters: the module is copied to the staging buffers then, and only then.
+    agent_options.prepare_params = [this] {
+      stage_in();
+      if (user_prepare) user_prepare();
     };
     return std::move(mt.layout);
   }
@@ -108,32 +167,115 @@ struct TorchAgent::Impl {
                                          window_options);
   }
 
-  /// Refs to the module's tensors (or to fresh host copies of them) for one step.
-  std::vector<LayerRef> refs() {
-    current = collect(*module, options.module);
-    check_against(current, agent->layout());
-    staged.assign(current.tensors.size(), ::torch::Tensor());
-    std::vector<LayerRef> out;
-    out.reserve(current.tensors.size());
-    for (std::size_t i = 0; i < current.tensors.size(); ++i) {
-      const ::torch::Tensor& t = current.tensors[i];
-      const LayerSpec& spec = current.layout[i];
-      if (options.module.stage_through_host || !t.device().is_cpu()) {
-        staged[i] = t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-        out.emplace_back(spec.name, staged[i].data_ptr(), spec.count, spec.dtype);
+  /// The module's tensors in collection order, unchecked (what seen is compared with).
+  [[nodiscard]] std::vector<::torch::Tensor> listed() const {
+    std::vector<::torch::Tensor> all = module->parameters(/*recurse=*/true);
+    if (options.module.buffers) {
+      std::vector<::torch::Tensor> buffers = module->buffers(/*recurse=*/true);
+      all.insert(all.end(), buffers.begin(), buffers.end());
+    }
+    return all;
+  }
+
+  [[nodiscard]] bool unchanged(const std::vector<::torch::Tensor>& all) const {
+    if (!bound || all.size() != seen.size()) return false;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!seen[i].matches(all[i])) return false;
+    }
+    return true;
+  }
+
+  /// Makes refs point at the module's current tensors (or their staging buffers): a cheap
+  /// comparison each call; the module is collected and checked against the layout again
+  /// only when its tensors changed (InvalidArgument naming the tensor if they no longer fit).
+  void bind() {
+    std::vector<::torch::Tensor> all = listed();
+    if (unchanged(all)) return;
+    ModuleTensors mt = collect(*module, options.module);
+    check_against(mt, agent->layout());
+    const std::size_t n = mt.tensors.size();
+    std::vector<::torch::Tensor> host(n);
+    std::vector<bool> pin(n, false);
+    std::vector<::torch::Device> on;
+    for (std::size_t i = 0; i < n; ++i) {
+      const ::torch::Tensor& t = mt.tensors[i];
+      if (!options.module.stage_through_host && t.device().is_cpu()) continue;
+      // Page-locked host memory for CUDA tensors: the copies can then run asynchronously
+      // (and faster); pinning needs the CUDA runtime, hence only for CUDA tensors.
+      pin[i] = t.is_cuda();
+      if (!t.device().is_cpu() && std::find(on.begin(), on.end(), t.device()) == on.end()) {
+        on.push_back(t.device());
+      }
+      // The layout fixes the shape and dtype, so a buffer of the previous binding fits
+      // unless its pinning changed (the module moved between the CPU and a CUDA device).
+      if (i < staged.size() && staged[i].defined() && pinned[i] == pin[i]) {
+        host[i] = staged[i];
       } else {
-        out.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
+        host[i] = ::torch::empty(t.sizes(), ::torch::TensorOptions()
+                                                .dtype(t.scalar_type())
+                                                .device(::torch::kCPU)
+                                                .pinned_memory(pin[i]));
       }
     }
-    return out;
+    current = std::move(mt);
+    staged = std::move(host);
+    pinned = std::move(pin);
+    devices = std::move(on);
+    seen.clear();
+    seen.reserve(all.size());
+    for (const ::torch::Tensor& t : all) seen.emplace_back(t);
+    refs.clear();
+    refs.reserve(n);
+    counters.staged_tensors = 0;
+    counters.pinned_tensors = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const LayerSpec& spec = current.layout[i];
+      const ::torch::Tensor& memory = staged[i].defined() ? staged[i] : current.tensors[i];
+      refs.emplace_back(spec.name, memory.data_ptr(), spec.count, spec.dtype);
+      if (staged[i].defined()) ++counters.staged_tensors;
+      if (pinned[i]) ++counters.pinned_tensors;
+    }
+    bound = true;
+    ++counters.binds;
+  }
+
+  /// Waits for the copies enqueued on the devices of the staged tensors.
+  void wait_for_copies() const {
+    for (const ::torch::Device& d : devices) synchronize(d);
+  }
+
+  /// Copies every staged tensor into its host buffer: asynchronously into page-locked
+  /// buffers, then one wait per device before the core reads them.
+  void stage_in() {
+    ::torch::NoGradGuard no_grad;
+    bool any = false;
+    for (std::size_t i = 0; i < staged.size(); ++i) {
+      if (!staged[i].defined()) continue;
+      staged[i].copy_(current.tensors[i].detach(), /*non_blocking=*/pinned[i]);
+      ++counters.device_to_host;
+      any = true;
+    }
+    wait_for_copies();
+    if (any) ++counters.stage_passes;
+  }
+
+  /// Copies the host buffers (the rebirth's result) back into the staged tensors.
+  void stage_out() {
+    for (std::size_t i = 0; i < staged.size(); ++i) {
+      if (!staged[i].defined()) continue;
+      current.tensors[i].detach().copy_(staged[i], /*non_blocking=*/pinned[i]);
+      ++counters.host_to_device;
+    }
+    // Before the optimizer or the user's callback touch the tensors, and before the next
+    // step may overwrite the buffers (even from another stream).
+    wait_for_copies();
   }
 
   void on_rebirth(const StepEvent& event, std::span<const LayerRef> params) {
     {
       ::torch::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < current.tensors.size(); ++i) {
-        ::torch::Tensor& t = current.tensors[i];
-        if (staged[i].defined()) t.detach().copy_(staged[i]);
+      stage_out();
+      for (::torch::Tensor& t : current.tensors) {
         t.unsafeGetTensorImpl()->bump_version();
         if (options.clear_gradients && t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
       }
@@ -143,11 +285,10 @@ struct TorchAgent::Impl {
     } else if (options.reset_optimizer_state) {
       states_reset += reset_optimizer_state(*borrowed, current.tensors);
     }
-    if (user_on_rebirth) user_on_rebirth(event, params);
-    // The user may have changed the module in the callback: republish what it holds now.
-    ::torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < current.tensors.size(); ++i) {
-      if (staged[i].defined()) staged[i].copy_(current.tensors[i].detach());
+    if (user_on_rebirth) {
+      user_on_rebirth(event, params);
+      // The user may have changed the module in the callback: republish what it holds now.
+      stage_in();
     }
   }
 
@@ -211,15 +352,15 @@ TorchAgent::~TorchAgent() {
 }
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
-  std::vector<LayerRef> params = impl_->refs();
-  return impl_->agent->step(iteration, metric, params);
+  impl_->bind();
+  return impl_->agent->step(iteration, metric, impl_->refs);
 }
 
 PublishResult TorchAgent::publish() {
-  std::vector<LayerRef> params = impl_->refs();
+  impl_->bind();
   std::vector<ConstLayerRef> as_const;
-  as_const.reserve(params.size());
-  for (const LayerRef& p : params) as_const.push_back(p.as_const());
+  as_const.reserve(impl_->refs.size());
+  for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
   return impl_->agent->publish(as_const);
 }
 
@@ -259,6 +400,7 @@ const AgentStats& TorchAgent::stats() const { return impl_->agent->stats(); }
 const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
 std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
+const TorchStagingStats& TorchAgent::staging_stats() const { return impl_->counters; }
 
 void TorchAgent::close() {
   impl_->unbind();

@@ -186,15 +186,19 @@ class AgentCore {
   [[nodiscard]] double time_left() const;
   /// The bound of a roster read now: read.roster_timeout_seconds within the time left.
   [[nodiscard]] double roster_timeout() const;
+  /// Calls AgentOptions::prepare_params once per step()/publish() (tracked by
+  /// params_prepared_), adding its time to @p seconds.
+  void prepare_params(double& seconds);
 
   Policy policy_;
   AgentStats stats_;
   EventLog log_;
   AgentCounters counters_{};
   AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
-  bool publish_pending_ = true;  // first step publishes (unless publishing is manual only)
-  bool left_ = false;            // leave() was called: step() is refused from then on
-  bool paused_ = false;          // pause() is in force
+  bool publish_pending_ = true;   // first step publishes (unless publishing is manual only)
+  bool left_ = false;             // leave() was called: step() is refused from then on
+  bool paused_ = false;           // pause() is in force
+  bool params_prepared_ = false;  // prepare_params ran in the step()/publish() in progress
   AgentState resume_state_ = AgentState::active;  // what resume() advertises
   std::optional<std::uint64_t> fingerprint_;      // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;

@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,22 @@ struct TorchAgentOptions {
   /// On a rebirth, drop the replaced parameters' gradients (they belong to the parameters
   /// that died).
   bool clear_gradients = true;
+};
+
+/// What a TorchAgent copied between the module's tensors and its host staging buffers, and
+/// how often it bound the module's tensors. Only tensors that are staged (not on the CPU,
+/// or all with ModuleOptions::stage_through_host) are copied; a step that neither publishes
+/// nor attempts a rebirth copies nothing (see docs/torch.md for the cost of each case).
+struct TorchStagingStats {
+  std::uint64_t device_to_host = 0;  ///< tensor copies from the module to a host buffer
+  std::uint64_t host_to_device = 0;  ///< tensor copies from a host buffer to the module
+  /// Times the staged tensors were copied to the host (each: one copy per staged tensor).
+  std::uint64_t stage_passes = 0;
+  /// Times the module's tensors were collected and bound: the first step or publish, then
+  /// only after the module's tensors changed (replaced, moved, reshaped).
+  std::uint64_t binds = 0;
+  std::size_t staged_tensors = 0;  ///< tensors exchanged through a host buffer (last binding)
+  std::size_t pinned_tensors = 0;  ///< of those, with a page-locked buffer (CUDA tensors)
 };
 
 /// One member of a population training a LibTorch module. Owns one agent, held as an
@@ -93,6 +110,9 @@ class TorchAgent {
   /// belongs to the parameters that died). See examples/torch_population/main.cpp. On a
   /// rebirth, in this order: the module holds the mix; gradients cleared; optimizer state
   /// reset or a new optimizer built; AgentOptions::on_rebirth called; the result republished.
+  /// Tensors exchanged through host buffers (device tensors) are copied only on a step that
+  /// publishes or attempts a rebirth (see staging_stats()); the module's tensors are
+  /// collected again only when they changed (InvalidArgument if they no longer fit).
   StepEvent step(std::int64_t iteration, double metric);
 
   /// Publishes the module's tensors now, outside the cadence (e.g. before the first step).
@@ -129,6 +149,8 @@ class TorchAgent {
   [[nodiscard]] std::uint64_t optimizers_built() const;
   /// Optimizer state entries erased by rebirths so far.
   [[nodiscard]] std::uint64_t optimizer_states_reset() const;
+  /// Host copies made so far and bindings of the module's tensors.
+  [[nodiscard]] const TorchStagingStats& staging_stats() const;
 
   /// Unbinds a live module and frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
