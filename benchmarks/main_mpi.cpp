@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,7 +43,15 @@ int strip_output_flags(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // PARAMWIN_BENCH_THREAD_MULTIPLE=1: MPI_THREAD_MULTIPLE, for the progress-thread cases
+  // only (scripts/bench.sh --serve runs them apart: the other figures use plain MPI_Init).
+  const char* multiple = std::getenv("PARAMWIN_BENCH_THREAD_MULTIPLE");
+  if (multiple != nullptr && std::string(multiple) == "1") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   auto& e = paramwin::bench::env();
   MPI_Comm_rank(MPI_COMM_WORLD, &e.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &e.size);

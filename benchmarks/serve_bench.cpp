@@ -109,11 +109,48 @@ void bm_progress_call(benchmark::State& state) {
   polite_barrier(MPI_COMM_WORLD);
 }
 
+// What a progress thread costs the trainer: rank 0 times a fixed computation (no MPI calls)
+// with its window's progress thread polling every 200 us, and without one. The other rank
+// waits (sleep-polling) meanwhile. Needs MPI_THREAD_MULTIPLE (PARAMWIN_BENCH_THREAD_MULTIPLE).
+void bm_thread_cost(benchmark::State& state, bool thread) {
+  Layout layout;
+  layout.add("w", 1024);
+  ParameterWindow<> win(MPI_COMM_WORLD, layout,
+                        {.transport = Transport::rma, .progress_thread = thread});
+  for (auto _ : state) {
+    double t = 0.0;
+    if (env().rank == kReader) {
+      const double t0 = now();
+      double x = 1.0;
+      for (int i = 0; i < 20000000; ++i) {
+        x = x * 1.0000001 + 1e-9;
+      }
+      benchmark::DoNotOptimize(x);
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  polite_barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 
 void register_serve_benchmarks() {
   if (env().size < 2) {
     return;
+  }
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided == MPI_THREAD_MULTIPLE) {
+    for (const bool th : {false, true}) {
+      with_stats(benchmark::RegisterBenchmark(("serve/thread_cost/progress_thread:" +
+                                               std::string(th ? "on" : "off"))
+                                                  .c_str(),
+                                              [th](benchmark::State& s) { bm_thread_cost(s, th); }))
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(10);
+    }
   }
   with_stats(benchmark::RegisterBenchmark("serve/progress_call", bm_progress_call))
       ->UseManualTime()

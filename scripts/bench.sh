@@ -73,6 +73,11 @@ run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progr
     --benchmark_filter='^serve/|^busy/pull_rma/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
     --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/serve_np2.json" --benchmark_out_format=json
+  # The progress thread's cost needs MPI_THREAD_MULTIPLE: a run of its own.
+  PARAMWIN_BENCH_THREAD_MULTIPLE=1 /usr/bin/mpiexec.mpich -n 2 "$bench" \
+    --benchmark_filter='^serve/thread_cost/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/serve_thread_np2.json" --benchmark_out_format=json
   cat /proc/loadavg >> "$out/serve_load.txt"
 }
 

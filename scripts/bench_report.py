@@ -407,7 +407,8 @@ def serve_section(json_dir, w):
     path = os.path.join(json_dir, "serve_np2.json") if json_dir else ""
     if not path or not os.path.exists(path):
         return
-    results, _ = load([path])
+    tpath = os.path.join(json_dir, "serve_thread_np2.json")
+    results, _ = load([path] + ([tpath] if os.path.exists(tpath) else []))
     get = lambda name: results.get((2, name))  # noqa: E731
     commit = open(os.path.join(json_dir, "serve_commit.txt")).read().strip() \
         if os.path.exists(os.path.join(json_dir, "serve_commit.txt")) else "an unrecorded commit"
@@ -447,8 +448,18 @@ def serve_section(json_dir, w):
       "call — their difference is within the noise of this machine.\n")
     w(table(["the call", "share of a 1 ms step (target < 1 %)", "step() without the call",
              "step() with the call"],
-            [[ftime_range(call), f"{100 * cost / 1e-3:.3f} %" if cost is not None else "—",
+            [[f"{call.median * 1e9:.0f} ns ({call.min * 1e9:.0f} – {call.max * 1e9:.0f} ns)"
+              if call else "—", f"{100 * cost / 1e-3:.3f} %" if cost is not None else "—",
               ftime_range(off), ftime_range(on)]]) + "\n")
+    t_off = get("serve/thread_cost/progress_thread:off")
+    t_on = get("serve/thread_cost/progress_thread:on")
+    w("The progress thread's cost to the trainer (`serve.progress_thread`, polling every 200 µs): "
+      "rank 0 times a fixed computation of 2·10^7 multiply-adds without MPI calls, with and "
+      "without its window's progress thread (MPI initialised with `MPI_THREAD_MULTIPLE` for "
+      "both rows; a run of its own).\n")
+    w(table(["without the thread", "with the thread", "with / without"],
+            [[ftime_range(t_off), ftime_range(t_on),
+              fr(ratio(t_on.median if t_on else None, t_off.median if t_off else None))]]) + "\n")
     w(SERVE_END + "\n")
 
 
