@@ -407,6 +407,15 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        bad_options([](pw::AgentOptions& o) { o.mixing.kind = pw::MixingKind::reset; })},
       {"Agent()", "negative staleness bound", Kind::invalid_argument, "max_staleness_seconds",
        bad_options([](pw::AgentOptions& o) { o.selection.max_staleness_seconds = -1.0; })},
+      {"Agent()", "negative step bound", Kind::invalid_argument, "read.timeout_seconds",
+       bad_options([](pw::AgentOptions& o) { o.read.timeout_seconds = -0.5; })},
+      {"Agent()", "read chunk of 8 bytes", Kind::invalid_argument, "read.chunk_bytes",
+       bad_options([](pw::AgentOptions& o) { o.read.chunk_bytes = 8; })},
+      {"Agent()", "progress thread polling every 0 us", Kind::invalid_argument,
+       "serve.progress_interval_us", bad_options([](pw::AgentOptions& o) {
+         o.serve.progress_thread = true;
+         o.serve.progress_interval_us = 0;
+       })},
       {"Agent()", "negative post-rebirth publish wait", Kind::invalid_argument,
        "publish.rebirth_wait_ms",
        bad_options([](pw::AgentOptions& o) { o.publish.rebirth_wait_ms = -1.0; })},
