@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
 #include "window/rma_batch.hpp"
 #include "window/window_impl.hpp"
@@ -123,10 +124,10 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
                                                          bool mark_late) const {
   // A remote seqlock read per rank in three phases — sequence word; header and status
   // block; sequence word again — retried from the start when the sequence moved. Each rank
-  // advances through its phases as its own reads complete, all ranks in flight together:
-  // one rank that does not answer (busy outside MPI, or gone) holds up no other.
-  // With a deadline the reads land in an arena that outlives them: a read abandoned at the
-  // deadline completes later, into memory the graveyard keeps.
+  // advances through its phases as its own reads complete, all ranks in flight together and
+  // polled through one MPI_Testsome: one rank that does not answer (busy outside MPI, or
+  // gone) holds up no other. With a deadline the reads land in an arena that outlives them:
+  // a read abandoned at the deadline completes later, into memory the graveyard keeps.
   const std::size_t n = ranks.size();
   const double deadline = timeout_seconds > 0.0 ? MPI_Wtime() + timeout_seconds : 0.0;
   auto arena = std::make_shared<RmaArena>();
@@ -134,73 +135,115 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
   auto* seq_after = arena->make<std::uint64_t>(n);
   auto* heads = arena->make<HeadWords>(n);
   auto* status = arena->make<StatusWords>(n);
-  Graveyard* graveyard = deadline > 0.0 ? &graveyard_ : nullptr;
 
+  constexpr std::size_t kSlots = 2;  // requests per rank in flight (phase 1 has two)
+  std::vector<MPI_Request> requests(kSlots * n, MPI_REQUEST_NULL);
   struct Reader {
-    std::unique_ptr<RmaBatch> batch;
     int phase = 0;  // 0: sequence word, 1: header and status, 2: sequence word again
+    int in_flight = 0;
     int rounds = 0;
     bool done = false;
   };
   std::vector<Reader> readers(n);
+  // Requests still in flight when this read ends early (deadline, error): to the graveyard
+  // with the arena when there is a deadline, else completed here.
+  const auto abandon = [&]() noexcept {
+    std::vector<MPI_Request> open;
+    for (MPI_Request r : requests) {
+      if (r != MPI_REQUEST_NULL) open.push_back(r);
+    }
+    std::fill(requests.begin(), requests.end(), MPI_REQUEST_NULL);
+    if (open.empty()) return;
+    if (deadline > 0.0) {
+      try {
+        graveyard_.requests.insert(graveyard_.requests.end(), open.begin(), open.end());
+        graveyard_.arenas.push_back(arena);
+        return;
+      } catch (...) {  // no memory to record them: wait for them instead
+      }
+    }
+    MPI_Waitall(static_cast<int>(open.size()), open.data(), MPI_STATUSES_IGNORE);
+  };
+  const auto get = [&](std::size_t i, std::size_t slot, void* dst, std::size_t bytes,
+                       std::size_t offset) {
+    const int count = static_cast<int>(bytes);
+    check_mpi(MPI_Rget(dst, count, MPI_BYTE, ranks[i], static_cast<MPI_Aint>(offset), count,
+                       MPI_BYTE, rma_win_.get(), &requests[kSlots * i + slot]),
+              "MPI_Rget(roster)");
+    ++readers[i].in_flight;
+  };
   const auto issue = [&](std::size_t i) {
-    RmaBatch& b = *readers[i].batch;
     switch (readers[i].phase) {
-      case 0: b.get(&seq_before[i], 8, ranks[i], kStatusOffset); break;
+      case 0: get(i, 0, &seq_before[i], 8, kStatusOffset); break;
       case 1:
-        b.get(&heads[i], sizeof(HeadWords), ranks[i], 0);
-        b.get(&status[i], sizeof(StatusWords), ranks[i], kStatusOffset);
+        get(i, 0, &heads[i], sizeof(HeadWords), 0);
+        get(i, 1, &status[i], sizeof(StatusWords), kStatusOffset);
         break;
-      default: b.get(&seq_after[i], 8, ranks[i], kStatusOffset); break;
+      default: get(i, 0, &seq_after[i], 8, kStatusOffset); break;
     }
   };
+  // A rank whose phase completed: the next phase, a retry, or its entry.
+  const auto advance = [&](std::size_t i) {
+    Reader& r = readers[i];
+    if (r.phase < 2) {
+      ++r.phase;
+      issue(i);
+      return;
+    }
+    const std::uint64_t before = seq_before[i];
+    if ((before & 1U) != 0 || before != seq_after[i] || status[i].seq != before) {
+      if (++r.rounds > 10000) {
+        throw Error("paramwin: roster read of rank " + std::to_string(ranks[i]) +
+                    " did not settle after 10000 rounds");
+      }
+      r.phase = 0;  // the owner wrote meanwhile: read again
+      issue(i);
+      return;
+    }
+    r.done = true;
+  };
+
   std::vector<RosterEntry> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    readers[i].batch =
-        std::make_unique<RmaBatch>(rma_win_.get(), graveyard, arena, deadline, "roster read");
-    issue(i);
-  }
-  std::size_t left = n;
-  while (left > 0) {
+  std::vector<int> completed(requests.size());
+  try {
     for (std::size_t i = 0; i < n; ++i) {
-      Reader& r = readers[i];
-      if (r.done || !r.batch->test()) {
-        continue;
-      }
-      if (r.phase < 2) {
-        ++r.phase;
-        issue(i);
-        continue;
-      }
-      const std::uint64_t before = seq_before[i];
-      if ((before & 1U) != 0 || before != seq_after[i] || status[i].seq != before) {
-        if (++r.rounds > 10000) {
-          throw Error("paramwin: roster read of rank " + std::to_string(ranks[i]) +
-                      " did not settle after 10000 rounds");
+      issue(i);
+    }
+    std::size_t left = n;
+    while (left > 0) {
+      int count = 0;
+      check_mpi(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
+                             completed.data(), MPI_STATUSES_IGNORE),
+                "MPI_Testsome(roster)");
+      for (int c = 0; c < count && count != MPI_UNDEFINED; ++c) {
+        const std::size_t i =
+            static_cast<std::size_t>(completed[static_cast<std::size_t>(c)]) / kSlots;
+        if (--readers[i].in_flight > 0) continue;
+        advance(i);
+        if (readers[i].done) {
+          out[i] = make_entry(ranks[i], heads[i], status[i]);
+          --left;
         }
-        r.phase = 0;  // the owner wrote meanwhile: read again
-        issue(i);
-        continue;
       }
-      out[i] = make_entry(ranks[i], heads[i], status[i]);
-      r.done = true;
-      --left;
+      if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {
+        int first_late = -1;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (readers[i].done) continue;
+          if (first_late < 0) first_late = ranks[i];
+          out[i] = RosterEntry{};
+          out[i].rank = ranks[i];
+          out[i].answered = false;
+        }
+        abandon();
+        if (!mark_late) {
+          throw TimeoutError(first_late, timeout_text("roster read", first_late));
+        }
+        break;
+      }
     }
-    if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {
-      int first_late = -1;
-      for (std::size_t i = 0; i < n; ++i) {
-        if (readers[i].done) continue;
-        readers[i].batch->abandon();
-        if (first_late < 0) first_late = ranks[i];
-        out[i] = RosterEntry{};
-        out[i].rank = ranks[i];
-        out[i].answered = false;
-      }
-      if (!mark_late) {
-        throw TimeoutError(first_late, timeout_text("roster read", first_late));
-      }
-      break;
-    }
+  } catch (...) {
+    abandon();
+    throw;
   }
   return out;
 }
