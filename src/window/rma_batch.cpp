@@ -154,27 +154,9 @@ void RmaBatch::wait_until_deadline() {
         }
       }
       abandon();
-      throw TimeoutError(late, timeout_text(what_, late));
+      throw TimeoutError(late, timeout_text("pull", late));
     }
   }
-}
-
-bool RmaBatch::test() {
-  if (requests_.empty()) {
-    return true;
-  }
-  int done = 0;
-  const int code =
-      MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-  if (code != MPI_SUCCESS) {
-    abandon();
-    check_mpi(code, "MPI_Testall (RMA)");
-  }
-  if (done != 0) {
-    requests_.clear();
-    targets_.clear();
-  }
-  return done != 0;
 }
 
 void RmaBatch::abandon() noexcept {

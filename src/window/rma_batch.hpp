@@ -74,14 +74,9 @@ std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
 /// for together, optionally against an absolute deadline (MPI_Wtime).
 class RmaBatch {
  public:
-  /// @p what names the operation in a TimeoutError ("pull", "roster read").
   RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr, std::shared_ptr<RmaArena> arena = nullptr,
-           double deadline = 0.0, const char* what = "pull")
-      : win_(win),
-        graveyard_(graveyard),
-        arena_(std::move(arena)),
-        deadline_(deadline),
-        what_(what) {}
+           double deadline = 0.0)
+      : win_(win), graveyard_(graveyard), arena_(std::move(arena)), deadline_(deadline) {}
   RmaBatch(const RmaBatch&) = delete;
   RmaBatch& operator=(const RmaBatch&) = delete;
   RmaBatch(RmaBatch&&) = delete;
@@ -96,8 +91,6 @@ class RmaBatch {
   /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
-  /// True once every started operation has completed (never waits).
-  bool test();
   /// Hands outstanding requests to the graveyard without waiting.
   void abandon() noexcept;
 
@@ -109,7 +102,6 @@ class RmaBatch {
   Graveyard* graveyard_;
   std::shared_ptr<RmaArena> arena_;
   double deadline_;
-  const char* what_;
   std::vector<MPI_Request> requests_;
   std::vector<int> targets_;
 };
