@@ -244,7 +244,7 @@ std::uint64_t dev_shm_free() {
 
 }  // namespace
 
-void WindowImpl::agree_on_creation(const std::string& local_error) {
+bool WindowImpl::agree_on_creation(const std::string& local_error) {
   const WindowOptions& o = options_;
   const std::array<std::uint64_t, kAgreed> mine = {o.verify ? 1U : 0U,
                                                    static_cast<std::uint64_t>(o.layout_check),
@@ -252,14 +252,17 @@ void WindowImpl::agree_on_creation(const std::string& local_error) {
   // One allreduce (max): the lowest failing rank as size - rank (0: none), then each field
   // and its complement (max of ~v is ~min of v: a field agrees iff its max and min are
   // equal). Both hold whether MPI orders the words as unsigned or as signed numbers: MPICH
-  // 4.0.2 here takes MPI_MAX of MPI_UINT64_T as signed (max(2^64 - 1, 0) is 0).
-  std::array<std::uint64_t, 1 + 2 * kAgreed> in{};
-  std::array<std::uint64_t, 1 + 2 * kAgreed> out{};
+  // 4.0.2 here takes MPI_MAX of MPI_UINT64_T as signed (max(2^64 - 1, 0) is 0). Last, not
+  // agreed but told: whether any rank reads with Transport::rma (0 or 1, so max is any).
+  constexpr std::size_t kAnyRma = 1 + 2 * kAgreed;
+  std::array<std::uint64_t, kAnyRma + 1> in{};
+  std::array<std::uint64_t, kAnyRma + 1> out{};
   in[0] = local_error.empty() ? 0 : static_cast<std::uint64_t>(size_ - rank_);
   for (std::size_t f = 0; f < kAgreed; ++f) {
     in[1 + 2 * f] = mine[f];
     in[2 + 2 * f] = ~mine[f];
   }
+  in[kAnyRma] = o.transport == Transport::rma ? 1 : 0;
   check_mpi(MPI_Allreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_UINT64_T, MPI_MAX,
                           comm_.get()),
             "MPI_Allreduce(window creation)");
@@ -277,7 +280,7 @@ void WindowImpl::agree_on_creation(const std::string& local_error) {
     any = any || differs[f];
   }
   if (!any) {
-    return;
+    return out[kAnyRma] != 0;
   }
   // Every rank saw the same disagreement, so every rank takes this path: exchange the values
   // and explain them, rank 0 against the lowest rank that differs.

@@ -109,7 +109,7 @@ void WindowImpl::create(MPI_Comm comm) {
   } catch (const Error& e) {
     options_error = e.what();
   }
-  agree_on_creation(options_error);
+  const bool any_rma = agree_on_creation(options_error);
 
   slots_ = make_slot_layout(layout_, options_.wire);
   if (options_.layout_check == LayoutCheck::strict) {
@@ -118,11 +118,7 @@ void WindowImpl::create(MPI_Comm comm) {
   node_comm_ = Comm::split_shared(comm_.get());
   // Whether anyone reads this rank over RMA (its owner must then let MPI progress): a rank
   // on another node, or a rank whose transport is rma (transports may differ across ranks).
-  int uses_rma = options_.transport == Transport::rma ? 1 : 0;
-  int any_rma = 0;
-  check_mpi(MPI_Allreduce(&uses_rma, &any_rma, 1, MPI_INT, MPI_MAX, comm_.get()),
-            "MPI_Allreduce(transports)");
-  rma_readers_ = size_ > 1 && (any_rma != 0 || node_comm_.size() < size_);
+  rma_readers_ = size_ > 1 && (any_rma || node_comm_.size() < size_);
   check_memory();
   create_windows();
   // What follows the collective creations is local until verify(): a rank that fails here

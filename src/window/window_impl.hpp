@@ -112,7 +112,8 @@ class WindowImpl final : public FinalizeClient {
   /// One MPI_Allreduce: @p local_error (check_options()) on any rank, WindowOptions fields
   /// that every rank must share (verify, layout_check) and the identity (name, creation_).
   /// Throws InvalidArgument on every rank when something failed or differs (collective).
-  void agree_on_creation(const std::string& local_error);
+  /// Returns whether any rank uses Transport::rma (told in the same allreduce).
+  bool agree_on_creation(const std::string& local_error);
   /// Throws Error on every rank when this node's ranks' segments together exceed what the
   /// node can hold (memory and swap; /dev/shm's free space under MPICH) (collective).
   void check_memory() const;
