@@ -49,6 +49,13 @@ enum class LayoutCheck : std::uint8_t {
   per_donor = 1,  ///< layouts may differ; a pull from an incompatible donor is a DonorError
 };
 
+/// Largest WindowOptions::progress_interval_us (one second).
+inline constexpr unsigned kMaxProgressIntervalUs = 1000000;
+/// Smallest PullOptions::chunk_bytes other than 0 (the library default).
+inline constexpr std::size_t kMinChunkBytes = 256;
+/// Largest PullOptions::chunk_bytes.
+inline constexpr std::size_t kMaxChunkBytes = std::size_t{1} << 30;
+
 /// Options fixed when a window is created.
 ///
 /// Window creation agrees on some fields across the ranks before anything else (one

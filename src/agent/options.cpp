@@ -20,6 +20,13 @@ std::string num(double v) {
   return s;
 }
 
+/// Rejects a @p value that is NaN, infinite or negative, naming @p field.
+void check_non_negative(const char* field, double value) {
+  if (!(value >= 0.0) || !std::isfinite(value)) {
+    bad(std::string(field) + " must be finite and >= 0, got " + num(value));
+  }
+}
+
 bool any_trigger(const TriggerOptions& t) {
   return t.age.enabled || t.threshold.enabled || t.worst_fraction.enabled ||
          static_cast<bool>(t.custom);
@@ -95,10 +102,7 @@ void validate(const AgentOptions& o, int population) {
       s.shortfall != Shortfall::error) {
     bad("selection.shortfall is out of range");
   }
-  if (!(s.max_staleness_seconds >= 0.0) || !std::isfinite(s.max_staleness_seconds)) {
-    bad("selection.max_staleness_seconds must be finite and >= 0, got " +
-        num(s.max_staleness_seconds));
-  }
+  check_non_negative("selection.max_staleness_seconds", s.max_staleness_seconds);
 
   const MixingOptions& m = o.mixing;
   if (m.kind != MixingKind::reset && any_trigger(t) && s.shortfall != Shortfall::clamp &&
@@ -126,31 +130,22 @@ void validate(const AgentOptions& o, int population) {
   if (p.every < 0) {
     bad("publish.every must be >= 0, got " + std::to_string(p.every));
   }
-  if (!(p.interval_ms >= 0.0) || !std::isfinite(p.interval_ms)) {
-    bad("publish.interval_ms must be finite and >= 0, got " + num(p.interval_ms));
-  }
+  check_non_negative("publish.interval_ms", p.interval_ms);
+  check_non_negative("publish.rebirth_wait_ms", p.rebirth_wait_ms);
   const ReadOptions& r = o.read;
-  if (!(r.timeout_seconds >= 0.0) || !std::isfinite(r.timeout_seconds)) {
-    bad("read.timeout_seconds must be finite and >= 0, got " + num(r.timeout_seconds));
-  }
-  if (!(r.roster_timeout_seconds >= 0.0) || !std::isfinite(r.roster_timeout_seconds)) {
-    bad("read.roster_timeout_seconds must be finite and >= 0, got " +
-        num(r.roster_timeout_seconds));
-  }
+  check_non_negative("read.timeout_seconds", r.timeout_seconds);
+  check_non_negative("read.roster_timeout_seconds", r.roster_timeout_seconds);
   if (r.read_mode > ReadMode::pinned) {
     bad("read.read_mode holds an out-of-range enumerator");
   }
-  if (r.chunk_bytes != 0 && (r.chunk_bytes < 256 || r.chunk_bytes > (std::size_t{1} << 30))) {
+  if (r.chunk_bytes != 0 && (r.chunk_bytes < kMinChunkBytes || r.chunk_bytes > kMaxChunkBytes)) {
     bad("read.chunk_bytes must be 0 (library default) or in [256, 2^30], got " +
         std::to_string(r.chunk_bytes));
   }
-  if (o.serve.progress_thread &&
-      (o.serve.progress_interval_us == 0 || o.serve.progress_interval_us > 1000000)) {
+  if (o.serve.progress_thread && (o.serve.progress_interval_us == 0 ||
+                                  o.serve.progress_interval_us > kMaxProgressIntervalUs)) {
     bad("serve.progress_interval_us must be in [1, 1000000], got " +
         std::to_string(o.serve.progress_interval_us));
-  }
-  if (!(p.rebirth_wait_ms >= 0.0) || !std::isfinite(p.rebirth_wait_ms)) {
-    bad("publish.rebirth_wait_ms must be finite and >= 0, got " + num(p.rebirth_wait_ms));
   }
   // every = 0 with interval_ms = 0 is valid: publish only when the caller calls publish()
   // (and after rebirths).

@@ -75,7 +75,7 @@ void PullEngine::validate(std::span<const int> donors) const {
                           " must be finite and >= 0 (0: no deadline)");
   }
   if (options_.chunk_bytes != 0 &&
-      (options_.chunk_bytes < 256 || options_.chunk_bytes > (std::size_t{1} << 30))) {
+      (options_.chunk_bytes < kMinChunkBytes || options_.chunk_bytes > kMaxChunkBytes)) {
     throw InvalidArgument(where + "chunk_bytes " + std::to_string(options_.chunk_bytes) +
                           " is outside [256, 2^30] (0 picks the default)");
   }

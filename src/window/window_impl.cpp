@@ -90,7 +90,7 @@ void WindowImpl::check_options() const {
       throw InvalidArgument("paramwin: WindowOptions::progress_thread needs MPI initialized with "
                             "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
     }
-    if (o.progress_interval_us == 0 || o.progress_interval_us > 1000000) {
+    if (o.progress_interval_us == 0 || o.progress_interval_us > kMaxProgressIntervalUs) {
       throw InvalidArgument("paramwin: progress_interval_us must be in [1, 1000000]");
     }
   }
