@@ -26,14 +26,7 @@ constexpr double kBound = 0.3;
 constexpr double kBusy = 3.0;
 constexpr std::size_t kN = 4096;
 
-void compute_for(double seconds) {
-  const auto start = std::chrono::steady_clock::now();
-  volatile double sink = 0.0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
-         seconds) {
-    for (int i = 0; i < 1000; ++i) sink = sink + 1e-9 * i;
-  }
-}
+using pw::test::compute_for;
 
 pw::Layout layout() {
   pw::Layout l;

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
 namespace paramwin::test {
 
 inline int world_rank() {
@@ -31,6 +35,17 @@ inline int world_size() {
 inline float value(int rank, int layer, std::size_t i, std::uint64_t version = 0) {
   return static_cast<float>(rank * 1000 + layer * 100 + static_cast<int>(i % 97) +
                             static_cast<int>(version % 7) * 10000);
+}
+
+/// Busy computation without any MPI call, for at least @p seconds: a donor that computes
+/// (over RMA it cannot answer meanwhile; a dead process looks the same).
+inline void compute_for(double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  volatile double sink = 0.0;
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+         seconds) {
+    for (int i = 0; i < 1000; ++i) sink = sink + 1e-9 * i;
+  }
 }
 
 }  // namespace paramwin::test

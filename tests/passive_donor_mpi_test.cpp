@@ -18,16 +18,7 @@ namespace pw = paramwin;
 
 namespace {
 
-/// Busy computation without any MPI call, for at least @p seconds.
-double compute_for(double seconds) {
-  const auto start = std::chrono::steady_clock::now();
-  volatile double sink = 0.0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
-         seconds) {
-    for (int i = 0; i < 1000; ++i) sink = sink + 1e-9 * i;
-  }
-  return sink;
-}
+using pw::test::compute_for;
 
 TEST(PassiveDonor, ShmPullNeverWaitsForAComputingDonor) {
   PARAMWIN_REQUIRE_RANKS(2);
@@ -41,7 +32,7 @@ TEST(PassiveDonor, ShmPullNeverWaitsForAComputingDonor) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == 1) {
-    (void)compute_for(2.0);                                             // no MPI call in here
+    compute_for(2.0);                                                   // no MPI call in here
     win.set_status({.iteration = 1, .state = pw::AgentState::active});  // "done computing"
   } else if (rank == 0) {
     std::vector<float> out(w.size());
@@ -74,7 +65,7 @@ TEST(PassiveDonor, RmaPullIsServedByTheProgressThreadWhileTheDonorComputes) {
   (void)win.publish({w});
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) {
-    (void)compute_for(2.0);
+    compute_for(2.0);
     win.set_status({.iteration = 1, .state = pw::AgentState::active});
   } else if (rank == 0) {
     std::vector<float> out(w.size());
@@ -105,7 +96,7 @@ TEST(PassiveDonor, RosterReadOfOneAgentIgnoresAnUnreachableThirdAndHonoursItsDea
   MPI_Barrier(MPI_COMM_WORLD);
   constexpr double kBusy = 3.0;
   if (rank == 1) {
-    (void)compute_for(kBusy);  // unreachable over RMA for 3 s
+    compute_for(kBusy);  // unreachable over RMA for 3 s
   } else if (rank == 0) {
     // Rank 2 progresses (below): its roster arrives while rank 1 is unreachable.
     const double t0 = MPI_Wtime();
@@ -176,7 +167,7 @@ TEST(PassiveDonor, RmaDeadlineGivesTimeoutLeavesOutputAndWindowUsable) {
   (void)win.publish({w});
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) {
-    (void)compute_for(2.0);
+    compute_for(2.0);
   } else if (rank == 0) {
     std::vector<float> out(w.size(), -1.0F);
     for (pw::ReadMode mode : {pw::ReadMode::automatic, pw::ReadMode::pinned}) {
@@ -237,7 +228,7 @@ TEST(PassiveDonor, RmaDeadlineInALargePullLosesNothing) {
     // Serve reads for a while, then compute without MPI for 2 s, mid-pull most likely.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     while (std::chrono::steady_clock::now() < until) win.progress();
-    (void)compute_for(2.0);
+    compute_for(2.0);
     for (float& x : w) x += 0.5F;
     (void)win.publish({w});
   } else if (rank == 0) {
