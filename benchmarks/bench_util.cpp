@@ -159,6 +159,20 @@ std::string count_label(std::size_t count) {
   return std::to_string(count);
 }
 
+void compute_without_mpi(double seconds, const ParameterWindow<>* win) {
+  const double end = now() + seconds;
+  double x = 1.0;
+  while (now() < end) {
+    for (int i = 0; i < 10000; ++i) {
+      x = x * 1.0000001 + 1e-9;
+    }
+    benchmark::DoNotOptimize(x);
+    if (win != nullptr) {
+      win->progress();
+    }
+  }
+}
+
 PublishedWindow published_window(std::size_t n, Transport transport) {
   Layout layout;
   layout.add("w", n);

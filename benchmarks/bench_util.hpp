@@ -132,6 +132,10 @@ struct PublishedWindow {
   std::vector<float> params;
 };
 
+/// Computes for @p seconds without MPI calls; with @p win set, calls its progress() about
+/// every 10 us of compute (the RMA progress aid a trainer places in its loop).
+void compute_without_mpi(double seconds, const ParameterWindow<>* win = nullptr);
+
 /// Creates and publishes a PublishedWindow (collective).
 PublishedWindow published_window(std::size_t n, Transport transport);
 

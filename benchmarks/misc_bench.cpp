@@ -125,22 +125,6 @@ void bm_publish_memcpy(benchmark::State& state, std::size_t n) {
 // --- 5. busy donor: the donor computes without MPI calls while rank 0 pulls ----------------
 constexpr double kBusySeconds = 0.3;
 
-// Computes for @p seconds; with @p win set, calls its progress() about every 10 us of
-// compute (the RMA progress aid a trainer places in its loop).
-void compute_without_mpi(double seconds, const ParameterWindow<>* win) {
-  const double end = now() + seconds;
-  double x = 1.0;
-  while (now() < end) {
-    for (int i = 0; i < 10000; ++i) {
-      x = x * 1.0000001 + 1e-9;
-    }
-    benchmark::DoNotOptimize(x);
-    if (win != nullptr) {
-      win->progress();
-    }
-  }
-}
-
 enum class Donor { idle, busy, busy_progress };
 
 void bm_busy(benchmark::State& state, std::size_t n, Transport transport, Donor donor) {

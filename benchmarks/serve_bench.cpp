@@ -18,17 +18,6 @@ constexpr int kDonor = 1;
 constexpr double kLoopSeconds = 0.3;   // the donor's training loop per iteration
 constexpr double kStepSeconds = 1e-3;  // compute per training step (no MPI inside)
 
-void compute_for(double seconds) {
-  const double end = now() + seconds;
-  double x = 1.0;
-  while (now() < end) {
-    for (int i = 0; i < 1000; ++i) {
-      x = x * 1.0000001 + 1e-9;
-    }
-    benchmark::DoNotOptimize(x);
-  }
-}
-
 /// An agent that never dies nor publishes on its own (the reader pulls its first snapshot):
 /// step() is then the loop's only paramwin call, with or without its progress call.
 AgentOptions loop_options(bool progress_in_step) {
@@ -59,7 +48,7 @@ void bm_agent_loop(benchmark::State& state, bool progress_in_step) {
     } else if (env().rank == kDonor) {
       const double end = now() + kLoopSeconds;  // not the measured operation: reports 0
       for (std::int64_t i = 0; now() < end; ++i) {
-        compute_for(kStepSeconds);
+        compute_without_mpi(kStepSeconds);
         (void)agent.step(i, 1.0, {LayerRef(params)});
       }
     }
