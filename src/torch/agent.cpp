@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,17 +20,43 @@
 
 namespace paramwin::torch {
 
+namespace {
+
+/// The key under which @p state (an Optimizer::state() map) holds @p param's entry: the
+/// TensorImpl's address as text (LibTorch <= 1.13, via c10::guts::to_string, i.e. an
+/// ostream of the pointer) or the address itself (LibTorch 2.x, a void* key).
+template <class State>
+auto state_key(const State& state, const ::torch::Tensor& param) {
+  using Key = std::remove_cvref_t<decltype(state.begin()->first)>;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace
+
 std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
                                   const std::vector<::torch::Tensor>& params) {
-  // LibTorch 1.13 keys the per-parameter state by the address of the TensorImpl, as text;
   // set_data keeps the TensorImpl, so live binding and adoption keep the keys valid.
   auto& state = optimizer.state();
   std::size_t erased = 0;
   for (const ::torch::Tensor& p : params) {
     if (!p.defined()) continue;
-    erased += state.erase(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    erased += state.erase(state_key(state, p));
   }
   return erased;
+}
+
+::torch::optim::OptimizerParamState* optimizer_state(::torch::optim::Optimizer& optimizer,
+                                                     const ::torch::Tensor& param) {
+  if (!param.defined()) return nullptr;
+  auto& state = optimizer.state();
+  const auto it = state.find(state_key(state, param));
+  return it == state.end() ? nullptr : it->second.get();
 }
 
 namespace {

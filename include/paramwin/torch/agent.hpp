@@ -167,4 +167,11 @@ class TorchAgent {
 std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
                                   const std::vector<::torch::Tensor>& params);
 
+/// @p optimizer's per-parameter state for @p param (Adam's moments and step count, SGD's
+/// momentum buffer, ...), or nullptr when it has none yet. LibTorch keys that state by the
+/// parameter's TensorImpl: as the text of its address up to 1.13, as the address itself
+/// since 2.x; this works with both.
+[[nodiscard]] ::torch::optim::OptimizerParamState* optimizer_state(
+    ::torch::optim::Optimizer& optimizer, const ::torch::Tensor& param);
+
 }  // namespace paramwin::torch

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Builds the LibTorch adapter's tests against a given LibTorch (by default the one of
+# `python3`'s torch, e.g. a CUDA pip wheel) and runs them on 1, 2 and 4 ranks, the CUDA
+# tests (TorchDevice.*) included; optionally builds paramwin_bench and runs the Intel/AMD
+# kernel rows of issue 18. Made for a GPU machine that has CUDA and PyTorch but not
+# MPICH, Kokkos or GoogleTest: those come as Debian packages unpacked into a prefix
+# (dpkg -x, never into /), see docs/torch.md "CUDA".
+#   scripts/gpu_check.sh [--debs DIR] [--prefix DIR] [--torch-dir DIR] [--build-dir DIR]
+#                        [--out DIR] [--jobs N] [--bench] [--launcher-fork]
+# --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
+#             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
+# --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
+#             (default: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
+# Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
+# torch_np{1,2,4}.log, bench.json / bench.txt. Exit status: 0 when every run passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+debs=""
+prefix=/opt/deb
+torch_dir=""
+build_dir=build-gpu
+out=out/gpu_check
+jobs=$(nproc)
+bench=0
+launcher=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --debs) debs=$2; shift 2 ;;
+    --prefix) prefix=$2; shift 2 ;;
+    --torch-dir) torch_dir=$2; shift 2 ;;
+    --build-dir) build_dir=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --bench) bench=1; shift ;;
+    --launcher-fork) launcher=(-launcher fork); shift ;;
+    *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+status=0
+step() { echo "=== gpu_check: $* ($(date -Is))"; }
+
+# --- the machine ----------------------------------------------------------------------------
+step "environment"
+{
+  echo "date: $(date -Is)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .gpu_commit 2>/dev/null || echo unknown)"
+  uname -a
+  grep -m1 PRETTY_NAME /etc/os-release 2>/dev/null
+  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+  lscpu | grep -E '^(Model name|Vendor ID|CPU\(s\)|Thread|Core|Socket|L1d|L2|L3)'
+  echo "avx512 flags: $(grep -m1 -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "compiler: $(c++ --version 2>&1 | head -1)"
+  echo "nvcc: $( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>&1 | tail -1)"
+  echo "cmake: $(cmake --version | head -1)"
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+    "available", torch.cuda.is_available(),
+    torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1
+} 2>&1 | tee "$out/env.txt"
+
+# --- dependencies from Debian packages ------------------------------------------------------
+mpicxx=/usr/bin/mpicxx.mpich
+mpiexec=/usr/bin/mpiexec.mpich
+prefix_path=""
+if [ -n "$debs" ]; then
+  step "unpacking $(ls "$debs"/*.deb | wc -l) packages into $prefix"
+  mkdir -p "$prefix"
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$prefix" || { echo "dpkg -x $f failed" >&2; exit 1; }; done
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  # The MPICH wrapper names /usr paths; point them at the prefix (FindMPI reads `-show`).
+  sed -i -e "s|^prefix=/usr|prefix=$prefix/usr|" -e "s|^exec_prefix=/usr|exec_prefix=$prefix/usr|" \
+    -e "s|^includedir=/usr|includedir=$prefix/usr|" -e "s|^libdir=/usr|libdir=$prefix/usr|" \
+    "$prefix/usr/bin/mpicxx.mpich"
+  mpicxx=$prefix/usr/bin/mpicxx.mpich
+  mpiexec=$prefix/usr/bin/mpiexec.mpich
+  export PATH=$prefix/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # Kokkos' exported include directory is wrong on Debian; cmake/RepairKokkos.cmake finds
+  # the headers under <prefix>/include/trilinos through CMAKE_PREFIX_PATH.
+  prefix_path="$prefix/usr"
+  "$mpicxx" -show | tee -a "$out/env.txt"
+fi
+[ -n "$torch_dir" ] || torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+prefix_path="${prefix_path:+$prefix_path;}$torch_dir"
+echo "torch cmake prefix: $torch_dir" | tee -a "$out/env.txt"
+
+# --- configure and build --------------------------------------------------------------------
+cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
+            -DMPI_CXX_COMPILER="$mpicxx" -DMPIEXEC_EXECUTABLE="$mpiexec"
+            -DCMAKE_PREFIX_PATH="$prefix_path"
+            -DPARAMWIN_BUILD_TESTS=ON -DPARAMWIN_BUILD_EXAMPLES=OFF
+            -DPARAMWIN_BUILD_BENCHMARKS=$([ "$bench" = 1 ] && echo ON || echo OFF)
+            -DPARAMWIN_HEADER_CHECK=OFF -DPARAMWIN_FORMAT_CHECK=OFF)
+command -v ninja >/dev/null && cmake_args+=(-G Ninja)
+# A CUDA LibTorch's config looks for the CUDA toolkit (nvcc).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=$PATH:/usr/local/cuda/bin
+fi
+step "configure"
+if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
+  tail -40 "$out/configure.log"
+  echo "gpu_check: configure FAILED (log: configure.log)"
+  exit 1
+fi
+grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
+targets=(torch_adapter_mpi_test)
+[ "$bench" = 1 ] && targets+=(paramwin_bench)
+step "build ${targets[*]} (-j $jobs)"
+if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -40
+  echo "gpu_check: build FAILED (log: build.log)"
+  exit 1
+fi
+grep -c "warning:" "$out/build.log" | sed 's/^/build warnings: /'
+
+# --- the adapter's tests, CUDA ones included ------------------------------------------------
+for np in 1 2 4; do
+  step "torch_adapter_mpi_test on $np rank(s)"
+  timeout 300 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_adapter_mpi_test" \
+    >"$out/torch_np$np.log" 2>&1
+  rc=$?
+  echo "exit $rc"
+  [ "$rc" = 0 ] || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED|SKIPPED) \] TorchDevice|staging|cuda" \
+    "$out/torch_np$np.log" | sort -u | head -30
+done
+
+# --- issue 18's kernel rows (optional) ------------------------------------------------------
+if [ "$bench" = 1 ]; then
+  step "paramwin_bench: shm wire rows at 50M, publish vs memcpy at 10M and 50M (2 ranks)"
+  { date -Is; cat /proc/loadavg; } >"$out/bench.txt"
+  timeout 400 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
+    --benchmark_filter='^(wire/pull_shm/wire:(native|bfloat16|float16)/n:50M|publish/(memcpy|paramwin/wire:(native|bfloat16))/n:(10M|50M))/' \
+    --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/bench.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1 ||
+    status=1
+  cat /proc/loadavg >>"$out/bench.txt"
+  grep -E "median|CPU|Run on|Load" "$out/bench.txt"
+fi
+step "done, status $status"
+exit $status
