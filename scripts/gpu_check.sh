@@ -95,9 +95,11 @@ cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
             -DPARAMWIN_HEADER_CHECK=OFF -DPARAMWIN_FORMAT_CHECK=OFF)
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # A CUDA LibTorch's config looks for the CUDA toolkit (nvcc).
-if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH=$PATH:/usr/local/cuda/bin
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
+  export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}
 fi
+torch_cuda=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 step "configure"
 if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
   tail -40 "$out/configure.log"
@@ -114,6 +116,17 @@ if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build
   exit 1
 fi
 grep -c "warning:" "$out/build.log" | sed 's/^/build warnings: /'
+# The CUDA tests need libtorch_cuda loaded (its hooks answer torch::cuda::is_available()).
+test_bin=$build_dir/tests/torch_adapter_mpi_test
+if [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
+  echo "gpu_check: $test_bin does not load libtorch_cuda; relinking with it (--no-as-needed)"
+  torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+  cmake "${cmake_args[@]}" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--no-as-needed -L$torch_lib -ltorch_cuda -Wl,--as-needed" \
+    >>"$out/configure.log" 2>&1 &&
+    cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >>"$out/build.log" 2>&1 ||
+    { echo "gpu_check: relink FAILED"; exit 1; }
+fi
+ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
 for np in 1 2 4; do
@@ -123,6 +136,10 @@ for np in 1 2 4; do
   rc=$?
   echo "exit $rc"
   [ "$rc" = 0 ] || status=1
+  if [ "$torch_cuda" = 1 ] && [ "$np" != 1 ] && grep -q "SKIPPED \] TorchDevice" "$out/torch_np$np.log"; then
+    echo "gpu_check: CUDA is available but TorchDevice tests were skipped"
+    status=1
+  fi
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED|SKIPPED) \] TorchDevice|staging|cuda" \
     "$out/torch_np$np.log" | sort -u | head -30
 done
