@@ -131,7 +131,7 @@ ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
 for np in 1 2 4; do
   step "torch_adapter_mpi_test on $np rank(s)"
-  timeout 300 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_adapter_mpi_test" \
+  timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_adapter_mpi_test" \
     >"$out/torch_np$np.log" 2>&1
   rc=$?
   echo "exit $rc"
@@ -148,7 +148,7 @@ done
 if [ "$bench" = 1 ]; then
   step "paramwin_bench: shm wire rows at 50M, publish vs memcpy at 10M and 50M (2 ranks)"
   { date -Is; cat /proc/loadavg; } >"$out/bench.txt"
-  timeout 400 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
+  timeout 200 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
     --benchmark_filter='^(wire/pull_shm/wire:(native|bfloat16|float16)/n:50M|publish/(memcpy|paramwin/wire:(native|bfloat16))/n:(10M|50M))/' \
     --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/bench.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1 ||
