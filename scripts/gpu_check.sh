@@ -6,13 +6,19 @@
 # MPICH, Kokkos or GoogleTest: those come as Debian packages unpacked into a prefix
 # (dpkg -x, never into /), see docs/torch.md "CUDA".
 #   scripts/gpu_check.sh [--debs DIR] [--prefix DIR] [--torch-dir DIR] [--build-dir DIR]
-#                        [--out DIR] [--jobs N] [--bench] [--launcher-fork]
+#                        [--out DIR] [--jobs N] [--bench] [--bench-filter REGEX]
+#                        [--ctest SECONDS] [--launcher-fork]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
 #             (default: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
+# --bench: also paramwin_bench on 2 ranks, by default issue 18's rows (shm wire at 50M,
+#          publish vs memcpy at 10M and 50M); --bench-filter replaces the filter.
+# --ctest SECONDS: also build everything and run the CTest suite (without the multihost,
+#          install and lint labels) for at most SECONDS.
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# torch_np{1,2,4}.log, bench.json / bench.txt. Exit status: 0 when every run passed.
+# torch_np{1,2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
+# passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +29,8 @@ build_dir=build-gpu
 out=out/gpu_check
 jobs=$(nproc)
 bench=0
+bench_filter='^(wire/pull_shm/wire:(native|bfloat16|float16)/n:50M|publish/(memcpy|paramwin/wire:(native|bfloat16))/n:(10M|50M))/'
+ctest_seconds=0
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,7 +41,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --bench) bench=1; shift ;;
-    --launcher-fork) launcher=(-launcher fork); shift ;;
+    --bench-filter) bench=1; bench_filter=$2; shift 2 ;;
+    --ctest) ctest_seconds=$2; shift 2 ;;
+    # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
+    --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -146,15 +157,29 @@ done
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
 if [ "$bench" = 1 ]; then
-  step "paramwin_bench: shm wire rows at 50M, publish vs memcpy at 10M and 50M (2 ranks)"
+  step "paramwin_bench on 2 ranks, filter $bench_filter"
   { date -Is; cat /proc/loadavg; } >"$out/bench.txt"
   timeout 200 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
-    --benchmark_filter='^(wire/pull_shm/wire:(native|bfloat16|float16)/n:50M|publish/(memcpy|paramwin/wire:(native|bfloat16))/n:(10M|50M))/' \
+    --benchmark_filter="$bench_filter" \
     --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/bench.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1 ||
     status=1
   cat /proc/loadavg >>"$out/bench.txt"
   grep -E "median|CPU|Run on|Load" "$out/bench.txt"
+fi
+
+# --- the whole suite (optional) -------------------------------------------------------------
+if [ "$ctest_seconds" -gt 0 ]; then
+  step "build all, then ctest -LE 'multihost|install|lint' for at most $ctest_seconds s"
+  if cmake --build "$build_dir" -j "$jobs" >>"$out/build.log" 2>&1; then
+    (cd "$build_dir" && timeout "$ctest_seconds" ctest -LE 'multihost|install|lint' -j "$jobs" \
+      --timeout 300 --output-on-failure >"$out/ctest.log" 2>&1) || status=1
+    grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout|Total Test time" "$out/ctest.log" | tail -n 30
+  else
+    grep -E "error" "$out/build.log" | head -20
+    echo "gpu_check: full build FAILED"
+    status=1
+  fi
 fi
 step "done, status $status"
 exit $status
