@@ -57,7 +57,8 @@ step() { echo "=== gpu_check: $* ($(date -Is))"; }
 step "environment"
 {
   echo "date: $(date -Is)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .gpu_commit 2>/dev/null || echo unknown)"
+  # A tree exported with `git archive` (inside another checkout) names its commit in .gpu_commit.
+  echo "commit: $(cat .gpu_commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   uname -a
   grep -m1 PRETTY_NAME /etc/os-release 2>/dev/null
   nvidia-smi 2>&1 || echo "nvidia-smi: not available"
