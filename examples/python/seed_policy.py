@@ -51,7 +51,7 @@ class SeedSpawnPolicy:
             offset = 0
             for c in layer_counts:
                 self.win.Lock(d, MPI.LOCK_SHARED)
-                self.win.Get([self.tmp[offset:offset + c], MPI.FLOAT], d, [offset * 4, c, MPI.FLOAT])
+                self.win.Get([self.tmp[offset:offset + c], MPI.FLOAT], d, [offset, c, MPI.FLOAT])
                 self.win.Unlock(d)
                 offset += c
             acc.add_(torch.from_numpy(self.tmp))
