@@ -15,6 +15,14 @@ include_guard(GLOBAL)
 #   core 0 while core 1 idles; MPICH's Hydra does not bind by default either.
 # - OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1: mpiexec refuses to start as root
 #   without both (CI and containers run as root); they change nothing for other users.
+# - OMPI_MCA_pml_ucx_tls=any, OMPI_MCA_pml_ucx_devices=any, OMPI_MCA_osc=ucx,sm: RMA through
+#   UCX (osc/ucx; osc/sm for the shared-memory windows). Open MPI 4.1 enables its UCX PML only
+#   on InfiniBand-class devices by default, and then puts MPI_Win_create on osc/rdma, which
+#   names its node-local backing file after the communicator id: two disjoint communicators
+#   with the same id (the halves of an MPI_Comm_split) then share one file on a node, and window
+#   creation fails (MPI_ERR_WIN), reads other ranks' memory or hangs (Open MPI issue #9492,
+#   fixed in 5.0). osc/rdma also cannot serve a one-process communicator, and osc/pt2pt refuses
+#   MPI_THREAD_MULTIPLE. docs/rma-semantics.md ("Open MPI") says the same to users.
 # - OMPI_MCA_btl=self,vader: the ranks of a test are all on this node, so only the loopback and
 #   shared-memory transports are wanted; it keeps the openib and ofi modules from probing for
 #   network hardware at every start (slow, and warnings on machines without it).
@@ -22,7 +30,8 @@ set(PARAMWIN_MPI_TEST_ENVIRONMENT "")
 if(PARAMWIN_MPI STREQUAL "OpenMPI")
   set(PARAMWIN_MPI_TEST_ENVIRONMENT
       OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader)
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml_ucx_tls=any
+      OMPI_MCA_pml_ucx_devices=any OMPI_MCA_osc=ucx,sm OMPI_MCA_btl=self,vader)
 endif()
 
 # paramwin_mpi_test_environment(): appends PARAMWIN_MPI_TEST_ENVIRONMENT to the ENVIRONMENT of

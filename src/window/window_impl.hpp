@@ -144,7 +144,7 @@ class WindowImpl final : public FinalizeClient {
   Comm comm_;
   Comm node_comm_;
   Win shm_win_;
-  Win rma_win_;
+  Win rma_win_;  ///< Empty on a communicator of one process (nobody reads it remotely).
   int rank_ = -1;
   int size_ = 0;
   std::uint64_t creation_ = 0;  // windows created on the caller's communicator before this one
