@@ -45,6 +45,9 @@ if [ "$mpi" = mpich ]; then
   cmake_mpi=MPICH
 else
   packages+=(openmpi-bin libopenmpi-dev)
+  # The Python package (docs/python.md) is built against mpi4py's MPI, which in Debian is
+  # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
+  packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi
@@ -73,6 +76,9 @@ cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DPARAMWIN_MPI="$cma
             -DMPI_CXX_COMPILER="/usr/bin/mpicxx.$mpi"
             -DMPIEXEC_EXECUTABLE="/usr/bin/mpiexec.$mpi")
 [ "$torch" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF)
+# Debian's interpreter, the one with python3-mpi4py and python3-torch (a python3 earlier on
+# PATH, e.g. pyenv's, has neither).
+[ "$mpi" = openmpi ] && cmake_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
 [ "$sanitize" = 1 ] && cmake_args+=(-DPARAMWIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [ "$werror" = 1 ] && cmake_args+=(-DPARAMWIN_WERROR=ON)
 cmake "${cmake_args[@]}" >/dev/null
