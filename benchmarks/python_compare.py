@@ -41,7 +41,7 @@ def main():
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader",
                OMPI_MCA_hwloc_base_binding_policy="none")
     base = [mpiexec, "-n", str(o.ranks)]
-    cpp, py = {}, {}
+    cpp, py, core = {}, {}, {}
     for _ in range(o.rounds):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             subprocess.run(base + [os.path.join(o.build, "benchmarks", "paramwin_bench"),
@@ -58,15 +58,18 @@ def main():
         for line in run.stdout.splitlines():
             r = json.loads(line)
             py.setdefault(r["name"], []).append(r["median_ms"])
-    print("| case | C++ pull (ms) | Python pull (ms) | Python / C++ | seed method in Python, flat / per layer (ms) | seed / Python |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+            if "core_median_ms" in r:
+                core.setdefault(r["name"], []).append(r["core_median_ms"])
+    print("| case | C++ pull (ms) | Python pull (ms) | Python / C++ | inside the Python call: C++ pull's own time (ms) | Python call / its own pull | seed method in Python, flat / per layer (ms) | seed / Python |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for k in sorted(cpp):
         c = statistics.median(cpp[k])
         p_ = statistics.median(py[f"python/pull/{k}/n:10M"])
+        own = statistics.median(core[f"python/pull/{k}/n:10M"])
         sf = statistics.median(py[f"seed/flat/{k}/n:10M"])
         sl = statistics.median(py[f"seed/per_layer/{k}/n:10M"])
         print(f"| 10M float32, 8 layers, {k.replace(':', '=')} | {c:.2f} | {p_:.2f} | "
-              f"{p_ / c:.3f} | {sf:.2f} / {sl:.2f} | {sf / p_:.1f}x |")
+              f"{p_ / c:.3f} | {own:.2f} | {p_ / own:.3f} | {sf:.2f} / {sl:.2f} | {sf / p_:.1f}x |")
     print(f"\n{o.rounds} rounds; C++: medians of 5 repetitions per round; Python: medians of "
           f"{o.reps} calls per round; table: median over rounds. {o.ranks} ranks, {mpiexec}.",
           file=sys.stderr)

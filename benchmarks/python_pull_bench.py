@@ -4,7 +4,8 @@ parameters in 8 layers (torch tensors, zero copy) from ranks 1..k through ``impo
 and, for scale, the same mean with the seed's method written in Python with mpi4py
 (examples/python/seed_policy.py: per donor lock, Get of the whole flat buffer, unlock,
 torch add_, then a division; and its per-layer variant). Medians over --reps timed calls
-after a warm-up, one JSON line per case on rank 0.
+after a warm-up, one JSON line per case on rank 0; for paramwin also the median of the C++
+pull's own time inside those calls (PullResult.seconds): the difference is the binding's.
 
     mpiexec.openmpi --oversubscribe -n 4 python3 benchmarks/python_pull_bench.py [--reps 30]
 """
@@ -69,11 +70,14 @@ def main():
             if k + 1 > size:
                 continue
             donors = list(range(1, k + 1))
-            seconds = timed(comm, o.reps, lambda: win.pull(donors, params))
+            inner = []  # the C++ pull's own time (PullResult.seconds) inside each Python call
+            seconds = timed(comm, o.reps,
+                            lambda: inner.append(win.pull(donors, params).seconds))
             if rank == 0:
                 want = sum(range(1, k + 1)) / k
                 assert torch.equal(params[0], torch.full((per_layer,), want) + torch.arange(per_layer) % 7)
-            results.append({"name": f"python/pull/k:{k}/n:10M", "median_ms": seconds * 1e3})
+            results.append({"name": f"python/pull/k:{k}/n:10M", "median_ms": seconds * 1e3,
+                            "core_median_ms": statistics.median(inner[1:] or [0.0]) * 1e3})
         idle_until(comm, comm.Ibarrier())
 
     # The seed's method, same sizes, same MPI, same run.
