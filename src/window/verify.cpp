@@ -242,13 +242,14 @@ std::uint64_t memory_and_swap() {
   return total;
 }
 
-/// Free bytes in /dev/shm, where MPICH puts the file behind a shared window whose node has
-/// more than one rank (mkstemp there; /tmp only when /dev/shm is not writable). tmpfs
+/// Free bytes in /dev/shm, where MPICH and Open MPI put the file behind a shared window whose
+/// node has more than one rank (MPICH: mkstemp there, /tmp only when /dev/shm is not writable;
+/// Open MPI 4.1: osc/sm's backing directory, /dev/shm by default; measured in both). tmpfs
 /// grants pages when they are first written: a segment larger than the space left is
 /// created without complaint and the first publish into it dies of SIGBUS. kMax (no limit)
-/// when the MPI is not MPICH or /dev/shm is not usable.
+/// for another MPI or when /dev/shm is not usable.
 std::uint64_t dev_shm_free() {
-#if defined(MPICH_VERSION)
+#if defined(MPICH_VERSION) || defined(OPEN_MPI)
   struct statvfs st {};
   if (access("/dev/shm", W_OK) == 0 && statvfs("/dev/shm", &st) == 0) {
     return mul_sat(static_cast<std::uint64_t>(st.f_bavail),
@@ -363,8 +364,8 @@ void WindowImpl::check_memory() const {
 
   std::string error;
   try {
-    // With one rank on the node MPICH allocates the segment as private memory; with more,
-    // as a file in /dev/shm that all of them map.
+    // With one rank on the node MPICH and Open MPI allocate the segment as private memory;
+    // with more, as a file in /dev/shm that all of them map.
     const std::uint64_t memory = memory_and_swap();
     const std::uint64_t shm = node_size > 1 ? dev_shm_free() : kMax;
     const std::uint64_t limit =
@@ -386,9 +387,10 @@ void WindowImpl::check_memory() const {
       what += ", but this node has " + (memory == 0 ? std::string("an unknown amount of memory")
                                                     : human_bytes(memory) + " of memory and swap");
       if (shm != kMax) {
-        what += ", and /dev/shm, where MPICH puts the memory that the ranks of a node share, "
-                "has " +
-                human_bytes(shm) + " free";
+        what +=
+            ", and /dev/shm, where the MPI library puts the memory that the ranks of a node share, "
+            "has " +
+            human_bytes(shm) + " free";
       }
       error = what;
     }
