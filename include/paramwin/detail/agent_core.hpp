@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "paramwin/event.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
@@ -114,6 +115,7 @@ struct AgentCounters {
 };
 
 class RebirthExecutor;  // src/agent/rebirth_executor.hpp
+struct PullOutcome;     // src/agent/rebirth_executor.hpp
 struct RebirthPlan;     // src/agent/rebirth_plan.hpp
 
 /// The step core of every agent: policy, counters, statistics, event log and publishing
@@ -186,7 +188,8 @@ class AgentCore {
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due);
+                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
+                PullOutcome& pulled);
   /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
   /// reader's pin is retried for up to publish.rebirth_wait_ms.
   void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
