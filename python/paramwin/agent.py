@@ -166,6 +166,17 @@ class Agent:
         """One agent's roster (one-sided)."""
         return self._agent.roster(rank, timeout_seconds)
 
+    @property
+    def hyperparameters(self) -> Dict[str, Any]:
+        """This agent's hyperparameters (declared with the layout), name -> value: what its
+        next publish carries; after a rebirth, the inherited and explored ones."""
+        return self._agent.hyperparameters
+
+    def set_hyperparameters(self, values: Mapping[str, Any]) -> None:
+        """Sets some hyperparameters (the others keep their values); the next publish carries
+        them."""
+        self._agent.set_hyperparameters(dict(values))
+
     rank = property(lambda self: self._agent.rank, doc="Rank in the agent's window.")
     size = property(lambda self: self._agent.size, doc="Agents in the window.")
     layout = property(lambda self: self._agent.layout, doc="The parameters' Layout.")

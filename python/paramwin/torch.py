@@ -25,9 +25,15 @@ def _named_parameters(module: _torch.nn.Module) -> List[Tuple[str, _torch.nn.Par
     return list(module.named_parameters())
 
 
-def layout_of(module: _torch.nn.Module) -> "_core.Layout":
-    """The Layout of ``module.named_parameters()`` (names, shapes, dtypes, in order)."""
-    return named_layout((name, p.detach()) for name, p in _named_parameters(module))
+def layout_of(module: _torch.nn.Module,
+              hyperparameters: Optional[Dict[str, Any]] = None) -> "_core.Layout":
+    """The Layout of ``module.named_parameters()`` (names, shapes, dtypes, in order), with
+    the hyperparameters named in ``hyperparameters`` declared (int values: int64, others:
+    float64)."""
+    layout = named_layout((name, p.detach()) for name, p in _named_parameters(module))
+    for name, value in (hyperparameters or {}).items():
+        layout.add_hyperparameter(name, "int64" if isinstance(value, int) else "float64")
+    return layout
 
 
 class TorchAgent:
@@ -41,12 +47,20 @@ class TorchAgent:
     parameter is dropped (Adam's moments, momentum buffers: rebuilt from zero on the next
     ``optimizer.step()``), or, with ``optimizer_builder(module) -> optimizer``, the optimizer
     is replaced by a new one (``agent.optimizer``).
+
+    Population-based training: ``hyperparameters={"lr": 1e-3, ...}`` declares them (initial
+    values) and publishes them with the parameters; a rebirth inherits and explores them per
+    the explore options (``options={"explore.lr": "log_uniform:1e-4..1e-1"}``, docs/agent.md)
+    and TorchAgent sets every param group's ``lr`` from ``"lr"`` (your other hyperparameters
+    are in ``agent.hyperparameters`` and ``event.hyper``). Without an ``"lr"``
+    hyperparameter the optimizer's learning rates are left alone.
     """
 
     def __init__(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
                  comm: Any = None, *,
                  optimizer_builder: Optional[Callable[[_torch.nn.Module],
                                                       _torch.optim.Optimizer]] = None,
+                 hyperparameters: Optional[Dict[str, Any]] = None,
                  **options: Any):
         named = _named_parameters(module)
         if not named:
@@ -56,7 +70,10 @@ class TorchAgent:
         self._builder = optimizer_builder
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        self._agent = Agent(layout_of(module), comm, **options)
+        self._agent = Agent(layout_of(module, hyperparameters), comm, **options)
+        if hyperparameters:
+            self._agent.set_hyperparameters(hyperparameters)
+            self._apply_lr()
 
     # The parameters' storage as plain tensors (no autograd): the core writes into them.
     def _data(self) -> Dict[str, _torch.Tensor]:
@@ -81,6 +98,24 @@ class TorchAgent:
         elif self.optimizer is not None:
             for p in self._params:
                 self.optimizer.state.pop(p, None)
+        self._apply_lr()
+
+    def _apply_lr(self) -> None:
+        lr = self._agent.hyperparameters.get("lr")
+        if lr is not None and self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(lr)
+
+    @property
+    def hyperparameters(self) -> Dict[str, Any]:
+        """The agent's hyperparameters (see Agent.hyperparameters)."""
+        return self._agent.hyperparameters
+
+    def set_hyperparameters(self, values: Dict[str, Any]) -> None:
+        """Sets hyperparameters (published with the next publish); "lr" also goes to the
+        optimizer's param groups."""
+        self._agent.set_hyperparameters(values)
+        self._apply_lr()
 
     # -- forwarding -------------------------------------------------------------------------
     @property

@@ -71,12 +71,15 @@ class ParameterWindow:
         self._win.progress()
 
     # -- data -------------------------------------------------------------------------------
-    def publish(self, layers: Union[Sequence[Any], dict], *, stamp: int = 0) -> "_core.PublishResult":
+    def publish(self, layers: Union[Sequence[Any], dict], *, stamp: int = 0,
+                hyper: Optional[dict] = None) -> "_core.PublishResult":
         """Publishes ``layers`` (a list bound by position, or a dict name -> array) as the next
         version; never waits for readers. Arrays: numpy or torch, C-contiguous, of the
-        layer's shape and dtype. The GIL is released while the core copies."""
+        layer's shape and dtype. ``hyper``: values of declared hyperparameters (name ->
+        number) published in the same snapshot (the others keep their values). The GIL is
+        released while the core copies."""
         batch = Layers(layers, writable=False)
-        return self._win.publish(batch.descriptors, stamp)
+        return self._win.publish(batch.descriptors, stamp, hyper)
 
     def pull(self, donors: Union[int, Iterable[int]], out: Union[Sequence[Any], dict], *,
              reduction: Optional[str] = None, weights: Optional[Sequence[float]] = None,

@@ -92,7 +92,8 @@ void bind_agent(py::module_& m) {
                        const py::object& custom_trigger, const py::object& prepare_params,
                        const std::string& transport, bool verify, std::string name) {
              const MPI_Comm c = comm_from(comm);
-             AgentOptions o = make_options(config, on_rebirth, reset, custom_trigger, prepare_params);
+             AgentOptions o =
+                 make_options(config, on_rebirth, reset, custom_trigger, prepare_params);
              WindowOptions w;
              w.transport = transport == "shm"   ? Transport::shm
                            : transport == "rma" ? Transport::rma
@@ -129,11 +130,12 @@ void bind_agent(py::module_& m) {
           },
           py::arg("layers"))
       .def("leave", [](PyAgent& a) { open(a).leave(); })
-      .def("progress", [](PyAgent& a) {
-        PyAgent& o = open(a);
-        const py::gil_scoped_release release;
-        o.progress();
-      })
+      .def("progress",
+           [](PyAgent& a) {
+             PyAgent& o = open(a);
+             const py::gil_scoped_release release;
+             o.progress();
+           })
       .def("pause", [](PyAgent& a) { open(a).pause(); })
       .def("resume", [](PyAgent& a) { open(a).resume(); })
       .def_property_readonly("is_paused", [](PyAgent& a) { return a.is_paused(); })
@@ -161,6 +163,14 @@ void bind_agent(py::module_& m) {
             return o.window().roster(rank, timeout_seconds);
           },
           py::arg("rank"), py::arg("timeout_seconds") = 0.0)
+      .def_property_readonly("hyperparameters",
+                             [](PyAgent& a) { return hyper_to_dict(a.hyperparameters()); })
+      .def(
+          "set_hyperparameters",
+          [](PyAgent& a, const py::handle& values) {
+            open(a).set_hyperparameters(hyper_from_dict(a.hyperparameters(), values));
+          },
+          py::arg("values"))
       .def_property_readonly("rank", [](PyAgent& a) { return open(a).rank(); })
       .def_property_readonly("size", [](PyAgent& a) { return open(a).size(); })
       .def_property_readonly("layout", [](PyAgent& a) { return open(a).layout(); })

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 
@@ -20,6 +21,12 @@ void bind_layout(py::module_& m);
 void bind_records(py::module_& m);
 void bind_window(py::module_& m);
 void bind_agent(py::module_& m);
+
+/// A hyperparameter set as a dict name -> int (int64) or float (float64).
+py::dict hyper_to_dict(const Hyperparameters& h);
+/// @p base with the values of the dict @p values (name -> number) set; None: @p base.
+/// InvalidArgument for an undeclared name, a non-number or a non-integral int64 value.
+Hyperparameters hyper_from_dict(Hyperparameters base, const py::handle& values);
 
 /// Imports mpi4py's C API (and with it mpi4py.MPI, which initialises MPI).
 void import_mpi4py_api();

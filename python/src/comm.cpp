@@ -17,8 +17,9 @@ MPI_Comm comm_from(const py::handle& comm) {
     return MPI_COMM_WORLD;
   }
   if (PyObject_TypeCheck(comm.ptr(), &PyMPIComm_Type) == 0) {
-    throw py::type_error("paramwin: comm must be an mpi4py.MPI.Comm (or None for COMM_WORLD), got " +
-                         std::string(py::str(py::type::of(comm))));
+    throw py::type_error(
+        "paramwin: comm must be an mpi4py.MPI.Comm (or None for COMM_WORLD), got " +
+        std::string(py::str(py::type::of(comm))));
   }
   MPI_Comm* c = PyMPIComm_Get(comm.ptr());
   if (c == nullptr) {

@@ -18,7 +18,9 @@ Classes& classes() {
   return c;
 }
 
-void raise(py::handle cls, const py::object& instance) { PyErr_SetObject(cls.ptr(), instance.ptr()); }
+void raise(py::handle cls, const py::object& instance) {
+  PyErr_SetObject(cls.ptr(), instance.ptr());
+}
 
 }  // namespace
 

@@ -13,7 +13,8 @@ void bind_layout(py::module_& m) {
           "shape", [](const LayerSpec& s) { return py::tuple(py::cast(s.shape)); },
           "Dimensions; () for a 0-dim scalar.")
       .def_readonly("count", &LayerSpec::count)
-      .def_property_readonly("dtype", [](const LayerSpec& s) { return std::string(dtype_name(s.dtype)); })
+      .def_property_readonly("dtype",
+                             [](const LayerSpec& s) { return std::string(dtype_name(s.dtype)); })
       .def("__eq__", [](const LayerSpec& a, const LayerSpec& b) { return a == b; })
       .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.describe() + ")"; });
 
@@ -47,6 +48,28 @@ void bind_layout(py::module_& m) {
           py::return_value_policy::reference_internal,
           "Appends a layer; shape is a tuple (() for a scalar) or an element count. Returns "
           "the layout, so calls chain.")
+      .def(
+          "add_hyperparameter",
+          [](Layout& self, std::string name, const std::string& type) -> Layout& {
+            if (type != "float64" && type != "int64") {
+              throw InvalidArgument("paramwin: hyperparameter '" + name + "': unknown type '" +
+                                    type + "' (valid: float64, int64)");
+            }
+            return self.add_hyperparameter(std::move(name),
+                                           type == "int64" ? HyperType::int64 : HyperType::float64);
+          },
+          py::arg("name"), py::arg("type") = "float64", py::return_value_policy::reference_internal,
+          "Declares a hyperparameter published inside every snapshot with the layers.")
+      .def_property_readonly(
+          "hyperparameters",
+          [](const Layout& self) {
+            py::dict d;
+            for (const HyperSpec& h : self.hyperparameters()) {
+              d[py::str(h.name)] = std::string(hyper_type_name(h.type));
+            }
+            return d;
+          },
+          "Declared hyperparameters: name -> type.")
       .def("__len__", &Layout::size)
       .def(
           "__getitem__",
@@ -67,9 +90,12 @@ void bind_layout(py::module_& m) {
           py::return_value_policy::reference_internal)
       .def(
           "__iter__",
-          [](const Layout& self) { return py::make_iterator(self.layers().begin(), self.layers().end()); },
+          [](const Layout& self) {
+            return py::make_iterator(self.layers().begin(), self.layers().end());
+          },
           py::keep_alive<0, 1>())
-      .def("__contains__", [](const Layout& self, const std::string& name) { return self.find(name).has_value(); })
+      .def("__contains__",
+           [](const Layout& self, const std::string& name) { return self.find(name).has_value(); })
       .def("index_of", &Layout::index_of, py::arg("name"))
       .def_property_readonly("names",
                              [](const Layout& self) {

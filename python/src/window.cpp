@@ -32,10 +32,11 @@ E parse_choice(std::string_view what, std::string_view text,
 }
 
 Transport parse_transport(std::string_view t) {
-  return parse_choice<Transport, 4>(
-      "transport", t,
-      {{{"auto", Transport::automatic}, {"automatic", Transport::automatic}, {"shm", Transport::shm},
-        {"rma", Transport::rma}}});
+  return parse_choice<Transport, 4>("transport", t,
+                                    {{{"auto", Transport::automatic},
+                                      {"automatic", Transport::automatic},
+                                      {"shm", Transport::shm},
+                                      {"rma", Transport::rma}}});
 }
 
 WindowOptions window_options(const std::string& transport, const std::string& wire,
@@ -47,9 +48,9 @@ WindowOptions window_options(const std::string& transport, const std::string& wi
                                        {{{"native", WireFormat::native},
                                          {"bfloat16", WireFormat::bfloat16},
                                          {"float16", WireFormat::float16}}});
-  o.layout_check = parse_choice<LayoutCheck, 2>(
-      "layout check", layout_check,
-      {{{"strict", LayoutCheck::strict}, {"per_donor", LayoutCheck::per_donor}}});
+  o.layout_check = parse_choice<LayoutCheck, 2>("layout check", layout_check,
+                                                {{{"strict", LayoutCheck::strict},
+                                                  {"per_donor", LayoutCheck::per_donor}}});
   o.verify = verify;
   o.progress_thread = progress_thread;
   o.progress_interval_us = progress_interval_us;
@@ -57,13 +58,14 @@ WindowOptions window_options(const std::string& transport, const std::string& wi
   return o;
 }
 
-PullOptions pull_options(const std::string& reduction, std::vector<double> weights,
-                         double momentum, const std::string& non_finite,
-                         const std::string& read_mode, unsigned optimistic_attempts,
-                         std::size_t chunk_bytes, double timeout_seconds) {
+PullOptions pull_options(const std::string& reduction, std::vector<double> weights, double momentum,
+                         const std::string& non_finite, const std::string& read_mode,
+                         unsigned optimistic_attempts, std::size_t chunk_bytes,
+                         double timeout_seconds) {
   PullOptions o;
-  o.reduction = parse_choice<Reduction, 2>(
-      "reduction", reduction, {{{"mean", Reduction::mean}, {"weighted", Reduction::weighted}}});
+  o.reduction =
+      parse_choice<Reduction, 2>("reduction", reduction,
+                                 {{{"mean", Reduction::mean}, {"weighted", Reduction::weighted}}});
   o.weights = std::move(weights);
   o.momentum = momentum;
   o.non_finite = parse_choice<NonFinitePolicy, 3>("non_finite policy", non_finite,
@@ -93,13 +95,15 @@ Window& open(Window& w) {
 }  // namespace
 
 void bind_window(py::module_& m) {
-  py::class_<Window>(m, "Window", "ParameterWindow over host memory (see paramwin.ParameterWindow).")
+  py::class_<Window>(m, "Window",
+                     "ParameterWindow over host memory (see paramwin.ParameterWindow).")
       .def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
                        const std::string& wire, const std::string& layout_check, bool verify,
                        bool progress_thread, unsigned progress_interval_us, std::string name) {
              const MPI_Comm c = comm_from(comm);
-             WindowOptions o = window_options(transport, wire, layout_check, verify,
-                                              progress_thread, progress_interval_us, std::move(name));
+             WindowOptions o =
+                 window_options(transport, wire, layout_check, verify, progress_thread,
+                                progress_interval_us, std::move(name));
              const py::gil_scoped_release release;
              return Window(c, std::move(layout), o);
            }),
@@ -123,23 +127,32 @@ void bind_window(py::module_& m) {
       .def_property_readonly("wire_bytes", [](Window& w) { return open(w).wire_bytes(); })
       .def_property_readonly("has_rma_readers", [](Window& w) { return open(w).has_rma_readers(); })
       .def_property_readonly("pending_rma", [](Window& w) { return open(w).pending_rma(); })
-      .def("transport_for",
-           [](Window& w, int rank) { return std::string(transport_name(open(w).transport_for(rank))); },
-           py::arg("rank"))
-      .def("progress", [](Window& w) {
-        Window& o = open(w);
-        const py::gil_scoped_release release;
-        o.progress();
-      })
+      .def(
+          "transport_for",
+          [](Window& w, int rank) {
+            return std::string(transport_name(open(w).transport_for(rank)));
+          },
+          py::arg("rank"))
+      .def("progress",
+           [](Window& w) {
+             Window& o = open(w);
+             const py::gil_scoped_release release;
+             o.progress();
+           })
       .def(
           "publish",
-          [](Window& w, const py::object& layers, std::uint64_t stamp) {
+          [](Window& w, const py::object& layers, std::uint64_t stamp, const py::object& hyper) {
             Window& o = open(w);
             const LayerList list(layers, o.layout());
+            if (hyper.is_none()) {
+              const py::gil_scoped_release release;
+              return o.publish(list.const_refs(), stamp);
+            }
+            const Hyperparameters h = hyper_from_dict(o.hyperparameters(), hyper);
             const py::gil_scoped_release release;
-            return o.publish(list.const_refs(), stamp);
+            return o.publish(list.const_refs(), h, stamp);
           },
-          py::arg("layers"), py::arg("stamp") = 0)
+          py::arg("layers"), py::arg("stamp") = 0, py::arg("hyper") = py::none())
       .def(
           "pull",
           [](Window& w, const std::vector<int>& donors, const py::object& layers,

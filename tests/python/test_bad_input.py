@@ -55,7 +55,8 @@ def test_unsupported_dtype(win):
     refuses(win, out, paramwin.InvalidArgument, r"layer #0: dtype int32 is not supported")
 
 
-def test_other_supported_dtype_than_the_layer(win):
+def test_other_supported_dtype_than_the_layer(comm, win):
+    need_ranks(comm, 2)  # the core checks the donors first, the layers' dtypes next
     out = [np.zeros((4, 3), np.float64), np.zeros((), np.float32)]
     refuses(win, out, paramwin.InvalidArgument, r"float64")
 
@@ -87,7 +88,8 @@ def test_unknown_layer_name(win):
         win.pull([(win.rank + 1) % win.size], {"nope": np.zeros((4, 3), np.float32)})
 
 
-def test_too_few_layers(win):
+def test_too_few_layers(comm, win):
+    need_ranks(comm, 2)  # the core checks the donors first, the layer count next
     refuses(win, [np.zeros((4, 3), np.float32)], paramwin.InvalidArgument, r"layer")
 
 
