@@ -600,7 +600,8 @@ def main():
       "span path, [benchmarks-torch.md](benchmarks-torch.md); pulls and rebirths across two "
       "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
       "side (before / after a change, `scripts/bench_compare.py`), "
-      "[benchmarks-compare.md](benchmarks-compare.md).\n")
+      "[benchmarks-compare.md](benchmarks-compare.md); `import paramwin` (Python) against the "
+      "C++ pull, [benchmarks-python.md](benchmarks-python.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)
