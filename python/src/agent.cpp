@@ -95,14 +95,7 @@ void bind_agent(py::module_& m) {
              AgentOptions o =
                  make_options(config, on_rebirth, reset, custom_trigger, prepare_params);
              WindowOptions w;
-             w.transport = transport == "shm"   ? Transport::shm
-                           : transport == "rma" ? Transport::rma
-                                                : Transport::automatic;
-             if (transport != "shm" && transport != "rma" && transport != "auto" &&
-                 transport != "automatic") {
-               throw InvalidArgument("paramwin: unknown transport '" + transport +
-                                     "' (valid: auto, shm, rma)");
-             }
+             w.transport = parse_transport(transport);
              w.verify = verify;
              w.name = std::move(name);
              const py::gil_scoped_release release;

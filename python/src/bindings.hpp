@@ -6,11 +6,13 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
 
 namespace paramwin::python {
 
@@ -27,6 +29,9 @@ py::dict hyper_to_dict(const Hyperparameters& h);
 /// @p base with the values of the dict @p values (name -> number) set; None: @p base.
 /// InvalidArgument for an undeclared name, a non-number or a non-integral int64 value.
 Hyperparameters hyper_from_dict(Hyperparameters base, const py::handle& values);
+
+/// "auto" (or "automatic"), "shm" or "rma"; InvalidArgument listing them otherwise.
+Transport parse_transport(std::string_view text);
 
 /// Imports mpi4py's C API (and with it mpi4py.MPI, which initialises MPI).
 void import_mpi4py_api();

@@ -31,14 +31,6 @@ E parse_choice(std::string_view what, std::string_view text,
                         "' (valid: " + valid + ")");
 }
 
-Transport parse_transport(std::string_view t) {
-  return parse_choice<Transport, 4>("transport", t,
-                                    {{{"auto", Transport::automatic},
-                                      {"automatic", Transport::automatic},
-                                      {"shm", Transport::shm},
-                                      {"rma", Transport::rma}}});
-}
-
 WindowOptions window_options(const std::string& transport, const std::string& wire,
                              const std::string& layout_check, bool verify, bool progress_thread,
                              unsigned progress_interval_us, std::string name) {
@@ -93,6 +85,14 @@ Window& open(Window& w) {
 }
 
 }  // namespace
+
+Transport parse_transport(std::string_view text) {
+  return parse_choice<Transport, 4>("transport", text,
+                                    {{{"auto", Transport::automatic},
+                                      {"automatic", Transport::automatic},
+                                      {"shm", Transport::shm},
+                                      {"rma", Transport::rma}}});
+}
 
 void bind_window(py::module_& m) {
   py::class_<Window>(m, "Window",
