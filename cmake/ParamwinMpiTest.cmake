@@ -20,9 +20,9 @@ include_guard(GLOBAL)
 #   on InfiniBand-class devices by default, and then puts MPI_Win_create on osc/rdma, which
 #   names its node-local backing file after the communicator id: two disjoint communicators
 #   with the same id (the halves of an MPI_Comm_split) then share one file on a node, and window
-#   creation fails (MPI_ERR_WIN), reads other ranks' memory or hangs (Open MPI issue #9492,
+#   creation fails (MPI_ERR_WIN), its reads fail or the job hangs (Open MPI issue #9492,
 #   fixed in 5.0). osc/rdma also cannot serve a one-process communicator, and osc/pt2pt refuses
-#   MPI_THREAD_MULTIPLE. docs/rma-semantics.md ("Open MPI") says the same to users.
+#   MPI_THREAD_MULTIPLE. docs/rma-semantics.md ("MPICH and Open MPI") says so to users.
 # - OMPI_MCA_btl=self,vader: the ranks of a test are all on this node, so only the loopback and
 #   shared-memory transports are wanted; it keeps the openib and ofi modules from probing for
 #   network hardware at every start (slow, and warnings on machines without it).
