@@ -67,6 +67,52 @@ void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transpor
   set_bytes(state, static_cast<std::size_t>(k) * n * sizeof(float));
 }
 
+// The case the Python binding is measured on (docs/benchmarks.md, "Python"): n float32 in 8
+// equal layers, read with the default transport (shared memory on one node) by rank 0 from
+// ranks 1..k. benchmarks/python_pull_bench.py times the same pull through `import paramwin`.
+void bm_layers_pull(benchmark::State& state, int k, std::size_t n) {
+  constexpr std::size_t kLayers = 8;
+  Layout layout;
+  for (std::size_t l = 0; l < kLayers; ++l) {
+    layout.add("layer" + std::to_string(l), n / kLayers);
+  }
+  ParameterWindow<> win(MPI_COMM_WORLD, layout);
+  std::vector<std::vector<float>> params(kLayers, std::vector<float>(n / kLayers));
+  for (auto& p : params) {
+    fill_pattern(p, env().rank);
+  }
+  const std::vector<LayerRef> refs(params.begin(), params.end());
+  std::vector<ConstLayerRef> crefs;
+  for (const LayerRef& r : refs) {
+    crefs.push_back(r.as_const());
+  }
+  win.publish(crefs);
+  polite_barrier(MPI_COMM_WORLD);
+  const Idle idle(env().rank != kReader);  // shm donors need not be inside MPI
+  std::vector<int> donors;
+  for (int d = 1; d <= k; ++d) {
+    donors.push_back(d);
+  }
+  const bool reader = env().rank == kReader;
+  if (reader) {
+    win.pull(donors, refs);  // warm-up (untimed)
+  }
+  for (auto _ : state) {
+    double t = 0.0;
+    if (reader) {
+      const double t0 = now();
+      win.pull(donors, refs);
+      t = now() - t0;
+    }
+    finish_iteration(state, t);
+  }
+  if (reader) {
+    expect_mean(params[0], k, "paramwin pull (8 layers)");
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  set_bytes(state, static_cast<std::size_t>(k) * n * sizeof(float));
+}
+
 void bm_seed(benchmark::State& state, int k, std::size_t n) {
   const std::size_t bytes = n * sizeof(float);
   RawWindow win(MPI_COMM_WORLD, bytes);
@@ -183,6 +229,14 @@ void register_multi_donor_benchmarks() {
           [k, n](benchmark::State& s) { bm_k_pull(s, k, n, Transport::rma); });
       reg("k_donors/seed" + suffix, [k, n](benchmark::State& s) { bm_seed(s, k, n); });
       reg("k_donors/allreduce" + suffix, [k, n](benchmark::State& s) { bm_allreduce(s, k, n); });
+    }
+  }
+  // The Python binding's reference case: 10M float32 in 8 layers from 1 and from 3 donors.
+  constexpr std::size_t kPythonCase = 10000000;
+  for (const int k : {1, 3}) {
+    if (k + 1 <= env().size) {
+      reg("layers8/pull/k:" + std::to_string(k) + "/n:" + count_label(kPythonCase),
+          [k](benchmark::State& s) { bm_layers_pull(s, k, kPythonCase); });
     }
   }
 }

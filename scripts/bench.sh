@@ -2,14 +2,22 @@
 # Builds paramwin (scripts/setup.sh) and runs the whole benchmark suite, each case with the
 # rank count it needs, writing Google Benchmark JSON into out/bench/; then regenerates
 # docs/benchmarks.md and docs/img/*.png with scripts/bench_report.py.
-#   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick] [--reps N]
+#   scripts/bench.sh [--mpi mpich|openmpi] [--build-dir DIR] [--no-build] [--report-only]
+#                    [--quick] [--reps N]
 #                    [--groups]   (only the agent-group rebirth cases, issue 8)
+#                    [--mpi-compare]  (one-donor and k-donor cases under MPICH and then Open
+#                                      MPI, builds `build` and `build-openmpi`, into
+#                                      out/bench-mpi/; rewrites section 10 of docs/benchmarks.md)
+# --mpi picks the MPI (default mpich; build directory build-openmpi for openmpi). The launcher
+# and its environment come from the build's paramwin_mpi_env.sh (the tests' ENVIRONMENT).
 # Timings are only meaningful on a quiet machine: the script records the load average
 # before each run and the report prints it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build_dir=build
+build_dir=
+mpi=mpich
+mpi_compare=0
 do_build=1
 run=1
 groups_only=0
@@ -19,6 +27,8 @@ min_time=0.05
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
+    --mpi) mpi=$2; shift 2 ;;
+    --mpi-compare) mpi_compare=1; shift ;;
     --no-build) do_build=0; shift ;;
     --report-only) run=0; do_build=0; shift ;;
     --quick) reps=2; min_time=0.02; shift ;;
@@ -29,18 +39,69 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+case "$mpi" in
+  mpich) default_dir=build ;;
+  openmpi) default_dir=build-openmpi ;;
+  *) echo "bench.sh: --mpi takes mpich or openmpi, not '$mpi'" >&2; exit 2 ;;
+esac
+build_dir=${build_dir:-$default_dir}
+
+if [ "$mpi_compare" = 1 ]; then
+  # One-donor (2 ranks) and k-donor (4 ranks) cases under each MPI, one after the other in
+  # this session, so that docs/benchmarks.md section 10 compares them side by side.
+  for m in mpich openmpi; do
+    dir=build
+    [ "$m" = openmpi ] && dir=build-openmpi
+    [ "$do_build" = 1 ] && bash scripts/setup.sh --mpi "$m" --build-dir "$dir"
+    # shellcheck source=/dev/null
+    ( source "$dir/paramwin_mpi_env.sh"
+      o=out/bench-mpi/$m
+      mkdir -p "$o"
+      rm -f "$o"/*.json "$o"/*.txt
+      git rev-parse --short HEAD > "$o/commit.txt" 2>/dev/null || echo unknown > "$o/commit.txt"
+      "$PARAMWIN_MPIEXEC" --version 2>&1 | grep -m1 -E "Version|OpenRTE|Open MPI" > "$o/mpi.txt" || true
+      for np in 2 4; do
+        filter='^one_donor/'
+        [ "$np" = 4 ] && filter='^(k_donors|stream)/'
+        echo "bench: $m, $np ranks, filter $filter"
+        { date -Is; cat /proc/loadavg; } > "$o/load_np$np.txt"
+        "$PARAMWIN_MPIEXEC" -n "$np" "$dir/benchmarks/paramwin_bench" --benchmark_filter="$filter" \
+          --benchmark_repetitions="$reps" --benchmark_min_time="$min_time" \
+          --benchmark_display_aggregates_only=true \
+          --benchmark_out="$o/np$np.json" --benchmark_out_format=json
+        cat /proc/loadavg >> "$o/load_np$np.txt"
+      done )
+  done
+  python3 scripts/bench_report.py --json-dir out/bench-mpi --out docs/benchmarks.md --section mpi
+  echo "bench: updated section 10 of docs/benchmarks.md"
+  exit 0
+fi
+
 if [ "$do_build" = 1 ]; then
-  bash scripts/setup.sh --build-dir "$build_dir"
+  bash scripts/setup.sh --mpi "$mpi" --build-dir "$build_dir"
 fi
 bench="$build_dir/benchmarks/paramwin_bench"
 out=out/bench
+[ "$mpi" = openmpi ] && out=out/bench-openmpi
 mkdir -p "$out"
+# The launcher and what it needs (Open MPI: oversubscription, root, osc/ucx), as the tests.
+# shellcheck source=/dev/null
+[ -f "$build_dir/paramwin_mpi_env.sh" ] && source "$build_dir/paramwin_mpi_env.sh"
+mpiexec=${PARAMWIN_MPIEXEC:-/usr/bin/mpiexec.mpich}
+# docs/benchmarks.md holds the MPICH run (and section 10, --mpi-compare); a whole run under Open
+# MPI is reported beside its JSON instead.
+report=docs/benchmarks.md
+report_args=(--img-dir docs/img)
+if [ "$mpi" = openmpi ]; then
+  report=$out/benchmarks.md
+  report_args=(--no-plots)
+fi
 
 run_suite() {  # run_suite <ranks> <filter>
   local np=$1 filter=$2
   echo "bench: $np ranks, filter $filter"
   { date -Is; cat /proc/loadavg; } > "$out/load_np$np.txt"
-  /usr/bin/mpiexec.mpich -n "$np" "$bench" \
+  "$mpiexec" -n "$np" "$bench" \
     --benchmark_filter="$filter" \
     --benchmark_repetitions="$reps" --benchmark_min_time="$min_time" \
     --benchmark_display_aggregates_only=true \
@@ -55,11 +116,11 @@ run_suite() {  # run_suite <ranks> <filter>
 run_groups() {
   { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/groups_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/groups_load.txt"
-  PARAMWIN_BENCH_POLL_NS=1000000 /usr/bin/mpiexec.mpich -n 6 "$bench" \
+  PARAMWIN_BENCH_POLL_NS=1000000 "$mpiexec" -n 6 "$bench" \
     --benchmark_filter='^group_rebirth/shm/' --benchmark_repetitions="$reps" \
     --benchmark_min_time=0.2 --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/groups_shm_np6.json" --benchmark_out_format=json
-  PARAMWIN_BENCH_POLL_NS=1000000 /usr/bin/mpiexec.mpich -n 4 "$bench" \
+  PARAMWIN_BENCH_POLL_NS=1000000 "$mpiexec" -n 4 "$bench" \
     --benchmark_filter='^group_rebirth/rma/k:1/' --benchmark_repetitions="$reps" \
     --benchmark_min_time=0.2 --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/groups_rma_np4.json" --benchmark_out_format=json
@@ -69,12 +130,12 @@ run_groups() {
 run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progress cost
   { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/serve_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/serve_load.txt"
-  /usr/bin/mpiexec.mpich -n 2 "$bench" \
+  "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^serve/|^busy/pull_rma/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
     --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/serve_np2.json" --benchmark_out_format=json
   # The progress thread's cost needs MPI_THREAD_MULTIPLE: a run of its own.
-  PARAMWIN_BENCH_THREAD_MULTIPLE=1 /usr/bin/mpiexec.mpich -n 2 "$bench" \
+  PARAMWIN_BENCH_THREAD_MULTIPLE=1 "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^serve/thread_cost/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
     --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/serve_thread_np2.json" --benchmark_out_format=json
@@ -87,8 +148,8 @@ if [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
 elif [ "$run" = 1 ] && [ "$serve_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_serve
-  python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --section serve
-  echo "bench: updated the serve section of docs/benchmarks.md"
+  python3 scripts/bench_report.py --json-dir "$out" --out "$report" --section serve
+  echo "bench: updated the serve section of $report"
   exit 0
 elif [ "$run" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
@@ -109,5 +170,5 @@ elif [ "$run" = 1 ]; then
   run_serve
 fi
 
-python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --img-dir docs/img
-echo "bench: wrote docs/benchmarks.md"
+python3 scripts/bench_report.py --json-dir "$out" --out "$report" "${report_args[@]}"
+echo "bench: wrote $report"

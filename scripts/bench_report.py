@@ -463,16 +463,89 @@ def serve_section(json_dir, w):
     w(SERVE_END + "\n")
 
 
-def update_section(out_path, render):
-    """Replaces the marked section of @p out_path with what @p render writes (appends it when
-    the file has none yet)."""
+MPI_BEGIN = "<!-- mpi:begin (scripts/bench.sh --mpi-compare rewrites this section) -->"
+MPI_END = "<!-- mpi:end -->"
+MPI_LABELS = (("mpich", "MPICH"), ("openmpi", "Open MPI"))
+
+
+def run_note(json_dir, np_):
+    """'date; load before → after' of one run (bench.sh's load_np<N>.txt), or ''."""
+    path = os.path.join(json_dir, f"load_np{np_}.txt")
+    if not os.path.exists(path):
+        return ""
+    lines = [line.strip() for line in open(path).read().split("\n")]
+    if len(lines) < 3 or not lines[2]:
+        return lines[0] if lines else ""
+    return f"{lines[0]}, load average {lines[1].split()[0]} → {lines[2].split()[0]}"
+
+
+def mpi_section(json_dir, w):
+    """Section 10 from out/bench-mpi/<mpi>/np{2,4}.json (scripts/bench.sh --mpi-compare)."""
+    runs = {}
+    for key, _ in MPI_LABELS:
+        d = os.path.join(json_dir, key)
+        paths = sorted(glob.glob(os.path.join(d, "np*.json")))
+        if paths:
+            runs[key] = (d, Data(*load(paths)))
+    if len(runs) < 2:
+        return
+    w(MPI_BEGIN + "\n")
+    w("## 10. MPICH and Open MPI side by side (issue 16)\n")
+    w("The one-donor (section 1) and k-donor (section 2) cases of the same `paramwin_bench`, "
+      "built once per MPI (`build` with MPICH, `build-openmpi` with Open MPI) and run one after "
+      "the other by `scripts/bench.sh --mpi-compare`; Open MPI with the launcher environment of "
+      "the tests (RMA through osc/ucx, docs/rma-semantics.md). Medians of the repetitions "
+      "(min – max).\n")
+    rows = []
+    for key, label in MPI_LABELS:
+        d, _ = runs[key]
+        commit = open(os.path.join(d, "commit.txt")).read().strip() \
+            if os.path.exists(os.path.join(d, "commit.txt")) else "unrecorded"
+        version = open(os.path.join(d, "mpi.txt")).read().strip() \
+            if os.path.exists(os.path.join(d, "mpi.txt")) else ""
+        rows.append([label, version.replace("|", "/"), commit, run_note(d, 2), run_note(d, 4)])
+    w(table(["MPI", "launcher", "commit", "2-rank run", "4-rank run"], rows) + "\n")
+
+    ref = runs["mpich"][1]
+    sizes = sorted({int(n.split("bytes:")[1]) for _, n in ref.r if n.startswith("one_donor/")})
+    methods = [("get_flush", "MPI_Get+flush"), ("pull_shm", "pull shm"),
+               ("pull_rma", "pull rma")]
+    if sizes:
+        w("**One donor, 2 ranks**: rank 0 reads rank 1's float32 layer; bandwidth in GB/s.\n")
+        header = ["size"] + [f"{m_label}, {label}" for m_label in (l for _, l in methods)
+                             for _, label in MPI_LABELS]
+        body = []
+        for size in sizes:
+            body.append([fsize(size)] + [fbw_range(runs[key][1].get(f"one_donor/{m}/bytes:{size}", 2))
+                                         for m, _ in methods for key, _ in MPI_LABELS])
+        w(table(header, body) + "\n")
+    counts = [c for c in ("1M", "10M", "50M") if ref.get(f"k_donors/pull_shm/k:1/n:{c}", 4)]
+    if counts:
+        w("**k donors averaged, 4 ranks**: rank 0 averages ranks 1..k (*seed*: per donor "
+          "lock, `MPI_Get` of the whole buffer, unlock, add; then divide). Median time "
+          "(min – max).\n")
+        kmeth = [("pull_shm", "pull shm"), ("pull_rma", "pull rma"), ("seed", "seed")]
+        header = ["N", "k"] + [f"{m_label}, {label}" for m_label in (l for _, l in kmeth)
+                               for _, label in MPI_LABELS]
+        body = []
+        for n in counts:
+            for k in (1, 2, 3):
+                body.append([n, str(k)] + [ftime_range(runs[key][1].get(f"k_donors/{m}/k:{k}/n:{n}", 4))
+                                           for m, _ in kmeth for key, _ in MPI_LABELS])
+        w(table(header, body) + "\n")
+    w(MPI_END + "\n")
+
+
+def update_section(out_path, render, begin=SERVE_BEGIN, end=SERVE_END):
+    """Replaces the section of @p out_path between @p begin and @p end with what @p render
+    writes (appends it when the file has none yet)."""
     md = []
     render(md.append)
     new = "\n".join(md)
     text = open(out_path).read()
-    if SERVE_BEGIN in text and SERVE_END in text:
-        head, rest = text.split(SERVE_BEGIN, 1)
-        tail = rest.split(SERVE_END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + new.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + "\n\n" + new
@@ -487,11 +560,17 @@ def main():
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--img-dir", default="docs/img")
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--section", choices=["serve"],
-                    help="rewrite only this section of the existing --out file")
+    ap.add_argument("--mpi-json-dir", default="out/bench-mpi",
+                    help="section 10's runs (mpich/, openmpi/), when a full report is written")
+    ap.add_argument("--section", choices=["serve", "mpi"],
+                    help="rewrite only this section of the existing --out file (mpi: "
+                         "--json-dir holds mpich/ and openmpi/, scripts/bench.sh --mpi-compare)")
     args = ap.parse_args()
     if args.section == "serve":
         update_section(args.out, lambda w: serve_section(args.json_dir, w))
+        return
+    if args.section == "mpi":
+        update_section(args.out, lambda w: mpi_section(args.json_dir, w), MPI_BEGIN, MPI_END)
         return
 
     paths = list(args.json)
@@ -521,7 +600,8 @@ def main():
       "span path, [benchmarks-torch.md](benchmarks-torch.md); pulls and rebirths across two "
       "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
       "side (before / after a change, `scripts/bench_compare.py`), "
-      "[benchmarks-compare.md](benchmarks-compare.md).\n")
+      "[benchmarks-compare.md](benchmarks-compare.md); `import paramwin` (Python) against the "
+      "C++ pull, [benchmarks-python.md](benchmarks-python.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)
@@ -793,6 +873,7 @@ def main():
     # ---- agent groups ----
     groups_section(args.json_dir, w)
     serve_section(args.json_dir, w)
+    mpi_section(args.mpi_json_dir, w)
 
     # ---- ceilings of the unmet targets ----
     ceilings_section(data, big, knp, w)

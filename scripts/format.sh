@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Formats paramwin's C++ sources with clang-format and the root .clang-format.
-#   scripts/format.sh            format src/ include/ tests/ benchmarks/ examples/ in place
+#   scripts/format.sh            format src/ include/ tests/ benchmarks/ examples/ python/ in place
 #   scripts/format.sh --check    change nothing; list the files that need formatting and exit
 #                                1 if there are any (the CTest test format_check runs this)
 # CLANG_FORMAT selects the binary (default: clang-format-14, else clang-format).
@@ -23,7 +23,7 @@ if [ -z "$clang_format" ]; then
 fi
 [ -n "$clang_format" ] || { echo "format.sh: clang-format not found (apt-get install clang-format)" >&2; exit 2; }
 
-dirs=(src include tests benchmarks examples)
+dirs=(src include tests benchmarks examples python)
 files=()
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   # Tracked and new (not ignored) files: what a commit would contain.

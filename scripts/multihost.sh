@@ -59,6 +59,12 @@ esac
 
 skip() { echo "multihost: SKIPPED: $*" >&2; exit "$SKIP"; }
 
+# PARAMWIN_MH_MPI: the MPI the programs were built with (set by CTest from PARAMWIN_MPI).
+if [[ ${PARAMWIN_MH_MPI:-MPICH} != MPICH ]]; then
+  skip "the harness is MPICH-specific (Hydra launched through multihost/launch.sh, an MPICH" \
+       "MPI_Finalize shim); programs built with ${PARAMWIN_MH_MPI} cannot run under it"
+fi
+
 # ---- can we build hosts at all? -------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network/IPC/UTS namespaces (running as uid $(id -u))"
 for tool in ip unshare nsenter setpriv; do

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what paramwin needs from Debian's archive (idempotent), then configures and
-# builds it with MPICH pinned explicitly.
-#   scripts/setup.sh [--build-dir DIR] [--no-torch] [--sanitize] [--werror] [--no-build]
+# builds it with the chosen MPI pinned explicitly (its wrapper and launcher named by path).
+#   scripts/setup.sh [--mpi mpich|openmpi] [--build-dir DIR] [--no-torch] [--sanitize] [--werror]
+#                    [--no-build]
+# --mpi picks the MPI (default mpich, the primary; openmpi: Debian's Open MPI 4.1, see
+# docs/rma-semantics.md). A build directory belongs to one MPI: use another --build-dir for the
+# other one (scripts/test.sh uses build and build-openmpi).
 # LibTorch (libtorch-dev, ~150 packages, for the paramwin::torch adapter) is installed by
 # default; --no-torch skips it (the adapter is then not built). --torch is accepted as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
+mpi=mpich
 torch=1
 sanitize=0
 werror=0
@@ -15,6 +20,13 @@ do_build=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
+    --mpi)
+      mpi=${2:-}
+      case "$mpi" in
+        mpich|openmpi) ;;
+        *) echo "setup.sh: --mpi takes mpich or openmpi, not '$mpi'" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
     --torch) torch=1; shift ;;
     --no-torch) torch=0; shift ;;
     --sanitize) sanitize=1; shift ;;
@@ -25,8 +37,20 @@ while [ $# -gt 0 ]; do
 done
 
 # doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test.
-packages=(build-essential cmake mpich libmpich-dev libtrilinos-kokkos-dev libgtest-dev
+packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
           libbenchmark-dev gnuplot-nox doxygen clang-format)
+if [ "$mpi" = mpich ]; then
+  packages+=(mpich libmpich-dev)
+  mpi_bin_pkg=mpich
+  cmake_mpi=MPICH
+else
+  packages+=(openmpi-bin libopenmpi-dev)
+  # The Python package (docs/python.md) is built against mpi4py's MPI, which in Debian is
+  # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
+  packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy)
+  mpi_bin_pkg=openmpi-bin
+  cmake_mpi=OpenMPI
+fi
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
 
 missing=()
@@ -42,16 +66,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Installing libtorch-dev pulls Open MPI and flips the mpicxx/mpiexec alternatives: always
-# name the MPICH wrapper and launcher explicitly.
-for tool in /usr/bin/mpicxx.mpich /usr/bin/mpiexec.mpich; do
-  [ -x "$tool" ] || { echo "setup: $tool missing (package mpich)" >&2; exit 1; }
+# name the chosen MPI's wrapper and launcher explicitly.
+for tool in /usr/bin/mpicxx.$mpi /usr/bin/mpiexec.$mpi; do
+  [ -x "$tool" ] || { echo "setup: $tool missing (package $mpi_bin_pkg)" >&2; exit 1; }
 done
 
 [ "$do_build" = 1 ] || exit 0
-cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
-            -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich
-            -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich)
+cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DPARAMWIN_MPI="$cmake_mpi"
+            -DMPI_CXX_COMPILER="/usr/bin/mpicxx.$mpi"
+            -DMPIEXEC_EXECUTABLE="/usr/bin/mpiexec.$mpi")
 [ "$torch" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF)
+# Debian's interpreter, the one with python3-mpi4py and python3-torch (a python3 earlier on
+# PATH, e.g. pyenv's, has neither).
+[ "$mpi" = openmpi ] && cmake_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
 [ "$sanitize" = 1 ] && cmake_args+=(-DPARAMWIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [ "$werror" = 1 ] && cmake_args+=(-DPARAMWIN_WERROR=ON)
 cmake "${cmake_args[@]}" >/dev/null

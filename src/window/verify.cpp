@@ -86,18 +86,34 @@ PeerReads read_peers(MPI_Win win, const std::vector<int>& peers) {
   return r;
 }
 
-/// How the pattern of @p target read wrong ("" if it read right): over RMA (@p got, @p head)
-/// or through shared memory (@p peer, nullptr if not on this node).
+/// The same words as read_peers(), loaded from the peers' shared segments (@p shm_base, by
+/// rank): the self-check of a window without an RMA window (a communicator of one process).
+PeerReads load_peers(const std::vector<int>& peers, const std::vector<std::byte*>& shm_base) {
+  PeerReads r{std::vector<std::uint64_t>(peers.size() * kWords),
+              std::vector<HeadWords>(peers.size())};
+  for (std::size_t p = 0; p < peers.size(); ++p) {
+    const std::byte* seg = shm_base[static_cast<std::size_t>(peers[p])];
+    std::memcpy(&r.heads[p], seg, sizeof(HeadWords));
+    std::memcpy(&r.got[p * kWords], seg + kVerifyOffset, kVerifyWords * 8);
+    if (sane(r.heads[p])) {
+      std::memcpy(&r.got[p * kWords + kVerifyWords], seg + tail_of(r.heads[p]), kVerifyWords * 8);
+    }
+  }
+  return r;
+}
+
+/// How the pattern of @p target read wrong ("" if it read right): as read by @p via (@p got,
+/// @p head) and through shared memory (@p peer, nullptr if not on this node).
 std::string check_peer(int target, const HeadWords& head, const std::uint64_t* got,
-                       const std::byte* peer) {
+                       const std::byte* peer, const std::string& via) {
   if (!sane(head)) {
-    return "MPI_Get of the header";
+    return via + " of the header";
   }
   const std::size_t peer_tail = tail_of(head);
   for (std::size_t i = 0; i < kVerifyWords; ++i) {
     const std::uint64_t want = verify_word(target, i, kSalt);
     if (got[i] != want || got[kVerifyWords + i] != ~want) {
-      return "MPI_Get";
+      return via;
     }
     if (peer != nullptr) {
       const auto* ph = reinterpret_cast<const SegmentHeader*>(peer);
@@ -226,13 +242,14 @@ std::uint64_t memory_and_swap() {
   return total;
 }
 
-/// Free bytes in /dev/shm, where MPICH puts the file behind a shared window whose node has
-/// more than one rank (mkstemp there; /tmp only when /dev/shm is not writable). tmpfs
+/// Free bytes in /dev/shm, where MPICH and Open MPI put the file behind a shared window whose
+/// node has more than one rank (MPICH: mkstemp there, /tmp only when /dev/shm is not writable;
+/// Open MPI 4.1: osc/sm's backing directory, /dev/shm by default; measured in both). tmpfs
 /// grants pages when they are first written: a segment larger than the space left is
 /// created without complaint and the first publish into it dies of SIGBUS. kMax (no limit)
-/// when the MPI is not MPICH or /dev/shm is not usable.
+/// for another MPI or when /dev/shm is not usable.
 std::uint64_t dev_shm_free() {
-#if defined(MPICH_VERSION)
+#if defined(MPICH_VERSION) || defined(OPEN_MPI)
   struct statvfs st {};
   if (access("/dev/shm", W_OK) == 0 && statvfs("/dev/shm", &st) == 0) {
     return mul_sat(static_cast<std::uint64_t>(st.f_bavail),
@@ -347,8 +364,8 @@ void WindowImpl::check_memory() const {
 
   std::string error;
   try {
-    // With one rank on the node MPICH allocates the segment as private memory; with more,
-    // as a file in /dev/shm that all of them map.
+    // With one rank on the node MPICH and Open MPI allocate the segment as private memory;
+    // with more, as a file in /dev/shm that all of them map.
     const std::uint64_t memory = memory_and_swap();
     const std::uint64_t shm = node_size > 1 ? dev_shm_free() : kMax;
     const std::uint64_t limit =
@@ -370,9 +387,10 @@ void WindowImpl::check_memory() const {
       what += ", but this node has " + (memory == 0 ? std::string("an unknown amount of memory")
                                                     : human_bytes(memory) + " of memory and swap");
       if (shm != kMax) {
-        what += ", and /dev/shm, where MPICH puts the memory that the ranks of a node share, "
-                "has " +
-                human_bytes(shm) + " free";
+        what +=
+            ", and /dev/shm, where the MPI library puts the memory that the ranks of a node share, "
+            "has " +
+            human_bytes(shm) + " free";
       }
       error = what;
     }
@@ -394,18 +412,24 @@ void WindowImpl::verify() {
     std::memcpy(tail + i * 8, &w, 8);
   }
   check_mpi(MPI_Win_sync(shm_win_.get()), "MPI_Win_sync");
-  check_mpi(MPI_Win_sync(rma_win_.get()), "MPI_Win_sync");
+  if (rma_win_) {  // none on a communicator of one process (create_windows())
+    check_mpi(MPI_Win_sync(rma_win_.get()), "MPI_Win_sync");
+  }
   check_mpi(MPI_Barrier(comm_.get()), "MPI_Barrier");
 
   // A local failure must not skip the agreement below: it is recorded, not thrown.
   std::string error;
   try {
     const std::vector<int> peers = peers_of(rank_, size_);
-    const PeerReads reads = read_peers(rma_win_.get(), peers);
+    // No RMA window on a communicator of one process (create_windows()): its only segment
+    // is checked through shared memory.
+    const PeerReads reads =
+        rma_win_ ? read_peers(rma_win_.get(), peers) : load_peers(peers, shm_base_);
+    const std::string via = rma_win_ ? "MPI_Get" : "shared-memory load";
     for (std::size_t p = 0; p < peers.size() && error.empty(); ++p) {
       const int target = peers[p];
       const std::string how = check_peer(target, reads.heads[p], &reads.got[p * kWords],
-                                         shm_base_[static_cast<std::size_t>(target)]);
+                                         shm_base_[static_cast<std::size_t>(target)], via);
       if (!how.empty()) {
         error = "paramwin: window self-check failed: rank " + std::to_string(rank_) +
                 " read bytes from rank " + std::to_string(target) +

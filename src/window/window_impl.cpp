@@ -52,7 +52,10 @@ std::uint64_t count_creation(MPI_Comm comm) {
 // --- creation ---------------------------------------------------------------------------
 
 WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options)
-    : layout_(std::move(layout)), options_(options) {
+    : layout_(std::move(layout)),
+      options_(options),
+      hyper_(layout_.make_hyperparameters()),
+      roster_hyper_(hyper_.words().begin(), hyper_.words().end()) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized == 0 || mpi_finalized()) {
@@ -163,6 +166,13 @@ void WindowImpl::create_windows() {
   agree_or_rethrow<Error>(comm_.get(), error);
   void* base = align_page(raw);
   segment_ = ByteView(static_cast<std::byte*>(base), bytes);
+  // A communicator of one process has no remote reader, so it gets no RMA window: Open MPI
+  // 4.1 cannot create one there under MPI_THREAD_MULTIPLE (osc/rdma needs a BTL with RDMA
+  // to every member, and btl/self has none; osc/pt2pt refuses MPI_THREAD_MULTIPLE), and
+  // MPI_Win_create fails with MPI_ERR_WIN (docs/rma-semantics.md).
+  if (size_ == 1) {
+    return;
+  }
   try {
     rma_win_ = Win::create(base, static_cast<MPI_Aint>(bytes), info.get(), comm_.get());
   } catch (...) {
@@ -174,8 +184,8 @@ void WindowImpl::create_windows() {
 void WindowImpl::init_segment() {
   int* model = nullptr;
   int has_model = 0;
-  check_mpi(MPI_Win_get_attr(rma_win_.get(), MPI_WIN_MODEL, &model, &has_model),
-            "MPI_Win_get_attr");
+  const MPI_Win model_win = rma_win_ ? rma_win_.get() : shm_win_.get();
+  check_mpi(MPI_Win_get_attr(model_win, MPI_WIN_MODEL, &model, &has_model), "MPI_Win_get_attr");
   if (has_model == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
     throw Error("paramwin: the MPI library offers only the separate RMA memory model; "
                 "paramwin's lock-free snapshots need MPI_WIN_UNIFIED");
@@ -190,7 +200,9 @@ void WindowImpl::init_segment() {
   h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
 
   shm_win_.lock_all(MPI_MODE_NOCHECK);
-  rma_win_.lock_all(MPI_MODE_NOCHECK);
+  if (rma_win_) {
+    rma_win_.lock_all(MPI_MODE_NOCHECK);
+  }
 }
 
 void WindowImpl::map_node_segments() {

@@ -1,0 +1,61 @@
+"""Exceptions raised by paramwin: the C++ hierarchy of ``paramwin/error.hpp``, same messages.
+
+::
+
+    Error (RuntimeError)
+    ├── InvalidArgument (also ValueError)   wrong sizes, shapes, dtypes, names, ranks, options
+    ├── LayoutMismatch                      layouts differ between ranks or from a donor
+    ├── DonorError          .rank           a donor cannot serve a pull
+    │   └── TimeoutError    .rank           an RMA read missed its deadline
+    ├── VerificationError                   a window failed its self-check at creation
+    └── MpiError            .code .call     an MPI call returned an error code
+"""
+
+__all__ = [
+    "Error",
+    "InvalidArgument",
+    "LayoutMismatch",
+    "DonorError",
+    "TimeoutError",
+    "VerificationError",
+    "MpiError",
+]
+
+
+class Error(RuntimeError):
+    """Base of every exception paramwin raises."""
+
+
+class InvalidArgument(Error, ValueError):
+    """Something passed was invalid: sizes, shapes, dtypes, names, ranks, options, a closed
+    window."""
+
+
+class LayoutMismatch(Error):
+    """Layouts differ between ranks (at window creation) or between an agent and a donor."""
+
+
+class DonorError(Error):
+    """A donor cannot serve a pull: never published, incompatible, non-finite data, left,
+    stale. ``rank`` is the donor concerned (-1: none in particular)."""
+
+    def __init__(self, message: str, rank: int = -1):
+        super().__init__(message)
+        self.rank = rank
+
+
+class TimeoutError(DonorError):  # noqa: A001 - mirrors paramwin::TimeoutError
+    """An RMA read did not complete within its deadline; the output is unchanged."""
+
+
+class VerificationError(Error):
+    """A window failed its self-check: remote reads did not return the owner's bytes."""
+
+
+class MpiError(Error):
+    """An MPI call failed. ``code`` is MPI's error code, ``call`` the function that failed."""
+
+    def __init__(self, message: str, code: int = 0, call: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.call = call

@@ -1,0 +1,134 @@
+"""paramwin.ParameterWindow: one agent's parameters exposed through MPI windows."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Optional, Sequence, Union
+
+from . import _core
+from ._tensors import Layers
+
+__all__ = ["ParameterWindow"]
+
+
+def _donor_list(donors: Union[int, Iterable[int]]) -> List[int]:
+    return [int(donors)] if isinstance(donors, int) else [int(d) for d in donors]
+
+
+class ParameterWindow:
+    """One agent's parameter window over ``comm`` (an mpi4py communicator; default
+    ``MPI.COMM_WORLD``). Creation is collective and checks, on every rank, that the layouts
+    agree (LayoutMismatch) and that remote reads return the owner's bytes
+    (VerificationError). Use it as a context manager, or call close(): freeing a window is
+    collective, so every rank must close it (the ``with`` block does).
+
+    Keyword options are those of WindowOptions: ``transport`` ("auto", "shm", "rma"),
+    ``wire`` ("native", "bfloat16", "float16"), ``layout_check`` ("strict", "per_donor"),
+    ``verify``, ``progress_thread``, ``progress_interval_us``, ``name``.
+    """
+
+    def __init__(self, layout: "_core.Layout", comm: Any = None, *, transport: str = "auto",
+                 wire: str = "native", layout_check: str = "strict", verify: bool = True,
+                 progress_thread: bool = False, progress_interval_us: int = 200,
+                 name: str = ""):
+        self._win = _core.Window(comm, layout, transport, wire, layout_check, verify,
+                                 progress_thread, progress_interval_us, name)
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Frees the MPI windows (collective). Closing twice is a no-op."""
+        self._win.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed; every other call then raises InvalidArgument."""
+        return not self._win.valid
+
+    def __enter__(self) -> "ParameterWindow":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- properties -------------------------------------------------------------------------
+    rank = property(lambda self: self._win.rank, doc="This rank in the window's communicator.")
+    size = property(lambda self: self._win.size, doc="Number of agents (ranks).")
+    layout = property(lambda self: self._win.layout, doc="This rank's Layout.")
+    name = property(lambda self: self._win.name, doc="The window's name ('' if unnamed).")
+    version = property(lambda self: self._win.version, doc="Completed publishes of this rank.")
+    fingerprint = property(lambda self: self._win.fingerprint, doc="Layout and wire fingerprint.")
+    wire_bytes = property(lambda self: self._win.wire_bytes, doc="Bytes of one snapshot.")
+    has_rma_readers = property(lambda self: self._win.has_rma_readers,
+                               doc="Whether some rank reads this one over RMA.")
+    pending_rma = property(lambda self: self._win.pending_rma,
+                           doc="RMA reads abandoned at a deadline, not yet complete.")
+
+    def transport_for(self, rank: int) -> str:
+        """Transport a pull from ``rank`` uses: "shm" or "rma"."""
+        return self._win.transport_for(rank)
+
+    def progress(self) -> None:
+        """Lets MPI progress once, serving RMA readers of this rank (GIL released)."""
+        self._win.progress()
+
+    # -- data -------------------------------------------------------------------------------
+    def publish(self, layers: Union[Sequence[Any], dict], *, stamp: int = 0,
+                hyper: Optional[dict] = None) -> "_core.PublishResult":
+        """Publishes ``layers`` (a list bound by position, or a dict name -> array) as the next
+        version; never waits for readers. Arrays: numpy or torch, C-contiguous, of the
+        layer's shape and dtype. ``hyper``: values of declared hyperparameters (name ->
+        number) published in the same snapshot (the others keep their values). The GIL is
+        released while the core copies."""
+        batch = Layers(layers, writable=False)
+        return self._win.publish(batch.descriptors, stamp, hyper)
+
+    def pull(self, donors: Union[int, Iterable[int]], out: Union[Sequence[Any], dict], *,
+             reduction: Optional[str] = None, weights: Optional[Sequence[float]] = None,
+             momentum: float = 0.0, non_finite: str = "fail", read_mode: str = "auto",
+             optimistic_attempts: int = 4, chunk_bytes: int = 0,
+             timeout_seconds: float = 0.0) -> "_core.PullResult":
+        """Reads the latest complete snapshot of each donor and reduces it into ``out`` in
+        place (zero copy for CPU arrays and tensors; device tensors are staged through the
+        host). ``reduction``: "mean" (default) or "weighted" (default when ``weights`` are
+        given). Transactional: on any exception ``out`` is unchanged. The GIL is released
+        while the core reads and reduces."""
+        batch = Layers(out, writable=True)
+        if reduction is None:
+            reduction = "weighted" if weights else "mean"
+        result = self._win.pull(_donor_list(donors), batch.descriptors, reduction,
+                                list(weights or []), float(momentum), non_finite, read_mode,
+                                int(optimistic_attempts), int(chunk_bytes),
+                                float(timeout_seconds))
+        batch.write_back()
+        return result
+
+    # -- rosters ----------------------------------------------------------------------------
+    def roster(self, rank: int, *, timeout_seconds: float = 0.0) -> "_core.RosterEntry":
+        """One agent's roster, read one-sidedly."""
+        return self._win.roster(rank, timeout_seconds)
+
+    def roster_all(self, *, timeout_seconds: float = 0.0) -> List["_core.RosterEntry"]:
+        """Every agent's roster, indexed by rank (no collective)."""
+        return self._win.roster_all(timeout_seconds)
+
+    @property
+    def status(self) -> "_core.AgentStatus":
+        """This agent's own roster fields as last set."""
+        return self._win.status
+
+    def set_status(self, *, iteration: Optional[int] = None, age: Optional[int] = None,
+                   metric: Optional[float] = None, generation: Optional[int] = None,
+                   state: Optional[str] = None) -> None:
+        """Updates this agent's roster fields; the ones not given keep their values.
+        ``state``: "fresh", "active", "rebirth", "left" or "paused"."""
+        s = self._win.status
+        self._win.set_status(s.iteration if iteration is None else int(iteration),
+                             s.age if age is None else int(age),
+                             s.metric if metric is None else float(metric),
+                             s.generation if generation is None else int(generation),
+                             s.state if state is None else state)
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "ParameterWindow(closed)"
+        return (f"ParameterWindow(rank={self.rank}, size={self.size}, layers={len(self.layout)}, "
+                f"version={self.version})")

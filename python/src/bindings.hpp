@@ -1,0 +1,69 @@
+#pragma once
+// Internal header of the Python extension paramwin._core: the pieces each binding unit adds
+// to the module, and the conversions they share. Not installed.
+
+#include <mpi.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paramwin/hyper.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/options.hpp"
+
+namespace paramwin::python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);
+void bind_layout(py::module_& m);
+void bind_records(py::module_& m);
+void bind_window(py::module_& m);
+void bind_agent(py::module_& m);
+
+/// A hyperparameter set as a dict name -> int (int64) or float (float64).
+py::dict hyper_to_dict(const Hyperparameters& h);
+/// @p base with the values of the dict @p values (name -> number) set; None: @p base.
+/// InvalidArgument for an undeclared name, a non-number or a non-integral int64 value.
+Hyperparameters hyper_from_dict(Hyperparameters base, const py::handle& values);
+
+/// "auto" (or "automatic"), "shm" or "rma"; InvalidArgument listing them otherwise.
+Transport parse_transport(std::string_view text);
+
+/// Imports mpi4py's C API (and with it mpi4py.MPI, which initialises MPI).
+void import_mpi4py_api();
+
+/// The MPI_Comm inside an mpi4py communicator; None means MPI_COMM_WORLD. Raises TypeError
+/// for anything else.
+MPI_Comm comm_from(const py::handle& comm);
+
+/// Python's layer descriptors, turned into layer references once the GIL is released.
+///
+/// Python passes one tuple per layer: (name or None, address, dtype name, shape tuple).
+/// The pure-Python side (paramwin/_tensors.py) makes them from numpy arrays and torch
+/// tensors and keeps those alive for the call. The names are owned here because LayerRef
+/// holds a string_view.
+class LayerList {
+ public:
+  /// Reads @p descriptors (a sequence of tuples) and checks each against @p layout: the
+  /// layer exists (by name, or by position for unnamed ones) and the shape is the layer's.
+  /// Throws InvalidArgument naming the layer, before any MPI work.
+  LayerList(const py::handle& descriptors, const Layout& layout);
+
+  /// Writable references (for a pull or a step).
+  [[nodiscard]] const std::vector<LayerRef>& refs() const noexcept { return refs_; }
+  /// Read-only references (for a publish).
+  [[nodiscard]] const std::vector<ConstLayerRef>& const_refs() const noexcept {
+    return const_refs_;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<LayerRef> refs_;
+  std::vector<ConstLayerRef> const_refs_;
+};
+
+}  // namespace paramwin::python

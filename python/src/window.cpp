@@ -1,0 +1,211 @@
+// paramwin._core.Window: ParameterWindow<HostSpace> with keyword options. The pure-Python
+// paramwin.ParameterWindow wraps it (array and tensor handling, CUDA staging, context manager).
+// Publish, pull and roster reads release the GIL for their MPI work.
+#include <pybind11/stl.h>
+
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "bindings.hpp"
+#include "paramwin/error.hpp"
+#include "paramwin/window.hpp"
+
+namespace paramwin::python {
+namespace {
+
+using Window = ParameterWindow<>;
+
+// One table per string option: the accepted names, then the values.
+template <class E, std::size_t N>
+E parse_choice(std::string_view what, std::string_view text,
+               const std::array<std::pair<std::string_view, E>, N>& table) {
+  std::string valid;
+  for (const auto& [name, value] : table) {
+    if (name == text) {
+      return value;
+    }
+    valid += (valid.empty() ? "" : ", ") + std::string(name);
+  }
+  throw InvalidArgument("paramwin: unknown " + std::string(what) + " '" + std::string(text) +
+                        "' (valid: " + valid + ")");
+}
+
+WindowOptions window_options(const std::string& transport, const std::string& wire,
+                             const std::string& layout_check, bool verify, bool progress_thread,
+                             unsigned progress_interval_us, std::string name) {
+  WindowOptions o;
+  o.transport = parse_transport(transport);
+  o.wire = parse_choice<WireFormat, 3>("wire format", wire,
+                                       {{{"native", WireFormat::native},
+                                         {"bfloat16", WireFormat::bfloat16},
+                                         {"float16", WireFormat::float16}}});
+  o.layout_check = parse_choice<LayoutCheck, 2>("layout check", layout_check,
+                                                {{{"strict", LayoutCheck::strict},
+                                                  {"per_donor", LayoutCheck::per_donor}}});
+  o.verify = verify;
+  o.progress_thread = progress_thread;
+  o.progress_interval_us = progress_interval_us;
+  o.name = std::move(name);
+  return o;
+}
+
+PullOptions pull_options(const std::string& reduction, std::vector<double> weights, double momentum,
+                         const std::string& non_finite, const std::string& read_mode,
+                         unsigned optimistic_attempts, std::size_t chunk_bytes,
+                         double timeout_seconds) {
+  PullOptions o;
+  o.reduction =
+      parse_choice<Reduction, 2>("reduction", reduction,
+                                 {{{"mean", Reduction::mean}, {"weighted", Reduction::weighted}}});
+  o.weights = std::move(weights);
+  o.momentum = momentum;
+  o.non_finite = parse_choice<NonFinitePolicy, 3>("non_finite policy", non_finite,
+                                                  {{{"fail", NonFinitePolicy::fail},
+                                                    {"skip_donor", NonFinitePolicy::skip_donor},
+                                                    {"allow", NonFinitePolicy::allow}}});
+  o.read_mode = parse_choice<ReadMode, 4>("read mode", read_mode,
+                                          {{{"auto", ReadMode::automatic},
+                                            {"automatic", ReadMode::automatic},
+                                            {"optimistic", ReadMode::optimistic},
+                                            {"pinned", ReadMode::pinned}}});
+  o.optimistic_attempts = optimistic_attempts;
+  o.chunk_bytes = chunk_bytes;
+  o.timeout_seconds = timeout_seconds;
+  return o;
+}
+
+// A closed (or moved-from) window raises InvalidArgument in Python rather than whatever the
+// C++ layer does with an empty window.
+Window& open(Window& w) {
+  if (!w.valid()) {
+    throw InvalidArgument("paramwin: the window is closed");
+  }
+  return w;
+}
+
+}  // namespace
+
+Transport parse_transport(std::string_view text) {
+  return parse_choice<Transport, 4>("transport", text,
+                                    {{{"auto", Transport::automatic},
+                                      {"automatic", Transport::automatic},
+                                      {"shm", Transport::shm},
+                                      {"rma", Transport::rma}}});
+}
+
+void bind_window(py::module_& m) {
+  py::class_<Window>(m, "Window",
+                     "ParameterWindow over host memory (see paramwin.ParameterWindow).")
+      .def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
+                       const std::string& wire, const std::string& layout_check, bool verify,
+                       bool progress_thread, unsigned progress_interval_us, std::string name) {
+             const MPI_Comm c = comm_from(comm);
+             WindowOptions o =
+                 window_options(transport, wire, layout_check, verify, progress_thread,
+                                progress_interval_us, std::move(name));
+             const py::gil_scoped_release release;
+             return Window(c, std::move(layout), o);
+           }),
+           py::arg("comm"), py::arg("layout"), py::arg("transport"), py::arg("wire"),
+           py::arg("layout_check"), py::arg("verify"), py::arg("progress_thread"),
+           py::arg("progress_interval_us"), py::arg("name"))
+      .def("close",
+           [](Window& w) {
+             if (w.valid()) {
+               const py::gil_scoped_release release;
+               w.close();
+             }
+           })
+      .def_property_readonly("valid", &Window::valid)
+      .def_property_readonly("rank", [](Window& w) { return open(w).rank(); })
+      .def_property_readonly("size", [](Window& w) { return open(w).size(); })
+      .def_property_readonly("layout", [](Window& w) { return open(w).layout(); })
+      .def_property_readonly("name", [](Window& w) { return open(w).name(); })
+      .def_property_readonly("version", [](Window& w) { return open(w).version(); })
+      .def_property_readonly("fingerprint", [](Window& w) { return open(w).fingerprint(); })
+      .def_property_readonly("wire_bytes", [](Window& w) { return open(w).wire_bytes(); })
+      .def_property_readonly("has_rma_readers", [](Window& w) { return open(w).has_rma_readers(); })
+      .def_property_readonly("pending_rma", [](Window& w) { return open(w).pending_rma(); })
+      .def(
+          "transport_for",
+          [](Window& w, int rank) {
+            return std::string(transport_name(open(w).transport_for(rank)));
+          },
+          py::arg("rank"))
+      .def("progress",
+           [](Window& w) {
+             Window& o = open(w);
+             const py::gil_scoped_release release;
+             o.progress();
+           })
+      .def(
+          "publish",
+          [](Window& w, const py::object& layers, std::uint64_t stamp, const py::object& hyper) {
+            Window& o = open(w);
+            const LayerList list(layers, o.layout());
+            if (hyper.is_none()) {
+              const py::gil_scoped_release release;
+              return o.publish(list.const_refs(), stamp);
+            }
+            const Hyperparameters h = hyper_from_dict(o.hyperparameters(), hyper);
+            const py::gil_scoped_release release;
+            return o.publish(list.const_refs(), h, stamp);
+          },
+          py::arg("layers"), py::arg("stamp") = 0, py::arg("hyper") = py::none())
+      .def(
+          "pull",
+          [](Window& w, const std::vector<int>& donors, const py::object& layers,
+             const std::string& reduction, std::vector<double> weights, double momentum,
+             const std::string& non_finite, const std::string& read_mode,
+             unsigned optimistic_attempts, std::size_t chunk_bytes, double timeout_seconds) {
+            Window& o = open(w);
+            const LayerList list(layers, o.layout());
+            const PullOptions options =
+                pull_options(reduction, std::move(weights), momentum, non_finite, read_mode,
+                             optimistic_attempts, chunk_bytes, timeout_seconds);
+            const py::gil_scoped_release release;
+            return o.pull(donors, list.refs(), options);
+          },
+          py::arg("donors"), py::arg("layers"), py::arg("reduction"), py::arg("weights"),
+          py::arg("momentum"), py::arg("non_finite"), py::arg("read_mode"),
+          py::arg("optimistic_attempts"), py::arg("chunk_bytes"), py::arg("timeout_seconds"))
+      .def(
+          "roster",
+          [](Window& w, int rank, double timeout_seconds) {
+            Window& o = open(w);
+            const py::gil_scoped_release release;
+            return o.roster(rank, timeout_seconds);
+          },
+          py::arg("rank"), py::arg("timeout_seconds") = 0.0)
+      .def(
+          "roster_all",
+          [](Window& w, double timeout_seconds) {
+            Window& o = open(w);
+            const py::gil_scoped_release release;
+            return o.roster_all(timeout_seconds);
+          },
+          py::arg("timeout_seconds") = 0.0)
+      .def(
+          "set_status",
+          [](Window& w, std::int64_t iteration, std::int64_t age, double metric,
+             std::uint64_t generation, const std::string& state) {
+            AgentStatus s;
+            s.iteration = iteration;
+            s.age = age;
+            s.metric = metric;
+            s.generation = generation;
+            s.state = parse_choice<AgentState, 5>("state", state,
+                                                  {{{"fresh", AgentState::fresh},
+                                                    {"active", AgentState::active},
+                                                    {"rebirth", AgentState::rebirth},
+                                                    {"left", AgentState::left},
+                                                    {"paused", AgentState::paused}}});
+            open(w).set_status(s);
+          },
+          py::arg("iteration"), py::arg("age"), py::arg("metric"), py::arg("generation"),
+          py::arg("state"))
+      .def_property_readonly("status", [](Window& w) { return open(w).status(); });
+}
+
+}  // namespace paramwin::python
