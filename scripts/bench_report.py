@@ -497,7 +497,9 @@ def hyper_section(json_dir, w):
       "iterations per repetition, the order swapped every iteration), so both see the same "
       "load. By design there is no extra round trip: on the same node the words are loads from "
       "the pinned slot, over RMA one more `MPI_Rget` in the batch (one flush) of the first "
-      "chunk. *difference* is the median of the per-iteration differences (target < 1 µs).\n")
+      "chunk. *difference* is the median, over pairs of iterations (one in each order, which "
+      "cancels the warmer caches of the second pull), of the pair's mean difference "
+      "(target < 1 µs).\n")
     rows = []
     for t in ("shm", "rma"):
         for b, label in (("4096", "4 KiB"), ("1048576", "1 MiB")):
