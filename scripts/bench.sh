@@ -7,7 +7,9 @@
 #                    [--groups]   (only the agent-group rebirth cases, issue 8)
 #                    [--mpi-compare]  (one-donor and k-donor cases under MPICH and then Open
 #                                      MPI, builds `build` and `build-openmpi`, into
-#                                      out/bench-mpi/; rewrites section 10 of docs/benchmarks.md)
+#                                      out/bench-mpi/; rewrites section 11 of docs/benchmarks.md)
+#                    [--serve]    (only the serving cases, issue 14)
+#                    [--hyper]    (only the hyperparameter cases, issue 15)
 # --mpi picks the MPI (default mpich; build directory build-openmpi for openmpi). The launcher
 # and its environment come from the build's paramwin_mpi_env.sh (the tests' ENVIRONMENT).
 # Timings are only meaningful on a quiet machine: the script records the load average
@@ -22,6 +24,7 @@ do_build=1
 run=1
 groups_only=0
 serve_only=0
+hyper_only=0
 reps=3
 min_time=0.05
 while [ $# -gt 0 ]; do
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --groups) groups_only=1; shift ;;
     --serve) serve_only=1; shift ;;
+    --hyper) hyper_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +52,7 @@ build_dir=${build_dir:-$default_dir}
 
 if [ "$mpi_compare" = 1 ]; then
   # One-donor (2 ranks) and k-donor (4 ranks) cases under each MPI, one after the other in
-  # this session, so that docs/benchmarks.md section 10 compares them side by side.
+  # this session, so that docs/benchmarks.md section 11 compares them side by side.
   for m in mpich openmpi; do
     dir=build
     [ "$m" = openmpi ] && dir=build-openmpi
@@ -73,7 +77,7 @@ if [ "$mpi_compare" = 1 ]; then
       done )
   done
   python3 scripts/bench_report.py --json-dir out/bench-mpi --out docs/benchmarks.md --section mpi
-  echo "bench: updated section 10 of docs/benchmarks.md"
+  echo "bench: updated section 11 of docs/benchmarks.md"
   exit 0
 fi
 
@@ -88,7 +92,7 @@ mkdir -p "$out"
 # shellcheck source=/dev/null
 [ -f "$build_dir/paramwin_mpi_env.sh" ] && source "$build_dir/paramwin_mpi_env.sh"
 mpiexec=${PARAMWIN_MPIEXEC:-/usr/bin/mpiexec.mpich}
-# docs/benchmarks.md holds the MPICH run (and section 10, --mpi-compare); a whole run under Open
+# docs/benchmarks.md holds the MPICH run (and section 11, --mpi-compare); a whole run under Open
 # MPI is reported beside its JSON instead.
 report=docs/benchmarks.md
 report_args=(--img-dir docs/img)
@@ -142,7 +146,23 @@ run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progr
   cat /proc/loadavg >> "$out/serve_load.txt"
 }
 
-if [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
+run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish with and without
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/hyper_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/hyper_load.txt"
+  /usr/bin/mpiexec.mpich -n 2 "$bench" \
+    --benchmark_filter='^hyper/(pull_ab_|publish/)' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/hyper_np2.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/hyper_load.txt"
+}
+
+if [ "$run" = 1 ] && [ "$hyper_only" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  run_hyper
+  python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --section hyper
+  echo "bench: updated the hyper section of docs/benchmarks.md"
+  exit 0
+elif [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_groups
 elif [ "$run" = 1 ] && [ "$serve_only" = 1 ]; then
@@ -168,6 +188,7 @@ elif [ "$run" = 1 ]; then
   run_suite 8 '^roster/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
   run_groups
   run_serve
+  run_hyper
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out "$report" "${report_args[@]}"
