@@ -149,7 +149,7 @@ run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progr
 run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish with and without
   { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/hyper_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/hyper_load.txt"
-  /usr/bin/mpiexec.mpich -n 2 "$bench" \
+  "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^hyper/(pull_ab_|publish/)' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
     --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/hyper_np2.json" --benchmark_out_format=json
