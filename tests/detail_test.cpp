@@ -187,7 +187,9 @@ TEST(Detail, MixOfNothingWritesNothing) {
 // here must give the bits of the scalar conversions in dtype.hpp (compiled at the baseline
 // into this test) for every float16 / bfloat16 pattern and a sweep of float32 patterns:
 // subnormals, ties, overflow, infinities and NaNs included.
-TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
+namespace {
+
+void check_conversion_bits() {
   std::vector<float> f;
   for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 4093) {
     f.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(b)));
@@ -226,6 +228,97 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
       }
     }
   }
+}
+
+// Forces a store mode for one scope (the process default is automatic).
+class StoreModeScope {
+ public:
+  explicit StoreModeScope(pd::StoreMode mode) { pd::set_store_mode(mode); }
+  StoreModeScope(const StoreModeScope&) = delete;
+  StoreModeScope& operator=(const StoreModeScope&) = delete;
+  ~StoreModeScope() { pd::set_store_mode(pd::StoreMode::automatic); }
+};
+
+}  // namespace
+
+TEST(Detail, VectorKernelsGiveTheScalarConversionBits) { check_conversion_bits(); }
+
+// Both store paths of the kernels (ordinary stores, and the L1 block streamed out with
+// non-temporal stores after an ordinary unaligned head), whatever the automatic choice would
+// be for these sizes: same bits, same non-finite findings, for the publish conversion, the
+// widening accumulate, the fused mix (1 to 9 donors) and the narrowing commit.
+TEST(Detail, StreamingAndOrdinaryStoresGiveTheSameBits) {
+  for (const pd::StoreMode mode : {pd::StoreMode::regular, pd::StoreMode::streaming}) {
+    SCOPED_TRACE(mode == pd::StoreMode::regular ? "regular stores" : "streaming stores");
+    const StoreModeScope scope(mode);
+    EXPECT_EQ(pd::store_mode(), mode);
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      for (std::size_t n : {std::size_t{5}, std::size_t{1000}, std::size_t{10000 + 7}}) {
+        check_convert<float>(n, offset);
+        check_convert<double>(n, offset);
+      }
+    }
+    for (std::size_t k : {std::size_t{1}, std::size_t{3}, std::size_t{5}}) {
+      for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+        for (std::size_t count : {std::size_t{3}, std::size_t{9000 + 5}}) {
+          for (double momentum : {0.0, 0.5}) {
+            check_mix<float, float>(count, k, momentum, offset);
+            check_mix<float, pw::bfloat16>(count, k, momentum, offset);
+            check_mix<float, pw::float16>(count, k, momentum, offset);
+            check_mix<pw::bfloat16, pw::bfloat16>(count, k, momentum, offset);
+            check_mix<pw::float16, pw::float16>(count, k, momentum, offset);
+            check_mix<double, double>(count, k, momentum, offset);
+          }
+        }
+      }
+    }
+    check_conversion_bits();
+  }
+  EXPECT_EQ(pd::store_mode(), pd::StoreMode::automatic);
+}
+
+// Automatic mode streams a layer of kStreamBytes or more; the bits are those of the ordinary
+// path, and a non-finite value in a streamed block is found.
+TEST(Detail, AutomaticStoresStreamLargeLayersWithTheSameBits) {
+  const std::size_t n = pd::kStreamBytes / sizeof(float) + 37;
+  std::vector<float> src(n);
+  for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 997) * 0.25F - 100.0F;
+  std::vector<std::uint16_t> narrow_auto(n), narrow_regular(n);
+  std::vector<float> wide_auto(n), wide_regular(n);
+  ASSERT_TRUE(
+      pd::convert(narrow_auto.data(), pw::DType::bfloat16, src.data(), pw::DType::float32, n));
+  (void)pd::accumulate(wide_auto.data(), pw::DType::float32, narrow_auto.data(),
+                       pw::DType::bfloat16, n, 0.5, true, false);
+  {
+    const StoreModeScope scope(pd::StoreMode::regular);
+    ASSERT_TRUE(
+        pd::convert(narrow_regular.data(), pw::DType::bfloat16, src.data(), pw::DType::float32, n));
+    (void)pd::accumulate(wide_regular.data(), pw::DType::float32, narrow_regular.data(),
+                         pw::DType::bfloat16, n, 0.5, true, false);
+  }
+  EXPECT_EQ(narrow_auto, narrow_regular);
+  EXPECT_EQ(0, std::memcmp(wide_auto.data(), wide_regular.data(), n * sizeof(float)));
+  src[n / 2] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(
+      pd::convert(wide_auto.data(), pw::DType::float32, src.data(), pw::DType::float32, n));
+}
+
+// The report's clone is the one the loader's rule picks for this CPU (GCC on x86-64 ELF builds
+// the three clones; other builds have one portable version).
+TEST(Detail, KernelCloneIsTheOneThisCpuSupports) {
+  const std::string clone = pd::kernel_clone();
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512cd");
+  EXPECT_EQ(clone, v4 ? "x86-64-v4" : (v3 ? "x86-64-v3" : "default"));
+#else
+  EXPECT_EQ(clone, "portable");
+#endif
+  EXPECT_NE(pd::kernel_summary().find(clone), std::string::npos) << pd::kernel_summary();
 }
 
 namespace {
