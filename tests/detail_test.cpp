@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -248,8 +249,14 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) { check_conversion_bits()
 // be for these sizes: same bits, same non-finite findings, for the publish conversion, the
 // widening accumulate, the fused mix (1 to 9 donors) and the narrowing commit.
 TEST(Detail, StreamingAndOrdinaryStoresGiveTheSameBits) {
-  for (const pd::StoreMode mode : {pd::StoreMode::regular, pd::StoreMode::streaming}) {
-    SCOPED_TRACE(mode == pd::StoreMode::regular ? "regular stores" : "streaming stores");
+  // Ordinary stores, then streaming with each block copy this CPU runs (widest first).
+  for (std::size_t variant = 0; variant <= pd::stream_copies().size(); ++variant) {
+    const pd::StoreMode mode = variant == 0 ? pd::StoreMode::regular : pd::StoreMode::streaming;
+    if (variant > 0) {
+      pd::set_stream_copy(variant - 1);
+    }
+    SCOPED_TRACE(variant == 0 ? std::string("regular stores")
+                              : std::string("streaming stores, ") + pd::stream_copy_name());
     const StoreModeScope scope(mode);
     EXPECT_EQ(pd::store_mode(), mode);
     for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
@@ -274,7 +281,64 @@ TEST(Detail, StreamingAndOrdinaryStoresGiveTheSameBits) {
     }
     check_conversion_bits();
   }
+  pd::set_stream_copy(0);
   EXPECT_EQ(pd::store_mode(), pd::StoreMode::automatic);
+}
+
+// Each streaming block copy the CPU runs, called directly: whole lines, exact bytes, nothing
+// past the end; an index past the supported ones is refused.
+TEST(Detail, EveryStreamingCopyCopiesWholeLinesExactly) {
+  ASSERT_FALSE(pd::stream_copies().empty());
+  constexpr std::size_t kBytes = 64 * 37;
+  alignas(64) static std::byte src[kBytes];
+  alignas(64) static std::byte dst[kBytes + 64];
+  for (std::size_t i = 0; i < kBytes; ++i) src[i] = static_cast<std::byte>(i * 31 + 7);
+  for (const pd::StreamCopy& c : pd::stream_copies()) {
+    std::memset(dst, 0xab, sizeof dst);
+    c.copy(dst, src, kBytes);
+    EXPECT_EQ(0, std::memcmp(dst, src, kBytes)) << c.name;
+    for (std::size_t i = kBytes; i < sizeof dst; ++i) {
+      ASSERT_EQ(dst[i], std::byte{0xab}) << c.name << " wrote past the end at " << i;
+    }
+  }
+  // copy_check: exact bytes from an unaligned source, and a non-finite element of each width
+  // found wherever it sits; values just below (exponent not all ones) and, for 8-byte lanes,
+  // the exponent pattern in the low half are not.
+  struct Lane {
+    std::size_t elem;
+    std::uint64_t exp;
+  };
+  for (const Lane lane :
+       {Lane{2, 0x7f80}, Lane{2, 0x7c00}, Lane{4, 0x7f800000}, Lane{8, 0x7ff0000000000000ULL}}) {
+    for (const pd::StreamCopy& c : pd::stream_copies()) {
+      SCOPED_TRACE(std::string(c.name) + ", lanes of " + std::to_string(lane.elem));
+      std::vector<std::byte> store(kBytes + 8);
+      std::byte* in = store.data() + 2;  // unaligned, a multiple of 2 only
+      for (std::size_t i = 0; i < kBytes; ++i) in[i] = static_cast<std::byte>(i % 5);
+      // Just below non-finite in every 7th lane: the exponent's lowest bit cleared.
+      const std::uint64_t below = lane.exp & (lane.exp - 1);
+      for (std::size_t at = 0; at < kBytes; at += lane.elem * 7) {
+        std::memcpy(in + at, &below, lane.elem);
+      }
+      if (lane.elem == 8) {
+        const std::uint64_t low = lane.exp >> 32;  // the pattern in the low half only
+        std::memcpy(in + 8 * 3, &low, 8);
+      }
+      std::memset(dst, 0, sizeof dst);
+      EXPECT_EQ(c.copy_check(dst, in, kBytes, lane.elem, lane.exp), 0U);
+      EXPECT_EQ(0, std::memcmp(dst, in, kBytes));
+      for (std::size_t at : {std::size_t{0}, lane.elem * 5, kBytes / 2, kBytes - lane.elem}) {
+        std::uint64_t keep = 0;
+        std::memcpy(&keep, in + at, lane.elem);
+        std::memcpy(in + at, &lane.exp, lane.elem);
+        EXPECT_NE(c.copy_check(dst, in, kBytes, lane.elem, lane.exp), 0U) << "at " << at;
+        std::memcpy(in + at, &keep, lane.elem);
+      }
+    }
+  }
+  EXPECT_STREQ(pd::stream_copy_name(), pd::stream_copies()[0].name);
+  EXPECT_THROW(pd::set_stream_copy(pd::stream_copies().size()), std::out_of_range);
+  EXPECT_STREQ(pd::stream_copy_name(), pd::stream_copies()[0].name);
 }
 
 // Automatic mode streams a layer of kStreamBytes or more; the bits are those of the ordinary
@@ -319,6 +383,11 @@ TEST(Detail, KernelCloneIsTheOneThisCpuSupports) {
   EXPECT_EQ(clone, "portable");
 #endif
   EXPECT_NE(pd::kernel_summary().find(clone), std::string::npos) << pd::kernel_summary();
+#if defined(__x86_64__) && defined(__GNUC__)
+  EXPECT_STREQ(pd::stream_copies()[0].name, __builtin_cpu_supports("avx512bw") ? "avx512 (64-byte)"
+                                            : __builtin_cpu_supports("avx2")   ? "avx2 (32-byte)"
+                                                                               : "sse2 (16-byte)");
+#endif
 }
 
 namespace {

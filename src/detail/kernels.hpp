@@ -4,6 +4,7 @@
 // is tested on exponent bits and conversions are branch-free, see dtype.hpp).
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -66,6 +67,29 @@ void set_store_mode(StoreMode mode) noexcept;
 
 /// The store mode in force.
 [[nodiscard]] StoreMode store_mode() noexcept;
+
+/// Copies of whole cache lines with non-temporal stores (not fenced): @p dst 64-byte aligned,
+/// @p bytes a multiple of 64; for copy, @p src (an L1 block) 64-byte aligned too.
+struct StreamCopy {
+  const char* name;  ///< "avx512 (64-byte)", "avx2 (32-byte)", "sse2 (16-byte)" or "memcpy"
+  void (*copy)(void* dst, const void* src, std::size_t bytes) noexcept;
+  /// The same copy from a @p src of any alignment, in one pass with a search for elements of
+  /// @p elem bytes (2, 4 or 8) whose bits under @p exp are all set (non-finite); nonzero if
+  /// one is found.
+  std::uint32_t (*copy_check)(void* dst, const void* src, std::size_t bytes, std::size_t elem,
+                              std::uint64_t exp) noexcept;
+};
+
+/// The streaming copies this CPU runs, widest first (never empty). The kernels use the first
+/// unless set_stream_copy() picks another.
+[[nodiscard]] std::span<const StreamCopy> stream_copies() noexcept;
+
+/// Makes the kernels stream with stream_copies()[@p index] (for tests: every variant the CPU
+/// runs, not only the widest). Throws std::out_of_range past the supported ones.
+void set_stream_copy(std::size_t index);
+
+/// The name of the streaming copy in use.
+[[nodiscard]] const char* stream_copy_name() noexcept;
 
 /// Which clone of the kernels the loader chose on this CPU: "x86-64-v4" (AVX-512),
 /// "x86-64-v3" (AVX2), "default" (the x86-64 baseline), or "portable" (a build without clones).
