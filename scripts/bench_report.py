@@ -529,7 +529,9 @@ def main():
       "span path, [benchmarks-torch.md](benchmarks-torch.md); pulls and rebirths across two "
       "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
       "side (before / after a change, `scripts/bench_compare.py`), "
-      "[benchmarks-compare.md](benchmarks-compare.md).\n")
+      "[benchmarks-compare.md](benchmarks-compare.md). The kernel rows on an Intel Xeon "
+      "(AVX-512), where the store loops first lost to memcpy, and the streaming stores that "
+      "fixed it: [benchmarks-intel.md](benchmarks-intel.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)
