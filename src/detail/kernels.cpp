@@ -96,7 +96,8 @@ using Raw = typename Elem<T>::raw;
 // string protocol skips the read on Intel), so a plain store loop loses to it by up to 1.5x
 // there, and a bfloat16 widening (2 bytes read, 4 written) loses its whole advantage. Outputs of
 // kStreamBytes or more are therefore computed block by block into an L1-sized buffer with the
-// same loop (same bits) and streamed out with non-temporal stores.
+// same loop (same bits) and streamed out with non-temporal stores; a same-type copy streams
+// in one pass (copy_check below).
 
 std::atomic<StoreMode> g_store_mode{StoreMode::automatic};
 
@@ -116,9 +117,9 @@ bool stream_output(std::size_t bytes) noexcept {
 
 // The block copies to memory with non-temporal stores: @p bytes (a multiple of kLine) from an
 // L1 buffer to a line-aligned destination, without reading the destination's lines. Whole-line
-// (64-byte) stores where the CPU has them: narrower ones also combine into lines, but measured
-// up to 2x slower on an AVX-512 Xeon. Called through a pointer chosen once for the CPU (not
-// per kernel clone), so each can be tested on any CPU that runs it.
+// (64-byte) stores where the CPU has them, else 32- or 16-byte ones, which the write-combining
+// buffers merge into lines. Called through a pointer chosen once for the CPU (not per kernel
+// clone), so each can be tested on any CPU that runs it.
 #if defined(PARAMWIN_STREAM_X86)
 __attribute__((target("avx512f"))) void stream_copy_avx512(void* dst, const void* src,
                                                            std::size_t bytes) noexcept {
@@ -155,8 +156,9 @@ void stream_copy_plain(void* dst, const void* src, std::size_t bytes) noexcept {
 // A copy of whole lines with non-temporal stores that also looks for non-finite elements
 // (exponent bits all ones: (x & exp) == exp in lanes of elem bytes): the same-type publish in
 // one pass, loads and streaming stores interleaved. (Computing into an L1 block and then
-// streaming it, as the converting loops do, measured 1.3x a memcpy for this copy on an
-// AVX-512 Xeon; interleaved, 1.0-1.1x.) @p src any alignment; returns nonzero if one was found.
+// streaming it, as the converting loops do, measured 1.3-1.4x a memcpy for this copy on an
+// AVX-512 Xeon, interleaved 1.0-1.2x; docs/benchmarks-intel.md.) @p src any alignment;
+// returns nonzero if one was found.
 #if defined(PARAMWIN_STREAM_X86)
 __attribute__((target("avx512f,avx512bw"))) std::uint32_t copy_check_avx512(
     void* dst, const void* src, std::size_t bytes, std::size_t elem, std::uint64_t exp) noexcept {
