@@ -5,8 +5,13 @@
 #include <climits>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <new>
+#include <sstream>
+#include <stdexcept>
 #include <vector>
+
+#include "detail/kernels.hpp"
 
 namespace paramwin::bench {
 
@@ -188,6 +193,51 @@ PublishedWindow published_window(std::size_t n, Transport transport, std::size_t
   pw.win.publish({ConstLayerRef(pw.params)}, h);
   polite_barrier(MPI_COMM_WORLD);
   return pw;
+}
+
+namespace {
+
+// The value of the first "key\t: value" line of /proc/cpuinfo ("" when absent).
+std::string cpuinfo_field(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(key)) {
+      const std::size_t colon = line.find(':');
+      return colon == std::string::npos ? "" : line.substr(colon + 2);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void add_machine_context() {
+  if (const char* s = std::getenv("PARAMWIN_BENCH_STORES"); s != nullptr) {
+    const std::string v(s);
+    if (v == "automatic") {
+      detail::set_store_mode(detail::StoreMode::automatic);
+    } else if (v == "regular") {
+      detail::set_store_mode(detail::StoreMode::regular);
+    } else if (v == "streaming") {
+      detail::set_store_mode(detail::StoreMode::streaming);
+    } else {
+      throw std::invalid_argument("PARAMWIN_BENCH_STORES=" + v +
+                                  ": expected automatic, regular or streaming");
+    }
+  }
+  std::string model = cpuinfo_field("model name");
+  benchmark::AddCustomContext("cpu_model", model.empty() ? "?" : model);
+  std::istringstream flags(cpuinfo_field("flags"));
+  std::string flag, kept;
+  for (; flags >> flag;) {
+    if (flag.starts_with("avx") || flag == "f16c" || flag == "fma" || flag == "erms" ||
+        flag == "fsrm" || flag == "sse4_2") {
+      kept += (kept.empty() ? "" : " ") + flag;
+    }
+  }
+  benchmark::AddCustomContext("cpu_flags", kept.empty() ? "?" : kept);
+  benchmark::AddCustomContext("paramwin_kernels", detail::kernel_summary());
 }
 
 }  // namespace paramwin::bench

@@ -141,6 +141,13 @@ void compute_without_mpi(double seconds, const ParameterWindow<>* win = nullptr)
 PublishedWindow published_window(std::size_t n, Transport transport,
                                  std::size_t hyperparameters = 0);
 
+/// Records the machine and the kernels in the Google Benchmark context (every report names
+/// them, scripts/bench_report.py prints them): cpu_model and cpu_flags (the vector and
+/// cache-control flags of /proc/cpuinfo that decide which clone runs), paramwin_kernels
+/// (detail::kernel_summary()). PARAMWIN_BENCH_STORES=automatic|regular|streaming first forces
+/// the kernels' store mode (to measure both paths in one binary); any other value throws.
+void add_machine_context();
+
 /// "4KiB", "16MiB", ...
 std::string size_label(std::size_t bytes);
 /// "1M", "10M", "50M" for element counts.

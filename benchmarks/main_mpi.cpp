@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
       benchmark::AddCustomContext("poll_ns", std::to_string(e.poll_ns));
       benchmark::AddCustomContext("idle_poll_ns", std::to_string(e.idle_poll_ns));
       try {
+        paramwin::bench::add_machine_context();
         paramwin::bench::register_pull_benchmarks();
         paramwin::bench::register_multi_donor_benchmarks();
         paramwin::bench::register_misc_benchmarks();

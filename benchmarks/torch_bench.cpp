@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
     argc = kept;
     benchmark::Initialize(&argc, argv);
     try {
+      paramwin::bench::add_machine_context();
       paramwin::bench::register_torch_benchmarks();
       if (e.rank == 0) {
         benchmark::RunSpecifiedBenchmarks();

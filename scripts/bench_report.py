@@ -237,6 +237,14 @@ def machine(data, json_dir):
         f"kernel {platform.release()}",
         f"- Build: Release (`-O3`), C++20; Google Benchmark {gbench}",
     ]
+    # The run's own record of its CPU and kernels (paramwin_bench's context), which this
+    # report's machine may not share.
+    run_ctx = next((data.ctx[n] for n in sorted(data.ctx) if "cpu_model" in data.ctx[n]), None)
+    if run_ctx:
+        lines[0] = (f"- CPU: {run_ctx['cpu_model']}, {run_ctx.get('num_cpus', '?')} cores "
+                    f"(as the run saw it); flags: {run_ctx.get('cpu_flags', '?')}")
+        lines.insert(1, f"- Kernels: {run_ctx.get('paramwin_kernels', '?')} "
+                        "(`detail::kernel_summary()`)")
     commit_file = os.path.join(json_dir, "commit.txt") if json_dir else ""
     if commit_file and os.path.exists(commit_file):
         with open(commit_file) as f:
@@ -667,7 +675,9 @@ def main():
       "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
       "side (before / after a change, `scripts/bench_compare.py`), "
       "[benchmarks-compare.md](benchmarks-compare.md); `import paramwin` (Python) against the "
-      "C++ pull, [benchmarks-python.md](benchmarks-python.md).\n")
+      "C++ pull, [benchmarks-python.md](benchmarks-python.md). The kernel rows on an Intel Xeon "
+      "(AVX-512), where the store loops first lost to memcpy, and the streaming stores that "
+      "fixed it: [benchmarks-intel.md](benchmarks-intel.md).\n")
 
     w("## Machine\n")
     mach, noisy = machine(data, args.json_dir)

@@ -7,13 +7,19 @@
 # (dpkg -x, never into /), see docs/torch.md "CUDA".
 #   scripts/gpu_check.sh [--debs DIR] [--prefix DIR] [--torch-dir DIR] [--build-dir DIR]
 #                        [--out DIR] [--jobs N] [--bench] [--bench-filter REGEX]
-#                        [--ctest SECONDS] [--launcher-fork]
+#                        [--ctest SECONDS] [--launcher-fork] [--bench-stores MODES]
+#                        [--bench-rounds N] [--bench-only]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
 #             (default: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
 # --bench: also paramwin_bench on 2 ranks, by default issue 18's rows (shm wire at 50M,
 #          publish vs memcpy at 10M and 50M); --bench-filter replaces the filter.
+# --bench-stores MODES: run the bench once per store mode (comma-separated: automatic,
+#          regular, streaming; PARAMWIN_BENCH_STORES), alternating, --bench-rounds times
+#          (default 1): bench_MODE_rROUND.json, for side-by-side medians of the kernels' two
+#          store paths in one binary (docs/benchmarks-intel.md).
+# --bench-only: skip the LibTorch adapter's build and tests (implies --bench).
 # --ctest SECONDS: also build everything and run the CTest suite (without the multihost,
 #          install and lint labels) for at most SECONDS.
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
@@ -31,6 +37,9 @@ jobs=$(nproc)
 bench=0
 bench_filter='^(wire/pull_shm/wire:(native|bfloat16|float16)/n:50M|publish/(memcpy|paramwin/wire:(native|bfloat16))/n:(10M|50M))/'
 ctest_seconds=0
+bench_stores=""
+bench_rounds=1
+torch_tests=1
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,6 +52,9 @@ while [ $# -gt 0 ]; do
     --bench) bench=1; shift ;;
     --bench-filter) bench=1; bench_filter=$2; shift 2 ;;
     --ctest) ctest_seconds=$2; shift 2 ;;
+    --bench-stores) bench=1; bench_stores=${2//,/ }; shift 2 ;;
+    --bench-rounds) bench_rounds=$2; shift 2 ;;
+    --bench-only) bench=1; torch_tests=0; shift ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -119,7 +131,8 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
   exit 1
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
-targets=(torch_adapter_mpi_test)
+targets=()
+[ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test)
 [ "$bench" = 1 ] && targets+=(paramwin_bench)
 step "build ${targets[*]} (-j $jobs)"
 if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
@@ -130,7 +143,7 @@ fi
 grep -c "warning:" "$out/build.log" | sed 's/^/build warnings: /'
 # The CUDA tests need libtorch_cuda loaded (its hooks answer torch::cuda::is_available()).
 test_bin=$build_dir/tests/torch_adapter_mpi_test
-if [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
+if [ "$torch_tests" = 1 ] && [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
   echo "gpu_check: $test_bin does not load libtorch_cuda; relinking with it (--no-as-needed)"
   torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
   cmake "${cmake_args[@]}" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--no-as-needed -L$torch_lib -ltorch_cuda -Wl,--as-needed" \
@@ -138,10 +151,10 @@ if [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
     cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >>"$out/build.log" 2>&1 ||
     { echo "gpu_check: relink FAILED"; exit 1; }
 fi
-ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
+[ "$torch_tests" = 1 ] && ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
-for np in 1 2 4; do
+for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do
   step "torch_adapter_mpi_test on $np rank(s)"
   timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_adapter_mpi_test" \
     >"$out/torch_np$np.log" 2>&1
@@ -157,16 +170,27 @@ for np in 1 2 4; do
 done
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
+run_bench() {  # run_bench JSON-NAME TIMEOUT (env: PARAMWIN_BENCH_STORES)
+  timeout "$2" "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
+    --benchmark_filter="$bench_filter" \
+    --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/$1" --benchmark_out_format=json >>"$out/bench.txt" 2>&1 || status=1
+}
 if [ "$bench" = 1 ]; then
   step "paramwin_bench on 2 ranks, filter $bench_filter"
   { date -Is; cat /proc/loadavg; } >"$out/bench.txt"
-  timeout 200 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/benchmarks/paramwin_bench" \
-    --benchmark_filter="$bench_filter" \
-    --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
-    --benchmark_out="$out/bench.json" --benchmark_out_format=json >>"$out/bench.txt" 2>&1 ||
-    status=1
+  if [ -z "$bench_stores" ]; then
+    run_bench bench.json 200
+  else
+    for round in $(seq 1 "$bench_rounds"); do
+      for mode in $bench_stores; do
+        echo "=== stores $mode, round $round ($(date -Is))" >>"$out/bench.txt"
+        PARAMWIN_BENCH_STORES=$mode run_bench "bench_${mode}_r$round.json" 120
+      done
+    done
+  fi
   cat /proc/loadavg >>"$out/bench.txt"
-  grep -E "median|CPU|Run on|Load" "$out/bench.txt"
+  grep -E "median|CPU|Run on|Load|===|paramwin_kernels" "$out/bench.txt"
 fi
 
 # --- the whole suite (optional) -------------------------------------------------------------

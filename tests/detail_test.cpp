@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -187,7 +188,9 @@ TEST(Detail, MixOfNothingWritesNothing) {
 // here must give the bits of the scalar conversions in dtype.hpp (compiled at the baseline
 // into this test) for every float16 / bfloat16 pattern and a sweep of float32 patterns:
 // subnormals, ties, overflow, infinities and NaNs included.
-TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
+namespace {
+
+void check_conversion_bits() {
   std::vector<float> f;
   for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 4093) {
     f.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(b)));
@@ -226,6 +229,165 @@ TEST(Detail, VectorKernelsGiveTheScalarConversionBits) {
       }
     }
   }
+}
+
+// Forces a store mode for one scope (the process default is automatic).
+class StoreModeScope {
+ public:
+  explicit StoreModeScope(pd::StoreMode mode) { pd::set_store_mode(mode); }
+  StoreModeScope(const StoreModeScope&) = delete;
+  StoreModeScope& operator=(const StoreModeScope&) = delete;
+  ~StoreModeScope() { pd::set_store_mode(pd::StoreMode::automatic); }
+};
+
+}  // namespace
+
+TEST(Detail, VectorKernelsGiveTheScalarConversionBits) { check_conversion_bits(); }
+
+// Both store paths of the kernels (ordinary stores, and the L1 block streamed out with
+// non-temporal stores after an ordinary unaligned head), whatever the automatic choice would
+// be for these sizes: same bits, same non-finite findings, for the publish conversion, the
+// widening accumulate, the fused mix (1 to 9 donors) and the narrowing commit.
+TEST(Detail, StreamingAndOrdinaryStoresGiveTheSameBits) {
+  // Ordinary stores, then streaming with each block copy this CPU runs (widest first).
+  for (std::size_t variant = 0; variant <= pd::stream_copies().size(); ++variant) {
+    const pd::StoreMode mode = variant == 0 ? pd::StoreMode::regular : pd::StoreMode::streaming;
+    if (variant > 0) {
+      pd::set_stream_copy(variant - 1);
+    }
+    SCOPED_TRACE(variant == 0 ? std::string("regular stores")
+                              : std::string("streaming stores, ") + pd::stream_copy_name());
+    const StoreModeScope scope(mode);
+    EXPECT_EQ(pd::store_mode(), mode);
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      for (std::size_t n : {std::size_t{5}, std::size_t{1000}, std::size_t{10000 + 7}}) {
+        check_convert<float>(n, offset);
+        check_convert<double>(n, offset);
+      }
+    }
+    for (std::size_t k : {std::size_t{1}, std::size_t{3}, std::size_t{5}}) {
+      for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+        for (std::size_t count : {std::size_t{3}, std::size_t{9000 + 5}}) {
+          for (double momentum : {0.0, 0.5}) {
+            check_mix<float, float>(count, k, momentum, offset);
+            check_mix<float, pw::bfloat16>(count, k, momentum, offset);
+            check_mix<float, pw::float16>(count, k, momentum, offset);
+            check_mix<pw::bfloat16, pw::bfloat16>(count, k, momentum, offset);
+            check_mix<pw::float16, pw::float16>(count, k, momentum, offset);
+            check_mix<double, double>(count, k, momentum, offset);
+          }
+        }
+      }
+    }
+    check_conversion_bits();
+  }
+  pd::set_stream_copy(0);
+  EXPECT_EQ(pd::store_mode(), pd::StoreMode::automatic);
+}
+
+// Each streaming block copy the CPU runs, called directly: whole lines, exact bytes, nothing
+// past the end; an index past the supported ones is refused.
+TEST(Detail, EveryStreamingCopyCopiesWholeLinesExactly) {
+  ASSERT_FALSE(pd::stream_copies().empty());
+  constexpr std::size_t kBytes = 64 * 37;
+  alignas(64) static std::byte src[kBytes];
+  alignas(64) static std::byte dst[kBytes + 64];
+  for (std::size_t i = 0; i < kBytes; ++i) src[i] = static_cast<std::byte>(i * 31 + 7);
+  for (const pd::StreamCopy& c : pd::stream_copies()) {
+    std::memset(dst, 0xab, sizeof dst);
+    c.copy(dst, src, kBytes);
+    EXPECT_EQ(0, std::memcmp(dst, src, kBytes)) << c.name;
+    for (std::size_t i = kBytes; i < sizeof dst; ++i) {
+      ASSERT_EQ(dst[i], std::byte{0xab}) << c.name << " wrote past the end at " << i;
+    }
+  }
+  // copy_check: exact bytes from an unaligned source, and a non-finite element of each width
+  // found wherever it sits; values just below (exponent not all ones) and, for 8-byte lanes,
+  // the exponent pattern in the low half are not.
+  struct Lane {
+    std::size_t elem;
+    std::uint64_t exp;
+  };
+  for (const Lane lane :
+       {Lane{2, 0x7f80}, Lane{2, 0x7c00}, Lane{4, 0x7f800000}, Lane{8, 0x7ff0000000000000ULL}}) {
+    for (const pd::StreamCopy& c : pd::stream_copies()) {
+      SCOPED_TRACE(std::string(c.name) + ", lanes of " + std::to_string(lane.elem));
+      std::vector<std::byte> store(kBytes + 8);
+      std::byte* in = store.data() + 2;  // unaligned, a multiple of 2 only
+      for (std::size_t i = 0; i < kBytes; ++i) in[i] = static_cast<std::byte>(i % 5);
+      // Just below non-finite in every 7th lane: the exponent's lowest bit cleared.
+      const std::uint64_t below = lane.exp & (lane.exp - 1);
+      for (std::size_t at = 0; at < kBytes; at += lane.elem * 7) {
+        std::memcpy(in + at, &below, lane.elem);
+      }
+      if (lane.elem == 8) {
+        const std::uint64_t low = lane.exp >> 32;  // the pattern in the low half only
+        std::memcpy(in + 8 * 3, &low, 8);
+      }
+      std::memset(dst, 0, sizeof dst);
+      EXPECT_EQ(c.copy_check(dst, in, kBytes, lane.elem, lane.exp), 0U);
+      EXPECT_EQ(0, std::memcmp(dst, in, kBytes));
+      for (std::size_t at : {std::size_t{0}, lane.elem * 5, kBytes / 2, kBytes - lane.elem}) {
+        std::uint64_t keep = 0;
+        std::memcpy(&keep, in + at, lane.elem);
+        std::memcpy(in + at, &lane.exp, lane.elem);
+        EXPECT_NE(c.copy_check(dst, in, kBytes, lane.elem, lane.exp), 0U) << "at " << at;
+        std::memcpy(in + at, &keep, lane.elem);
+      }
+    }
+  }
+  EXPECT_STREQ(pd::stream_copy_name(), pd::stream_copies()[0].name);
+  EXPECT_THROW(pd::set_stream_copy(pd::stream_copies().size()), std::out_of_range);
+  EXPECT_STREQ(pd::stream_copy_name(), pd::stream_copies()[0].name);
+}
+
+// Automatic mode streams a layer of kStreamBytes or more; the bits are those of the ordinary
+// path, and a non-finite value in a streamed block is found.
+TEST(Detail, AutomaticStoresStreamLargeLayersWithTheSameBits) {
+  const std::size_t n = pd::kStreamBytes / sizeof(float) + 37;
+  std::vector<float> src(n);
+  for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 997) * 0.25F - 100.0F;
+  std::vector<std::uint16_t> narrow_auto(n), narrow_regular(n);
+  std::vector<float> wide_auto(n), wide_regular(n);
+  ASSERT_TRUE(
+      pd::convert(narrow_auto.data(), pw::DType::bfloat16, src.data(), pw::DType::float32, n));
+  (void)pd::accumulate(wide_auto.data(), pw::DType::float32, narrow_auto.data(),
+                       pw::DType::bfloat16, n, 0.5, true, false);
+  {
+    const StoreModeScope scope(pd::StoreMode::regular);
+    ASSERT_TRUE(
+        pd::convert(narrow_regular.data(), pw::DType::bfloat16, src.data(), pw::DType::float32, n));
+    (void)pd::accumulate(wide_regular.data(), pw::DType::float32, narrow_regular.data(),
+                         pw::DType::bfloat16, n, 0.5, true, false);
+  }
+  EXPECT_EQ(narrow_auto, narrow_regular);
+  EXPECT_EQ(0, std::memcmp(wide_auto.data(), wide_regular.data(), n * sizeof(float)));
+  src[n / 2] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(
+      pd::convert(wide_auto.data(), pw::DType::float32, src.data(), pw::DType::float32, n));
+}
+
+// The report's clone is the one the loader's rule picks for this CPU (GCC on x86-64 ELF builds
+// the three clones; other builds have one portable version).
+TEST(Detail, KernelCloneIsTheOneThisCpuSupports) {
+  const std::string clone = pd::kernel_clone();
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512cd");
+  EXPECT_EQ(clone, v4 ? "x86-64-v4" : (v3 ? "x86-64-v3" : "default"));
+#else
+  EXPECT_EQ(clone, "portable");
+#endif
+  EXPECT_NE(pd::kernel_summary().find(clone), std::string::npos) << pd::kernel_summary();
+#if defined(__x86_64__) && defined(__GNUC__)
+  EXPECT_STREQ(pd::stream_copies()[0].name, __builtin_cpu_supports("avx512bw") ? "avx512 (64-byte)"
+                                            : __builtin_cpu_supports("avx2")   ? "avx2 (32-byte)"
+                                                                               : "sse2 (16-byte)");
+#endif
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "detail/kernels.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
@@ -144,6 +145,19 @@ TEST_P(TornSnapshot, AlwaysPinnedReadsAreConsistentAndPublishersNeverWait) {
   EXPECT_EQ(c.bad, 0);
   EXPECT_EQ(c.pinned, c.pulls);
   EXPECT_EQ(c.retried, 0);
+}
+
+// The same with every kernel output streamed (non-temporal stores, which are weakly ordered:
+// publish must fence them before it releases the version; the automatic mode streams only
+// layers of 16 MiB or more, larger than this model).
+TEST_P(TornSnapshot, StreamedPublishesAndPullsNeverTear) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  paramwin::detail::set_store_mode(paramwin::detail::StoreMode::streaming);
+  const Counts optimistic = stress(GetParam(), pw::ReadMode::optimistic, 4, pulls(200));
+  const Counts automatic = stress(GetParam(), pw::ReadMode::automatic, 4, pulls(200));
+  paramwin::detail::set_store_mode(paramwin::detail::StoreMode::automatic);
+  EXPECT_EQ(optimistic.bad, 0);
+  EXPECT_EQ(automatic.bad, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TornSnapshot,

@@ -52,7 +52,9 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     if (live && ref.data() == dst + e.offset) {
       continue;  // already the live memory
     }
-    const bool finite = convert(dst + e.offset, e.wire, ref.data(), ref.dtype(), e.count);
+    // The whole slot is written: large enough in all, every layer streams (kernels.hpp).
+    const bool finite =
+        convert(dst + e.offset, e.wire, ref.data(), ref.dtype(), e.count, slots_.payload_bytes);
     if (!finite && bad_layer == 0) {
       bad_layer = layer + 1;
     }

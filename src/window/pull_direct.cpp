@@ -29,6 +29,10 @@ void PullEngine::run_direct() {
   normalise_weights();
   const Layout& layout = w_.layout();
   std::vector<MixSource> sources;
+  std::size_t out_bytes = 0;  // the whole pull's output, for the kernels' choice of stores
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    out_bytes += bytes_of(layout[l].count, layout[l].dtype);
+  }
   for (std::size_t l = 0; l < layout.size(); ++l) {
     const SlotLayout::Entry& e = w_.slots().entries[l];
     const LayerRef& ref = out_[order_[l]];
@@ -48,7 +52,7 @@ void PullEngine::run_direct() {
       std::memcpy(ref.data(), sources[0].data, bytes_of(e.count, e.wire));
     } else {
       // Every donor in one pass over the layer (see mix()).
-      mix(ref.data(), ref.dtype(), sources, e.wire, e.count, options_.momentum);
+      mix(ref.data(), ref.dtype(), sources, e.wire, e.count, options_.momentum, out_bytes);
     }
   }
   for (Donor& d : donors_) {
