@@ -16,6 +16,7 @@
 # before each run and the report prints it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command_line="scripts/bench.sh $*"
 
 build_dir=
 mpi=mpich
@@ -63,6 +64,7 @@ if [ "$mpi_compare" = 1 ]; then
       mkdir -p "$o"
       rm -f "$o"/*.json "$o"/*.txt
       git rev-parse --short HEAD > "$o/commit.txt" 2>/dev/null || echo unknown > "$o/commit.txt"
+      echo "$command_line (reps $reps, min_time $min_time)" > "$o/command.txt"
       "$PARAMWIN_MPIEXEC" --version 2>&1 | grep -m1 -E "Version|OpenRTE|Open MPI" > "$o/mpi.txt" || true
       for np in 2 4; do
         filter='^one_donor/'

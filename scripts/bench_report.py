@@ -504,6 +504,9 @@ def mpi_section(json_dir, w):
       "the other by `scripts/bench.sh --mpi-compare`; Open MPI with the launcher environment of "
       "the tests (RMA through osc/ucx, docs/rma-semantics.md). Medians of the repetitions "
       "(min – max).\n")
+    cpath = os.path.join(runs["mpich"][0], "command.txt")
+    if os.path.exists(cpath):
+        w(f"Command: `{open(cpath).read().strip()}`.\n")
     rows = []
     for key, label in MPI_LABELS:
         d, _ = runs[key]
@@ -511,8 +514,21 @@ def mpi_section(json_dir, w):
             if os.path.exists(os.path.join(d, "commit.txt")) else "unrecorded"
         version = open(os.path.join(d, "mpi.txt")).read().strip() \
             if os.path.exists(os.path.join(d, "mpi.txt")) else ""
-        rows.append([label, version.replace("|", "/"), commit, run_note(d, 2), run_note(d, 4)])
-    w(table(["MPI", "launcher", "commit", "2-rank run", "4-rank run"], rows) + "\n")
+        rows.append([label, " ".join(version.replace("|", "/").split()), commit,
+                     run_note(d, 2), run_note(d, 4)])
+    w(table(["MPI", "launcher version", "commit", "2-rank run", "4-rank run"], rows) + "\n")
+    loads = []
+    for key, _ in MPI_LABELS:
+        for np_ in (2, 4):
+            path = os.path.join(runs[key][0], f"load_np{np_}.txt")
+            if os.path.exists(path):
+                lines = open(path).read().split("\n")
+                loads += [float(line.split()[0]) for line in lines[1:3] if line.strip()]
+    if loads and max(loads) > 2.0:
+        w(f"> **Load.** The 1-minute load average reached {max(loads):.2f} on the 2 cores during "
+          "these runs (other processes). Both MPIs' ranks busy-poll, so the figures measure "
+          "contention as much as the MPI: compare the two columns of one row (taken minutes "
+          "apart), not these numbers with sections 1 and 2.\n")
 
     ref = runs["mpich"][1]
     sizes = sorted({int(n.split("bytes:")[1]) for _, n in ref.r if n.startswith("one_donor/")})
