@@ -1,10 +1,9 @@
 // Microbenchmark of the kernels' store paths on one core, no MPI (docs/benchmarks-intel.md):
 // memcpy against the publish copy + finite check, the bfloat16 widening and narrowing, each
 // with ordinary and streaming stores (detail::set_store_mode), and a hand-written AVX-512
-// streaming copy for reference. Medians of 11, interleaved. Not part of the CMake build
-// (x86-64 with AVX-512 only); built against a build's library:
-//   g++ -O2 -std=c++20 -Isrc -Iinclude benchmarks/kernel_stores_micro.cpp \
-//       BUILD/src/libparamwin.a -o /tmp/mb && /tmp/mb 50000000
+// streaming copy for reference. Medians of 11, interleaved. Target paramwin_kernel_micro
+// (built where the compiler accepts -mavx512f -mavx512bw; runs on AVX-512 CPUs only):
+//   cmake --build BUILD --target paramwin_kernel_micro && BUILD/benchmarks/paramwin_kernel_micro 50000000
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <algorithm>
