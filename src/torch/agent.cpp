@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../mpi/agree.hpp"
+#include "optimizer_state.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::torch {
@@ -78,6 +81,12 @@ struct TorchAgent::Impl {
   TorchAgentOptions options;
   RebirthCallback user_on_rebirth;
   PrepareParamsCallback user_prepare;
+  ResetCallback user_reset;
+  // The module's own layers (the window's layout less the optimizer's state layers).
+  Layout module_layout;
+  // With TorchAgentOptions::inherit_optimizer_state: the state layers and their buffers.
+  std::optional<detail::OptimizerStateLayers> state_layers;
+  std::uint64_t states_inherited = 0;
   std::vector<std::string> skipped;
   std::uint64_t built = 0;
   std::uint64_t states_reset = 0;
@@ -132,10 +141,36 @@ struct TorchAgent::Impl {
     ++built;
   }
 
-  /// Takes over the user's rebirth and prepare hooks and returns the module's layout.
-  Layout prepare(AgentOptions& agent_options) {
+  /// Takes over the user's rebirth and prepare hooks and returns the agent's layout: the
+  /// module's, then the optimizer's state layers when they are inherited.
+  Layout prepare(AgentOptions& agent_options, bool live_exposure, bool grouped) {
     ModuleTensors mt = collect(*module, options.module);
     skipped = mt.skipped;
+    module_layout = mt.layout;
+    Layout layout = mt.layout;
+    if (options.inherit_optimizer_state) {
+      if (live_exposure) {
+        throw InvalidArgument(
+            "paramwin::torch: TorchAgentOptions::inherit_optimizer_state needs snapshot "
+            "exposure (a live window holds the module's tensors only)");
+      }
+      if (grouped) {
+        throw InvalidArgument(
+            "paramwin::torch: TorchAgentOptions::inherit_optimizer_state is not supported for "
+            "grouped agents (AgentGroups) yet; use reset or a builder");
+      }
+      state_layers.emplace(optimizer(), mt);
+      state_layers->append_to(layout);
+      // MixingKind::reset re-initialises the module's layers (the user's callback sees only
+      // those) and resets the optimizer's state (zeros, step 0: restore() erases it).
+      user_reset = std::move(agent_options.reset);
+      if (user_reset) {
+        agent_options.reset = [this](std::span<const LayerRef> params, std::uint64_t seed) {
+          user_reset(params.first(module_layout.size()), seed);
+          state_layers->clear();
+        };
+      }
+    }
     user_on_rebirth = std::move(agent_options.on_rebirth);
     user_prepare = std::move(agent_options.prepare_params);
     // `this` is stable (heap-allocated Impl), so the hooks survive moves of the TorchAgent.
@@ -148,11 +183,27 @@ struct TorchAgent::Impl {
       stage_in();
       if (user_prepare) user_prepare();
     };
-    return std::move(mt.layout);
+    return layout;
+  }
+
+  /// prepare() on every rank of @p comm: a rank's error (an unsupported optimizer, say) is
+  /// thrown on every rank, before any of them enters the agent's collective creation.
+  Layout prepare_agreed(MPI_Comm comm, AgentOptions& agent_options, bool live_exposure,
+                        bool grouped) {
+    std::exception_ptr error;
+    Layout layout;
+    try {
+      layout = prepare(agent_options, live_exposure, grouped);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    paramwin::detail::agree_or_rethrow<InvalidArgument>(comm, error);
+    return layout;
   }
 
   void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
-    Layout layout = prepare(agent_options);
+    Layout layout =
+        prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
     auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
                                           window_options);
@@ -162,7 +213,8 @@ struct TorchAgent::Impl {
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
               const WindowOptions& window_options) {
-    Layout layout = prepare(agent_options);
+    Layout layout = prepare_agreed(groups.training_comm(), agent_options,
+                                   window_options.exposure == Exposure::live, true);
     agent = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
                                          window_options);
   }
@@ -192,7 +244,7 @@ struct TorchAgent::Impl {
     std::vector<::torch::Tensor> all = listed();
     if (unchanged(all)) return;
     ModuleTensors mt = collect(*module, options.module);
-    check_against(mt, agent->layout());
+    check_against(mt, module_layout);
     const std::size_t n = mt.tensors.size();
     std::vector<::torch::Tensor> host(n);
     std::vector<bool> pin(n, false);
@@ -235,6 +287,8 @@ struct TorchAgent::Impl {
       if (staged[i].defined()) ++counters.staged_tensors;
       if (pinned[i]) ++counters.pinned_tensors;
     }
+    if (state_layers)
+      refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
     bound = true;
     ++counters.binds;
   }
@@ -257,6 +311,7 @@ struct TorchAgent::Impl {
     }
     wait_for_copies();
     if (any) ++counters.stage_passes;
+    if (state_layers) state_layers->capture(optimizer(), current.tensors);
   }
 
   /// Copies the host buffers (the rebirth's result) back into the staged tensors.
@@ -280,9 +335,10 @@ struct TorchAgent::Impl {
         if (options.clear_gradients && t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
       }
     }
-    if (builder) {
-      build_optimizer();
-    } else if (options.reset_optimizer_state) {
+    if (builder) build_optimizer();
+    if (state_layers) {
+      states_inherited += state_layers->restore(optimizer(), current.tensors);
+    } else if (!builder && options.reset_optimizer_state) {
       states_reset += reset_optimizer_state(*borrowed, current.tensors);
     }
     if (user_on_rebirth) {
@@ -400,6 +456,7 @@ const AgentStats& TorchAgent::stats() const { return impl_->agent->stats(); }
 const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
 std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
+std::uint64_t TorchAgent::optimizer_states_inherited() const { return impl_->states_inherited; }
 const TorchStagingStats& TorchAgent::staging_stats() const { return impl_->counters; }
 
 void TorchAgent::close() {
