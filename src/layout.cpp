@@ -1,6 +1,8 @@
 #include "paramwin/layout.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <memory>
 #include <sstream>
 
 #include "paramwin/error.hpp"
@@ -100,6 +102,57 @@ Layout& Layout::add(std::string name, std::vector<std::size_t> shape, DType dtyp
   return *this;
 }
 
+Layout& Layout::add_hyperparameter(std::string name, HyperType type) {
+  const std::size_t n = hyper_ ? hyper_->size() : 0;
+  if (!valid_name(name)) {
+    throw InvalidArgument("hyperparameter name '" + name + "' is invalid: names must be " +
+                          "non-empty and contain no whitespace (hyperparameter " +
+                          std::to_string(n) + ")");
+  }
+  if (type != HyperType::int64 && type != HyperType::float64) {
+    throw InvalidArgument("hyperparameter '" + name + "' has an invalid type");
+  }
+  std::vector<HyperSpec> specs = hyper_ ? *hyper_ : std::vector<HyperSpec>{};
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name == name) {
+      throw InvalidArgument("duplicate hyperparameter name '" + name + "' (already hyperparameter " +
+                            std::to_string(i) + ")");
+    }
+  }
+  if (specs.size() >= kMaxHyperparameters) {
+    throw InvalidArgument("hyperparameter '" + name + "': a layout holds at most " +
+                          std::to_string(kMaxHyperparameters) + " hyperparameters");
+  }
+  // A separate hash, combined in fingerprint(): the layers' hash does not depend on whether
+  // a hyperparameter was declared before or after them.
+  if (specs.empty()) hyper_fingerprint_ = 0xcbf29ce484222325ULL;
+  mix_u64(hyper_fingerprint_, name.size());
+  mix(hyper_fingerprint_, name.data(), name.size());
+  mix_u64(hyper_fingerprint_, static_cast<std::uint64_t>(type));
+  specs.push_back(HyperSpec{std::move(name), type});
+  hyper_ = std::make_shared<const std::vector<HyperSpec>>(std::move(specs));
+  return *this;
+}
+
+const std::vector<HyperSpec>& Layout::hyperparameters() const noexcept {
+  static const std::vector<HyperSpec> kNone;
+  return hyper_ ? *hyper_ : kNone;
+}
+
+Hyperparameters Layout::make_hyperparameters() const { return Hyperparameters(hyper_); }
+
+std::uint64_t Layout::fingerprint() const noexcept {
+  if (!hyper_) return fingerprint_;
+  std::uint64_t h = fingerprint_;
+  mix_u64(h, 0x6879706572ULL);  // "hyper": keeps {layers + hyper} apart from other layers
+  mix_u64(h, hyper_fingerprint_);
+  return h;
+}
+
+bool operator==(const Layout& a, const Layout& b) {
+  return a.layers_ == b.layers_ && a.hyperparameters() == b.hyperparameters();
+}
+
 void Layout::throw_negative_count(const std::string& name, long long count) {
   throw InvalidArgument("layer '" + name + "' has a negative element count " +
                         std::to_string(count));
@@ -143,6 +196,9 @@ std::string Layout::serialize() const {
     }
     out << '\n';
   }
+  for (const HyperSpec& h : hyperparameters()) {
+    out << "%hyper " << h.name << ' ' << static_cast<int>(h.type) << '\n';
+  }
   return out.str();
 }
 
@@ -152,6 +208,17 @@ Layout Layout::deserialize(std::string_view text) {
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
+    if (line.rfind("%hyper ", 0) == 0) {
+      std::string tag;
+      std::string name;
+      int type = -1;
+      std::string rest;
+      if (!(fields >> tag >> name >> type) || (type != 0 && type != 1) || (fields >> rest)) {
+        throw InvalidArgument("malformed serialized layout line '" + line + "'");
+      }
+      layout.add_hyperparameter(name, static_cast<HyperType>(type));
+      continue;
+    }
     std::string name;
     int dtype = 0;
     std::size_t rank = 0;
@@ -183,6 +250,23 @@ std::string Layout::first_difference(const Layout& a, const Layout& b) {
            (a.size() > b.size() ? longer.layers_[n].describe() + " vs missing"
                                 : "missing vs " + longer.layers_[n].describe()) +
            " (" + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " layers)";
+  }
+  const std::vector<HyperSpec>& ha = a.hyperparameters();
+  const std::vector<HyperSpec>& hb = b.hyperparameters();
+  const std::size_t m = std::min(ha.size(), hb.size());
+  for (std::size_t i = 0; i < m; ++i) {
+    if (!(ha[i] == hb[i])) {
+      return "hyperparameter " + std::to_string(i) + ": '" + ha[i].describe() + "' vs '" +
+             hb[i].describe() + "'";
+    }
+  }
+  if (ha.size() != hb.size()) {
+    const HyperSpec& extra = ha.size() > hb.size() ? ha[m] : hb[m];
+    return "hyperparameter " + std::to_string(m) + ": " +
+           (ha.size() > hb.size() ? "'" + extra.describe() + "' vs missing"
+                                  : "missing vs '" + extra.describe() + "'") +
+           " (" + std::to_string(ha.size()) + " vs " + std::to_string(hb.size()) +
+           " hyperparameters)";
   }
   return "";
 }

@@ -35,19 +35,21 @@ class Agent final : public AgentInterface {
   using memory_space = MemorySpace;                  ///< where the parameters live
   using window_type = ParameterWindow<MemorySpace>;  ///< the owned window
 
-  /// Validates @p options on every rank (InvalidArgument on every rank if any rank's are
-  /// invalid), then creates the window over @p comm.
+  /// Validates @p options (their explore rules against @p layout's hyperparameters too) on
+  /// every rank (InvalidArgument on every rank if any rank's are invalid), then creates the
+  /// window over @p comm.
   /// @note Collective over @p comm.
   Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
         const WindowOptions& window_options = {})
-      : core_(detail::AgentCore::create_collective(comm, std::move(options))),
+      : core_(detail::AgentCore::create_collective(comm, std::move(options), layout)),
         window_(comm, std::move(layout),
                 detail::serving_window_options(window_options, core_.policy().options().serve)) {}
 
   /// Takes ownership of an existing @p window; validates @p options locally (not collective).
   /// With serve.progress_thread the window must have been created with a progress thread.
   explicit Agent(window_type&& window, AgentOptions options = {})
-      : core_(std::move(options), window.rank(), window.size()), window_(std::move(window)) {
+      : core_(std::move(options), window.rank(), window.size(), window.layout()),
+        window_(std::move(window)) {
     detail::check_serving(window_.options(), core_.policy().options().serve);
   }
 
@@ -154,6 +156,15 @@ class Agent final : public AgentInterface {
   }                                                                   ///< drawn
   [[nodiscard]] std::uint64_t generation() const noexcept override {  ///< rebirths
     return policy().generation();
+  }
+
+  /// This agent's hyperparameters (see AgentInterface::hyperparameters).
+  [[nodiscard]] const Hyperparameters& hyperparameters() const override {
+    return core_.hyperparameters();
+  }
+  /// Sets them; the next publish carries them (see AgentInterface::set_hyperparameters).
+  void set_hyperparameters(const Hyperparameters& values) override {
+    core_.set_hyperparameters(values);
   }
 
   /// Writes the counters and phase timers (see AgentStats::write_summary).

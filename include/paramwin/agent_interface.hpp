@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "paramwin/event.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
@@ -57,6 +59,20 @@ class AgentInterface {
   [[nodiscard]] virtual std::int64_t age() const = 0;          ///< steps since (re)birth
   [[nodiscard]] virtual std::int64_t max_age() const = 0;      ///< drawn maximum age
   [[nodiscard]] virtual std::uint64_t generation() const = 0;  ///< rebirths
+
+  /// This agent's hyperparameters (declared with the layout): what its next publish
+  /// carries; a rebirth replaces them (see AgentOptions::explore). Empty if none declared.
+  [[nodiscard]] virtual const Hyperparameters& hyperparameters() const = 0;
+  /// Sets this agent's hyperparameters (e.g. a trainer's schedule); the next publish (by
+  /// the cadence or publish()) carries them. @p values must have the layout's declarations
+  /// (InvalidArgument otherwise). A GroupAgent: call on every rank with the same values.
+  virtual void set_hyperparameters(const Hyperparameters& values) = 0;
+  /// Sets one hyperparameter by name (see Hyperparameters::set and set_hyperparameters).
+  void set_hyperparameter(std::string_view name, double value) {
+    Hyperparameters h = hyperparameters();
+    h.set(name, value);
+    set_hyperparameters(h);
+  }
 
  protected:
   AgentInterface() = default;                                  ///< for the agents only

@@ -86,9 +86,16 @@ struct StepEvent {
   unsigned publish_attempts = 0;  ///< tries of this step's publish (> 1: a rebirth's retried)
   std::uint64_t version = 0;      ///< this agent's publish version after the step
   PhaseSeconds seconds{};         ///< time of each phase
+  /// The agent's hyperparameters after the step (after the rebirth's exploit and explore
+  /// when died): what its next publish carries. Empty when the layout declares none.
+  Hyperparameters hyper{};
+  /// The agent's hyperparameters before the rebirth (when died; otherwise equal to hyper).
+  Hyperparameters hyper_before{};
 };
 
 /// One JSON object (no newline) describing @p event; see docs/agent.md for the fields.
+/// Hyperparameters appear as "hyper": {"name": value, ...} on every event and
+/// "hyper_before": {...} on events that died (int64 as integers, float64 as numbers).
 [[nodiscard]] std::string to_json(const StepEvent& event);
 
 /// Counters and per-phase timers over an agent's steps, in constant memory: each timer is a

@@ -126,6 +126,13 @@ class GroupAgent final : public AgentInterface {
   /// Publish epoch of the agent's latest group publish (the stamp of its shards).
   [[nodiscard]] std::uint64_t epoch() const;
 
+  /// The agent's hyperparameters (the same on every rank of the agent; see
+  /// AgentInterface::hyperparameters). Every shard of a publish carries them.
+  [[nodiscard]] const Hyperparameters& hyperparameters() const override;
+  /// Sets them on this rank; call on every rank of the agent with the same values before
+  /// its next publish (see AgentInterface::set_hyperparameters).
+  void set_hyperparameters(const Hyperparameters& values) override;
+
   /// Writes the counters and phase timers (see AgentStats::write_summary).
   void write_summary(std::ostream& out) const;
   /// Replaces the event log; only the leader writes events (one line per agent).

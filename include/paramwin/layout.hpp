@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "paramwin/dtype.hpp"
+#include "paramwin/hyper.hpp"
 
 namespace paramwin {
 
@@ -29,7 +31,8 @@ struct LayerSpec {
   friend bool operator==(const LayerSpec&, const LayerSpec&) = default;
 };
 
-/// Ordered named layers with a fingerprint over names, shapes, dtypes and order.
+/// Ordered named layers, and the hyperparameters that travel with them, with a fingerprint
+/// over names, shapes, dtypes and order (of the layers and of the hyperparameters).
 class Layout {
  public:
   Layout() = default;
@@ -49,6 +52,16 @@ class Layout {
     return add(std::move(name), std::vector<std::size_t>{static_cast<std::size_t>(count)}, dtype);
   }
 
+  /// Declares a hyperparameter: a named scalar published inside every snapshot with the
+  /// layers (see hyper.hpp). Names are unique among hyperparameters (a layer may share one);
+  /// at most kMaxHyperparameters. Throws InvalidArgument on an empty, duplicate or
+  /// whitespace-holding name, an unknown type or one too many.
+  Layout& add_hyperparameter(std::string name, HyperType type = HyperType::float64);
+  /// The declared hyperparameters, in order.
+  [[nodiscard]] const std::vector<HyperSpec>& hyperparameters() const noexcept;
+  /// A value set of this layout's hyperparameters, every value 0 (shares the declarations).
+  [[nodiscard]] Hyperparameters make_hyperparameters() const;
+
   /// Number of layers.
   [[nodiscard]] std::size_t size() const noexcept { return layers_.size(); }
   /// True when the layout has no layers.
@@ -65,8 +78,9 @@ class Layout {
   [[nodiscard]] std::size_t total_elements() const noexcept { return total_elements_; }
   /// Sum of all layers' sizes in bytes (in their own dtypes).
   [[nodiscard]] std::size_t total_bytes() const noexcept { return total_bytes_; }
-  /// 64-bit FNV-1a hash over names, shapes, dtypes and order.
-  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+  /// 64-bit FNV-1a hash over names, shapes, dtypes and order, with the hyperparameters'
+  /// names, types and order mixed in (a layout without hyperparameters hashes its layers only).
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept;
 
   /// A compact text form that deserialize() reads back (used to explain mismatches).
   [[nodiscard]] std::string serialize() const;
@@ -75,8 +89,8 @@ class Layout {
   /// Human explanation of the first difference between two layouts ("" when equal).
   [[nodiscard]] static std::string first_difference(const Layout& a, const Layout& b);
 
-  /// Same layers in the same order.
-  friend bool operator==(const Layout& a, const Layout& b) { return a.layers_ == b.layers_; }
+  /// Same layers and hyperparameters in the same order.
+  friend bool operator==(const Layout& a, const Layout& b);
 
  private:
   [[noreturn]] static void throw_negative_count(const std::string& name, long long count);
@@ -84,6 +98,8 @@ class Layout {
   std::size_t total_elements_ = 0;
   std::size_t total_bytes_ = 0;
   std::uint64_t fingerprint_ = 0xcbf29ce484222325ULL;
+  std::shared_ptr<const std::vector<HyperSpec>> hyper_;  // null: none declared
+  std::uint64_t hyper_fingerprint_ = 0;                   // 0: none declared
 };
 
 }  // namespace paramwin

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/hyper.hpp"
+
 namespace paramwin {
 
 /// How a donor's memory is read.
@@ -131,6 +133,9 @@ struct DonorRead {
   bool skipped = false;  ///< left out (non-finite values, NonFinitePolicy::skip_donor)
   double weight = 0.0;   ///< normalised weight applied (0 if skipped)
   double metric = 0.0;   ///< donor's roster metric when it was read
+  /// The hyperparameters the donor published with that very version (read inside the same
+  /// seqlock as its layers; empty when the layout declares none).
+  Hyperparameters hyper;
 };
 
 /// What a pull did.

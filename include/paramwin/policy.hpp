@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/explore.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/options.hpp"
 #include "paramwin/roster.hpp"
@@ -239,7 +241,9 @@ struct ServeOptions {
 };
 
 /// Called after a rebirth wrote the new parameters and before they are republished: reset
-/// optimizer state, learning-rate schedules, re-draw hyperparameters. May modify @p params.
+/// optimizer state, learning-rate schedules. @p event carries the hyperparameters before
+/// (StepEvent::hyper_before) and after (StepEvent::hyper) the rebirth's exploit and explore;
+/// apply the latter to the trainer. May modify @p params.
 using RebirthCallback =
     std::function<void(const StepEvent& event, std::span<const LayerRef> params)>;
 
@@ -262,6 +266,7 @@ struct AgentOptions {
   TriggerOptions triggers{};                                     ///< who dies
   SelectionOptions selection{};                                  ///< who donates
   MixingOptions mixing{};                                        ///< how donors are mixed
+  ExploreOptions explore{};  ///< how hyperparameters are inherited and explored on a rebirth
   PublishOptions publish{};                                      ///< when parameters are published
   ReadOptions read{};            ///< how step() reads others (deadline, read mode, chunks)
   ServeOptions serve{};          ///< how this agent serves its RMA readers (progress)
@@ -279,8 +284,10 @@ struct AgentOptions {
 /// Checks @p options for a population of @p population agents; throws InvalidArgument
 /// naming the first bad field (lo > hi, negative ages, fraction outside [0, 1], k <= 0,
 /// k > population - 1 without clamping, weights not matching k, momentum outside [0, 1),
-/// reset without a callback, negative publish cadence, ...).
+/// reset without a callback, negative publish cadence, bad explore options, ...).
 void validate(const AgentOptions& options, int population);
+/// Same, and checks the explore rules against @p layout's hyperparameters.
+void validate(const AgentOptions& options, int population, const Layout& layout);
 
 /// Builds options from string key/value pairs (see docs/agent.md for the keys), e.g.
 /// {"triggers", "age,worst_fraction"}, {"age", "50..150"}, {"selection", "tournament"}.
@@ -362,6 +369,13 @@ class Policy {
   void reborn();
   /// A seed for the reset callback, from its own per-agent stream.
   [[nodiscard]] std::uint64_t next_reset_seed();
+  /// The rebirth's hyperparameters: inherit from @p donors (best first, normalised
+  /// @p weights) per options().explore, explore them from the agent's explore stream, then
+  /// the user's explore function. Call before reborn() (the context's generation is the
+  /// one after the rebirth). @p own is returned unchanged when no hyperparameter is declared.
+  [[nodiscard]] Hyperparameters exploit_explore(const Hyperparameters& own,
+                                                std::span<const Hyperparameters> donors,
+                                                std::span<const double> weights);
 
   [[nodiscard]] const AgentOptions& options() const noexcept { return options_; }  ///< options
   [[nodiscard]] int rank() const noexcept { return rank_; }                        ///< agent's rank
@@ -385,6 +399,7 @@ class Policy {
   std::mt19937_64 age_rng_;
   std::mt19937_64 select_rng_;
   std::mt19937_64 reset_rng_;
+  std::mt19937_64 explore_rng_;
   std::int64_t steps_ = 0;
   std::int64_t age_ = 0;
   std::int64_t max_age_ = 0;

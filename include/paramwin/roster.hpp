@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "paramwin/hyper.hpp"
+
 namespace paramwin {
 
 /// Lifecycle state an agent advertises in its roster.
@@ -37,6 +39,9 @@ struct RosterEntry {
   std::uint64_t status_updates = 0;  ///< number of set_status calls (changes on every update)
   double publish_time = 0.0;         ///< MPI_Wtime of the latest publish (0 if none)
   AgentStatus status;                ///< the owner's self-reported fields
+  /// The hyperparameters of the agent's latest publish (empty when the layout declares
+  /// none; zeros before the first publish). Read under the roster's seqlock, with status.
+  Hyperparameters hyper;
   /// False when a bounded roster_all() read of this agent over RMA did not complete before
   /// its deadline (the agent did not enter MPI meanwhile: busy, or its process is gone);
   /// every other field but rank is then empty (version 0: never chosen as a donor).

@@ -105,6 +105,27 @@ class ParameterWindow {
   PublishResult publish(std::initializer_list<ConstLayerRef> layers, std::uint64_t stamp = 0) {
     return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()), stamp);
   }
+  /// Sets the hyperparameters (set_hyperparameters) and publishes them with @p layers in
+  /// one snapshot: a pull reads both of the same version (DonorRead::hyper).
+  PublishResult publish(std::span<const ConstLayerRef> layers, const Hyperparameters& hyper,
+                        std::uint64_t stamp = 0) {
+    set_hyperparameters(hyper);
+    return publish(layers, stamp);
+  }
+  /// @copydoc publish(std::span<const ConstLayerRef>, const Hyperparameters&, std::uint64_t)
+  PublishResult publish(std::initializer_list<ConstLayerRef> layers, const Hyperparameters& hyper,
+                        std::uint64_t stamp = 0) {
+    return publish(std::span<const ConstLayerRef>(layers.begin(), layers.size()), hyper, stamp);
+  }
+
+  /// Sets the hyperparameter values every later publish carries (until set again). @p hyper
+  /// must have this layout's declarations (InvalidArgument naming the difference otherwise).
+  void set_hyperparameters(const Hyperparameters& hyper) { base_.set_hyperparameters(hyper); }
+  /// The hyperparameter values the next publish carries (zeros until set; empty when the
+  /// layout declares none).
+  [[nodiscard]] const Hyperparameters& hyperparameters() const {
+    return base_.hyperparameters();
+  }
 
   /// Exposure::live only: advances the version of the parameters that already live in the
   /// window (see live_span); copies nothing.
@@ -150,7 +171,8 @@ class ParameterWindow {
   [[nodiscard]] std::size_t pending_rma() const { return base_.pending_rma(); }
 
   /// Reads the latest complete snapshot of every donor and reduces it into @p out (mean,
-  /// weights, momentum). Transactional: on any exception @p out is unchanged.
+  /// weights, momentum). Transactional: on any exception @p out is unchanged. Each donor's
+  /// hyperparameters of the version read come back in DonorRead::hyper.
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                   const PullOptions& options = {}) {
     if (!needs_staging(out)) {

@@ -70,8 +70,12 @@ bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
          std::chrono::duration<double, std::milli>(since_last_publish).count() >= p.interval_ms;
 }
 
-AgentCore::AgentCore(AgentOptions options, int rank, int population, bool writes_log)
-    : policy_(std::move(options), rank, population), counters_(counters_of(policy_)) {
+AgentCore::AgentCore(AgentOptions options, int rank, int population, const Layout& layout,
+                     bool writes_log)
+    : policy_(std::move(options), rank, population),
+      counters_(counters_of(policy_)),
+      hyper_(layout.make_hyperparameters()) {
+  validate(policy_.options().explore, layout);
   // every = 0 with interval_ms = 0: only explicit publish() calls (and rebirths) publish,
   // not even the first step.
   const PublishOptions& p = policy_.options().publish;
@@ -81,7 +85,8 @@ AgentCore::AgentCore(AgentOptions options, int rank, int population, bool writes
   }
 }
 
-AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options) {
+AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options,
+                                       const Layout& layout) {
   int rank = 0;
   int size = 0;
   if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS) {
@@ -90,7 +95,7 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options) {
   std::optional<AgentCore> core;
   std::string error;
   try {
-    core.emplace(std::move(options), rank, size);
+    core.emplace(std::move(options), rank, size, layout);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -108,6 +113,18 @@ void AgentCore::set_status(RebirthExecutor& ex, AgentState state, std::int64_t i
                             .metric = metric,
                             .generation = counters_.generation,
                             .state = state});
+}
+
+void AgentCore::set_hyperparameters(const Hyperparameters& values) {
+  const std::span<const HyperSpec> mine = hyper_.specs();
+  const std::span<const HyperSpec> theirs = values.specs();
+  if (!std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end())) {
+    throw InvalidArgument("paramwin: set_hyperparameters: the values declare " +
+                          std::to_string(theirs.size()) +
+                          " hyperparameters that are not the layout's " +
+                          std::to_string(mine.size()) + " (use hyperparameters() as a template)");
+  }
+  hyper_ = values;
 }
 
 void AgentCore::published(const PublishResult& r) {
@@ -135,7 +152,7 @@ PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayer
   double unused = 0.0;
   prepare_params(unused);
   ex.advance_stamp();
-  PublishResult r = ex.publish(ordered);
+  PublishResult r = ex.publish(ordered, hyper_);
   published(r);
   return r;
 }
@@ -223,7 +240,7 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
 // @p note collects why not (or "clamped:"), @p due the cadence's verdict.
 bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
                          std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
-                         bool& due) {
+                         bool& due, PullOutcome& pulled) {
   std::vector<int> exclude;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     const auto t = Clock::now();
@@ -265,8 +282,11 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
     prepare_params(event.seconds.pull);
     const PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
                                         deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
-    const PullOutcome r = ex.pull(plan, po, ordered, event);
-    if (r.ok) return true;
+    PullOutcome r = ex.pull(plan, po, ordered, event);
+    if (r.ok) {
+      pulled = std::move(r);
+      return true;
+    }
     append_note(note, r.why);
     set_status(ex, resting_state(), event.iteration, event.metric);
     if (r.blame < 0 ? !r.retry
@@ -286,14 +306,14 @@ void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> orde
   const std::vector<ConstLayerRef> refs = const_refs(ordered);
   const auto wait = std::chrono::duration<double, std::milli>(
       reborn ? policy_.options().publish.rebirth_wait_ms : 0.0);
-  PublishResult r = ex.publish(refs);
+  PublishResult r = ex.publish(refs, hyper_);
   event.publish_attempts = 1;
   // A pin is held by a reader of the older snapshot for the length of one read: after a
   // rebirth, wait for it (bounded) rather than keep advertising the dead parameters.
   while (!r.published && Clock::now() - t < wait) {
     ex.progress();
     std::this_thread::yield();
-    r = ex.publish(refs);
+    r = ex.publish(refs, hyper_);
     ++event.publish_attempts;
   }
   event.seconds.publish = seconds_since(t);
@@ -353,16 +373,31 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   event.metric = in.metric;
   event.paused = in.paused;
   event.mixing = policy_.options().mixing.kind;
+  event.hyper_before = hyper_;
   event.seconds.decide = seconds_since(t0);
   std::string note;
   bool died = false;
   bool due = false;
   try {
-    died = attempts(ex, params, ordered, event, note, due);
+    PullOutcome pulled;
+    died = attempts(ex, params, ordered, event, note, due, pulled);
     if (died) {
-      // The leader redraws the maximum age; every rank learns it with the new generation.
-      if (ex.leader()) policy_.reborn();
-      counters_ = ex.share_rebirth(counters_of(policy_));
+      // The leader explores (its own stream) and redraws the maximum age; every rank learns
+      // both with the new generation. A throwing explore function keeps the death pending.
+      const auto t_mix = Clock::now();
+      Hyperparameters next = hyper_;
+      std::exception_ptr explore_error;
+      if (ex.leader()) {
+        try {
+          next = policy_.exploit_explore(hyper_, pulled.donor_hyper, pulled.donor_weights);
+          policy_.reborn();
+        } catch (...) {
+          explore_error = std::current_exception();
+        }
+      }
+      counters_ = ex.share_rebirth(counters_of(policy_), next, explore_error);
+      hyper_ = next;
+      event.seconds.mix += seconds_since(t_mix);
       event.died = true;
     } else if (event.reason != DeathReason::none) {
       event.deferred = true;
@@ -387,6 +422,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   resume_state_ = AgentState::active;
   set_status(ex, resting_state(), iteration, in.metric);
 
+  event.hyper = hyper_;
   if (publish) ex.advance_stamp();
   if (died && policy_.options().on_rebirth) {
     const auto t = Clock::now();
@@ -395,6 +431,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   }
   if (publish) publish_step(ex, ordered, event, died);
   event.version = ex.version();
+  event.hyper = hyper_;
   stats_.record(event);
   if (ex.leader()) log_.write(event);
   return event;

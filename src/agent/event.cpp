@@ -1,4 +1,5 @@
 // StepEvent as JSON, AgentStats counters and timers, and the JSON-lines EventLog.
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -87,6 +88,21 @@ void string_field(std::string& out, std::string_view k, std::string_view v) {
   put_string(out, v);
 }
 
+// {"name": value, ...}: int64 as integers, float64 as numbers (non-finite: null).
+void hyper_field(std::string& out, std::string_view k, const Hyperparameters& h) {
+  key(out, k);
+  out += '{';
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const HyperSpec& spec = h.spec(i);
+    if (spec.type == HyperType::int64) {
+      int_field(out, spec.name, std::bit_cast<std::int64_t>(h.words()[i]));
+    } else {
+      number_field(out, spec.name, h.as_double(i));
+    }
+  }
+  out += '}';
+}
+
 }  // namespace
 
 std::string to_json(const StepEvent& e) {
@@ -132,6 +148,8 @@ std::string to_json(const StepEvent& e) {
     number_field(out, phase_name(phase), e.seconds[phase]);
   }
   out += '}';
+  hyper_field(out, "hyper", e.hyper);
+  if (e.died) hyper_field(out, "hyper_before", e.hyper_before);
   if (!e.note.empty()) {
     string_field(out, "note", e.note);
   }

@@ -3,8 +3,11 @@
 #include <cmath>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <utility>
 
 #include "paramwin/error.hpp"
+#include "paramwin/layout.hpp"
 #include "paramwin/policy.hpp"
 
 namespace paramwin {
@@ -152,6 +155,12 @@ void validate(const AgentOptions& o, int population) {
   if (o.paused_deaths != PausedDeaths::defer && o.paused_deaths != PausedDeaths::honour) {
     bad("paused_deaths is out of range");
   }
+  validate(o.explore);
+}
+
+void validate(const AgentOptions& o, int population, const Layout& layout) {
+  validate(o, population);
+  validate(o.explore, layout);
 }
 
 namespace {
@@ -220,6 +229,58 @@ ReadMode parse_read_mode(std::string_view v) {
   if (v == "pinned") return ReadMode::pinned;
   throw InvalidArgument("paramwin: unknown read mode '" + std::string(v) +
                         "' (valid: automatic, optimistic, pinned)");
+}
+
+// "lo..hi" (or "lo,hi") as two numbers.
+std::pair<double, double> to_range(std::string_view key, std::string_view v) {
+  std::size_t sep = v.find("..");
+  std::size_t skip = 2;
+  if (sep == std::string_view::npos) {
+    sep = v.find(',');
+    skip = 1;
+  }
+  if (sep == std::string_view::npos) bad_value(key, v, "a range 'lo..hi'");
+  return {to_double(key, v.substr(0, sep)), to_double(key, v.substr(sep + skip))};
+}
+
+HyperRule& rule_named(ExploreOptions& x, std::string_view name) {
+  for (HyperRule& r : x.rules) {
+    if (r.name == name) return r;
+  }
+  x.rules.push_back(HyperRule{.name = std::string(name)});
+  return x.rules.back();
+}
+
+// explore.NAME = perturb | perturb:LO..HI | uniform:LO..HI | log_uniform:LO..HI | int:LO..HI
+//              | choice:A,B,...
+void parse_rule(std::string_view key, std::string_view v, HyperRule& r) {
+  const std::size_t colon = v.find(':');
+  const std::string_view kind = trim(v.substr(0, colon));
+  const std::string_view args =
+      colon == std::string_view::npos ? std::string_view() : trim(v.substr(colon + 1));
+  const auto ranged = [&](HyperDistribution d) {
+    r.distribution = d;
+    std::tie(r.lo, r.hi) = to_range(key, args);
+  };
+  if (kind == "perturb") {
+    r.distribution = HyperDistribution::none;
+    if (!args.empty()) std::tie(r.lo, r.hi) = to_range(key, args);
+  } else if (kind == "uniform") {
+    ranged(HyperDistribution::uniform);
+  } else if (kind == "log_uniform" || kind == "loguniform") {
+    ranged(HyperDistribution::log_uniform);
+  } else if (kind == "int" || kind == "int_range" || kind == "randint") {
+    ranged(HyperDistribution::int_range);
+  } else if (kind == "choice") {
+    r.distribution = HyperDistribution::choice;
+    r.choices.clear();
+    if (args.empty()) bad_value(key, v, "a choice list 'choice:a,b,...'");
+    for (std::string_view c : split_list(args)) r.choices.push_back(to_double(key, c));
+  } else {
+    bad_value(key, v,
+              "an explore rule (perturb, perturb:lo..hi, uniform:lo..hi, log_uniform:lo..hi, "
+              "int:lo..hi, choice:a,b,...)");
+  }
 }
 
 }  // namespace
@@ -327,6 +388,26 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.paused_deaths = parse_paused_deaths(v);
     } else if (key == "event_log") {
       o.event_log = std::string(v);
+    } else if (key == "hyper_inherit") {
+      o.explore.inherit = parse_inherit(v);
+    } else if (key == "perturb_factors") {
+      o.explore.perturb_factors.clear();
+      for (std::string_view f : split_list(v)) {
+        o.explore.perturb_factors.push_back(to_double(key, f));
+      }
+    } else if (key == "resample_probability") {
+      o.explore.resample_probability = to_double(key, v);
+    } else if (key.starts_with("explore.") && key.size() > 8) {
+      parse_rule(key, v, rule_named(o.explore, std::string_view(key).substr(8)));
+    } else if (key.starts_with("explore_scale.") && key.size() > 14) {
+      HyperRule& r = rule_named(o.explore, std::string_view(key).substr(14));
+      if (v == "log") {
+        r.scale = HyperScale::log;
+      } else if (v == "linear") {
+        r.scale = HyperScale::linear;
+      } else {
+        bad_value(key, v, "a scale (linear, log)");
+      }
     } else {
       throw InvalidArgument(
           "paramwin: unknown option '" + key +
@@ -336,7 +417,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
           "publish_interval_ms, publish_rebirth_wait_ms, paused_deaths, read_timeout_seconds, "
           "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, "
-          "progress_in_step, progress_thread, progress_interval_us, event_log)");
+          "progress_in_step, progress_thread, progress_interval_us, event_log, hyper_inherit, "
+          "perturb_factors, resample_probability, explore.NAME, explore_scale.NAME)");
     }
   }
   return o;

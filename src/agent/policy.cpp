@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "agent/random.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
 
@@ -25,17 +26,7 @@ std::mt19937_64 stream(std::uint64_t seed, int rank, std::uint64_t purpose) {
   return std::mt19937_64(s);
 }
 
-// Uniform in [0, n): rejection sampling instead of std::uniform_int_distribution, whose
-// output is implementation-defined (mt19937_64's own sequence is fixed by the standard).
-std::uint64_t below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-  while (true) {
-    const std::uint64_t r = rng();
-    if (r >= threshold) {
-      return r % n;
-    }
-  }
-}
+using detail::below;
 
 }  // namespace
 
@@ -49,6 +40,7 @@ Policy::Policy(AgentOptions options, int rank, int population)
   age_rng_ = stream(options_.seed, rank_, 1);
   select_rng_ = stream(options_.seed, rank_, 2);
   reset_rng_ = stream(options_.seed, rank_, 3);
+  explore_rng_ = stream(options_.seed, rank_, 4);
   max_age_ = draw_max_age();
 }
 
@@ -244,5 +236,31 @@ void Policy::reborn() {
 }
 
 std::uint64_t Policy::next_reset_seed() { return reset_rng_(); }
+
+Hyperparameters Policy::exploit_explore(const Hyperparameters& own,
+                                        std::span<const Hyperparameters> donors,
+                                        std::span<const double> weights) {
+  if (own.empty()) return own;
+  const ExploreOptions& x = options_.explore;
+  Hyperparameters out = inherit_hyperparameters(x, own, donors, weights);
+  explore_hyperparameters(x, out, explore_rng_);
+  // Drawn whether or not a custom function is set: the built-in draws that follow do not
+  // depend on it.
+  const std::uint64_t seed = explore_rng_();
+  if (x.custom) {
+    const ExploreContext context{.rank = rank_,
+                                 .generation = generation_ + 1,
+                                 .before = &own,
+                                 .donors = donors,
+                                 .weights = weights,
+                                 .seed = seed};
+    x.custom(context, out);
+    if (!(out.specs().size() == own.specs().size() &&
+          std::equal(out.specs().begin(), out.specs().end(), own.specs().begin()))) {
+      throw InvalidArgument("paramwin: explore.custom changed the hyperparameters' declarations");
+    }
+  }
+  return out;
+}
 
 }  // namespace paramwin

@@ -14,6 +14,7 @@
 
 #include "agent/rebirth_plan.hpp"
 #include "paramwin/event.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/roster.hpp"
@@ -48,7 +49,20 @@ struct PullOutcome {
   int blame = -1;      ///< the donor that failed, or -1 when no single donor is to blame
   bool retry = false;  ///< with blame -1: worth another choice (e.g. shards of two publishes)
   std::string why{};   ///< for the event's note
+  /// On the leader, when ok: the hyperparameters of the donors that were mixed in (the
+  /// versions read), best first, and their normalised weights; skipped donors left out.
+  std::vector<Hyperparameters> donor_hyper{};
+  std::vector<double> donor_weights{};  ///< parallel to donor_hyper
 };
+
+/// Fills @p outcome's donor hyperparameters and weights from a pull's @p result.
+inline void record_donor_hyper(const PullResult& result, PullOutcome& outcome) {
+  for (const DonorRead& d : result.donors) {
+    if (d.skipped) continue;
+    outcome.donor_hyper.push_back(d.hyper);
+    outcome.donor_weights.push_back(d.weight);
+  }
+}
 
 class RebirthExecutor {
  public:
@@ -100,15 +114,20 @@ class RebirthExecutor {
   /// every rank. Adds to the event's timers, donors and bytes.
   virtual PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
                            std::span<const LayerRef> ordered, StepEvent& event) = 0;
-  /// The leader's counters after Policy::reborn() on every rank.
-  virtual AgentCounters share_rebirth(const AgentCounters& leader_counters) = 0;
+  /// The leader's counters after Policy::reborn() and its hyperparameters after the
+  /// rebirth's exploit and explore (@p hyper: the leader's in, every rank's out) on every
+  /// rank. @p leader_error: the leader's explore threw; every rank then throws (the leader
+  /// rethrows it) with nothing shared.
+  virtual AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& hyper,
+                                      std::exception_ptr leader_error) = 0;
 
   /// Fixes the stamp of the agent's next publish once a publish is decided, before any
   /// callback runs (so callbacks see it as version()); a no-op where the window numbers
   /// its own publishes.
   virtual void advance_stamp() = 0;
   /// Publishes @p ordered (this rank's part of it) with the stamp advance_stamp() fixed.
-  virtual PublishResult publish(std::span<const ConstLayerRef> ordered) = 0;
+  virtual PublishResult publish(std::span<const ConstLayerRef> ordered,
+                                const Hyperparameters& hyper) = 0;
   /// Lets MPI progress once on this rank's window (serves its RMA readers).
   virtual void progress() = 0;
   /// Whether some rank reads this rank's window over RMA (ParameterWindow::has_rma_readers).

@@ -36,7 +36,9 @@ PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& optio
     event.seconds.pull += seconds_since(t);
     event.donors = donor_records(plan, r);
     event.bytes += r.bytes;
-    return PullOutcome{.ok = true};
+    PullOutcome outcome{.ok = true};
+    record_donor_hyper(r, outcome);
+    return outcome;
   } catch (const DonorError& e) {
     event.seconds.pull += seconds_since(t);
     return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};

@@ -37,13 +37,16 @@ class SoloExecutor final : public RebirthExecutor {
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
   PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
                    std::span<const LayerRef> ordered, StepEvent& event) override;
-  AgentCounters share_rebirth(const AgentCounters& leader_counters) override {
+  AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& /*hyper*/,
+                              std::exception_ptr leader_error) override {
+    if (leader_error) std::rethrow_exception(leader_error);
     return leader_counters;
   }
 
   void advance_stamp() override {}
-  PublishResult publish(std::span<const ConstLayerRef> ordered) override {
-    return w_.publish(ordered);
+  PublishResult publish(std::span<const ConstLayerRef> ordered,
+                        const Hyperparameters& hyper) override {
+    return w_.publish(ordered, hyper);
   }
   void progress() override { w_.progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }

@@ -21,7 +21,8 @@ struct GroupAgent::State {
   State(const AgentGroups& groups, Layout layout, AgentOptions options)
       // Policy streams are per agent: every rank of the agent draws the same ages; only the
       // leader's policy advances, the others mirror its counters (AgentCore::counters).
-      : core(std::move(options), groups.agent(), groups.agents(), groups.rank_in_agent() == 0),
+      : core(std::move(options), groups.agent(), groups.agents(), layout,
+             groups.rank_in_agent() == 0),
         exec(groups, std::move(layout)) {}
 
   detail::AgentCore core;
@@ -137,5 +138,11 @@ std::uint64_t GroupAgent::generation() const { return state().core.counters().ge
 std::uint64_t GroupAgent::epoch() const { return state().exec.version(); }
 void GroupAgent::write_summary(std::ostream& out) const { state().core.stats().write_summary(out); }
 void GroupAgent::set_event_log(EventLog log) { state().core.set_event_log(std::move(log)); }
+const Hyperparameters& GroupAgent::hyperparameters() const {
+  return state().core.hyperparameters();
+}
+void GroupAgent::set_hyperparameters(const Hyperparameters& values) {
+  state().core.set_hyperparameters(values);
+}
 
 }  // namespace paramwin

@@ -2,6 +2,7 @@
 #include "groups/shard_executor.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -172,12 +173,14 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
     d.bytes *= static_cast<std::size_t>(g_);
   }
   event.bytes = bytes;
+  PullOutcome outcome = v;
+  if (leader()) record_donor_hyper(result, outcome);
   if (g_ > 1) {
     const auto ta = Clock::now();
     assemble(ordered);
     event.seconds.assemble += seconds_since(ta);
   }
-  return v;
+  return outcome;
 }
 
 // Every rank sees the same table of outcomes and reaches the same verdict.
@@ -215,18 +218,35 @@ PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::si
   return PullOutcome{.ok = true};
 }
 
-AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters) {
-  std::int64_t w[4] = {leader_counters.steps, leader_counters.age, leader_counters.max_age,
-                       static_cast<std::int64_t>(leader_counters.generation)};
-  check_mpi(MPI_Bcast(w, 4, MPI_INT64_T, 0, agent_comm_.get()), "MPI_Bcast(rebirth)");
-  return AgentCounters{.steps = w[0],
-                       .age = w[1],
-                       .max_age = w[2],
-                       .generation = static_cast<std::uint64_t>(w[3])};
+AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters,
+                                           Hyperparameters& hyper,
+                                           std::exception_ptr leader_error) {
+  // One broadcast: an ok flag, the counters, then the hyperparameters' words.
+  const std::size_t nh = hyper.size();
+  std::vector<std::int64_t> w(5 + nh, 0);
+  w[0] = leader_error ? 0 : 1;
+  w[1] = leader_counters.steps;
+  w[2] = leader_counters.age;
+  w[3] = leader_counters.max_age;
+  w[4] = static_cast<std::int64_t>(leader_counters.generation);
+  for (std::size_t i = 0; i < nh; ++i) w[5 + i] = std::bit_cast<std::int64_t>(hyper.words()[i]);
+  check_mpi(MPI_Bcast(w.data(), static_cast<int>(w.size()), MPI_INT64_T, 0, agent_comm_.get()),
+            "MPI_Bcast(rebirth)");
+  if (w[0] == 0) {
+    if (leader_error) std::rethrow_exception(leader_error);
+    throw Error("paramwin: GroupAgent::step: the explore step of agent " +
+                std::to_string(agent_) + " failed on its leader (see its error)");
+  }
+  for (std::size_t i = 0; i < nh; ++i) hyper.words()[i] = std::bit_cast<std::uint64_t>(w[5 + i]);
+  return AgentCounters{.steps = w[1],
+                       .age = w[2],
+                       .max_age = w[3],
+                       .generation = static_cast<std::uint64_t>(w[4])};
 }
 
-PublishResult ShardExecutor::publish(std::span<const ConstLayerRef> ordered) {
-  return win().publish(shard_of(ordered), epoch_);
+PublishResult ShardExecutor::publish(std::span<const ConstLayerRef> ordered,
+                                     const Hyperparameters& hyper) {
+  return win().publish(shard_of(ordered), hyper, epoch_);
 }
 
 std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef> full) const {

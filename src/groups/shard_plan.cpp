@@ -18,6 +18,10 @@ ShardPlan::ShardPlan(Layout full, int shards) : full_(std::move(full)), shards_(
     for (std::size_t l = 0; l < full_.size(); ++l) {
       layouts_[static_cast<std::size_t>(s)].add(full_[l].name, count(l, s), full_[l].dtype);
     }
+    // Every shard carries the agent's hyperparameters: a pull of any shard reads them.
+    for (const HyperSpec& h : full_.hyperparameters()) {
+      layouts_[static_cast<std::size_t>(s)].add_hyperparameter(h.name, h.type);
+    }
   }
 }
 

@@ -6,8 +6,11 @@
 // if begun <= v + 1 afterwards, i.e. publish v + 2 (the next one to write slot v % 2) had not
 // started. In live mode there is one slot, the trainer's own memory: publish only advances
 // the version.
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstring>
+#include <string>
 
 #include "detail/kernels.hpp"
 #include "paramwin/error.hpp"
@@ -55,6 +58,11 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     }
   }
 
+  // The hyperparameters ride in the slot, after the layers: same seqlock, same copy.
+  if (slots_.hyper_count != 0) {
+    std::memcpy(dst + slots_.hyper_offset, hyper_.words().data(),
+                slots_.hyper_count * sizeof(std::uint64_t));
+  }
   h.bad_layer[slot].store(bad_layer, std::memory_order_relaxed);
   h.stamp[p & 1U].store(stamp, std::memory_order_relaxed);  // by version: live has one slot
   h.publish_time.store(std::bit_cast<std::uint64_t>(MPI_Wtime()), std::memory_order_relaxed);
@@ -63,12 +71,41 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
   }
   h.version.store(p, std::memory_order_release);
   version_ = p;
+  publish_roster_hyper();
   if (status_.state == AgentState::fresh) {
     AgentStatus s = status_;
     s.state = AgentState::active;
     set_status(s);
   }
   return PublishResult{true, p, MPI_Wtime() - t0};
+}
+
+void WindowImpl::set_hyperparameters(const Hyperparameters& hyper) {
+  const std::span<const HyperSpec> mine = hyper_.specs();
+  const std::span<const HyperSpec> theirs = hyper.specs();
+  if (!std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end())) {
+    std::string want;
+    for (const HyperSpec& sp : mine) want += (want.empty() ? "" : ", ") + sp.describe();
+    std::string got;
+    for (const HyperSpec& sp : theirs) got += (got.empty() ? "" : ", ") + sp.describe();
+    throw InvalidArgument("paramwin: set_hyperparameters: the values declare [" + got +
+                          "] but the layout declares [" + want + "]");
+  }
+  std::copy(hyper.words().begin(), hyper.words().end(), hyper_.words().begin());
+}
+
+void WindowImpl::publish_roster_hyper() {
+  const std::span<const std::uint64_t> words = hyper_.words();
+  if (std::equal(words.begin(), words.end(), roster_hyper_.begin())) return;
+  SegmentHeader& h = header();
+  const std::uint64_t seq = h.status_seq.load(std::memory_order_relaxed);
+  h.status_seq.store(seq + 1, std::memory_order_relaxed);  // odd: writing
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    h.roster_hyper[i].store(words[i], std::memory_order_relaxed);
+  }
+  h.status_seq.store(seq + 2, std::memory_order_release);
+  std::copy(words.begin(), words.end(), roster_hyper_.begin());
 }
 
 std::byte* WindowImpl::live_layer(std::size_t layer) const {

@@ -67,6 +67,10 @@ PullResult PullEngine::result(double seconds) const {
     read.skipped = d.skipped;
     read.weight = d.weight;
     read.metric = d.metric;
+    if (d.hyper != nullptr) {
+      read.hyper = w_.hyperparameters();
+      std::copy(d.hyper, d.hyper + read.hyper.size(), read.hyper.words().begin());
+    }
     r.bytes += read.bytes;
     r.donors.push_back(read);
   }

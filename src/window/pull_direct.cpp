@@ -22,6 +22,7 @@ void PullEngine::run_direct() {
     d.bad_layer = d.shm->bad_layer[d.version & 1U].load(std::memory_order_relaxed);
     d.stamp = d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed);
     d.attempts = 1;
+    copy_shm_hyper(d);  // pinned: this slot cannot be rewritten until the unpin
     note_record(d);
   }
   (void)apply_non_finite();

@@ -73,6 +73,7 @@ struct Donor {
   std::size_t bad_index = 0;  // layer index for the error message
   double metric = 0.0;
   std::byte* buffers[2] = {nullptr, nullptr};  // RMA chunk buffers
+  std::uint64_t* hyper = nullptr;  // the hyperparameters of the version read (arena)
 };
 
 /// A piece of one layer read and accumulated at once (staged path).
@@ -109,6 +110,12 @@ class PullEngine {
   /// A batch whose reads land in the arena and that honours the pull's deadline.
   [[nodiscard]] RmaBatch batch() const;
   [[nodiscard]] PullResult result(double seconds) const;
+  /// Copies same-node donor @p d's hyperparameters of the version being read from its slot
+  /// (validated with the layers: the seqlock check or the pin that follows covers them).
+  void copy_shm_hyper(Donor& d) const;
+  /// Starts the reads of every RMA donor's hyperparameters of the version being read, in
+  /// @p batch: the first chunk's batch, so they cost no round trip of their own.
+  void issue_hyper(RmaBatch& batch);
 
   // --- direct path (pull_direct.cpp) ------------------------------------------------------
   void run_direct();

@@ -150,6 +150,10 @@ void PullEngine::plan_chunks() {
     }
   }
   scratch_bytes_ = std::max<std::size_t>(acc_bytes, 64);
+  if (const std::size_t nh = w_.slots().hyper_count; nh != 0) {
+    std::uint64_t* hyper = arena_->make<std::uint64_t>(donors_.size() * nh);
+    for (std::size_t i = 0; i < donors_.size(); ++i) donors_[i].hyper = hyper + i * nh;
+  }
   if (any_rma) {
     const std::size_t stride = round_up(max_chunk_wire, kLayerAlign);
     std::size_t n_rma = 0;
@@ -218,6 +222,26 @@ std::size_t PullEngine::data_offset(const Donor& d, const Chunk& c) const {
   const SlotLayout::Entry& e = w_.slots().entries[c.layer];
   return slot_offset(d.version, w_.slots().stride, d.live) + e.offset +
          c.first * dtype_size(e.wire);
+}
+
+void PullEngine::copy_shm_hyper(Donor& d) const {
+  const std::size_t nh = w_.slots().hyper_count;
+  if (nh == 0 || d.shm == nullptr || d.skipped) return;
+  std::memcpy(d.hyper,
+              w_.shm_segment(d.rank) + slot_offset(d.version, w_.slots().stride, d.live) +
+                  w_.slots().hyper_offset,
+              nh * sizeof(std::uint64_t));
+}
+
+void PullEngine::issue_hyper(RmaBatch& batch) {
+  const std::size_t nh = w_.slots().hyper_count;
+  if (nh == 0) return;
+  for (Donor& d : donors_) {
+    if (!d.skipped && d.shm == nullptr) {
+      batch.get(d.hyper, nh * sizeof(std::uint64_t), d.rank,
+                slot_offset(d.version, w_.slots().stride, d.live) + w_.slots().hyper_offset);
+    }
+  }
 }
 
 /// A batch whose reads land in the arena and that honours the pull's deadline.

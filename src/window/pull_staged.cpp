@@ -220,7 +220,12 @@ void PullEngine::pass() {
     }
   } guard{port_};
   if (any_rma && !chunks_.empty()) {
+    issue_hyper(batches[0]);  // with the first chunk: the same flush, no extra round trip
     guard.armed = issue(0, batches[0]);
+  } else if (any_rma) {
+    // No layer data at all: the hyperparameters are the whole snapshot.
+    issue_hyper(batches[0]);
+    batches[0].wait();
   }
   const Layout& layout = w_.layout();
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
@@ -265,6 +270,9 @@ void PullEngine::pass() {
 }
 
 void PullEngine::end_reads() {
+  // Same-node hyperparameters are copied last, before the seqlock check below (or the
+  // unpin) that validates them with the layers.
+  for (Donor& d : donors_) copy_shm_hyper(d);
   std::uint64_t* begun = arena_->make<std::uint64_t>(donors_.size());
   {
     RmaBatch batch = this->batch();

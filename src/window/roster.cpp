@@ -35,7 +35,11 @@ void WindowImpl::set_status(const AgentStatus& status) {
 
 namespace {
 
-RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
+// @p hyper: the agent's roster copy of its hyperparameters (hyper_count words), kept only
+// when its layout is this window's (same fingerprint): only then are they the same ones.
+RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s,
+                       const std::uint64_t* hyper, const Hyperparameters& own,
+                       std::uint64_t own_fingerprint) {
   RosterEntry e;
   e.rank = rank;
   e.version = head.version;
@@ -50,6 +54,10 @@ RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
   e.status.state = s.state <= static_cast<std::uint64_t>(AgentState::paused)
                        ? static_cast<AgentState>(s.state)
                        : AgentState::left;
+  if (!own.empty() && head.fingerprint == own_fingerprint) {
+    e.hyper = own;
+    std::copy(hyper, hyper + own.size(), e.hyper.words().begin());
+  }
   return e;
 }
 
@@ -58,6 +66,7 @@ RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s) {
 RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) const {
   HeadWords head{};
   StatusWords s{};
+  std::uint64_t hyper[kMaxHyperparameters] = {};
   for (;;) {
     s.seq = h.status_seq.load(std::memory_order_acquire);
     if ((s.seq & 1U) != 0) {
@@ -68,6 +77,9 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
     s.metric = h.metric.load(std::memory_order_relaxed);
     s.generation = h.generation.load(std::memory_order_relaxed);
     s.state = h.state.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < slots_.hyper_count; ++i) {
+      hyper[i] = h.roster_hyper[i].load(std::memory_order_relaxed);
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (h.status_seq.load(std::memory_order_relaxed) == s.seq) {
       break;
@@ -77,7 +89,7 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
   head.fingerprint = h.fingerprint.load(std::memory_order_relaxed);
   head.version = h.version.load(std::memory_order_acquire);
   head.publish_time = h.publish_time.load(std::memory_order_relaxed);
-  return make_entry(rank, head, s);
+  return make_entry(rank, head, s, hyper, hyper_, slots_.fingerprint);
 }
 
 RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
@@ -135,8 +147,11 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
   auto* seq_after = arena->make<std::uint64_t>(n);
   auto* heads = arena->make<HeadWords>(n);
   auto* status = arena->make<StatusWords>(n);
+  // The roster copy of the hyperparameters, read with the status block (same seqlock).
+  const std::size_t nh = slots_.hyper_count;
+  auto* hyper = arena->make<std::uint64_t>(std::max<std::size_t>(n * nh, 1));
 
-  constexpr std::size_t kSlots = 2;  // requests per rank in flight (phase 1 has two)
+  constexpr std::size_t kSlots = 3;  // requests per rank in flight (phase 1 has up to three)
   std::vector<MPI_Request> requests(kSlots * n, MPI_REQUEST_NULL);
   struct Reader {
     int phase = 0;  // 0: sequence word, 1: header and status, 2: sequence word again
@@ -178,6 +193,7 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
       case 1:
         get(i, 0, &heads[i], sizeof(HeadWords), 0);
         get(i, 1, &status[i], sizeof(StatusWords), kStatusOffset);
+        if (nh != 0) get(i, 2, &hyper[i * nh], nh * sizeof(std::uint64_t), kRosterHyperOffset);
         break;
       default: get(i, 0, &seq_after[i], 8, kStatusOffset); break;
     }
@@ -221,7 +237,8 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
         if (--readers[i].in_flight > 0) continue;
         advance(i);
         if (readers[i].done) {
-          out[i] = make_entry(ranks[i], heads[i], status[i]);
+          out[i] = make_entry(ranks[i], heads[i], status[i], &hyper[i * nh], hyper_,
+                              slots_.fingerprint);
           --left;
         }
       }

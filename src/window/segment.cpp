@@ -12,6 +12,7 @@ static_assert(offsetof(SegmentHeader, status_seq) == kStatusOffset);
 static_assert(offsetof(SegmentHeader, state) + 8 == kStatusOffset + kStatusBytes);
 static_assert(offsetof(SegmentHeader, verify) == kVerifyOffset);
 static_assert(offsetof(SegmentHeader, bad_layer) == kBadLayerOffset);
+static_assert(offsetof(SegmentHeader, roster_hyper) == kRosterHyperOffset);
 static_assert(offsetof(SegmentHeader, exposure) == offsetof(HeadWords, exposure));
 static_assert(offsetof(SegmentHeader, version) == offsetof(HeadWords, version));
 static_assert(offsetof(SegmentHeader, bad_layer) == offsetof(HeadWords, bad_layer));
@@ -37,6 +38,13 @@ SlotLayout make_slot_layout(const Layout& layout, WireFormat wire) {
     const DType w = wire_dtype(layer.dtype, wire);
     slots.entries.push_back({offset, layer.count, w});
     offset = round_up(offset + bytes_of(layer.count, w), kLayerAlign);
+  }
+  // The hyperparameters after the last layer, inside the slot: the same copy (shared
+  // memory) or the same flush (RMA) as the layers, validated by the same seqlock.
+  slots.hyper_offset = offset;
+  slots.hyper_count = layout.hyperparameters().size();
+  if (slots.hyper_count != 0) {
+    offset = round_up(offset + slots.hyper_count * sizeof(std::uint64_t), kLayerAlign);
   }
   slots.payload_bytes = offset;
   slots.stride = round_up(offset == 0 ? 1 : offset, kPage);

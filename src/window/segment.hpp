@@ -1,8 +1,10 @@
 #pragma once
 // The memory format of one agent's window segment:
 //   [ header page | slot 0 | slot 1 ]      every part page-aligned, sizes multiples of 4096
-// The header holds the publish seqlock, the reader pins, the roster and a verification
-// pattern; each slot holds one complete snapshot of all layers in wire format.
+// The header holds the publish seqlock, the reader pins, the roster (with a copy of the
+// latest publish's hyperparameters) and a verification pattern; each slot holds one complete
+// snapshot of all layers in wire format followed by the hyperparameters' words, so that one
+// seqlock covers both.
 
 #include <atomic>
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "paramwin/dtype.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
 
@@ -66,6 +69,11 @@ struct alignas(64) SegmentHeader {
 
   // line 5: verification pattern written at creation
   alignas(64) std::atomic<std::uint64_t> verify[8];
+
+  // lines 6-9: the latest publish's hyperparameters, for the roster: written by publish under
+  // the roster's seqlock (status_seq) when they changed. Readers of a snapshot take the
+  // words in the slot instead (same seqlock as the layers).
+  alignas(64) std::atomic<std::uint64_t> roster_hyper[kMaxHyperparameters];
 };
 static_assert(sizeof(SegmentHeader) <= kPage);
 
@@ -78,6 +86,7 @@ inline constexpr std::size_t kRmaPinsOffset = 192;
 inline constexpr std::size_t kStatusOffset = 256;
 inline constexpr std::size_t kStatusBytes = 48;
 inline constexpr std::size_t kVerifyOffset = 320;
+inline constexpr std::size_t kRosterHyperOffset = 384;
 
 /// bad_layer value of a live-mode slot: finiteness is not known without reading it.
 inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};
@@ -103,7 +112,9 @@ struct SlotLayout {
     DType wire;          // element type in the slot
   };
   std::vector<Entry> entries;
-  std::size_t payload_bytes = 0;  // bytes up to the end of the last layer
+  std::size_t hyper_offset = 0;   // bytes from the start of the slot to the hyperparameters
+  std::size_t hyper_count = 0;    // hyperparameter words (one per declared hyperparameter)
+  std::size_t payload_bytes = 0;  // bytes up to the end of the hyperparameters (or last layer)
   std::size_t stride = 0;         // payload rounded up to whole pages (at least one page)
   std::uint64_t fingerprint = 0;  // layout fingerprint combined with the wire format
 };

@@ -73,5 +73,9 @@ std::vector<RosterEntry> WindowBase::roster_all(double timeout_seconds) const {
 }
 void WindowBase::set_status(const AgentStatus& status) { impl().set_status(status); }
 const AgentStatus& WindowBase::status() const { return impl().status(); }
+void WindowBase::set_hyperparameters(const Hyperparameters& hyper) {
+  impl().set_hyperparameters(hyper);
+}
+const Hyperparameters& WindowBase::hyperparameters() const { return impl().hyperparameters(); }
 
 }  // namespace paramwin::detail

@@ -52,7 +52,10 @@ std::uint64_t count_creation(MPI_Comm comm) {
 // --- creation ---------------------------------------------------------------------------
 
 WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options)
-    : layout_(std::move(layout)), options_(options) {
+    : layout_(std::move(layout)),
+      options_(options),
+      hyper_(layout_.make_hyperparameters()),
+      roster_hyper_(hyper_.words().begin(), hyper_.words().end()) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized == 0 || mpi_finalized()) {

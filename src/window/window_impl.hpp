@@ -20,6 +20,7 @@
 
 #include "mpi/finalize_registry.hpp"
 #include "mpi/handles.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
@@ -80,6 +81,10 @@ class WindowImpl final : public FinalizeClient {
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const noexcept { return status_; }
+  /// The values the next publish carries; InvalidArgument unless @p hyper has this layout's
+  /// declarations.
+  void set_hyperparameters(const Hyperparameters& hyper);
+  [[nodiscard]] const Hyperparameters& hyperparameters() const noexcept { return hyper_; }
 
   /// Start of layer @p layer in this rank's live memory (Exposure::live only).
   [[nodiscard]] std::byte* live_layer(std::size_t layer) const;
@@ -133,6 +138,9 @@ class WindowImpl final : public FinalizeClient {
   void start_progress_thread();
   void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
+  /// Writes the roster copy of the published hyperparameters (under the roster's seqlock)
+  /// when they differ from what it holds.
+  void publish_roster_hyper();
   /// Seqlock reads of the roster blocks of @p ranks (all on other nodes, or under
   /// Transport::rma) over RMA, in the order given. Past the deadline: with @p mark_late the
   /// ranks that have not answered come back with answered = false, else TimeoutError.
@@ -156,6 +164,8 @@ class WindowImpl final : public FinalizeClient {
   std::uint64_t version_ = 0;
   bool rma_readers_ = false;
   AgentStatus status_;
+  Hyperparameters hyper_;                   // published with every publish (slot and roster)
+  std::vector<std::uint64_t> roster_hyper_;  // what the roster copy holds now
   std::jthread progress_thread_;
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
   Scratch scratch_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "paramwin/event.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
@@ -38,7 +39,8 @@ class WindowAccess {
   [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
   [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) const = 0;
   virtual void set_status(const AgentStatus& status) = 0;
-  virtual PublishResult publish(std::span<const ConstLayerRef> layers) = 0;
+  virtual PublishResult publish(std::span<const ConstLayerRef> layers,
+                                const Hyperparameters& hyper) = 0;
   virtual PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                           const PullOptions& options) = 0;
   /// Lets MPI progress once (serves RMA readers, completes their pin releases).
@@ -60,8 +62,9 @@ class WindowAccessOf final : public WindowAccess {
     return w_.roster_all(timeout_seconds);
   }
   void set_status(const AgentStatus& status) override { w_.set_status(status); }
-  PublishResult publish(std::span<const ConstLayerRef> layers) override {
-    return w_.publish(layers);
+  PublishResult publish(std::span<const ConstLayerRef> layers,
+                        const Hyperparameters& hyper) override {
+    return w_.publish(layers, hyper);
   }
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
                   const PullOptions& options) override {
@@ -112,6 +115,7 @@ struct AgentCounters {
 };
 
 class RebirthExecutor;  // src/agent/rebirth_executor.hpp
+struct PullOutcome;     // src/agent/rebirth_executor.hpp
 struct RebirthPlan;     // src/agent/rebirth_plan.hpp
 
 /// The step core of every agent: policy, counters, statistics, event log and publishing
@@ -120,13 +124,17 @@ struct RebirthPlan;     // src/agent/rebirth_plan.hpp
 /// a shard executor; features of the step are written here once.
 class AgentCore {
  public:
-  /// Validates @p options (InvalidArgument); opens the event log when @p writes_log.
-  AgentCore(AgentOptions options, int rank, int population, bool writes_log = true);
+  /// Validates @p options (InvalidArgument), their explore rules against @p layout's
+  /// hyperparameters too; opens the event log when @p writes_log. The hyperparameters start
+  /// at zero (layout.make_hyperparameters()).
+  AgentCore(AgentOptions options, int rank, int population, const Layout& layout,
+            bool writes_log = true);
 
   /// Validates on every rank of @p comm and throws InvalidArgument on every rank if any
   /// rank's options are invalid (so that the window creation that follows cannot hang).
   /// @note Collective over @p comm.
-  [[nodiscard]] static AgentCore create_collective(MPI_Comm comm, AgentOptions options);
+  [[nodiscard]] static AgentCore create_collective(MPI_Comm comm, AgentOptions options,
+                                                   const Layout& layout);
 
   /// One step over @p ex (see Agent::step and GroupAgent::step for the contract).
   StepEvent step(RebirthExecutor& ex, std::int64_t iteration, double metric,
@@ -163,6 +171,10 @@ class AgentCore {
   /// policy's own).
   [[nodiscard]] const AgentCounters& counters() const noexcept { return counters_; }
   void set_event_log(EventLog log) noexcept { log_ = std::move(log); }
+  /// The agent's hyperparameters: what its next publish carries.
+  [[nodiscard]] const Hyperparameters& hyperparameters() const noexcept { return hyper_; }
+  /// Replaces them; InvalidArgument unless @p values have the same declarations.
+  void set_hyperparameters(const Hyperparameters& values);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -176,7 +188,8 @@ class AgentCore {
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due);
+                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
+                PullOutcome& pulled);
   /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
   /// reader's pin is retried for up to publish.rebirth_wait_ms.
   void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
@@ -204,6 +217,7 @@ class AgentCore {
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
   double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)
+  Hyperparameters hyper_;  // published with every publish; replaced by a rebirth
 };
 
 }  // namespace paramwin::detail

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/options.hpp"
@@ -55,6 +56,8 @@ class WindowBase {
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const;
+  void set_hyperparameters(const Hyperparameters& hyper);
+  [[nodiscard]] const Hyperparameters& hyperparameters() const;
 
  private:
   [[nodiscard]] WindowImpl& impl() const;

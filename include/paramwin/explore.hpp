@@ -1,0 +1,117 @@
+#pragma once
+/// @file explore.hpp
+/// Population-based training's exploit and explore steps for hyperparameters: on a rebirth
+/// the agent inherits its donors' published hyperparameters (the best donor's, or a
+/// weighted mix), then explores them (perturb by a factor, resample from a declared
+/// distribution with a probability, clamp to bounds, a user function). Defaults follow Ray
+/// Tune's PopulationBasedTraining: copy the best, perturb by 0.8 or 1.2, resample with
+/// probability 0.25. MPI-free; Policy::exploit_explore drives it from the agent's seeded
+/// streams.
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paramwin/hyper.hpp"
+
+namespace paramwin {
+
+class Layout;
+
+/// How a reborn agent's hyperparameters come from its donors (exploit).
+enum class HyperInherit : std::uint8_t {
+  best = 0,  ///< the best donor's values (Ray Tune PBT, LTFB: a model travels with its config)
+  mix = 1,   ///< per hyperparameter, the donors' weighted mean with the pull's weights
+             ///< (geometric mean for log-scale ones; int64 rounded; choices snapped)
+  keep = 2,  ///< keep the agent's own values (weights-only replacement)
+};
+
+/// The space a hyperparameter is mixed in.
+enum class HyperScale : std::uint8_t {
+  linear = 0,  ///< arithmetic mean
+  log = 1,     ///< mean of the logarithms (rates); falls back to linear if a value is <= 0
+};
+
+/// What a hyperparameter is resampled from.
+enum class HyperDistribution : std::uint8_t {
+  none = 0,         ///< never resampled: only perturbed (and clamped to lo..hi when finite)
+  uniform = 1,      ///< uniform in [lo, hi] (float64 hyperparameters)
+  log_uniform = 2,  ///< log-uniform in [lo, hi], 0 < lo (float64; implies HyperScale::log)
+  int_range = 3,    ///< uniform integer in [lo, hi] (int64 hyperparameters)
+  choice = 4,       ///< one of `choices`, uniformly; a perturbation moves to a neighbour
+};
+
+/// Lower-case name of @p inherit ("best", "mix", "keep").
+[[nodiscard]] std::string_view inherit_name(HyperInherit inherit) noexcept;
+/// Lower-case name of @p distribution ("none", "uniform", "log_uniform", "int", "choice").
+[[nodiscard]] std::string_view distribution_name(HyperDistribution distribution) noexcept;
+/// Parses "best", "mix" or "keep"; InvalidArgument otherwise.
+[[nodiscard]] HyperInherit parse_inherit(std::string_view name);
+
+/// How one declared hyperparameter is explored. Hyperparameters without a rule are
+/// inherited only (Ray Tune's hyperparam_mutations: only those listed mutate).
+struct HyperRule {
+  std::string name;                                      ///< a declared hyperparameter
+  HyperDistribution distribution = HyperDistribution::none;  ///< resampled from
+  /// Range of the distribution, and bounds every explored value is clamped to (where finite).
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();  ///< see lo
+  std::vector<double> choices{};                          ///< for HyperDistribution::choice
+  HyperScale scale = HyperScale::linear;  ///< mixing space (log_uniform implies log)
+};
+
+/// What a user explore function sees.
+struct ExploreContext {
+  int rank = -1;                              ///< the agent (its rank or agent id)
+  std::uint64_t generation = 0;               ///< times reborn, this rebirth included
+  const Hyperparameters* before = nullptr;    ///< the agent's values before the rebirth
+  std::span<const Hyperparameters> donors{};  ///< the donors' published values, best first
+  std::span<const double> weights{};          ///< the donors' normalised mixing weights
+  std::uint64_t seed = 0;                     ///< from the agent's explore stream
+};
+
+/// A user explore step: called after the built-in one with the values it produced; may
+/// change them (Ray Tune's custom_explore_fn).
+using ExploreFunction = std::function<void(const ExploreContext& context, Hyperparameters& hyper)>;
+
+/// The exploit / explore policy of an agent (AgentOptions::explore). Only acts when the
+/// layout declares hyperparameters.
+struct ExploreOptions {
+  HyperInherit inherit = HyperInherit::best;  ///< exploit: whose values a reborn agent takes
+  std::vector<HyperRule> rules{};             ///< explore: one per mutated hyperparameter
+  /// A perturbation multiplies by one of these, drawn uniformly; each finite and > 0.
+  std::vector<double> perturb_factors{0.8, 1.2};
+  /// Chance, in [0, 1], that a rule with a distribution resamples instead of perturbing.
+  double resample_probability = 0.25;
+  ExploreFunction custom{};  ///< optional, after the built-in explore
+};
+
+/// Checks what needs no layout (InvalidArgument naming the field): factors, probability,
+/// ranges (lo > hi, non-positive log bounds, unbounded uniform ranges, non-integral int
+/// ranges, empty or non-finite choices), duplicate rule names, enums out of range.
+void validate(const ExploreOptions& options);
+/// Also checks the rules against @p layout's hyperparameters: every rule names a declared
+/// one, and its distribution fits the type (uniform and log_uniform: float64; int_range:
+/// int64; int64 choices and bounds integral).
+void validate(const ExploreOptions& options, const Layout& layout);
+
+/// The exploit step: @p own's values replaced per @p inherit from @p donors (best first,
+/// with normalised @p weights, same length; empty donors: @p own unchanged).
+[[nodiscard]] Hyperparameters inherit_hyperparameters(const ExploreOptions& options,
+                                                      const Hyperparameters& own,
+                                                      std::span<const Hyperparameters> donors,
+                                                      std::span<const double> weights);
+
+/// The built-in explore step on @p hyper, in place, drawing from @p rng: for each rule in
+/// order, resample (probability resample_probability, rules with a distribution) or
+/// perturb (a factor drawn from perturb_factors; int64 rounded; a choice moves one step
+/// down for a factor < 1, up otherwise), then clamp to the rule's finite bounds.
+void explore_hyperparameters(const ExploreOptions& options, Hyperparameters& hyper,
+                             std::mt19937_64& rng);
+
+}  // namespace paramwin
