@@ -56,13 +56,13 @@ enum class HyperDistribution : std::uint8_t {
 /// How one declared hyperparameter is explored. Hyperparameters without a rule are
 /// inherited only (Ray Tune's hyperparam_mutations: only those listed mutate).
 struct HyperRule {
-  std::string name;                                      ///< a declared hyperparameter
+  std::string name;                                          ///< a declared hyperparameter
   HyperDistribution distribution = HyperDistribution::none;  ///< resampled from
   /// Range of the distribution, and bounds every explored value is clamped to (where finite).
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();  ///< see lo
-  std::vector<double> choices{};                          ///< for HyperDistribution::choice
-  HyperScale scale = HyperScale::linear;  ///< mixing space (log_uniform implies log)
+  std::vector<double> choices{};                        ///< for HyperDistribution::choice
+  HyperScale scale = HyperScale::linear;                ///< mixing space (log_uniform implies log)
 };
 
 /// What a user explore function sees.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../mpi/agree.hpp"
+#include "optimizer_hyper.hpp"
 #include "optimizer_state.hpp"
 #include "paramwin/error.hpp"
 
@@ -87,6 +88,8 @@ struct TorchAgent::Impl {
   // With TorchAgentOptions::inherit_optimizer_state: the state layers and their buffers.
   std::optional<detail::OptimizerStateLayers> state_layers;
   std::uint64_t states_inherited = 0;
+  // With TorchAgentOptions::hyperparameters: the optimizer options published.
+  std::optional<detail::OptimizerHyperparameters> hyper;
   std::vector<std::string> skipped;
   std::uint64_t built = 0;
   std::uint64_t states_reset = 0;
@@ -148,6 +151,10 @@ struct TorchAgent::Impl {
     skipped = mt.skipped;
     module_layout = mt.layout;
     Layout layout = mt.layout;
+    if (!options.hyperparameters.empty()) {
+      hyper.emplace(options.hyperparameters, optimizer());
+      hyper->declare(layout);
+    }
     if (options.inherit_optimizer_state) {
       if (live_exposure) {
         throw InvalidArgument(
@@ -209,6 +216,7 @@ struct TorchAgent::Impl {
                                           window_options);
     if (live) bind_live(solo->window(), *module, options.module);
     agent = std::move(solo);
+    sync_hyperparameters();
   }
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
@@ -217,6 +225,15 @@ struct TorchAgent::Impl {
                                    window_options.exposure == Exposure::live, true);
     agent = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
                                          window_options);
+    sync_hyperparameters();
+  }
+
+  /// Gives the agent the optimizer's current option values, so that the next publish carries
+  /// them (at creation, and before each step: a learning-rate schedule's changes too).
+  void sync_hyperparameters() {
+    if (!hyper) return;
+    Hyperparameters values = agent->hyperparameters();
+    if (hyper->read(optimizer(), values)) agent->set_hyperparameters(values);
   }
 
   /// The module's tensors in collection order, unchecked (what seen is compared with).
@@ -341,6 +358,7 @@ struct TorchAgent::Impl {
     } else if (!builder && options.reset_optimizer_state) {
       states_reset += reset_optimizer_state(*borrowed, current.tensors);
     }
+    if (hyper) hyper->apply(optimizer(), event.hyper);
     if (user_on_rebirth) {
       user_on_rebirth(event, params);
       // The user may have changed the module in the callback: republish what it holds now.
@@ -409,11 +427,13 @@ TorchAgent::~TorchAgent() {
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
   impl_->bind();
+  impl_->sync_hyperparameters();
   return impl_->agent->step(iteration, metric, impl_->refs);
 }
 
 PublishResult TorchAgent::publish() {
   impl_->bind();
+  impl_->sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(impl_->refs.size());
   for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());

@@ -43,6 +43,15 @@ struct TorchAgentOptions {
   /// "Optimizer state"). Other optimizers, SGD without momentum, live exposure and grouped
   /// agents are refused with InvalidArgument on every rank. Off (the default): reset.
   bool inherit_optimizer_state = false;
+  /// Options of the optimizer's parameter groups published as float64 hyperparameters of the
+  /// agent's layout (population-based training): "lr" for any optimizer; "weight_decay",
+  /// "eps", "beta1", "beta2" (Adam, AdamW); "momentum", "dampening", "weight_decay" (SGD);
+  /// "alpha", "eps", "momentum", "weight_decay" (RMSprop); "lr_decay", "eps", "weight_decay"
+  /// (Adagrad). Each step publishes the optimizer's current values (a scheduler's changes
+  /// included); on a rebirth the agent's new values (AgentOptions::explore: inherited, then
+  /// explored) are written into every parameter group before AgentOptions::on_rebirth.
+  /// Every group must hold the same value of each named option. Empty (the default): none.
+  std::vector<std::string> hyperparameters{};
   /// On a rebirth, drop the replaced parameters' gradients (they belong to the parameters
   /// that died).
   bool clear_gradients = true;

@@ -1,7 +1,10 @@
-// TorchAgentOptions::inherit_optimizer_state under MPI: the optimizer's per-parameter state
-// (Adam/AdamW moments and step, SGD momentum buffers) travels as extra layers and a reborn
-// agent gets its donors' mix; state missing before the first step counts as zeros (step 0);
-// unsupported optimizers and settings are refused on every rank.
+// Population-based training with the LibTorch adapter, under MPI.
+// TorchAgentOptions::inherit_optimizer_state: the optimizer's per-parameter state (Adam/AdamW
+// moments and step, SGD momentum buffers) travels as extra layers and a reborn agent gets its
+// donors' mix; state missing before the first step counts as zeros (step 0); unsupported
+// optimizers and settings are refused on every rank.
+// TorchAgentOptions::hyperparameters: optimizer options published as hyperparameters, and
+// the rebirth's inherited and explored values written into every parameter group.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -336,4 +339,174 @@ TEST(TorchOptimizerState, UnsupportedOptimizerRefusedOnEveryRank) {
   // The option is off by default: the existing reset behaviour.
   EXPECT_FALSE(pwt::TorchAgentOptions{}.inherit_optimizer_state);
   EXPECT_TRUE(pwt::TorchAgentOptions{}.reset_optimizer_state);
+}
+
+// --- hyperparameters ---------------------------------------------------------------------
+
+namespace {
+
+/// This rank's learning rate: 1e-3 * 10^rank (three decades over 4 ranks).
+double rank_lr() { return 1e-3 * std::pow(10.0, world_rank()); }
+
+/// Adam over two parameter groups (fc, then scale), both at rank_lr().
+std::unique_ptr<torch::optim::Adam> two_group_adam(Tiny& model, double lr) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(model->fc->parameters(),
+                      std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(lr)));
+  groups.emplace_back(std::vector<torch::Tensor>{model->scale},
+                      std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(lr)));
+  return std::make_unique<torch::optim::Adam>(std::move(groups), torch::optim::AdamOptions(lr));
+}
+
+double group_lr(torch::optim::Optimizer& opt, std::size_t g) {
+  return opt.param_groups().at(g).options().get_lr();
+}
+
+}  // namespace
+
+TEST(TorchHyperparameters, OptimizerOptionsArePublishedAndFollowTheOptimizer) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  torch::optim::SGD sgd(model->parameters(),
+                        torch::optim::SGDOptions(rank_lr()).momentum(0.9).weight_decay(1e-4));
+  pwt::TorchAgentOptions to;
+  to.hyperparameters = {"lr", "momentum", "weight_decay"};
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, rank0_dies_at(100000), to);
+  const pw::Layout& layout = agent.member().layout();
+  ASSERT_EQ(layout.hyperparameters().size(), 3U);
+  EXPECT_EQ(layout.hyperparameters()[0].name, "lr");
+  EXPECT_EQ(layout.hyperparameters()[0].type, pw::HyperType::float64);
+  EXPECT_EQ(layout.size(), 3U);  // no extra layers
+  const pw::Hyperparameters& h = agent.member().hyperparameters();
+  EXPECT_EQ(h.get("lr"), rank_lr());
+  EXPECT_EQ(h.get("momentum"), 0.9);
+  EXPECT_EQ(h.get("weight_decay"), 1e-4);
+  // A schedule changes the optimizer: the next step publishes the new value.
+  static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(0.5 * rank_lr());
+  const pw::StepEvent ev = agent.step(0, 1.0);
+  EXPECT_EQ(ev.hyper.get("lr"), 0.5 * rank_lr());
+  EXPECT_EQ(agent.member().hyperparameters().get("lr"), 0.5 * rank_lr());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchHyperparameters, RebirthWritesTheBestDonorsValuesIntoEveryGroup) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  std::unique_ptr<torch::optim::Adam> adam = two_group_adam(model, rank_lr());
+  pwt::TorchAgentOptions to;
+  to.hyperparameters = {"lr", "beta2"};
+  pw::AgentOptions ao = rank0_dies_at(2);
+  ao.explore.inherit = pw::HyperInherit::best;  // the default, stated
+  int callbacks = 0;
+  ao.on_rebirth = [&](const pw::StepEvent& e, std::span<const pw::LayerRef>) {
+    ++callbacks;  // the optimizer already has the new values when the user's callback runs
+    EXPECT_EQ(group_lr(*adam, 0), e.hyper.get("lr"));
+  };
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, *adam, std::move(ao), to);
+  // Step 0 publishes every rank's metric (the best, lowest, is the highest rank's) before
+  // rank 0 dies at step 1 and ranks its donors.
+  (void)agent.step(0, 10.0 - world_rank());
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::StepEvent ev = agent.step(1, 10.0 - world_rank());
+  if (world_rank() == 0) {
+    ASSERT_TRUE(ev.died) << ev.note;
+    EXPECT_EQ(callbacks, 1);
+    EXPECT_EQ(ev.hyper_before.get("lr"), 1e-3);
+    const double donor_lr = 1e-3 * std::pow(10.0, ev.donors.front().rank);
+    EXPECT_EQ(ev.donors.front().rank, world_size() - 1);  // best first
+    EXPECT_EQ(ev.hyper.get("lr"), donor_lr);
+    EXPECT_EQ(group_lr(*adam, 0), donor_lr);
+    EXPECT_EQ(group_lr(*adam, 1), donor_lr);
+    EXPECT_EQ(std::get<1>(static_cast<torch::optim::AdamOptions&>(adam->param_groups()[1].options())
+                              .betas()),
+              0.999);
+  } else {
+    EXPECT_EQ(group_lr(*adam, 1), rank_lr());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchHyperparameters, ExploredRateLandsInABuildersNewOptimizer) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  const double lr = rank_lr();
+  pwt::OptimizerBuilder build =
+      [lr](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(lr));
+  };
+  pwt::TorchAgentOptions to;
+  to.hyperparameters = {"lr"};
+  pw::AgentOptions ao = rank0_dies_at(1);
+  // Explore deterministically: always perturb, by exactly 0.5.
+  ao.explore.rules = {pw::HyperRule{.name = "lr"}};
+  ao.explore.perturb_factors = {0.5};
+  ao.explore.resample_probability = 0.0;
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, build, std::move(ao), to);
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::StepEvent ev = agent.step(0, 10.0 - world_rank());
+  if (world_rank() == 0) {
+    ASSERT_TRUE(ev.died) << ev.note;
+    const double want = 0.5 * 1e-3 * std::pow(10.0, ev.donors.front().rank);
+    EXPECT_EQ(ev.hyper.get("lr"), want);
+    EXPECT_EQ(agent.optimizers_built(), 2U);
+    EXPECT_EQ(group_lr(agent.optimizer(), 0), want);
+    // The next step publishes the explored value (the optimizer agrees with the agent).
+    const pw::StepEvent next = agent.step(1, 1.0);
+    EXPECT_EQ(next.hyper.get("lr"), want);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchHyperparameters, KeepLeavesTheOwnRate) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(rank_lr()));
+  pwt::TorchAgentOptions to;
+  to.hyperparameters = {"lr"};
+  pw::AgentOptions ao = rank0_dies_at(1);
+  ao.explore.inherit = pw::HyperInherit::keep;
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao), to);
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::StepEvent ev = agent.step(0, 10.0 - world_rank());
+  if (world_rank() == 0) {
+    ASSERT_TRUE(ev.died) << ev.note;
+    EXPECT_EQ(group_lr(sgd, 0), 1e-3);
+    EXPECT_EQ(ev.hyper.get("lr"), 1e-3);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchHyperparameters, BadNamesAndGroupsRefusedOnEveryRank) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  pwt::TorchAgentOptions to;
+  to.hyperparameters = {"lr", "momentum"};
+  std::string msg = message_of<pw::InvalidArgument>(
+      [&] { pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(5), to); });
+  EXPECT_NE(msg.find("'momentum' is not an option of this optimizer (lr, weight_decay, eps, "
+                     "beta1, beta2)"),
+            std::string::npos)
+      << msg;
+  to.hyperparameters = {"lr", "lr"};
+  msg = message_of<pw::InvalidArgument>(
+      [&] { pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(5), to); });
+  EXPECT_NE(msg.find("names 'lr' twice"), std::string::npos) << msg;
+  // Groups with different rates cannot share one hyperparameter.
+  std::unique_ptr<torch::optim::Adam> two = two_group_adam(model, 0.01);
+  static_cast<torch::optim::AdamOptions&>(two->param_groups()[1].options()).lr(0.02);
+  to.hyperparameters = {"lr"};
+  msg = message_of<pw::InvalidArgument>(
+      [&] { pwt::TorchAgent agent(MPI_COMM_WORLD, *model, *two, rank0_dies_at(5), to); });
+  EXPECT_NE(msg.find("groups have different 'lr' (group 0: 0.01, group 1: 0.02)"),
+            std::string::npos)
+      << msg;
+  // Only rank 1 names an unknown option: every rank throws.
+  to.hyperparameters = {world_rank() == 1 ? "gamma" : "lr"};
+  msg = message_of<pw::InvalidArgument>(
+      [&] { pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(5), to); });
+  EXPECT_NE(msg.find("'gamma' is not an option"), std::string::npos) << msg;
+  MPI_Barrier(MPI_COMM_WORLD);
 }
