@@ -173,14 +173,19 @@ void compute_without_mpi(double seconds, const ParameterWindow<>* win) {
   }
 }
 
-PublishedWindow published_window(std::size_t n, Transport transport) {
+PublishedWindow published_window(std::size_t n, Transport transport, std::size_t hyperparameters) {
   Layout layout;
   layout.add("w", n);
+  for (std::size_t i = 0; i < hyperparameters; ++i) {
+    layout.add_hyperparameter(std::string("h").append(std::to_string(i)));
+  }
   WindowOptions wopt;
   wopt.transport = transport;
   PublishedWindow pw{ParameterWindow<>(MPI_COMM_WORLD, layout, wopt), std::vector<float>(n)};
   fill_pattern(pw.params, env().rank);
-  pw.win.publish({ConstLayerRef(pw.params)});
+  Hyperparameters h = pw.win.hyperparameters();
+  for (std::size_t i = 0; i < h.size(); ++i) h.set(i, 0.001 * static_cast<double>(i + 1));
+  pw.win.publish({ConstLayerRef(pw.params)}, h);
   polite_barrier(MPI_COMM_WORLD);
   return pw;
 }

@@ -136,8 +136,10 @@ struct PublishedWindow {
 /// every 10 us of compute (the RMA progress aid a trainer places in its loop).
 void compute_without_mpi(double seconds, const ParameterWindow<>* win = nullptr);
 
-/// Creates and publishes a PublishedWindow (collective).
-PublishedWindow published_window(std::size_t n, Transport transport);
+/// Creates and publishes a PublishedWindow (collective), with @p hyperparameters float64
+/// hyperparameters declared and published with the layer.
+PublishedWindow published_window(std::size_t n, Transport transport,
+                                 std::size_t hyperparameters = 0);
 
 /// "4KiB", "16MiB", ...
 std::string size_label(std::size_t bytes);
@@ -150,5 +152,6 @@ void register_multi_donor_benchmarks();
 void register_misc_benchmarks();
 void register_group_benchmarks();
 void register_serve_benchmarks();
+void register_hyper_benchmarks();
 
 }  // namespace paramwin::bench

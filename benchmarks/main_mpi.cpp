@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
         paramwin::bench::register_misc_benchmarks();
         paramwin::bench::register_group_benchmarks();
         paramwin::bench::register_serve_benchmarks();
+        paramwin::bench::register_hyper_benchmarks();
         if (e.rank == 0) {
           benchmark::RunSpecifiedBenchmarks();
         } else {

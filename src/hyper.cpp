@@ -56,8 +56,9 @@ std::size_t Hyperparameters::index_of(std::string_view name) const {
 }
 
 double Hyperparameters::as_double(std::size_t i) const {
-  return spec(i).type == HyperType::int64 ? static_cast<double>(std::bit_cast<std::int64_t>(words_[i]))
-                                          : std::bit_cast<double>(words_[i]);
+  return spec(i).type == HyperType::int64
+             ? static_cast<double>(std::bit_cast<std::int64_t>(words_[i]))
+             : std::bit_cast<double>(words_[i]);
 }
 
 std::int64_t Hyperparameters::get_int(std::string_view name) const {
@@ -77,8 +78,8 @@ void Hyperparameters::set(std::size_t i, double value) {
   // 2^63 is exactly representable; values from it up do not fit an int64.
   if (!std::isfinite(value) || value != std::trunc(value) || value < -9.223372036854775808e18 ||
       value >= 9.223372036854775808e18) {
-    throw InvalidArgument("paramwin: hyperparameter '" + (*specs_)[i].name +
-                          "' is int64; " + std::to_string(value) + " is not an int64 value");
+    throw InvalidArgument("paramwin: hyperparameter '" + (*specs_)[i].name + "' is int64; " +
+                          std::to_string(value) + " is not an int64 value");
   }
   words_[i] = std::bit_cast<std::uint64_t>(static_cast<std::int64_t>(value));
 }

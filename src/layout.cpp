@@ -115,8 +115,8 @@ Layout& Layout::add_hyperparameter(std::string name, HyperType type) {
   std::vector<HyperSpec> specs = hyper_ ? *hyper_ : std::vector<HyperSpec>{};
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].name == name) {
-      throw InvalidArgument("duplicate hyperparameter name '" + name + "' (already hyperparameter " +
-                            std::to_string(i) + ")");
+      throw InvalidArgument("duplicate hyperparameter name '" + name +
+                            "' (already hyperparameter " + std::to_string(i) + ")");
     }
   }
   if (specs.size() >= kMaxHyperparameters) {

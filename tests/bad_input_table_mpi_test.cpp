@@ -160,6 +160,36 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     };
   };
 
+  // Layouts and values with hyperparameters, for the PBT rows.
+  auto hyper_layout = [] {
+    pw::Layout l = layout();
+    l.add_hyperparameter("lr");
+    l.add_hyperparameter("batch", pw::HyperType::int64);
+    return l;
+  };
+  pw::Layout full_hyper;
+  for (std::size_t i = 0; i < pw::kMaxHyperparameters; ++i) {
+    full_hyper.add_hyperparameter(std::string("h").append(std::to_string(i)));
+  }
+  const pw::Layout full_hyper0 = full_hyper;
+  pw::Hyperparameters hyper_values = hyper_layout().make_hyperparameters();
+  hyper_values.set("lr", 0.5);
+  const pw::Hyperparameters hyper_values0 = hyper_values;
+  pw::AgentOptions hyper_agent_options;
+  hyper_agent_options.selection.shortfall = pw::Shortfall::clamp;
+  pw::Agent<> hyper_agent(MPI_COMM_WORLD, hyper_layout(), hyper_agent_options);
+  const pw::Hyperparameters hyper_agent0 = hyper_agent.hyperparameters();
+  auto bad_hyper_options = [&](auto&& edit) {
+    return [&, edit] {
+      pw::AgentOptions o;
+      o.selection.shortfall = pw::Shortfall::clamp;
+      edit(o);
+      pw::Agent<> a(MPI_COMM_WORLD, hyper_layout(), o);  // collective: throws on every rank
+    };
+  };
+  lay.add_hyperparameter("lr");
+  const pw::Layout lay_h = lay;
+
   std::vector<Row> rows = {
       // Layout
       {"Layout::add", "empty name", Kind::invalid_argument, "is invalid",
@@ -432,6 +462,103 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        })},
       {"Agent()", "bad options on rank 0 only", Kind::invalid_argument, "",
        bad_options([&](pw::AgentOptions& o) { o.selection.k = rank == 0 ? 0 : 1; })},
+      // Hyperparameters and PBT's explore options
+      {"Layout::add_hyperparameter", "duplicate name", Kind::invalid_argument,
+       "duplicate hyperparameter name 'lr'", [&] { lay.add_hyperparameter("lr"); }},
+      {"Layout::add_hyperparameter", "empty name", Kind::invalid_argument, "is invalid",
+       [&] { lay.add_hyperparameter(""); }},
+      {"Layout::add_hyperparameter", "out-of-range type", Kind::invalid_argument, "invalid type",
+       [&] { lay.add_hyperparameter("t", static_cast<pw::HyperType>(9)); }},
+      {"Layout::add_hyperparameter", "one more than 32", Kind::invalid_argument, "at most 32",
+       [&] { full_hyper.add_hyperparameter("h32"); }},
+      {"Hyperparameters::set", "non-integral value for an int64", Kind::invalid_argument,
+       "is not an int64 value", [&] { hyper_values.set("batch", 2.5); }},
+      {"Hyperparameters::get", "unknown name", Kind::invalid_argument,
+       "unknown hyperparameter 'nope' (declared: 'lr', 'batch')",
+       [&] { (void)hyper_values.get("nope"); }},
+      {"ParameterWindow::set_hyperparameters", "other declarations", Kind::invalid_argument,
+       "but the layout declares []", [&] { win.set_hyperparameters(hyper_values); }},
+      {"Agent()", "explore rule for an undeclared hyperparameter", Kind::invalid_argument,
+       "no such hyperparameter in the layout (declared: none)",
+       bad_options([](pw::AgentOptions& o) { o.explore.rules = {{.name = "lr"}}; })},
+      {"Agent()", "explore rule lo > hi", Kind::invalid_argument, "lo 2.000000 > hi 1.000000",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {
+             {.name = "lr", .distribution = pw::HyperDistribution::uniform, .lo = 2, .hi = 1}};
+       })},
+      {"Agent()", "log_uniform with lo <= 0", Kind::invalid_argument, "positive bounds",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {
+             {.name = "lr", .distribution = pw::HyperDistribution::log_uniform, .lo = 0, .hi = 1}};
+       })},
+      {"Agent()", "log scale with lo <= 0", Kind::invalid_argument, "positive bounds",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "lr", .lo = -1, .hi = 1, .scale = pw::HyperScale::log}};
+       })},
+      {"Agent()", "uniform without bounds", Kind::invalid_argument, "finite bounds",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "lr", .distribution = pw::HyperDistribution::uniform}};
+       })},
+      {"Agent()", "int range on a float64", Kind::invalid_argument,
+       "float64 hyperparameter with distribution int", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {
+             {.name = "lr", .distribution = pw::HyperDistribution::int_range, .lo = 1, .hi = 4}};
+       })},
+      {"Agent()", "uniform on an int64", Kind::invalid_argument,
+       "int64 hyperparameter with distribution uniform", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {
+             {.name = "batch", .distribution = pw::HyperDistribution::uniform, .lo = 1, .hi = 4}};
+       })},
+      {"Agent()", "non-integral int range", Kind::invalid_argument, "must be integers",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "batch",
+                             .distribution = pw::HyperDistribution::int_range,
+                             .lo = 1.5,
+                             .hi = 4}};
+       })},
+      {"Agent()", "empty choice list", Kind::invalid_argument, "at least one value",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "batch", .distribution = pw::HyperDistribution::choice}};
+       })},
+      {"Agent()", "non-integral choice for an int64", Kind::invalid_argument, "non-integral choice",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "batch",
+                             .distribution = pw::HyperDistribution::choice,
+                             .choices = {8, 12.5}}};
+       })},
+      {"Agent()", "duplicate explore rule", Kind::invalid_argument, "listed twice",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "lr"}, {.name = "lr"}};
+       })},
+      {"Agent()", "resample probability 1.5", Kind::invalid_argument,
+       "explore.resample_probability 1.500000 is outside [0, 1]",
+       bad_hyper_options([](pw::AgentOptions& o) { o.explore.resample_probability = 1.5; })},
+      {"Agent()", "perturb factor 0", Kind::invalid_argument, "explore.perturb_factors[1]",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.perturb_factors = {0.8, 0.0};
+       })},
+      {"Agent()", "no perturb factors", Kind::invalid_argument, "perturb_factors is empty",
+       bad_hyper_options([](pw::AgentOptions& o) { o.explore.perturb_factors.clear(); })},
+      {"Agent()", "out-of-range hyper inheritance", Kind::invalid_argument,
+       "explore.inherit is out of range", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.inherit = static_cast<pw::HyperInherit>(7);
+       })},
+      {"Agent::set_hyperparameters", "other declarations", Kind::invalid_argument,
+       "set_hyperparameters", [&] { hyper_agent.set_hyperparameters(win.hyperparameters()); }},
+      {"parse_agent_options", "unknown explore distribution", Kind::invalid_argument,
+       "an explore rule", [&] { (void)pw::parse_agent_options("explore.lr=gauss:0..1"); }},
+      {"parse_agent_options", "malformed explore range", Kind::invalid_argument, "a range",
+       [&] { (void)pw::parse_agent_options("explore.lr=uniform:0-1"); }},
+      {"parse_agent_options", "unknown explore scale", Kind::invalid_argument, "linear, log",
+       [&] { (void)pw::parse_agent_options("explore_scale.lr=cubic"); }},
+      {"parse_agent_options", "unknown hyper_inherit", Kind::invalid_argument, "best, mix, keep",
+       [&] { (void)pw::parse_agent_options("hyper_inherit=worst"); }},
+      {"parse_agent_options", "malformed perturb factor", Kind::invalid_argument, "is not a number",
+       [&] { (void)pw::parse_agent_options("perturb_factors=0.8,x"); }},
+      {"parse_agent_options", "malformed resample probability", Kind::invalid_argument,
+       "is not a number", [&] { (void)pw::parse_agent_options("resample_probability=half"); }},
+      {"parse_agent_options", "explore key without a name", Kind::invalid_argument,
+       "unknown option 'explore.'", [&] { (void)pw::parse_agent_options("explore.=perturb"); }},
       // options parsing
       {"parse_agent_options", "unknown key", Kind::invalid_argument, "unknown option 'kk'",
        [&] { (void)pw::parse_agent_options("kk=2"); }},
@@ -468,8 +595,12 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
     const pw::RosterEntry r = win.roster(rank);
     EXPECT_EQ(r.version, roster_before.version) << row.entry << " / " << row.input;
     EXPECT_EQ(r.status_updates, roster_before.status_updates) << row.entry << " / " << row.input;
-    EXPECT_TRUE(lay == lay0) << row.entry << " / " << row.input << " changed the layout";
-    EXPECT_EQ(lay.fingerprint(), lay0.fingerprint()) << row.entry << " / " << row.input;
+    EXPECT_TRUE(lay == lay_h) << row.entry << " / " << row.input << " changed the layout";
+    EXPECT_EQ(lay.fingerprint(), lay_h.fingerprint()) << row.entry << " / " << row.input;
+    EXPECT_TRUE(full_hyper == full_hyper0) << row.entry << " / " << row.input;
+    EXPECT_TRUE(hyper_values == hyper_values0) << row.entry << " / " << row.input;
+    EXPECT_TRUE(hyper_agent.hyperparameters() == hyper_agent0) << row.entry << " / " << row.input;
+    EXPECT_EQ(win.hyperparameters().size(), 0U) << row.entry << " / " << row.input;
     EXPECT_EQ(lay.total_bytes(), lay0.total_bytes()) << row.entry << " / " << row.input;
     EXPECT_EQ(lay.total_elements(), lay0.total_elements()) << row.entry << " / " << row.input;
     EXPECT_TRUE(grid_outputs_intact()) << row.entry << " / " << row.input << " touched a view";

@@ -30,7 +30,7 @@ inline constexpr std::size_t kMaxHyperparameters = 32;
 
 /// One declared hyperparameter: its name (unique among the layout's hyperparameters) and type.
 struct HyperSpec {
-  std::string name;                    ///< non-empty, no whitespace
+  std::string name;                     ///< non-empty, no whitespace
   HyperType type = HyperType::float64;  ///< int64 or float64
   /// "lr float64".
   [[nodiscard]] std::string describe() const;

@@ -99,7 +99,7 @@ class Layout {
   std::size_t total_bytes_ = 0;
   std::uint64_t fingerprint_ = 0xcbf29ce484222325ULL;
   std::shared_ptr<const std::vector<HyperSpec>> hyper_;  // null: none declared
-  std::uint64_t hyper_fingerprint_ = 0;                   // 0: none declared
+  std::uint64_t hyper_fingerprint_ = 0;                  // 0: none declared
 };
 
 }  // namespace paramwin

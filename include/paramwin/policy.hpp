@@ -266,8 +266,8 @@ struct AgentOptions {
   TriggerOptions triggers{};                                     ///< who dies
   SelectionOptions selection{};                                  ///< who donates
   MixingOptions mixing{};                                        ///< how donors are mixed
-  ExploreOptions explore{};  ///< how hyperparameters are inherited and explored on a rebirth
-  PublishOptions publish{};                                      ///< when parameters are published
+  ExploreOptions explore{};      ///< how hyperparameters are inherited and explored on a rebirth
+  PublishOptions publish{};      ///< when parameters are published
   ReadOptions read{};            ///< how step() reads others (deadline, read mode, chunks)
   ServeOptions serve{};          ///< how this agent serves its RMA readers (progress)
   RebirthCallback on_rebirth{};  ///< optional rebirth notification

@@ -123,9 +123,7 @@ class ParameterWindow {
   void set_hyperparameters(const Hyperparameters& hyper) { base_.set_hyperparameters(hyper); }
   /// The hyperparameter values the next publish carries (zeros until set; empty when the
   /// layout declares none).
-  [[nodiscard]] const Hyperparameters& hyperparameters() const {
-    return base_.hyperparameters();
-  }
+  [[nodiscard]] const Hyperparameters& hyperparameters() const { return base_.hyperparameters(); }
 
   /// Exposure::live only: advances the version of the parameters that already live in the
   /// window (see live_span); copies nothing.

@@ -85,8 +85,7 @@ AgentCore::AgentCore(AgentOptions options, int rank, int population, const Layou
   }
 }
 
-AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options,
-                                       const Layout& layout) {
+AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, const Layout& layout) {
   int rank = 0;
   int size = 0;
   if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS) {

@@ -113,8 +113,8 @@ void validate(const ExploreOptions& o) {
     }
   }
   if (!(o.resample_probability >= 0.0 && o.resample_probability <= 1.0)) {
-    throw InvalidArgument("paramwin: explore.resample_probability " +
-                          num(o.resample_probability) + " is outside [0, 1]");
+    throw InvalidArgument("paramwin: explore.resample_probability " + num(o.resample_probability) +
+                          " is outside [0, 1]");
   }
   for (std::size_t i = 0; i < o.rules.size(); ++i) {
     const HyperRule& r = o.rules[i];
@@ -222,8 +222,7 @@ Hyperparameters inherit_hyperparameters(const ExploreOptions& options, const Hyp
     }
   }
   if (options.inherit == HyperInherit::best) {
-    std::copy(donors.front().words().begin(), donors.front().words().end(),
-              out.words().begin());
+    std::copy(donors.front().words().begin(), donors.front().words().end(), out.words().begin());
     return out;
   }
   if (weights.size() != donors.size()) {
@@ -278,9 +277,7 @@ void explore_hyperparameters(const ExploreOptions& options, Hyperparameters& hyp
           v = r.lo + static_cast<double>(span == 0 ? rng() : detail::below(rng, span));
           break;
         }
-        case HyperDistribution::choice:
-          v = r.choices[detail::below(rng, r.choices.size())];
-          break;
+        case HyperDistribution::choice: v = r.choices[detail::below(rng, r.choices.size())]; break;
         case HyperDistribution::none: break;
       }
     } else {

@@ -234,8 +234,8 @@ AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters,
             "MPI_Bcast(rebirth)");
   if (w[0] == 0) {
     if (leader_error) std::rethrow_exception(leader_error);
-    throw Error("paramwin: GroupAgent::step: the explore step of agent " +
-                std::to_string(agent_) + " failed on its leader (see its error)");
+    throw Error("paramwin: GroupAgent::step: the explore step of agent " + std::to_string(agent_) +
+                " failed on its leader (see its error)");
   }
   for (std::size_t i = 0; i < nh; ++i) hyper.words()[i] = std::bit_cast<std::uint64_t>(w[5 + i]);
   return AgentCounters{.steps = w[1],

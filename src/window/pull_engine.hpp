@@ -73,7 +73,7 @@ struct Donor {
   std::size_t bad_index = 0;  // layer index for the error message
   double metric = 0.0;
   std::byte* buffers[2] = {nullptr, nullptr};  // RMA chunk buffers
-  std::uint64_t* hyper = nullptr;  // the hyperparameters of the version read (arena)
+  std::uint64_t* hyper = nullptr;              // the hyperparameters of the version read (arena)
 };
 
 /// A piece of one layer read and accumulated at once (staged path).

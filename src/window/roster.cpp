@@ -237,8 +237,8 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
         if (--readers[i].in_flight > 0) continue;
         advance(i);
         if (readers[i].done) {
-          out[i] = make_entry(ranks[i], heads[i], status[i], &hyper[i * nh], hyper_,
-                              slots_.fingerprint);
+          out[i] =
+              make_entry(ranks[i], heads[i], status[i], &hyper[i * nh], hyper_, slots_.fingerprint);
           --left;
         }
       }

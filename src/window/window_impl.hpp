@@ -164,7 +164,7 @@ class WindowImpl final : public FinalizeClient {
   std::uint64_t version_ = 0;
   bool rma_readers_ = false;
   AgentStatus status_;
-  Hyperparameters hyper_;                   // published with every publish (slot and roster)
+  Hyperparameters hyper_;                    // published with every publish (slot and roster)
   std::vector<std::uint64_t> roster_hyper_;  // what the roster copy holds now
   std::jthread progress_thread_;
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
