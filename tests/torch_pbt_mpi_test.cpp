@@ -19,6 +19,7 @@
 
 #include "mpi_test_util.hpp"
 #include "paramwin/error.hpp"
+#include "paramwin/groups.hpp"
 #include "paramwin/torch/agent.hpp"
 
 namespace pw = paramwin;
@@ -335,6 +336,16 @@ TEST(TorchOptimizerState, UnsupportedOptimizerRefusedOnEveryRank) {
           << msg;
     }
     MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (world_size() >= 4 && world_size() % 2 == 0) {
+    // Grouped agents (2 agents of 2 ranks) are refused, on every rank.
+    pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+    pw::AgentOptions ao;
+    ao.selection.k = 1;
+    const std::string msg = message_of<pw::InvalidArgument>(
+        [&] { pwt::TorchAgent agent(groups, *model, adam, ao, to); });
+    EXPECT_NE(msg.find("not supported for grouped agents"), std::string::npos) << msg;
   }
   // The option is off by default: the existing reset behaviour.
   EXPECT_FALSE(pwt::TorchAgentOptions{}.inherit_optimizer_state);
