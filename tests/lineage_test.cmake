@@ -62,3 +62,21 @@ foreach(case "bad_json.jsonl:2: not a JSON object" "bad_field.jsonl:1: missing f
     message(FATAL_ERROR "${file}: a traceback instead of a message: ${stderr}")
   endif()
 endforeach()
+
+# Mixing of two donors, by hand: agent 0 is reborn from agents 1 and 2 (weights 0.75, 0.25),
+# then agent 2 from agent 0's new life (version 9 >= its first version 8): by first donor all
+# three descend from agent 1; by weight agent 1 holds 1 + 0.75 + 0.75, agent 2 0.25 + 0.25.
+file(WRITE "${OUT}/mix.jsonl"
+     "{\"rank\":0,\"step\":10,\"died\":true,\"generation\":1,\"version\":8,\"published\":true,\"donors\":[{\"rank\":1,\"version\":5,\"weight\":0.75},{\"rank\":2,\"version\":6,\"weight\":0.25}],\"hyper\":{\"lr\":0.1},\"hyper_before\":{\"lr\":0.01}}\n"
+     "{\"rank\":2,\"step\":20,\"died\":true,\"generation\":1,\"version\":21,\"donors\":[{\"rank\":0,\"version\":9,\"weight\":1}]}\n")
+execute_process(COMMAND ${python} "${SCRIPT}" "${OUT}/mix.jsonl" --population 3 --out "${OUT}/mix"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr)
+message("${stdout}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mix.jsonl: exit ${rc}\n${stderr}")
+endif()
+foreach(row "\n +0 +0 +- +0\\.0000\n" "\n +1 +3 +0;1;2 +2\\.5000\n" "\n +2 +0 +- +0\\.5000\n")
+  if(NOT stdout MATCHES "${row}")
+    message(FATAL_ERROR "mix.jsonl: no row matching '${row}'")
+  endif()
+endforeach()
