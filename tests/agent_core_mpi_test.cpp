@@ -42,7 +42,8 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     return out;
   }
   void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
-  pw::PublishResult publish(std::span<const pw::ConstLayerRef> /*layers*/) override {
+  pw::PublishResult publish(std::span<const pw::ConstLayerRef> /*layers*/,
+                            const pw::Hyperparameters& /*hyper*/) override {
     ++publish_calls;
     if (skips > 0) {
       --skips;
@@ -107,7 +108,7 @@ pw::Layout layout() {
 
 TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(5000.0), 0, 2, false);
+  pw::detail::AgentCore core(dies_at_age_2(5000.0), 0, 2, win.layout(), false);
   const TwoSteps r = run(win, core, 5);
   ASSERT_TRUE(r.first.published);
   EXPECT_EQ(r.first.publish_attempts, 1U);
@@ -122,7 +123,7 @@ TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
 
 TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(0.0), 0, 2, false);
+  pw::detail::AgentCore core(dies_at_age_2(0.0), 0, 2, win.layout(), false);
   const TwoSteps r = run(win, core, 1);
   ASSERT_TRUE(r.death.died);
   EXPECT_FALSE(r.death.published);
@@ -140,7 +141,7 @@ TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
 
 TEST(RebirthPublish, TheWaitIsBoundedAndOrdinaryPublishesNeverWait) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(30.0), 0, 2, false);
+  pw::detail::AgentCore core(dies_at_age_2(30.0), 0, 2, win.layout(), false);
   const auto t0 = std::chrono::steady_clock::now();
   const TwoSteps r = run(win, core, 1 << 30);  // a reader that never lets go
   const double waited =
@@ -165,7 +166,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   PinnedWindow win(layout());
   pw::AgentOptions o;  // no trigger: nobody dies, every step publishes once
   o.selection.k = 1;
-  pw::detail::AgentCore core(o, 0, 2, false);
+  pw::detail::AgentCore core(o, 0, 2, win.layout(), false);
   std::vector<float> w(8, 0.0F);
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   for (int i = 0; i < 10; ++i) (void)core.step(win, i, 0.5, params);
@@ -174,7 +175,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   for (int i = 10; i < 20; ++i) (void)core.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10);
   o.serve.progress_in_step = false;
-  pw::detail::AgentCore off(o, 0, 2, false);
+  pw::detail::AgentCore off(o, 0, 2, win.layout(), false);
   for (int i = 0; i < 10; ++i) (void)off.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10) << "serve.progress_in_step = false: none";
 }

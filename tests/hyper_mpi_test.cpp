@@ -285,3 +285,54 @@ TEST(HyperRebirth, ExploresAfterInheritingAndKeepKeepsItsOwn) {
     EXPECT_DOUBLE_EQ(kept.death.hyper.get("lr"), 0.1 * n);
   }
 }
+
+TEST(HyperGroupAgent, EveryRankOfTheAgentGetsTheLeadersExploredValues) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = pw::test::world_size();
+  const int g = n % 2 == 0 && n >= 4 ? 2 : 1;
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = g});
+  pw::AgentOptions o;
+  o.seed = 5;
+  o.triggers.age.enabled = false;
+  o.triggers.custom = [](const pw::TriggerContext& c) {
+    return c.rank == 0 && c.step == 2 && c.generation == 0;
+  };
+  o.selection.k = 1;
+  o.explore.rules = {{.name = "lr"}};
+  pw::GroupAgent agent(groups, model_layout(), o);
+  const int a = groups.agent();
+  agent.set_hyperparameter("lr", 0.1 * (a + 1));
+  agent.set_hyperparameter("batch", 4.0 * (a + 1));
+  Model m;
+  m.fill(a, 1);
+  (void)agent.publish(m.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  pw::StepEvent death;
+  for (int s = 1; s <= 3; ++s) {
+    const pw::StepEvent e = agent.step(s, 1.0, m.refs());
+    if (e.died) death = e;
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (a == 0) {
+    ASSERT_TRUE(death.died);
+    const int donor = death.donors[0].rank;
+    const double lr = death.hyper.get("lr");
+    EXPECT_TRUE(lr == 0.1 * (donor + 1) * 0.8 || lr == 0.1 * (donor + 1) * 1.2) << lr;
+    EXPECT_EQ(death.hyper.get_int("batch"), 4 * (donor + 1));  // no rule: inherited only
+    EXPECT_DOUBLE_EQ(death.hyper_before.get("lr"), 0.1);
+    EXPECT_TRUE(agent.hyperparameters() == death.hyper);
+  }
+  // The same values on every rank of the agent (shared by the leader): compare within it.
+  double mine = agent.hyperparameters().get("lr");
+  double lo = 0.0;
+  double hi = 0.0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_DOUBLE, MPI_MIN, groups.agent_comm());
+  MPI_Allreduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, groups.agent_comm());
+  EXPECT_EQ(lo, hi);
+  // Every shard window's roster shows agent 0's new values after the rebirth's republish
+  // (world rank 0 is agent 0's leader; its values are every rank of agent 0's).
+  double agent0 = mine;
+  MPI_Bcast(&agent0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(agent.window().roster(0).hyper.get("lr"), agent0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}

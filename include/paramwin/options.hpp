@@ -135,7 +135,7 @@ struct DonorRead {
   double metric = 0.0;   ///< donor's roster metric when it was read
   /// The hyperparameters the donor published with that very version (read inside the same
   /// seqlock as its layers; empty when the layout declares none).
-  Hyperparameters hyper;
+  Hyperparameters hyper{};
 };
 
 /// What a pull did.

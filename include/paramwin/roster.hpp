@@ -41,7 +41,7 @@ struct RosterEntry {
   AgentStatus status;                ///< the owner's self-reported fields
   /// The hyperparameters of the agent's latest publish (empty when the layout declares
   /// none; zeros before the first publish). Read under the roster's seqlock, with status.
-  Hyperparameters hyper;
+  Hyperparameters hyper{};
   /// False when a bounded roster_all() read of this agent over RMA did not complete before
   /// its deadline (the agent did not enter MPI meanwhile: busy, or its process is gone);
   /// every other field but rank is then empty (version 0: never chosen as a donor).
