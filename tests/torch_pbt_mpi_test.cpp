@@ -21,25 +21,16 @@
 #include "paramwin/error.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/torch/agent.hpp"
+#include "torch_test_util.hpp"
 
 namespace pw = paramwin;
 namespace pwt = paramwin::torch;
 using pw::test::world_rank;
 using pw::test::world_size;
+using torch_test::message_of;
+using torch_test::Tiny;
 
 namespace {
-
-/// y = scale * fc(x): three parameters, one of them 0-dim.
-struct TinyImpl : torch::nn::Module {
-  TinyImpl() {
-    fc = register_module("fc", torch::nn::Linear(3, 2));
-    scale = register_parameter("scale", torch::ones({}));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return scale * fc(x); }
-  torch::nn::Linear fc{nullptr};
-  torch::Tensor scale;
-};
-TORCH_MODULE(Tiny);
 
 std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
@@ -81,16 +72,6 @@ void train_step(Tiny& model, torch::optim::Optimizer& opt) {
   opt.zero_grad();
   torch::mse_loss(model->forward(x), y).backward();
   opt.step();
-}
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
 }
 
 /// Checks rank 0's inherited Adam-family state against the mean of @p donors' values, where

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "../age_replacement/mlp.hpp"
+#include "../common/cli.hpp"
 #include "../common/finish.hpp"
 #include "../common/polite_mpi.hpp"
 #include "paramwin/paramwin.hpp"
@@ -49,6 +50,9 @@ namespace ex = paramwin_examples;
 using age_replacement::Dataset;
 using age_replacement::make_dataset;
 using age_replacement::Mlp;
+using ex::parse_number;
+using ex::parse_range;
+using ex::UsageError;
 
 namespace {
 
@@ -77,30 +81,6 @@ constexpr const char* kUsage =
     "  --no-plot          write no PNG (no gnuplot, no lineage.py)\n"
     "  --lineage PATH     scripts/lineage.py (default: the source tree's)\n"
     "  --python PATH      Python with matplotlib (default /usr/bin/python3)\n";
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class T>
-T parse_number(std::string_view flag, const std::string& text) {
-  std::istringstream in(text);
-  T value{};
-  if (!(in >> value) || !in.eof()) {
-    throw UsageError(std::string(flag) + ": not a number: '" + text + "'");
-  }
-  return value;
-}
-
-template <class T>
-std::pair<T, T> parse_range(std::string_view flag, const std::string& text) {
-  const auto dots = text.find("..");
-  if (dots == std::string::npos) {
-    throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
-  }
-  return {parse_number<T>(flag, text.substr(0, dots)),
-          parse_number<T>(flag, text.substr(dots + 2))};
-}
 
 Options parse_options(int argc, char** argv) {
   Options o;
