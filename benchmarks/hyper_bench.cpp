@@ -3,8 +3,10 @@
 // inside the same seqlocked slot, read in the same copy / the same flush as the layer),
 // side by side in one run; and rank 0 publishes with 0 and 4. The donor only waits inside MPI
 // (the MPI_MAX reduction of each iteration), as in one_donor/*.
+#include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "bench_util.hpp"
 #include "paramwin/paramwin.hpp"
@@ -40,6 +42,61 @@ void bm_hyper_pull(benchmark::State& state, std::size_t bytes, Transport transpo
   set_bytes(state, bytes);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Side by side: every iteration pulls the same donor's snapshot of one layer from a window
+// without hyperparameters and from one with 4, in alternating order, so both see the same
+// machine load; reports the medians of each and of the per-iteration difference.
+void bm_hyper_pull_ab(benchmark::State& state, std::size_t bytes, Transport transport) {
+  auto [plain, plain_params] = published_window(bytes / sizeof(float), transport, 0);
+  auto [hyper, hyper_params] = published_window(bytes / sizeof(float), transport, 4);
+  const bool reader = env().rank == kReader;
+  const std::array<int, 1> donors{kDonor};
+  std::vector<double> without;
+  std::vector<double> with;
+  std::vector<double> diff;
+  const auto timed = [&](ParameterWindow<>& w, std::vector<float>& p) {
+    const double t0 = now();
+    (void)w.pull(donors, {LayerRef(p)});
+    return now() - t0;
+  };
+  if (reader) {
+    (void)timed(plain, plain_params);
+    (void)timed(hyper, hyper_params);
+  }
+  bool plain_first = true;
+  for (auto _ : state) {
+    double t = 0.0;
+    if (reader) {
+      double a = 0.0;
+      double b = 0.0;
+      if (plain_first) {
+        a = timed(plain, plain_params);
+        b = timed(hyper, hyper_params);
+      } else {
+        b = timed(hyper, hyper_params);
+        a = timed(plain, plain_params);
+      }
+      plain_first = !plain_first;
+      without.push_back(a);
+      with.push_back(b);
+      diff.push_back(b - a);
+      t = a + b;
+    }
+    finish_iteration(state, t);
+  }
+  if (reader) {
+    state.counters["no_hyper_us"] = median(without) * 1e6;
+    state.counters["hyper4_us"] = median(with) * 1e6;
+    state.counters["diff_us"] = median(diff) * 1e6;
+  }
+  polite_barrier(MPI_COMM_WORLD);
+  set_bytes(state, 2 * bytes);
+}
+
 void bm_hyper_publish(benchmark::State& state, std::size_t bytes, std::size_t hyper) {
   auto [win, params] = published_window(bytes / sizeof(float), Transport::shm, hyper);
   Hyperparameters h = win.hyperparameters();
@@ -68,6 +125,20 @@ void register_hyper_benchmarks() {
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(500);
       if (env().size < 2) continue;
+      if (hyper == 0) {
+        for (const Transport t : {Transport::shm, Transport::rma}) {
+          with_stats(
+              benchmark::RegisterBenchmark(("hyper/pull_ab_" + std::string(transport_name(t)) +
+                                            "/bytes:" + std::to_string(bytes))
+                                               .c_str(),
+                                           [bytes, t](benchmark::State& s) {
+                                             bm_hyper_pull_ab(s, bytes, t);
+                                           }))
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(1000);
+        }
+      }
       for (const Transport t : {Transport::shm, Transport::rma}) {
         with_stats(
             benchmark::RegisterBenchmark(("hyper/pull_" + std::string(transport_name(t)) + suffix)

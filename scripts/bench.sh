@@ -4,6 +4,8 @@
 # docs/benchmarks.md and docs/img/*.png with scripts/bench_report.py.
 #   scripts/bench.sh [--build-dir DIR] [--no-build] [--report-only] [--quick] [--reps N]
 #                    [--groups]   (only the agent-group rebirth cases, issue 8)
+#                    [--serve]    (only the serving cases, issue 14)
+#                    [--hyper]    (only the hyperparameter cases, issue 15)
 # Timings are only meaningful on a quiet machine: the script records the load average
 # before each run and the report prints it.
 set -euo pipefail
@@ -14,6 +16,7 @@ do_build=1
 run=1
 groups_only=0
 serve_only=0
+hyper_only=0
 reps=3
 min_time=0.05
 while [ $# -gt 0 ]; do
@@ -25,6 +28,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --groups) groups_only=1; shift ;;
     --serve) serve_only=1; shift ;;
+    --hyper) hyper_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -81,7 +85,23 @@ run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progr
   cat /proc/loadavg >> "$out/serve_load.txt"
 }
 
-if [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
+run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish with and without
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/hyper_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/hyper_load.txt"
+  /usr/bin/mpiexec.mpich -n 2 "$bench" \
+    --benchmark_filter='^hyper/(pull_ab_|publish/)' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/hyper_np2.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/hyper_load.txt"
+}
+
+if [ "$run" = 1 ] && [ "$hyper_only" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  run_hyper
+  python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --section hyper
+  echo "bench: updated the hyper section of docs/benchmarks.md"
+  exit 0
+elif [ "$run" = 1 ] && [ "$groups_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_groups
 elif [ "$run" = 1 ] && [ "$serve_only" = 1 ]; then
@@ -107,6 +127,7 @@ elif [ "$run" = 1 ]; then
   run_suite 8 '^roster/|^k_donors/pull_(shm|rma)/k:1/n:10M/'
   run_groups
   run_serve
+  run_hyper
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --img-dir docs/img

@@ -336,3 +336,49 @@ TEST(HyperGroupAgent, EveryRankOfTheAgentGetsTheLeadersExploredValues) {
   EXPECT_EQ(agent.window().roster(0).hyper.get("lr"), agent0);
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+TEST(HyperRebirth, AThrowingExploreFunctionKeepsTheDeathPending) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  pw::AgentOptions o;
+  o.triggers.age.enabled = false;
+  o.triggers.custom = [n](const pw::TriggerContext& c) { return c.rank == n - 1 && c.step >= 2; };
+  o.selection.k = 1;
+  bool fail = true;
+  o.explore.custom = [&fail](const pw::ExploreContext&, pw::Hyperparameters&) {
+    if (fail) throw std::runtime_error("explore failed");
+  };
+  pw::Agent<> agent(MPI_COMM_WORLD, model_layout(), o);
+  agent.set_hyperparameter("lr", 0.1 * (rank + 1));
+  Model m;
+  m.fill(rank, 1);
+  (void)agent.publish(m.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int s = 1; s <= 3; ++s) {
+    bool threw = false;
+    pw::StepEvent e;
+    try {
+      e = agent.step(s, 1.0, m.refs());
+    } catch (const std::runtime_error& err) {
+      threw = true;
+      EXPECT_STREQ(err.what(), "explore failed");
+    }
+    if (rank == n - 1) {
+      if (s == 2) {
+        EXPECT_TRUE(threw);
+        EXPECT_EQ(agent.generation(), 0U);  // not reborn: the death stays pending
+        EXPECT_DOUBLE_EQ(agent.hyperparameters().get("lr"), 0.1 * n);
+        EXPECT_EQ(agent.window().roster(rank).status.state, pw::AgentState::active);
+        fail = false;
+      } else if (s == 3) {
+        EXPECT_FALSE(threw);
+        EXPECT_TRUE(e.died);
+        EXPECT_EQ(agent.generation(), 1U);
+      }
+    } else {
+      EXPECT_FALSE(threw);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
