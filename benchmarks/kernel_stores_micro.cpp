@@ -3,7 +3,8 @@
 // with ordinary and streaming stores (detail::set_store_mode), and a hand-written AVX-512
 // streaming copy for reference. Medians of 11, interleaved. Target paramwin_kernel_micro
 // (built where the compiler accepts -mavx512f -mavx512bw; runs on AVX-512 CPUs only):
-//   cmake --build BUILD --target paramwin_kernel_micro && BUILD/benchmarks/paramwin_kernel_micro 50000000
+//   cmake --build BUILD --target paramwin_kernel_micro && BUILD/benchmarks/paramwin_kernel_micro
+//   50000000
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <algorithm>

@@ -36,9 +36,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test.
+# doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test;
+# python3-matplotlib: scripts/lineage.py (the pbt example and the lineage_script test).
 packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
-          libbenchmark-dev gnuplot-nox doxygen clang-format)
+          libbenchmark-dev gnuplot-nox doxygen clang-format python3-matplotlib)
 if [ "$mpi" = mpich ]; then
   packages+=(mpich libmpich-dev)
   mpi_bin_pkg=mpich

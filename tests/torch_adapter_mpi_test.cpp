@@ -19,11 +19,14 @@
 #include "mpi_test_util.hpp"
 #include "paramwin/torch/agent.hpp"
 #include "paramwin/torch/module.hpp"
+#include "torch_test_util.hpp"
 
 namespace pw = paramwin;
 namespace pwt = paramwin::torch;
 using pw::test::world_rank;
 using pw::test::world_size;
+using torch_test::message_of;
+using torch_test::Tiny;
 
 namespace {
 
@@ -44,18 +47,6 @@ struct NetImpl : torch::nn::Module {
   torch::nn::BatchNorm1d bn{nullptr};
 };
 TORCH_MODULE(Net);
-
-/// A small trainable module: y = scale * fc(x).
-struct TinyImpl : torch::nn::Module {
-  TinyImpl() {
-    fc = register_module("fc", torch::nn::Linear(3, 2));
-    scale = register_parameter("scale", torch::ones({}));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return scale * fc(x); }
-  torch::nn::Linear fc{nullptr};
-  torch::Tensor scale;
-};
-TORCH_MODULE(Tiny);
 
 /// Fills every exchanged tensor with values drawn from @p seed (the same on every rank).
 void fill_random(torch::nn::Module& m, std::uint64_t seed, const pwt::ModuleOptions& o = {}) {
@@ -91,16 +82,6 @@ void expect_bit_equal(torch::nn::Module& a, torch::nn::Module& b,
     EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0)
         << "rank " << world_rank() << ": " << ta.names[i] << " differs";
   }
-}
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // --- layouts ------------------------------------------------------------------------------

@@ -43,7 +43,9 @@
 #include <utility>
 #include <vector>
 
+#include "../common/cli.hpp"
 #include "../common/finish.hpp"
+#include "../common/polite_mpi.hpp"
 #include "mlp.hpp"
 #include "paramwin/agent.hpp"
 #include "paramwin/paramwin.hpp"
@@ -51,6 +53,13 @@
 
 namespace pw = paramwin;
 using namespace age_replacement;
+using paramwin_examples::barrier_politely;
+using paramwin_examples::check_mpi;
+using paramwin_examples::gather_doubles;
+using paramwin_examples::parse_number;
+using paramwin_examples::parse_range;
+using paramwin_examples::UsageError;
+using paramwin_examples::wait_politely;
 
 namespace {
 
@@ -98,31 +107,6 @@ constexpr const char* kUsage =
     "  --hidden H         hidden units per layer (default 32)\n"
     "  --last N           steps averaged in the comparison (default 100)\n";
 
-/// Thrown for a bad command line; the message goes to rank 0's stderr.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class T>
-T parse_number(std::string_view flag, const std::string& text) {
-  std::istringstream in(text);
-  T value{};
-  if (!(in >> value) || !in.eof()) {
-    throw UsageError(std::string(flag) + ": not a number: '" + text + "'");
-  }
-  return value;
-}
-
-template <class T>
-std::pair<T, T> parse_range(std::string_view flag, const std::string& text) {
-  const auto dots = text.find("..");
-  if (dots == std::string::npos) {
-    throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
-  }
-  return {parse_number<T>(flag, text.substr(0, dots)),
-          parse_number<T>(flag, text.substr(dots + 2))};
-}
-
 Options parse_options(int argc, char** argv) {
   Options o;
   auto value = [&](int& i) -> std::string {
@@ -168,30 +152,6 @@ Options parse_options(int argc, char** argv) {
 // MPI without spinning: MPICH busy-polls inside blocking calls, and with more ranks than
 // cores a rank spinning in MPI_Gather steals the core a training rank needs. Every wait in
 // this program is a nonblocking call completed by MPI_Test plus a short sleep.
-
-void check_mpi(int code, const char* call) {
-  if (code != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(code, msg, &len);
-    throw pw::MpiError(code, call, std::string(msg, static_cast<std::size_t>(len)));
-  }
-}
-
-void wait_politely(MPI_Request& request) {
-  int done = 0;
-  for (;;) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done != 0) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void barrier_politely(MPI_Comm comm) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
-  wait_politely(r);
-}
 
 /// Gathers the live progress (step loss and deaths of every agent) to rank 0 every few
 /// steps. Rank 0 waits for each gather and prints a table row; the other ranks post their
@@ -292,21 +252,6 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine) 
         all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i])));
   }
   return out;
-}
-
-/// Gathers @p count doubles from every rank to rank 0 (rank-major there).
-std::vector<double> gather_doubles(MPI_Comm comm, const std::vector<double>& mine) {
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int count = static_cast<int>(mine.size());
-  std::vector<double> all(rank == 0 ? mine.size() * static_cast<std::size_t>(size) : 0);
-  MPI_Request r = MPI_REQUEST_NULL;
-  check_mpi(MPI_Igather(mine.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, 0, comm, &r),
-            "MPI_Igather");
-  wait_politely(r);
-  return all;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -33,7 +33,9 @@
 #include <vector>
 
 #include "../age_replacement/report.hpp"
+#include "../common/cli.hpp"
 #include "../common/finish.hpp"
+#include "../common/polite_mpi.hpp"
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/agent.hpp"
 
@@ -41,6 +43,12 @@ namespace pw = paramwin;
 namespace pwt = paramwin::torch;
 using age_replacement::DeathRecord;
 using age_replacement::RunResult;
+using paramwin_examples::barrier_politely;
+using paramwin_examples::check_mpi;
+using paramwin_examples::parse_number;
+using paramwin_examples::parse_range;
+using paramwin_examples::UsageError;
+using paramwin_examples::wait_politely;
 
 namespace {
 
@@ -76,28 +84,6 @@ constexpr const char* kUsage =
     "  --hidden H         hidden units per layer (default 32)\n"
     "  --last N           steps averaged in the comparison (default 100)\n";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class T>
-T parse_number(std::string_view flag, const std::string& text) {
-  std::istringstream in(text);
-  T value{};
-  if (!(in >> value) || !in.eof())
-    throw UsageError(std::string(flag) + ": not a number: '" + text + "'");
-  return value;
-}
-
-template <class T>
-std::pair<T, T> parse_range(std::string_view flag, const std::string& text) {
-  const auto dots = text.find("..");
-  if (dots == std::string::npos)
-    throw UsageError(std::string(flag) + ": expected LO..HI, got '" + text + "'");
-  return {parse_number<T>(flag, text.substr(0, dots)),
-          parse_number<T>(flag, text.substr(dots + 2))};
-}
-
 Options parse_options(int argc, char** argv) {
   Options o;
   auto value = [&](int& i) -> std::string {
@@ -129,39 +115,6 @@ Options parse_options(int argc, char** argv) {
 }
 
 // --- MPI without spinning: MPICH busy-polls in blocking calls, and 4 ranks share 2 cores. --
-
-void check_mpi(int code, const char* call) {
-  if (code != MPI_SUCCESS) throw pw::MpiError(code, call, "MPI call failed");
-}
-
-void wait_politely(MPI_Request& request) {
-  for (int done = 0;;) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done != 0) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void barrier_politely(MPI_Comm comm) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
-  wait_politely(r);
-}
-
-/// Gathers @p mine (the same count on every rank) to rank 0, rank-major.
-std::vector<double> gather(MPI_Comm comm, const std::vector<double>& mine) {
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  std::vector<double> all(rank == 0 ? mine.size() * static_cast<std::size_t>(size) : 0);
-  MPI_Request r = MPI_REQUEST_NULL;
-  check_mpi(MPI_Igather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                        static_cast<int>(mine.size()), MPI_DOUBLE, 0, comm, &r),
-            "MPI_Igather");
-  wait_politely(r);
-  return all;
-}
 
 // --- the task and the model --------------------------------------------------------------
 
@@ -255,7 +208,8 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     }
     if ((step + 1) % o.report_every == 0 || step + 1 == o.steps) {
       const std::vector<double> all =
-          gather(comm, {loss, static_cast<double>(deaths_flat.size() / 5)});
+          paramwin_examples::gather_doubles(comm,
+                                            {loss, static_cast<double>(deaths_flat.size() / 5)});
       if (rank == 0) {
         std::vector<double> losses;
         long deaths = 0;
@@ -278,10 +232,11 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
   result.name = name;
   result.agents = size;
   result.steps = o.steps;
-  const std::vector<double> all_history = gather(comm, history);
-  const std::vector<double> extras = gather(comm, {lr, test_loss});
+  const std::vector<double> all_history = paramwin_examples::gather_doubles(comm, history);
+  const std::vector<double> extras = paramwin_examples::gather_doubles(comm, {lr, test_loss});
   // Death records have different counts per rank: gather the counts, then pad to the max.
-  const std::vector<double> counts = gather(comm, {static_cast<double>(deaths_flat.size())});
+  const std::vector<double> counts =
+      paramwin_examples::gather_doubles(comm, {static_cast<double>(deaths_flat.size())});
   double max_count = static_cast<double>(deaths_flat.size());
   MPI_Request req = MPI_REQUEST_NULL;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &max_count, 1, MPI_DOUBLE, MPI_MAX, comm, &req),
@@ -289,7 +244,7 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
   wait_politely(req);
   std::vector<double> padded = deaths_flat;
   padded.resize(static_cast<std::size_t>(max_count), 0.0);
-  const std::vector<double> all_deaths = gather(comm, padded);
+  const std::vector<double> all_deaths = paramwin_examples::gather_doubles(comm, padded);
   result.seconds = MPI_Wtime() - t0;
   if (agent && rank == 0) {
     std::printf("\n  rank 0: %llu optimizer state entries reset on rebirth; not exchanged: %zu "

@@ -10,34 +10,20 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../mpi/agree.hpp"
+#include "optimizer_hyper.hpp"
+#include "optimizer_state.hpp"
 #include "paramwin/error.hpp"
+#include "state_key.hpp"
 
 namespace paramwin::torch {
 
-namespace {
-
-/// The key under which @p state (an Optimizer::state() map) holds @p param's entry: the
-/// TensorImpl's address as text (LibTorch <= 1.13, via c10::guts::to_string, i.e. an
-/// ostream of the pointer) or the address itself (LibTorch 2.x, a void* key).
-template <class State>
-auto state_key(const State& state, const ::torch::Tensor& param) {
-  using Key = std::remove_cvref_t<decltype(state.begin()->first)>;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;
-    text << static_cast<const void*>(param.unsafeGetTensorImpl());
-    return text.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
-
-}  // namespace
+using detail::state_key;
 
 std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
                                   const std::vector<::torch::Tensor>& params) {
@@ -106,6 +92,14 @@ struct TorchAgent::Impl {
   TorchAgentOptions options;
   RebirthCallback user_on_rebirth;
   PrepareParamsCallback user_prepare;
+  ResetCallback user_reset;
+  // The module's own layers (the window's layout less the optimizer's state layers).
+  Layout module_layout;
+  // With TorchAgentOptions::inherit_optimizer_state: the state layers and their buffers.
+  std::optional<detail::OptimizerStateLayers> state_layers;
+  std::uint64_t states_inherited = 0;
+  // With TorchAgentOptions::hyperparameters: the optimizer options published.
+  std::optional<detail::OptimizerHyperparameters> hyper;
   std::vector<std::string> skipped;
   std::uint64_t built = 0;
   std::uint64_t states_reset = 0;
@@ -160,10 +154,40 @@ struct TorchAgent::Impl {
     ++built;
   }
 
-  /// Takes over the user's rebirth and prepare hooks and returns the module's layout.
-  Layout prepare(AgentOptions& agent_options) {
+  /// Takes over the user's rebirth and prepare hooks and returns the agent's layout: the
+  /// module's, then the optimizer's state layers when they are inherited.
+  Layout prepare(AgentOptions& agent_options, bool live_exposure, bool grouped) {
     ModuleTensors mt = collect(*module, options.module);
     skipped = mt.skipped;
+    module_layout = mt.layout;
+    Layout layout = mt.layout;
+    if (!options.hyperparameters.empty()) {
+      hyper.emplace(options.hyperparameters, optimizer());
+      hyper->declare(layout);
+    }
+    if (options.inherit_optimizer_state) {
+      if (live_exposure) {
+        throw InvalidArgument(
+            "paramwin::torch: TorchAgentOptions::inherit_optimizer_state needs snapshot "
+            "exposure (a live window holds the module's tensors only)");
+      }
+      if (grouped) {
+        throw InvalidArgument(
+            "paramwin::torch: TorchAgentOptions::inherit_optimizer_state is not supported for "
+            "grouped agents (AgentGroups) yet; use reset or a builder");
+      }
+      state_layers.emplace(optimizer(), mt);
+      state_layers->append_to(layout);
+      // MixingKind::reset re-initialises the module's layers (the user's callback sees only
+      // those) and resets the optimizer's state (zeros, step 0: restore() erases it).
+      user_reset = std::move(agent_options.reset);
+      if (user_reset) {
+        agent_options.reset = [this](std::span<const LayerRef> params, std::uint64_t seed) {
+          user_reset(params.first(module_layout.size()), seed);
+          state_layers->clear();
+        };
+      }
+    }
     user_on_rebirth = std::move(agent_options.on_rebirth);
     user_prepare = std::move(agent_options.prepare_params);
     // `this` is stable (heap-allocated Impl), so the hooks survive moves of the TorchAgent.
@@ -176,23 +200,50 @@ struct TorchAgent::Impl {
       stage_in();
       if (user_prepare) user_prepare();
     };
-    return std::move(mt.layout);
+    return layout;
+  }
+
+  /// prepare() on every rank of @p comm: a rank's error (an unsupported optimizer, say) is
+  /// thrown on every rank, before any of them enters the agent's collective creation.
+  Layout prepare_agreed(MPI_Comm comm, AgentOptions& agent_options, bool live_exposure,
+                        bool grouped) {
+    std::exception_ptr error;
+    Layout layout;
+    try {
+      layout = prepare(agent_options, live_exposure, grouped);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    paramwin::detail::agree_or_rethrow<InvalidArgument>(comm, error);
+    return layout;
   }
 
   void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
-    Layout layout = prepare(agent_options);
+    Layout layout =
+        prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
     auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
                                           window_options);
     if (live) bind_live(solo->window(), *module, options.module);
     agent = std::move(solo);
+    sync_hyperparameters();
   }
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
               const WindowOptions& window_options) {
-    Layout layout = prepare(agent_options);
+    Layout layout = prepare_agreed(groups.training_comm(), agent_options,
+                                   window_options.exposure == Exposure::live, true);
     agent = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
                                          window_options);
+    sync_hyperparameters();
+  }
+
+  /// Gives the agent the optimizer's current option values, so that the next publish carries
+  /// them (at creation, and before each step: a learning-rate schedule's changes too).
+  void sync_hyperparameters() {
+    if (!hyper) return;
+    Hyperparameters values = agent->hyperparameters();
+    if (hyper->read(optimizer(), values)) agent->set_hyperparameters(values);
   }
 
   /// The module's tensors in collection order, unchecked (what seen is compared with).
@@ -220,7 +271,7 @@ struct TorchAgent::Impl {
     std::vector<::torch::Tensor> all = listed();
     if (unchanged(all)) return;
     ModuleTensors mt = collect(*module, options.module);
-    check_against(mt, agent->layout());
+    check_against(mt, module_layout);
     const std::size_t n = mt.tensors.size();
     std::vector<::torch::Tensor> host(n);
     std::vector<bool> pin(n, false);
@@ -263,6 +314,8 @@ struct TorchAgent::Impl {
       if (staged[i].defined()) ++counters.staged_tensors;
       if (pinned[i]) ++counters.pinned_tensors;
     }
+    if (state_layers)
+      refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
     bound = true;
     ++counters.binds;
   }
@@ -285,6 +338,7 @@ struct TorchAgent::Impl {
     }
     wait_for_copies();
     if (any) ++counters.stage_passes;
+    if (state_layers) state_layers->capture(optimizer(), current.tensors);
   }
 
   /// Copies the host buffers (the rebirth's result) back into the staged tensors.
@@ -308,11 +362,13 @@ struct TorchAgent::Impl {
         if (options.clear_gradients && t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
       }
     }
-    if (builder) {
-      build_optimizer();
-    } else if (options.reset_optimizer_state) {
+    if (builder) build_optimizer();
+    if (state_layers) {
+      states_inherited += state_layers->restore(optimizer(), current.tensors);
+    } else if (!builder && options.reset_optimizer_state) {
       states_reset += reset_optimizer_state(*borrowed, current.tensors);
     }
+    if (hyper) hyper->apply(optimizer(), event.hyper);
     if (user_on_rebirth) {
       user_on_rebirth(event, params);
       // The user may have changed the module in the callback: republish what it holds now.
@@ -381,11 +437,13 @@ TorchAgent::~TorchAgent() {
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
   impl_->bind();
+  impl_->sync_hyperparameters();
   return impl_->agent->step(iteration, metric, impl_->refs);
 }
 
 PublishResult TorchAgent::publish() {
   impl_->bind();
+  impl_->sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(impl_->refs.size());
   for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
@@ -428,6 +486,7 @@ const AgentStats& TorchAgent::stats() const { return impl_->agent->stats(); }
 const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
 std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
+std::uint64_t TorchAgent::optimizer_states_inherited() const { return impl_->states_inherited; }
 const TorchStagingStats& TorchAgent::staging_stats() const { return impl_->counters; }
 
 void TorchAgent::close() {

@@ -34,6 +34,24 @@ struct TorchAgentOptions {
   /// (Adam moments and step count, SGD momentum buffers, ...) of every replaced parameter,
   /// so that it restarts as for fresh parameters. Off: the state is kept.
   bool reset_optimizer_state = true;
+  /// Opt-in: exchange the optimizer's per-parameter state as extra layers after the module's
+  /// ("optimizer/<param>/exp_avg", ".../exp_avg_sq", ".../max_exp_avg_sq" with amsgrad,
+  /// ".../step" for Adam and AdamW; ".../momentum_buffer", ".../has_momentum_buffer" for SGD
+  /// with momentum), published with the weights in the same snapshot. On a rebirth the
+  /// optimizer (borrowed, or the builder's new one) gets the donors' state mixed like the
+  /// weights instead of a reset; the step count is mixed too and rounded (see docs/torch.md,
+  /// "Optimizer state"). Other optimizers, SGD without momentum, live exposure and grouped
+  /// agents are refused with InvalidArgument on every rank. Off (the default): reset.
+  bool inherit_optimizer_state = false;
+  /// Options of the optimizer's parameter groups published as float64 hyperparameters of the
+  /// agent's layout (population-based training): "lr" for any optimizer; "weight_decay",
+  /// "eps", "beta1", "beta2" (Adam, AdamW); "momentum", "dampening", "weight_decay" (SGD);
+  /// "alpha", "eps", "momentum", "weight_decay" (RMSprop); "lr_decay", "eps", "weight_decay"
+  /// (Adagrad). Each step publishes the optimizer's current values (a scheduler's changes
+  /// included); on a rebirth the agent's new values (AgentOptions::explore: inherited, then
+  /// explored) are written into every parameter group before AgentOptions::on_rebirth.
+  /// Every group must hold the same value of each named option. Empty (the default): none.
+  std::vector<std::string> hyperparameters{};
   /// On a rebirth, drop the replaced parameters' gradients (they belong to the parameters
   /// that died).
   bool clear_gradients = true;
@@ -108,8 +126,9 @@ class TorchAgent {
   /// optimizer's step, so that the metric belongs to the parameters it publishes; if the
   /// returned event says died, skip that step's backward() and optimizer step (the gradient
   /// belongs to the parameters that died). See examples/torch_population/main.cpp. On a
-  /// rebirth, in this order: the module holds the mix; gradients cleared; optimizer state
-  /// reset or a new optimizer built; AgentOptions::on_rebirth called; the result republished.
+  /// rebirth, in this order: the module holds the mix; gradients cleared; a new optimizer
+  /// built (builder); its state reset, or inherited from the mix (inherit_optimizer_state);
+  /// AgentOptions::on_rebirth called; the result republished.
   /// Tensors exchanged through host buffers (device tensors) are copied only on a step that
   /// publishes or attempts a rebirth (see staging_stats()); the module's tensors are
   /// collected again only when they changed (InvalidArgument if they no longer fit).
@@ -149,6 +168,9 @@ class TorchAgent {
   [[nodiscard]] std::uint64_t optimizers_built() const;
   /// Optimizer state entries erased by rebirths so far.
   [[nodiscard]] std::uint64_t optimizer_states_reset() const;
+  /// Optimizer state entries written from the donors' mix by rebirths so far
+  /// (TorchAgentOptions::inherit_optimizer_state).
+  [[nodiscard]] std::uint64_t optimizer_states_inherited() const;
   /// Host copies made so far and bindings of the module's tensors.
   [[nodiscard]] const TorchStagingStats& staging_stats() const;
 

@@ -1,0 +1,270 @@
+// LibTorch adapter, internal: optimizer state as extra layers (see optimizer_state.hpp).
+#include "optimizer_state.hpp"
+
+#include "state_key.hpp"
+
+#include <c10/util/Type.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "paramwin/error.hpp"
+
+namespace paramwin::torch::detail {
+namespace {
+
+/// The options of the group of @p optimizer that holds @p param, or nullptr.
+const ::torch::optim::OptimizerOptions* group_options(::torch::optim::Optimizer& optimizer,
+                                                      const ::torch::Tensor& param) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const ::torch::Tensor& p : group.params()) {
+      if (p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) {
+        return group.has_options() ? &group.options() : &optimizer.defaults();
+      }
+    }
+  }
+  return nullptr;
+}
+
+/// The family of @p optimizer; InvalidArgument for any other optimizer.
+OptimizerFamily family_of(::torch::optim::Optimizer& optimizer) {
+  // AdamW first: it is not derived from Adam in LibTorch, but be explicit anyway.
+  if (dynamic_cast<::torch::optim::AdamW*>(&optimizer) != nullptr) return OptimizerFamily::adamw;
+  if (dynamic_cast<::torch::optim::Adam*>(&optimizer) != nullptr) return OptimizerFamily::adam;
+  if (dynamic_cast<::torch::optim::SGD*>(&optimizer) != nullptr) return OptimizerFamily::sgd;
+  throw InvalidArgument(
+      "paramwin::torch: TorchAgentOptions::inherit_optimizer_state supports torch::optim::Adam, "
+      "AdamW and SGD (with momentum); this optimizer is " +
+      optimizer_type_name(optimizer) + " (turn inherit_optimizer_state off to reset its state)");
+}
+
+const char* family_name(OptimizerFamily family) {
+  switch (family) {
+    case OptimizerFamily::adam: return "Adam";
+    case OptimizerFamily::adamw: return "AdamW";
+    case OptimizerFamily::sgd: return "SGD";
+  }
+  return "?";
+}
+
+/// Whether a group of the Adam family keeps max_exp_avg_sq.
+template <class Options>
+bool amsgrad_of(const ::torch::optim::OptimizerOptions& options) {
+  return static_cast<const Options&>(options).amsgrad();
+}
+
+/// A fresh copy of host buffer @p host with @p like's device and dtype.
+::torch::Tensor to_param(const ::torch::Tensor& host, const ::torch::Tensor& like) {
+  return host.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+}
+
+/// Copies @p value (undefined: zeros) into @p host.
+void copy_or_zero(::torch::Tensor& host, const ::torch::Tensor& value) {
+  if (value.defined()) {
+    host.copy_(value.detach());
+  } else {
+    host.zero_();
+  }
+}
+
+/// capture() for the Adam family (AdamParamState and AdamWParamState have the same fields).
+template <class State>
+void capture_adam(const State* state, const std::string& field, ::torch::Tensor& host) {
+  if (state == nullptr) {
+    host.zero_();
+  } else if (field == "step") {
+    host.fill_(static_cast<double>(state->step()));
+  } else if (field == "exp_avg") {
+    copy_or_zero(host, state->exp_avg());
+  } else if (field == "exp_avg_sq") {
+    copy_or_zero(host, state->exp_avg_sq());
+  } else {
+    copy_or_zero(host, state->max_exp_avg_sq());
+  }
+}
+
+/// restore() for the Adam family: @p fields are the fields of one parameter.
+template <class State>
+void restore_adam(State& state, const std::string& field, const ::torch::Tensor& host,
+                  const ::torch::Tensor& param, std::int64_t step) {
+  if (field == "step") {
+    state.step(step);
+  } else if (field == "exp_avg") {
+    state.exp_avg(to_param(host, param));
+  } else if (field == "exp_avg_sq") {
+    state.exp_avg_sq(to_param(host, param));
+  } else {
+    state.max_exp_avg_sq(to_param(host, param));
+  }
+}
+
+}  // namespace
+
+std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
+  return c10::demangle(typeid(optimizer).name());
+}
+
+OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
+                                           const ModuleTensors& module_tensors)
+    : family_(family_of(optimizer)) {
+  for (std::size_t i = 0; i < module_tensors.tensors.size(); ++i) {
+    if (module_tensors.is_buffer[i]) continue;
+    const ::torch::Tensor& param = module_tensors.tensors[i];
+    const ::torch::optim::OptimizerOptions* options = group_options(optimizer, param);
+    if (options == nullptr) continue;  // not optimized: no state
+    std::vector<std::string> tensors;
+    std::string scalar;
+    switch (family_) {
+      case OptimizerFamily::adam:
+      case OptimizerFamily::adamw: {
+        tensors = {"exp_avg", "exp_avg_sq"};
+        const bool amsgrad = family_ == OptimizerFamily::adam
+                                 ? amsgrad_of<::torch::optim::AdamOptions>(*options)
+                                 : amsgrad_of<::torch::optim::AdamWOptions>(*options);
+        if (amsgrad) tensors.emplace_back("max_exp_avg_sq");
+        scalar = "step";
+        break;
+      }
+      case OptimizerFamily::sgd:
+        if (static_cast<const ::torch::optim::SGDOptions&>(*options).momentum() == 0.0) continue;
+        tensors = {"momentum_buffer"};
+        scalar = "has_momentum_buffer";
+        break;
+    }
+    const LayerSpec& pspec = module_tensors.layout[i];
+    auto add = [&](const std::string& field, std::vector<std::size_t> shape, DType dtype,
+                   ::torch::ScalarType type) {
+      Field f;
+      f.param = i;
+      f.field = field;
+      std::vector<std::int64_t> sizes(shape.begin(), shape.end());
+      f.host = ::torch::zeros(sizes, ::torch::TensorOptions().dtype(type).device(::torch::kCPU));
+      f.spec.name = "optimizer/" + pspec.name + "/" + field;
+      f.spec.shape = std::move(shape);
+      f.spec.count = pspec.count;
+      f.spec.dtype = dtype;
+      fields_.push_back(std::move(f));
+    };
+    for (const std::string& field : tensors) {
+      add(field, pspec.shape, pspec.dtype, param.scalar_type());
+    }
+    add(scalar, {}, DType::float64, ::torch::kDouble);
+    fields_.back().spec.count = 1;
+  }
+  if (fields_.empty()) {
+    throw InvalidArgument(
+        std::string("paramwin::torch: TorchAgentOptions::inherit_optimizer_state: the ") +
+        family_name(family_) +
+        " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
+        "parameter of the module in its groups)");
+  }
+  refs_.reserve(fields_.size());
+  for (const Field& f : fields_) {
+    refs_.emplace_back(f.spec.name, f.host.data_ptr(), f.spec.count, f.spec.dtype);
+  }
+}
+
+void OptimizerStateLayers::append_to(Layout& layout) const {
+  for (const Field& f : fields_) layout.add(f.spec.name, f.spec.shape, f.spec.dtype);
+}
+
+void OptimizerStateLayers::check_family(::torch::optim::Optimizer& optimizer) const {
+  const OptimizerFamily now = family_of(optimizer);
+  if (now != family_) {
+    throw InvalidArgument(std::string("paramwin::torch: the optimizer is now ") + family_name(now) +
+                          " but its state layers were made for " + family_name(family_) +
+                          " (the builder must build the same kind)");
+  }
+}
+
+void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
+                                   const std::vector<::torch::Tensor>& params) {
+  check_family(optimizer);
+  ::torch::NoGradGuard no_grad;
+  auto& state = optimizer.state();
+  for (Field& f : fields_) {
+    const auto it = state.find(state_key(state, params[f.param]));
+    const ::torch::optim::OptimizerParamState* entry =
+        it == state.end() ? nullptr : it->second.get();
+    switch (family_) {
+      case OptimizerFamily::adam:
+        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.host);
+        break;
+      case OptimizerFamily::adamw:
+        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.host);
+        break;
+      case OptimizerFamily::sgd: {
+        const auto* sgd = static_cast<const ::torch::optim::SGDParamState*>(entry);
+        const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
+        if (f.field == "momentum_buffer") {
+          copy_or_zero(f.host, present ? sgd->momentum_buffer() : ::torch::Tensor());
+        } else {
+          f.host.fill_(present ? 1.0 : 0.0);
+        }
+        break;
+      }
+    }
+  }
+}
+
+std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
+                                          const std::vector<::torch::Tensor>& params) {
+  check_family(optimizer);
+  ::torch::NoGradGuard no_grad;
+  auto& state = optimizer.state();
+  std::size_t written = 0;
+  // The fields of one parameter are consecutive and end with its scalar (step or presence).
+  std::size_t begin = 0;
+  while (begin < fields_.size()) {
+    std::size_t end = begin;
+    while (end < fields_.size() && fields_[end].param == fields_[begin].param) ++end;
+    const ::torch::Tensor& param = params[fields_[begin].param];
+    const auto key = state_key(state, param);
+    const double mixed = fields_[end - 1].host.item<double>();
+    const auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
+    if (count <= 0) {
+      state.erase(key);
+    } else {
+      auto& slot = state[key];
+      switch (family_) {
+        case OptimizerFamily::adam:
+          if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamParamState>();
+          for (std::size_t i = begin; i < end; ++i) {
+            restore_adam(static_cast<::torch::optim::AdamParamState&>(*slot), fields_[i].field,
+                         fields_[i].host, param, count);
+          }
+          break;
+        case OptimizerFamily::adamw:
+          if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamWParamState>();
+          for (std::size_t i = begin; i < end; ++i) {
+            restore_adam(static_cast<::torch::optim::AdamWParamState&>(*slot), fields_[i].field,
+                         fields_[i].host, param, count);
+          }
+          break;
+        case OptimizerFamily::sgd:
+          if (slot == nullptr) slot = std::make_unique<::torch::optim::SGDParamState>();
+          static_cast<::torch::optim::SGDParamState&>(*slot).momentum_buffer(
+              to_param(fields_[begin].host, param));
+          break;
+      }
+      ++written;
+    }
+    begin = end;
+  }
+  return written;
+}
+
+void OptimizerStateLayers::clear() {
+  for (Field& f : fields_) f.host.zero_();
+}
+
+}  // namespace paramwin::torch::detail
