@@ -23,7 +23,7 @@
 # --ctest SECONDS: also build everything and run the CTest suite (without the multihost,
 #          install and lint labels) for at most SECONDS.
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# torch_np{1,2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
+# torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
 # passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -132,7 +132,7 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
 targets=()
-[ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test)
+[ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test torch_pbt_mpi_test)
 [ "$bench" = 1 ] && targets+=(paramwin_bench)
 step "build ${targets[*]} (-j $jobs)"
 if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
@@ -167,6 +167,16 @@ for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do
   fi
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED|SKIPPED) \] TorchDevice|staging|cuda" \
     "$out/torch_np$np.log" | sort -u | head -30
+done
+# Optimizer state and optimizer options as hyperparameters (issue 15) against this LibTorch.
+for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
+  step "torch_pbt_mpi_test on $np ranks"
+  timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_pbt_mpi_test" \
+    >"$out/torch_pbt_np$np.log" 2>&1
+  rc=$?
+  echo "exit $rc"
+  [ "$rc" = 0 ] || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
