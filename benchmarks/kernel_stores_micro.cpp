@@ -50,7 +50,7 @@ static bool check_only(const float* s, size_t n) {
   return bad == 0;
 }
 int main(int argc, char** argv) {
-  size_t n = argc > 1 ? atol(argv[1]) : 50000000;
+  const size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 50000000;
   float* src = (float*)big(n * 4);
   float* dst = (float*)big(n * 4);
   uint16_t* h = (uint16_t*)big(n * 2);

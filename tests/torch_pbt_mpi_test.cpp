@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "paramwin/error.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/torch/agent.hpp"
+#include "torch/state_key.hpp"
 #include "torch_test_util.hpp"
 
 namespace pw = paramwin;
@@ -32,7 +34,13 @@ using torch_test::Tiny;
 
 namespace {
 
-std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+/// The key an optimizer's state map files @p p under (LibTorch 1.13: the address as text;
+/// 2.x: the address), as the adapter computes it.
+auto key_of(const torch::Tensor& p) {
+  using Map = std::remove_cvref_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+  static const Map empty;
+  return pw::torch::detail::state_key(empty, p);
+}
 
 /// Exact per-rank state values: rank * 8 + offset + i (exact in float32 and in means of up to
 /// 3 ranks, whose sums are multiples of 3 plus 3 * i).
