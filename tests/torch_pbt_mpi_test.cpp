@@ -451,9 +451,11 @@ TEST(TorchHyperparameters, ExploredRateLandsInABuildersNewOptimizer) {
     EXPECT_EQ(ev.hyper.get("lr"), want);
     EXPECT_EQ(agent.optimizers_built(), 2U);
     EXPECT_EQ(group_lr(agent.optimizer(), 0), want);
-    // The next step publishes the explored value (the optimizer agrees with the agent).
+    // The next step starts from the explored value (the optimizer agrees with the agent): its
+    // values before any rebirth of its own are the explored ones. (Whether rank 0 dies again
+    // in that step depends on the other ranks' timing: on 4 ranks of a 16-core machine it did.)
     const pw::StepEvent next = agent.step(1, 1.0);
-    EXPECT_EQ(next.hyper.get("lr"), want);
+    EXPECT_EQ(next.died ? next.hyper_before.get("lr") : next.hyper.get("lr"), want);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
