@@ -52,8 +52,9 @@ class TorchAgent:
     values) and publishes them with the parameters; a rebirth inherits and explores them per
     the explore options (``options={"explore.lr": "log_uniform:1e-4..1e-1"}``, docs/agent.md)
     and TorchAgent sets every param group's ``lr`` from ``"lr"`` (your other hyperparameters
-    are in ``agent.hyperparameters`` and ``event.hyper``). Without an ``"lr"``
-    hyperparameter the optimizer's learning rates are left alone.
+    are in ``agent.hyperparameters`` and ``event.hyper``); each ``step`` first takes the
+    optimizer's current ``lr`` (a scheduler's), so that is what gets published. Without an
+    ``"lr"`` hyperparameter the optimizer's learning rates are left alone.
     """
 
     def __init__(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
@@ -86,6 +87,7 @@ class TorchAgent:
     def step(self, iteration: int, metric: float) -> "_core.StepEvent":
         """One step of the population (see Agent.step); on a rebirth the parameters hold the
         donors' mix and the optimizer state of the replaced parameters is reset."""
+        self._sync_lr()
         with _torch.no_grad():
             event = self._agent.step(iteration, metric, self._data())
         if event.died:
@@ -99,6 +101,18 @@ class TorchAgent:
             for p in self._params:
                 self.optimizer.state.pop(p, None)
         self._apply_lr()
+
+    def _sync_lr(self) -> None:
+        # A learning-rate schedule's change to the optimizer is what the next publish carries
+        # (and what a rebirth's hyper_before shows), as in the C++ TorchAgent.
+        if self.optimizer is None or "lr" not in self._agent.hyperparameters:
+            return
+        lrs = sorted({float(g["lr"]) for g in self.optimizer.param_groups})
+        if len(lrs) != 1:
+            raise InvalidArgument("paramwin: the 'lr' hyperparameter needs one learning rate in "
+                                  f"every param group, but the optimizer's groups have {lrs}")
+        if lrs[0] != self._agent.hyperparameters["lr"]:
+            self._agent.set_hyperparameters({"lr": lrs[0]})
 
     def _apply_lr(self) -> None:
         lr = self._agent.hyperparameters.get("lr")

@@ -50,6 +50,14 @@ def test_torch_agent_applies_the_inherited_lr(comm):
                 assert event.hyper["lr"] in lrs  # inherited from the best donor, unexplored
                 assert sgd.param_groups[0]["lr"] == event.hyper["lr"]
         assert (deaths > 0) == (n > 1)
+        comm.Barrier()  # every rank done with the rates above before new ones are published
         agent.set_hyperparameters({"lr": 0.25})
         assert sgd.param_groups[0]["lr"] == 0.25 and agent.hyperparameters == {"lr": 0.25}
+        # A scheduler's rate is what the next step starts from (and publishes).
+        sgd.param_groups[0]["lr"] = 0.125
+        event = agent.step(30, float(rank))
+        assert (event.hyper_before if event.died else event.hyper)["lr"] == 0.125
+        sgd.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.5})
+        with pytest.raises(paramwin.InvalidArgument, match="one learning rate"):
+            agent.step(31, float(rank))
         comm.Barrier()
