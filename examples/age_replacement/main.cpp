@@ -55,6 +55,7 @@ namespace pw = paramwin;
 using namespace age_replacement;
 using paramwin_examples::barrier_politely;
 using paramwin_examples::check_mpi;
+using paramwin_examples::flag_value;
 using paramwin_examples::gather_doubles;
 using paramwin_examples::parse_number;
 using paramwin_examples::parse_range;
@@ -109,10 +110,7 @@ constexpr const char* kUsage =
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw UsageError(std::string(argv[i]) + " needs a value");
-    return argv[++i];
-  };
+  auto value = [&](int& i) { return flag_value(argc, argv, i); };
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--steps") o.steps = parse_number<int>(a, value(i));

@@ -1,5 +1,6 @@
 #pragma once
-// Command-line helpers shared by the examples: a usage error and number / LO..HI parsers.
+// Command-line helpers shared by the examples: a usage error, a flag's value and number /
+// LO..HI parsers.
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,13 @@ namespace paramwin_examples {
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+/// The value after the flag argv[@p i] (advancing @p i to it), or UsageError when the command
+/// line ends there.
+inline std::string flag_value(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) throw UsageError(std::string(argv[i]) + " needs a value");
+  return argv[++i];
+}
 
 /// @p text as a T, or UsageError naming @p flag.
 template <class T>

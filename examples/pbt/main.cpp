@@ -50,6 +50,7 @@ namespace ex = paramwin_examples;
 using age_replacement::Dataset;
 using age_replacement::make_dataset;
 using age_replacement::Mlp;
+using ex::flag_value;
 using ex::parse_number;
 using ex::parse_range;
 using ex::UsageError;
@@ -84,10 +85,7 @@ constexpr const char* kUsage =
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw UsageError(std::string(argv[i]) + " needs a value");
-    return argv[++i];
-  };
+  auto value = [&](int& i) { return flag_value(argc, argv, i); };
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--steps") o.steps = parse_number<int>(a, value(i));
