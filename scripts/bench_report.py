@@ -410,6 +410,21 @@ SERVE_BEGIN = "<!-- serve:begin (scripts/bench.sh --serve rewrites this section)
 SERVE_END = "<!-- serve:end -->"
 
 
+def run_record(json_dir, name):
+    """(commit, load note) of a section's own run: bench.sh's <name>_commit.txt and
+    <name>_load.txt (date, load average before, after)."""
+    cpath = os.path.join(json_dir, f"{name}_commit.txt")
+    commit = open(cpath).read().strip() if os.path.exists(cpath) else "an unrecorded commit"
+    load_note = ""
+    lpath = os.path.join(json_dir, f"{name}_load.txt")
+    if os.path.exists(lpath):
+        lines = open(lpath).read().split("\n")
+        if len(lines) > 2 and lines[2].strip():
+            load_note = (f" Run {lines[0].strip()}; load average before: {lines[1].split()[0]}, "
+                         f"after: {lines[2].split()[0]}.")
+    return commit, load_note
+
+
 def serve_section(json_dir, w):
     """Section 9 from out/bench/serve_np2.json (scripts/bench.sh --serve, or the full run)."""
     path = os.path.join(json_dir, "serve_np2.json") if json_dir else ""
@@ -418,15 +433,7 @@ def serve_section(json_dir, w):
     tpath = os.path.join(json_dir, "serve_thread_np2.json")
     results, _ = load([path] + ([tpath] if os.path.exists(tpath) else []))
     get = lambda name: results.get((2, name))  # noqa: E731
-    commit = open(os.path.join(json_dir, "serve_commit.txt")).read().strip() \
-        if os.path.exists(os.path.join(json_dir, "serve_commit.txt")) else "an unrecorded commit"
-    load_note = ""
-    lpath = os.path.join(json_dir, "serve_load.txt")
-    if os.path.exists(lpath):
-        lines = open(lpath).read().split("\n")
-        if len(lines) > 2 and lines[2].strip():
-            load_note = (f" Run {lines[0].strip()}; load average before: {lines[1].split()[0]}, "
-                         f"after: {lines[2].split()[0]}.")
+    commit, load_note = run_record(json_dir, "serve")
     w(SERVE_BEGIN + "\n")
     w("## 9. Serving RMA readers from an Agent loop (issue 14)\n")
     w(f"Measured at {commit} with `scripts/bench.sh --serve` (2 ranks, medians of the "
@@ -575,15 +582,7 @@ def hyper_section(json_dir, w):
         if r.get("aggregate_name") == "median":
             name = re.sub(r"/(iterations|repeats):\d+|/manual_time$", "", r["run_name"])
             medians[name] = r
-    commit = open(os.path.join(json_dir, "hyper_commit.txt")).read().strip() \
-        if os.path.exists(os.path.join(json_dir, "hyper_commit.txt")) else "an unrecorded commit"
-    load_note = ""
-    lpath = os.path.join(json_dir, "hyper_load.txt")
-    if os.path.exists(lpath):
-        lines = open(lpath).read().split("\n")
-        if len(lines) > 2 and lines[2].strip():
-            load_note = (f" Run {lines[0].strip()}; load average before: {lines[1].split()[0]}, "
-                         f"after: {lines[2].split()[0]}.")
+    commit, load_note = run_record(json_dir, "hyper")
     w(HYPER_BEGIN + "\n")
     w("## 10. Hyperparameters in the snapshot (issue 15)\n")
     w(f"Measured at {commit} with `scripts/bench.sh --hyper` (2 ranks, medians of the "
