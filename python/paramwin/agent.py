@@ -6,6 +6,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
+from ._lifetime import close_after_block
 from ._tensors import Layers
 from .errors import InvalidArgument
 
@@ -154,8 +155,8 @@ class Agent:
     def __enter__(self) -> "Agent":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        close_after_block(self, "Agent", exc_type, exc, tb)
 
     # -- state ------------------------------------------------------------------------------
     def roster_all(self, *, timeout_seconds: float = 0.0) -> List["_core.RosterEntry"]:

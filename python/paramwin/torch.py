@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch as _torch
 
 from . import _core
+from ._lifetime import close_after_block
 from ._tensors import named_layout
 from .agent import Agent
 from .errors import InvalidArgument
@@ -156,8 +157,13 @@ class TorchAgent:
         """Frees the agent's window (collective)."""
         self._agent.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._agent.closed
+
     def __enter__(self) -> "TorchAgent":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        close_after_block(self, "TorchAgent", exc_type, exc, tb)

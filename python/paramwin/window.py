@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _core
+from ._lifetime import close_after_block
 from ._tensors import Layers
 
 __all__ = ["ParameterWindow"]
@@ -46,8 +47,8 @@ class ParameterWindow:
     def __enter__(self) -> "ParameterWindow":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        close_after_block(self, "ParameterWindow", exc_type, exc, tb)
 
     # -- properties -------------------------------------------------------------------------
     rank = property(lambda self: self._win.rank, doc="This rank in the window's communicator.")

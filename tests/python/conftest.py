@@ -2,6 +2,8 @@
 (CTest: mpiexec -n {1,2,4} python3 -m pytest tests/python), so collective calls pair up; a
 test that needs more ranks skips on every rank alike."""
 
+import faulthandler
+
 import pytest
 from mpi4py import MPI
 
@@ -14,6 +16,21 @@ def comm():
     c = MPI.COMM_WORLD.Dup()
     yield c
     c.Free()
+
+
+# A test that fails on one rank inside a `with` block leaves the others waiting for it in a
+# collective (paramwin prints the exception before its close() waits). No test here takes more
+# than a few seconds: after this long, every thread's stack is dumped and the rank exits, so
+# mpiexec ends the run instead of CTest's timeout (300 s) doing it silently.
+WATCHDOG_SECONDS = 120
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Dumps the stacks and exits the rank if one test runs longer than WATCHDOG_SECONDS."""
+    faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 def need_ranks(comm, n):
