@@ -246,6 +246,85 @@ std::uint32_t copy_check_plain(void* dst, const void* src, std::size_t bytes, st
 }
 #endif
 
+// The bfloat16 widening of a one-donor pull, streamed straight from registers (see
+// StreamCopy::widen_bf16): computing into an L1 block and copying that out costs a store and
+// a load per element more, and one sequential read stream leaves the core's memory parallelism
+// unused. The halves [0, h) and [h, 2h) advance together; the rest (< 2 steps) follows alone.
+#if defined(PARAMWIN_STREAM_X86)
+// GCC 12's AVX-512 headers start these conversions from _mm512_undefined_epi32(), which its
+// -Wmaybe-uninitialized reports as uninitialised (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 16 elements (one line out) / 8 elements (half a line), each for its own target (a lambda
+// would not inherit the target).
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void widen16_avx512(
+    float* dst, const std::uint16_t* src, __m512 w) noexcept {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m512i v = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+  _mm512_stream_ps(dst, _mm512_mul_ps(_mm512_castsi512_ps(v), w));
+}
+__attribute__((target("avx2"), always_inline)) inline void widen8_avx2(float* dst,
+                                                                       const std::uint16_t* src,
+                                                                       __m256 w) noexcept {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  _mm256_stream_ps(dst, _mm256_mul_ps(_mm256_castsi256_ps(v), w));
+}
+inline void widen8_sse2(float* dst, const std::uint16_t* src, __m128 w) noexcept {
+  // (bits << 16) is (0, bits) interleaved as 16-bit halves.
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  _mm_stream_ps(dst, _mm_mul_ps(_mm_castsi128_ps(_mm_unpacklo_epi16(zero, v)), w));
+  _mm_stream_ps(dst + 4, _mm_mul_ps(_mm_castsi128_ps(_mm_unpackhi_epi16(zero, v)), w));
+}
+constexpr std::size_t kWidenStep = 32;  // elements per half per iteration: two lines out
+
+__attribute__((target("avx512f,avx512bw"))) void widen_bf16_avx512(float* dst,
+                                                                   const std::uint16_t* src,
+                                                                   std::size_t n,
+                                                                   float w) noexcept {
+  const __m512 vw = _mm512_set1_ps(w);
+  const std::size_t h = n / 2 / kWidenStep * kWidenStep;
+  for (std::size_t i = 0; i < h; i += kWidenStep) {
+    widen16_avx512(dst + i, src + i, vw);
+    widen16_avx512(dst + i + 16, src + i + 16, vw);
+    widen16_avx512(dst + h + i, src + h + i, vw);
+    widen16_avx512(dst + h + i + 16, src + h + i + 16, vw);
+  }
+  for (std::size_t i = 2 * h; i < n; i += 16) widen16_avx512(dst + i, src + i, vw);
+}
+#pragma GCC diagnostic pop
+__attribute__((target("avx2"))) void widen_bf16_avx2(float* dst, const std::uint16_t* src,
+                                                     std::size_t n, float w) noexcept {
+  const __m256 vw = _mm256_set1_ps(w);
+  const std::size_t h = n / 2 / kWidenStep * kWidenStep;
+  for (std::size_t i = 0; i < h; i += kWidenStep) {
+    for (std::size_t j = 0; j < kWidenStep; j += 8) widen8_avx2(dst + i + j, src + i + j, vw);
+    for (std::size_t j = 0; j < kWidenStep; j += 8) {
+      widen8_avx2(dst + h + i + j, src + h + i + j, vw);
+    }
+  }
+  for (std::size_t i = 2 * h; i < n; i += 8) widen8_avx2(dst + i, src + i, vw);
+}
+void widen_bf16_sse2(float* dst, const std::uint16_t* src, std::size_t n, float w) noexcept {
+  const __m128 vw = _mm_set1_ps(w);
+  const std::size_t h = n / 2 / kWidenStep * kWidenStep;
+  for (std::size_t i = 0; i < h; i += kWidenStep) {
+    for (std::size_t j = 0; j < kWidenStep; j += 8) widen8_sse2(dst + i + j, src + i + j, vw);
+    for (std::size_t j = 0; j < kWidenStep; j += 8) {
+      widen8_sse2(dst + h + i + j, src + h + i + j, vw);
+    }
+  }
+  for (std::size_t i = 2 * h; i < n; i += 8) widen8_sse2(dst + i, src + i, vw);
+}
+#else
+void widen_bf16_plain(float* dst, const std::uint16_t* src, std::size_t n, float w) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = w * std::bit_cast<float>(static_cast<std::uint32_t>(src[i]) << 16);
+  }
+}
+#endif
+
 bool always() noexcept { return true; }
 
 // Every copy this build has, widest first, and whether the CPU runs it.
@@ -255,13 +334,13 @@ struct StreamCopyEntry {
 };
 #if defined(PARAMWIN_STREAM_X86)
 constexpr StreamCopyEntry kStreamCopies[] = {
-    {{"avx512 (64-byte)", stream_copy_avx512, copy_check_avx512}, has_avx512bw},
-    {{"avx2 (32-byte)", stream_copy_avx2, copy_check_avx2}, has_avx2},
-    {{"sse2 (16-byte)", stream_copy_sse2, copy_check_sse2}, always},
+    {{"avx512 (64-byte)", stream_copy_avx512, copy_check_avx512, widen_bf16_avx512}, has_avx512bw},
+    {{"avx2 (32-byte)", stream_copy_avx2, copy_check_avx2, widen_bf16_avx2}, has_avx2},
+    {{"sse2 (16-byte)", stream_copy_sse2, copy_check_sse2, widen_bf16_sse2}, always},
 };
 #else
 constexpr StreamCopyEntry kStreamCopies[] = {
-    {{"memcpy", stream_copy_plain, copy_check_plain}, always}};
+    {{"memcpy", stream_copy_plain, copy_check_plain, widen_bf16_plain}, always}};
 #endif
 
 // The ones this CPU supports, computed once.
@@ -410,6 +489,22 @@ template <MixMode M, std::size_t K, class Acc, class Src, class Out>
 PARAMWIN_KERNEL void fused(Raw<Out>* out, const Raw<Src>* s0, const Raw<Src>* s1,
                            const Raw<Src>* s2, const Raw<Src>* s3, const Acc* w, std::size_t n,
                            Acc m, bool stream) {
+  if constexpr (M == MixMode::write && K == 1 && std::is_same_v<Src, bfloat16> &&
+                std::is_same_v<Out, float> && std::is_same_v<Acc, float>) {
+    // One bfloat16 donor into float32: streamed from registers, lines in two streams.
+    const auto addr = reinterpret_cast<std::uintptr_t>(out);
+    if (stream && addr % sizeof(float) == 0) {
+      const std::size_t head = std::min(n, ((kLine - addr % kLine) % kLine) / sizeof(float));
+      constexpr std::size_t kLineFloats = kLine / sizeof(float);
+      const std::size_t body = (n - head) / kLineFloats * kLineFloats;
+      fused_loop<M, K, Acc, Src, Out>(out, s0, s0, s0, s0, w, head, m);
+      current_copy().widen_bf16(out + head, s0 + head, body, w[0]);
+      const std::size_t i = head + body;
+      fused_loop<M, K, Acc, Src, Out>(out + i, s0 + i, s0 + i, s0 + i, s0 + i, w, n - i, m);
+      stream_fence();
+      return;
+    }
+  }
   if constexpr (M == MixMode::write) {
     (void)store_blocks(out, n, stream, [&](Raw<Out>* o, std::size_t first, std::size_t count) {
       fused_loop<M, K, Acc, Src, Out>(o, s0 + first, s1 + first, s2 + first, s3 + first, w, count,
