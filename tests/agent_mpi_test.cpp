@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "formula_params.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
@@ -21,37 +22,11 @@ namespace {
 
 constexpr std::size_t kW = 64;  // float layer
 constexpr std::size_t kB = 8;   // double layer
+using Params = pw::test::FormulaParams<kW, kB>;
+using pw::test::formula;
+using pw::test::quiet_options;
 
-pw::Layout layout() {
-  pw::Layout l;
-  l.add("w", kW);
-  l.add("b", kB, pw::DType::float64);
-  return l;
-}
-
-/// Exact small integers: what @p rank publishes as version @p version.
-double formula(int rank, std::uint64_t version, std::size_t i) {
-  return static_cast<double>(rank * 1000 + static_cast<int>(version) * 10 + static_cast<int>(i));
-}
-
-struct Params {
-  std::vector<float> w = std::vector<float>(kW);
-  std::vector<double> b = std::vector<double>(kB);
-  void fill(int rank, std::uint64_t version) {
-    for (std::size_t i = 0; i < kW; ++i) w[i] = static_cast<float>(formula(rank, version, i));
-    for (std::size_t i = 0; i < kB; ++i) b[i] = formula(rank, version, i) + 0.5;
-  }
-  std::vector<pw::LayerRef> refs() { return {w, b}; }
-  std::vector<pw::ConstLayerRef> crefs() const { return {w, b}; }
-};
-
-pw::AgentOptions quiet_options() {
-  pw::AgentOptions o;
-  o.triggers.age.enabled = false;
-  o.selection.k = 1;
-  o.selection.shortfall = pw::Shortfall::clamp;
-  return o;
-}
+pw::Layout layout() { return pw::test::formula_layout(kW, kB); }
 
 // --- worst fraction -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "formula_params.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
@@ -21,45 +22,11 @@ namespace {
 
 constexpr std::size_t kW = 16;  // float layer
 constexpr std::size_t kB = 3;   // double layer
+using Params = pw::test::FormulaParams<kW, kB>;
+using pw::test::formula;
+using pw::test::quiet_options;
 
-pw::Layout layout() {
-  pw::Layout l;
-  l.add("w", kW);
-  l.add("b", kB, pw::DType::float64);
-  return l;
-}
-
-/// Exact small numbers: what @p who holds at @p version.
-double formula(int who, std::uint64_t version, std::size_t i) {
-  return static_cast<double>(who * 1000 + static_cast<int>(version) * 10 + static_cast<int>(i));
-}
-
-struct Params {
-  std::vector<float> w = std::vector<float>(kW);
-  std::vector<double> b = std::vector<double>(kB);
-  void fill(int who, std::uint64_t version) {
-    for (std::size_t i = 0; i < kW; ++i) w[i] = static_cast<float>(formula(who, version, i));
-    for (std::size_t i = 0; i < kB; ++i) b[i] = formula(who, version, i) + 0.5;
-  }
-  /// True when these are exactly fill(who, version).
-  [[nodiscard]] bool is(int who, std::uint64_t version) const {
-    for (std::size_t i = 0; i < kW; ++i)
-      if (w[i] != static_cast<float>(formula(who, version, i))) return false;
-    for (std::size_t i = 0; i < kB; ++i)
-      if (b[i] != formula(who, version, i) + 0.5) return false;
-    return true;
-  }
-  std::vector<pw::LayerRef> refs() { return {w, b}; }
-  [[nodiscard]] std::vector<pw::ConstLayerRef> crefs() const { return {w, b}; }
-};
-
-pw::AgentOptions quiet_options() {
-  pw::AgentOptions o;
-  o.triggers.age.enabled = false;
-  o.selection.k = 1;
-  o.selection.shortfall = pw::Shortfall::clamp;
-  return o;
-}
+pw::Layout layout() { return pw::test::formula_layout(kW, kB); }
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
