@@ -21,27 +21,7 @@ out=${OUT:-out/age_replacement}
 # Packages (apt) and a full build with MPICH pinned explicitly.
 bash scripts/setup.sh --build-dir "$build_dir"
 
-exe="$build_dir/examples/age_replacement"
-[ -x "$exe" ] || { echo "demo: $exe was not built" >&2; exit 1; }
-
-echo
-echo "demo: running $exe on $ranks ranks (MPICH: /usr/bin/mpiexec.mpich)"
-# MPICH busy-polls and this machine may have fewer cores than ranks: the example never
-# blocks in MPI (it polls with sleeps), so oversubscribing is fine.
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-/usr/bin/mpiexec.mpich -n "$ranks" "$exe" --out "$out" "${args[@]+"${args[@]}"}" | tee "$log"
-# hydra exits 0 when a rank exits 0 without MPI_Finalize (docs/reliability.md): the example's
-# last line, printed once every rank reached the end, is the proof that the run finished.
-if ! grep -q "^age_replacement: all $ranks ranks finished$" "$log"; then
-  echo "demo: the run ended without every rank finishing (see the output above)" >&2
-  exit 1
-fi
-
-out_abs=$(cd "$out" && pwd)
-echo
-echo "demo: outputs in $out_abs/"
-for f in losses.csv deaths.csv summary.csv events.jsonl losses.png; do
-  if [ -e "$out/$f" ]; then echo "  $out_abs/$f"; fi
-done
+source scripts/lib/run_example.sh
+run_example demo "$build_dir/examples/age_replacement" "$ranks" "$out" \
+  losses.csv deaths.csv summary.csv events.jsonl losses.png -- "${args[@]+"${args[@]}"}"
 [ -e "$out/losses.png" ] || echo "  (no plot: gnuplot missing or --no-plot; redraw with: cd $out && gnuplot plot.gp)"

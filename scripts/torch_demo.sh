@@ -23,23 +23,6 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
       -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
 cmake --build "$build_dir" -j 2 --target torch_population
 
-exe="$build_dir/examples/torch_population"
-[ -x "$exe" ] || { echo "torch_demo: $exe was not built (Torch not found?)" >&2; exit 1; }
-echo
-echo "torch_demo: running $exe on $ranks ranks (MPICH: /usr/bin/mpiexec.mpich)"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-/usr/bin/mpiexec.mpich -n "$ranks" "$exe" --out "$out" "${args[@]+"${args[@]}"}" | tee "$log"
-# hydra exits 0 when a rank exits 0 without MPI_Finalize (docs/reliability.md): the example's
-# last line, printed once every rank reached the end, is the proof that the run finished.
-if ! grep -q "^torch_population: all $ranks ranks finished$" "$log"; then
-  echo "torch_demo: the run ended without every rank finishing (see the output above)" >&2
-  exit 1
-fi
-
-out_abs=$(cd "$out" && pwd)
-echo
-echo "torch_demo: outputs in $out_abs/"
-for f in losses.csv deaths.csv summary.csv losses.png; do
-  if [ -e "$out/$f" ]; then echo "  $out_abs/$f"; fi
-done
+source scripts/lib/run_example.sh
+run_example torch_demo "$build_dir/examples/torch_population" "$ranks" "$out" \
+  losses.csv deaths.csv summary.csv losses.png -- "${args[@]+"${args[@]}"}"
