@@ -116,6 +116,15 @@ void RmaBatch::fetch_add(const std::int64_t* delta, std::int64_t* old, int targe
   targets_.push_back(target);
 }
 
+void RmaBatch::add(const std::int64_t* delta, int target, std::size_t offset) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Raccumulate(delta, 1, MPI_INT64_T, target, static_cast<MPI_Aint>(offset), 1,
+                            MPI_INT64_T, MPI_SUM, win_, &request),
+            "MPI_Raccumulate(pin release)");
+  requests_.push_back(request);
+  targets_.push_back(target);
+}
+
 void RmaBatch::wait() {
   if (requests_.empty()) {
     return;

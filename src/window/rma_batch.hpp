@@ -88,6 +88,11 @@ class RmaBatch {
   /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
   /// the old value lands in @p old.
   void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
+  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment,
+  /// fetching nothing (MPI_Raccumulate: its request completes locally, without waiting for
+  /// the target). Atomic with respect to fetch_add() on the same word, and applied after
+  /// every earlier accumulate of this rank to that word (MPI's default accumulate ordering).
+  void add(const std::int64_t* delta, int target, std::size_t offset);
   /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
