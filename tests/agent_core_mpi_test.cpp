@@ -306,9 +306,8 @@ TEST(DirectLanding, AutomaticLandingIsDirectOnlyWithNoMomentumAndAResetCallback)
     const pw::StepEvent e = die_once(win, o, w);
     ASSERT_TRUE(e.died);
     ASSERT_EQ(win.landings.size(), 1U);
-    EXPECT_EQ(win.landings[0], c.expected)
-        << "reset " << c.reset << ", momentum " << c.momentum << ", asked "
-        << pw::landing_name(c.asked);
+    EXPECT_EQ(win.landings[0], c.expected) << "reset " << c.reset << ", momentum " << c.momentum
+                                           << ", asked " << pw::landing_name(c.asked);
   }
 }
 

@@ -118,17 +118,15 @@ TEST_P(DirectLanding, SameBitsAsTheTransactionalPull) {
                 opt.landing = pw::Landing::direct;
                 auto rb = b.refs();
                 const pw::PullResult d = win.pull(donors, rb, opt);
-                const std::string what = "wire " + std::to_string(static_cast<int>(wire)) +
-                                         ", k " + std::to_string(donors.size()) +
-                                         ", momentum " + std::to_string(momentum) + ", chunk " +
-                                         std::to_string(chunk) + ", timeout " +
-                                         std::to_string(timeout);
+                const std::string what =
+                    "wire " + std::to_string(static_cast<int>(wire)) + ", k " +
+                    std::to_string(donors.size()) + ", momentum " + std::to_string(momentum) +
+                    ", chunk " + std::to_string(chunk) + ", timeout " + std::to_string(timeout);
                 EXPECT_EQ(t.landing, pw::Landing::transactional) << what;
                 // Same-node pulls read pinned slots straight into the output already, and
                 // stay transactional; RMA pulls land directly.
-                EXPECT_EQ(d.landing, GetParam() == pw::Transport::rma
-                                         ? pw::Landing::direct
-                                         : pw::Landing::transactional)
+                EXPECT_EQ(d.landing, GetParam() == pw::Transport::rma ? pw::Landing::direct
+                                                                      : pw::Landing::transactional)
                     << what;
                 direct += d.landing == pw::Landing::direct ? 1 : 0;
                 ASSERT_EQ(d.donors.size(), donors.size());

@@ -103,8 +103,7 @@ Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_at
     MPI_Wait(&done, MPI_STATUS_IGNORE);
   }
   Counts total;
-  long mine[7] = {c.pulls,   c.bad,        c.retried, c.pinned, c.skipped_publishes,
-                  c.publishes, c.direct};
+  long mine[7] = {c.pulls, c.bad, c.retried, c.pinned, c.skipped_publishes, c.publishes, c.direct};
   long sum[7] = {};
   MPI_Allreduce(mine, sum, 7, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   total = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6]};
@@ -185,8 +184,8 @@ TEST_P(TornSnapshot, DirectLandingNeverTears) {
   // With a progress thread the owner serves the pin and the header read while it publishes:
   // a header read served before the pin can name a version a running publish overtakes,
   // which the first data batch detects (retried > 0 when it happened).
-  const Counts c = stress(GetParam(), pw::ReadMode::automatic, 4, pulls(100),
-                          pw::Landing::direct, 0.0, true);
+  const Counts c =
+      stress(GetParam(), pw::ReadMode::automatic, 4, pulls(100), pw::Landing::direct, 0.0, true);
   EXPECT_EQ(c.bad, 0);
   EXPECT_EQ(c.pinned, c.pulls);
 }

@@ -51,7 +51,7 @@ struct PullOutcome {
   /// The pull failed after writing into the caller's parameters (PartialPullError, direct
   /// landing): they are partly written, and the step must not leave them so.
   bool partial = false;
-  std::string why{};   ///< for the event's note
+  std::string why{};  ///< for the event's note
   /// On the leader, when ok: the hyperparameters of the donors that were mixed in (the
   /// versions read), best first, and their normalised weights; skipped donors left out.
   std::vector<Hyperparameters> donor_hyper{};

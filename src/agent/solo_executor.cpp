@@ -41,8 +41,11 @@ PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& optio
     return outcome;
   } catch (const PartialPullError& e) {
     event.seconds.pull += seconds_since(t);
-    return PullOutcome{
-        .ok = false, .blame = e.rank(), .retry = false, .partial = true, .why = e.what()};
+    return PullOutcome{.ok = false,
+                       .blame = e.rank(),
+                       .retry = false,
+                       .partial = true,
+                       .why = e.what()};
   } catch (const DonorError& e) {
     event.seconds.pull += seconds_since(t);
     return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};

@@ -39,9 +39,9 @@ PullResult PullEngine::run() {
   const double t0 = MPI_Wtime();
   deadline_ = options_.timeout_seconds > 0.0 ? t0 + options_.timeout_seconds : 0.0;
   port_.graveyard.reap(false);
-  const bool land = options_.landing == Landing::direct &&
-                    std::any_of(donors_.begin(), donors_.end(),
-                                [](const Donor& d) { return d.shm == nullptr; });
+  const bool land =
+      options_.landing == Landing::direct &&
+      std::any_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.shm == nullptr; });
   read_heads(land);
   plan_chunks();
   if (land && can_land()) {

@@ -17,8 +17,8 @@
 //     after the data; MPI applies the release after the pin (same origin, same word).
 //
 // Where the bytes land: one donor whose wire type is the layer type, no momentum and no
-// deadline: every layer is one MPI_Rget (split below 1 GiB) straight into the caller's
-// memory. Otherwise chunk buffers (two per RMA donor, PullOptions::chunk_bytes), the next
+// deadline: every layer is one MPI_Get (split below 1 GiB, one MPI_Win_flush) straight into the
+// caller's memory. Otherwise chunk buffers (two per RMA donor, PullOptions::chunk_bytes), the next
 // chunk in flight while mix() widens and adds this one into the caller's memory (one pass
 // over all donors; same-node donors are read from their pinned slots). With a deadline no
 // read ever targets the caller's memory: reads abandoned at the deadline land later, in
@@ -175,6 +175,7 @@ bool PullEngine::land_straight(bool validate, HeadWords* line1) {
     if (!d.skipped) only = &d;
   }
   RmaBatch batch = this->batch();
+  batch.flush_gets();  // no deadline here: plain gets and one flush, as a raw MPI_Get
   if (validate) issue_line1(batch, line1);
   issue_hyper(batch);
   for (std::size_t l = 0; l < layout.size(); ++l) {
@@ -217,13 +218,13 @@ bool PullEngine::land_chunks(bool validate, HeadWords* line1, std::size_t out_by
     sources.clear();
     for (const Donor& d : donors_) {
       if (d.skipped) continue;
-      const std::byte* src = d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk)
-                                              : d.buffers[c & 1U];
+      const std::byte* src =
+          d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk) : d.buffers[c & 1U];
       sources.push_back({src, d.weight});
     }
     written_ = true;
-    mix(static_cast<std::byte*>(ref.data()) + bytes_of(chunk.first, ref.dtype()), ref.dtype(), sources, e.wire,
-        chunk.count, options_.momentum, out_bytes);
+    mix(static_cast<std::byte*>(ref.data()) + bytes_of(chunk.first, ref.dtype()), ref.dtype(),
+        sources, e.wire, chunk.count, options_.momentum, out_bytes);
   }
   return true;
 }
