@@ -706,8 +706,8 @@ def direct_section(json_dir, w):
       f"repetitions, (min – max)).{load_note} The machine is shared (2 cores, other engineers "
       "building): compare within a table, not across runs.\n")
     w("`PullOptions::landing = Landing::direct` pins the donor with its header read (one round "
-      "trip), then lands the bytes where they end up: one `MPI_Rget` per layer straight into "
-      "the caller's memory (wire type = layer type, one donor, no momentum, no deadline), or "
+      "trip), then lands the bytes where they end up: one plain `MPI_Get` per layer and one "
+      "`MPI_Win_flush` straight into the caller's memory (wire type = layer type, one donor, no momentum, no deadline), or "
       "chunk buffers mixed into it as they land (bfloat16/float16 wire, k > 1, momentum, a "
       "deadline). The speculative version is checked in the first data batch, and the pins are "
       "released with `MPI_Raccumulate` (no round trip after the data). *transactional* is the "
