@@ -24,7 +24,8 @@ const char* wire_name(WireFormat w) {
 }
 
 // --- 3. wire formats: one donor, float32 layer, published as native / bfloat16 / float16 ---
-void bm_wire(benchmark::State& state, std::size_t n, Transport transport, WireFormat wire) {
+void bm_wire(benchmark::State& state, std::size_t n, Transport transport, WireFormat wire,
+             Landing landing = Landing::automatic, std::size_t chunk_bytes = 0) {
   Layout layout;
   layout.add("w", n);
   WindowOptions wopt;
@@ -36,14 +37,17 @@ void bm_wire(benchmark::State& state, std::size_t n, Transport transport, WireFo
   win.publish({ConstLayerRef(params)});
   polite_barrier(MPI_COMM_WORLD);
   const std::array<int, 1> donors{kDonor};
+  PullOptions popt;
+  popt.landing = landing;
+  popt.chunk_bytes = chunk_bytes;
   if (env().rank == kReader) {
-    win.pull(donors, {LayerRef(params)});  // warm-up (untimed): grows the pull's scratch
+    win.pull(donors, {LayerRef(params)}, popt);  // warm-up (untimed): grows the pull's scratch
   }
   for (auto _ : state) {
     double t = 0.0;
     if (env().rank == kReader) {
       const double t0 = now();
-      win.pull(donors, {LayerRef(params)});
+      win.pull(donors, {LayerRef(params)}, popt);
       t = now() - t0;
     }
     finish_iteration(state, t);
@@ -221,6 +225,26 @@ void register_misc_benchmarks() {
       }
     }
   }
+  // Issue 18 (scripts/bench.sh --direct): float32 and bfloat16 wire over RMA, 50M, one donor,
+  // transactional and direct landing side by side; the direct bfloat16 pull also with 16 MiB
+  // chunks (fewer round trips, for the network-bound case).
+  for (const WireFormat w : {WireFormat::native, WireFormat::bfloat16}) {
+    for (const Landing l : {Landing::transactional, Landing::direct}) {
+      const std::size_t n = 50000000;
+      reg(
+          "direct/wire/pull_rma_" + std::string(landing_name(l)) + "/wire:" + wire_name(w) +
+              "/n:" + count_label(n),
+          [n, w, l](benchmark::State& s) { bm_wire(s, n, Transport::rma, w, l); },
+          benchmark::kMillisecond);
+    }
+  }
+  reg(
+      "direct/wire/pull_rma_direct_chunk16M/wire:bfloat16/n:50M",
+      [](benchmark::State& s) {
+        bm_wire(s, 50000000, Transport::rma, WireFormat::bfloat16, Landing::direct,
+                std::size_t{16} << 20U);
+      },
+      benchmark::kMillisecond);
   for (const Transport t : {Transport::shm, Transport::rma}) {
     for (const Donor d : {Donor::idle, Donor::busy, Donor::busy_progress}) {
       if (t == Transport::shm && d == Donor::busy_progress) {

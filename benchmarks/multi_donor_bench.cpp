@@ -38,7 +38,8 @@ void expect_mean(std::span<const float> got, int k, const char* what) {
   }
 }
 
-void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transport) {
+void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transport,
+               Landing landing = Landing::automatic) {
   auto [win, params] = published_window(n, transport);
   // Ranks past the k donors only wait; shm donors need not be inside MPI either (the reader
   // copies from their memory itself), RMA donors must, to answer the gets.
@@ -48,14 +49,16 @@ void bm_k_pull(benchmark::State& state, int k, std::size_t n, Transport transpor
     donors.push_back(d);
   }
   const bool reader = env().rank == kReader;
+  PullOptions popt;
+  popt.landing = landing;
   if (reader) {
-    win.pull(donors, {LayerRef(params)});  // warm-up (untimed): grows the pull's scratch
+    win.pull(donors, {LayerRef(params)}, popt);  // warm-up (untimed): grows the pull's scratch
   }
   for (auto _ : state) {
     double t = 0.0;
     if (reader) {
       const double t0 = now();
-      win.pull(donors, {LayerRef(params)});
+      win.pull(donors, {LayerRef(params)}, popt);
       t = now() - t0;
     }
     finish_iteration(state, t);
@@ -229,6 +232,16 @@ void register_multi_donor_benchmarks() {
           [k, n](benchmark::State& s) { bm_k_pull(s, k, n, Transport::rma); });
       reg("k_donors/seed" + suffix, [k, n](benchmark::State& s) { bm_seed(s, k, n); });
       reg("k_donors/allreduce" + suffix, [k, n](benchmark::State& s) { bm_allreduce(s, k, n); });
+    }
+  }
+  // Issue 18 (scripts/bench.sh --direct): k = 3 over RMA at 50M, transactional and direct
+  // landing, beside the streaming bound's stream/add.
+  if (env().size >= 4) {
+    constexpr std::size_t kN = 50000000;
+    reg("direct/stream/add/n:50M", [](benchmark::State& s) { bm_add(s, kN); });
+    for (const Landing l : {Landing::transactional, Landing::direct}) {
+      reg("direct/k_donors/pull_rma_" + std::string(landing_name(l)) + "/k:3/n:50M",
+          [l](benchmark::State& s) { bm_k_pull(s, 3, kN, Transport::rma, l); });
     }
   }
   // The Python binding's reference case: 10M float32 in 8 layers from 1 and from 3 donors.

@@ -158,7 +158,8 @@ void bm_raw_get(benchmark::State& state, std::size_t bytes, RawMode mode) {
 }
 
 void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
-             std::size_t chunk_bytes, NonFinitePolicy non_finite = NonFinitePolicy::fail) {
+             std::size_t chunk_bytes, NonFinitePolicy non_finite = NonFinitePolicy::fail,
+             Landing landing = Landing::automatic) {
   const std::size_t n = bytes / sizeof(float);
   auto [win, params] = published_window(n, transport);
   const bool reader = env().rank == kReader;
@@ -166,6 +167,7 @@ void bm_pull(benchmark::State& state, std::size_t bytes, Transport transport,
   PullOptions popt;
   popt.chunk_bytes = chunk_bytes;
   popt.non_finite = non_finite;
+  popt.landing = landing;
   if (reader) {
     // Warm-up (untimed): the first pull grows the window's accumulation scratch and maps
     // the donor's pages; the timed pulls are the steady state of a trainer that pulls often.
@@ -230,6 +232,19 @@ void register_pull_benchmarks() {
     });
     reg("one_donor/pull_rma_nocheck" + suffix, bytes, [bytes](benchmark::State& s) {
       bm_pull(s, bytes, Transport::rma, 0, NonFinitePolicy::allow);
+    });
+  }
+  // Issue 18, direct landing (scripts/bench.sh --direct): raw get, the transactional RMA
+  // pull and the direct one side by side at each size >= 1 MiB.
+  for (std::size_t bytes = std::size_t{1} << 20U; bytes <= (std::size_t{256} << 20U); bytes *= 4) {
+    const std::string suffix = "/bytes:" + std::to_string(bytes);
+    reg("direct/one_donor/get_flush" + suffix, bytes,
+        [bytes](benchmark::State& s) { bm_raw_get(s, bytes, RawMode::get_flush); });
+    reg("direct/one_donor/pull_rma_transactional" + suffix, bytes, [bytes](benchmark::State& s) {
+      bm_pull(s, bytes, Transport::rma, 0, NonFinitePolicy::fail, Landing::transactional);
+    });
+    reg("direct/one_donor/pull_rma_direct" + suffix, bytes, [bytes](benchmark::State& s) {
+      bm_pull(s, bytes, Transport::rma, 0, NonFinitePolicy::fail, Landing::direct);
     });
   }
   // PullOptions::chunk_bytes sweep over RMA (library default 4 MiB). Same-node pulls from

@@ -10,6 +10,7 @@
 #                                      out/bench-mpi/; rewrites section 11 of docs/benchmarks.md)
 #                    [--serve]    (only the serving cases, issue 14)
 #                    [--hyper]    (only the hyperparameter cases, issue 15)
+#                    [--direct]   (only the direct-landing cases, issue 18)
 # --mpi picks the MPI (default mpich; build directory build-openmpi for openmpi). The launcher
 # and its environment come from the build's paramwin_mpi_env.sh (the tests' ENVIRONMENT).
 # Timings are only meaningful on a quiet machine: the script records the load average
@@ -25,6 +26,7 @@ do_build=1
 run=1
 groups_only=0
 serve_only=0
+direct_only=0
 hyper_only=0
 reps=3
 min_time=0.05
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --groups) groups_only=1; shift ;;
     --serve) serve_only=1; shift ;;
     --hyper) hyper_only=1; shift ;;
+    --direct) direct_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -158,7 +161,27 @@ run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish wit
   cat /proc/loadavg >> "$out/hyper_load.txt"
 }
 
-if [ "$run" = 1 ] && [ "$hyper_only" = 1 ]; then
+run_direct() {  # issue 18: direct landing vs transactional vs raw get, side by side
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/direct_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/direct_load.txt"
+  "$mpiexec" -n 2 "$bench" \
+    --benchmark_filter='^direct/(one_donor|wire)/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/direct_np2.json" --benchmark_out_format=json
+  "$mpiexec" -n 4 "$bench" \
+    --benchmark_filter='^direct/(k_donors|stream)/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/direct_np4.json" --benchmark_out_format=json
+  cat /proc/loadavg >> "$out/direct_load.txt"
+}
+
+if [ "$run" = 1 ] && [ "$direct_only" = 1 ]; then
+  [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
+  run_direct
+  python3 scripts/bench_report.py --json-dir "$out" --out "$report" --section direct
+  echo "bench: updated the direct-landing section of $report"
+  exit 0
+elif [ "$run" = 1 ] && [ "$hyper_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_hyper
   python3 scripts/bench_report.py --json-dir "$out" --out docs/benchmarks.md --section hyper
@@ -191,6 +214,7 @@ elif [ "$run" = 1 ]; then
   run_groups
   run_serve
   run_hyper
+  run_direct
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out "$report" "${report_args[@]}"

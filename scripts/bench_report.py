@@ -620,6 +620,129 @@ def hyper_section(json_dir, w):
     w(table(["layer", "publish, no hyperparameters", "publish, 4 hyperparameters"], rows) + "\n")
     w(HYPER_END + "\n")
 
+DIRECT_BEGIN = "<!-- direct:begin (scripts/bench.sh --direct rewrites this section) -->"
+DIRECT_END = "<!-- direct:end -->"
+DIRECT_TARGETS_BEGIN = "<!-- direct-targets:begin (scripts/bench.sh --direct) -->"
+DIRECT_TARGETS_END = "<!-- direct-targets:end -->"
+DIRECT_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def direct_data(json_dir):
+    """The --direct runs (out/bench/direct_np2.json, direct_np4.json) as Data, or None."""
+    paths = [os.path.join(json_dir, f"direct_np{n}.json") for n in (2, 4)] if json_dir else []
+    paths = [p for p in paths if os.path.exists(p)]
+    if not paths:
+        return None
+    return Data(*load(paths))
+
+
+def direct_ratios(d):
+    """(per-size direct/get and transactional/get bandwidth ratios, wire, k=3) from Data."""
+    sizes = []
+    for b in DIRECT_SIZES:
+        g = d.get(f"direct/one_donor/get_flush/bytes:{b}", 2)
+        t = d.get(f"direct/one_donor/pull_rma_transactional/bytes:{b}", 2)
+        x = d.get(f"direct/one_donor/pull_rma_direct/bytes:{b}", 2)
+        if g and t and x:
+            sizes.append((b, g, t, x, g.median / x.median, g.median / t.median))
+    wire = {}
+    for lnd in ("transactional", "direct", "direct_chunk16M"):
+        for wf in ("native", "bfloat16"):
+            r = d.get(f"direct/wire/pull_rma_{lnd}/wire:{wf}/n:50M", 2)
+            if r:
+                wire[(lnd, wf)] = r
+    add = d.get("direct/stream/add/n:50M", 4)
+    k3 = {lnd: d.get(f"direct/k_donors/pull_rma_{lnd}/k:3/n:50M", 4)
+          for lnd in ("transactional", "direct")}
+    bound = None
+    if add and add.bytes:
+        bound = 4 * 50000000 * 4 / (add.bytes / add.median)  # (k+1)*N*4 bytes at a += b
+    return sizes, wire, bound, k3
+
+
+def direct_targets(json_dir, w):
+    """The issue 18 target rows (same node), from the --direct runs."""
+    d = direct_data(json_dir)
+    if d is None:
+        return
+    sizes, wire, bound, k3 = direct_ratios(d)
+    commit, _ = run_record(json_dir, "direct")
+    rows = []
+    if sizes:
+        worst = min(r for *_, r, _t in sizes)
+        rows.append(("18", "rma pull, one donor, Landing::direct ≥ 0.9x raw MPI_Get+flush, sizes "
+                     "≥ 1 MiB (worst size)", fr(worst), verdict(worst, 0.9),
+                     ", ".join(f"{fsize(b)}: {r:.2f}" for b, _g, _t, _x, r, _rt in sizes)))
+    f32 = wire.get(("direct", "native"))
+    for lnd, label in (("direct", "default chunks"), ("direct_chunk16M", "16 MiB chunks")):
+        bf = wire.get((lnd, "bfloat16"))
+        if f32 and bf:
+            r = f32.median / bf.median
+            rows.append(("18", f"bfloat16 wire over RMA, 50M, one donor, direct ({label}): "
+                         "≥ 1.25x float32 (direct)", fr(r), verdict(r, 1.25),
+                         f"float32 {ftime(f32.median)}, bfloat16 {ftime(bf.median)}"))
+    if bound and k3.get("direct"):
+        r = bound / k3["direct"].median
+        rows.append(("18", "k=3, 50M: rma pull (direct) ≥ 0.5x the streaming bound", fr(r),
+                     verdict(r, 0.5), f"bound {ftime(bound)}, pull {ftime(k3['direct'].median)}"))
+    w(DIRECT_TARGETS_BEGIN + "\n")
+    w(f"Issue 18 (direct landing, section 12; `scripts/bench.sh --direct` at {commit}, its own "
+      "run, ratios within it):\n")
+    w(table(["issue", "target", "measured", "verdict", "details"], rows) + "\n")
+    w(DIRECT_TARGETS_END + "\n")
+
+
+def direct_section(json_dir, w):
+    """Section 12 from the --direct runs: direct landing against transactional and raw get."""
+    d = direct_data(json_dir)
+    if d is None:
+        return
+    sizes, wire, bound, k3 = direct_ratios(d)
+    commit, load_note = run_record(json_dir, "direct")
+    w(DIRECT_BEGIN + "\n")
+    w("## 12. Direct landing for pinned RMA reads (issue 18)\n")
+    w(f"Measured at {commit} with `scripts/bench.sh --direct` (one binary, cases side by side: "
+      "2 ranks for one donor and the wire formats, 4 ranks for k = 3; medians of the "
+      f"repetitions, (min – max)).{load_note} The machine is shared (2 cores, other engineers "
+      "building): compare within a table, not across runs.\n")
+    w("`PullOptions::landing = Landing::direct` pins the donor with its header read (one round "
+      "trip), then lands the bytes where they end up: one plain `MPI_Get` per layer and one "
+      "`MPI_Win_flush` straight into the caller's memory (wire type = layer type, one donor, no momentum, no deadline), or "
+      "chunk buffers mixed into it as they land (bfloat16/float16 wire, k > 1, momentum, a "
+      "deadline). The speculative version is checked in the first data batch, and the pins are "
+      "released with `MPI_Raccumulate` (no round trip after the data). *transactional* is the "
+      "default pull (scratch, validation, copy).\n")
+    if sizes:
+        rows = [[fsize(b), ftime_range(g), ftime_range(t), ftime_range(x), f"{rt:.2f}x",
+                 f"{r:.2f}x"] for b, g, t, x, r, rt in sizes]
+        w("One donor, 2 ranks, float32, median time per pull:\n")
+        w(table(["size", "MPI_Get+flush", "pull rma transactional", "pull rma direct",
+                 "transactional / get (BW)", "direct / get (BW)"], rows) + "\n")
+    if wire:
+        rows = []
+        for lnd, label in (("transactional", "transactional"), ("direct", "direct"),
+                           ("direct_chunk16M", "direct, 16 MiB chunks")):
+            a, b = wire.get((lnd, "native")), wire.get((lnd, "bfloat16"))
+            if a or b:
+                rows.append([label, ftime_range(a), ftime_range(b),
+                             f"{a.median / b.median:.2f}x" if a and b else "–"])
+        f32 = wire.get(("direct", "native"))
+        if f32:
+            for lnd in ("transactional", "direct", "direct_chunk16M"):
+                b = wire.get((lnd, "bfloat16"))
+                if b:
+                    rows.append([f"bfloat16 {lnd} vs float32 direct", "", ftime(b.median),
+                                 f"{f32.median / b.median:.2f}x"])
+        w("Wire formats over RMA, 50M float32, one donor, 2 ranks:\n")
+        w(table(["landing", "float32 wire", "bfloat16 wire", "speed-up"], rows) + "\n")
+    if bound and any(k3.values()):
+        rows = [[lnd, ftime_range(r), ftime(bound), f"{bound / r.median:.2f}x"]
+                for lnd, r in k3.items() if r]
+        w("k = 3 donors over RMA, 50M float32, 4 ranks (oversubscribed: 4 ranks on 2 cores); "
+          "the bound is (k+1)·N·4 bytes at the `a += b` bandwidth of the same run:\n")
+        w(table(["landing", "pull", "streaming bound", "bound / pull"], rows) + "\n")
+    w(DIRECT_END + "\n")
+
 
 def update_section(out_path, render, begin=SERVE_BEGIN, end=SERVE_END):
     """Replaces the marked section of @p out_path with what @p render writes (appends it when
@@ -647,7 +770,7 @@ def main():
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--mpi-json-dir", default="out/bench-mpi",
                     help="section 11's runs (mpich/, openmpi/), when a full report is written")
-    ap.add_argument("--section", choices=["serve", "hyper", "mpi"],
+    ap.add_argument("--section", choices=["serve", "hyper", "mpi", "direct"],
                     help="rewrite only this section of the existing --out file (mpi: "
                          "--json-dir holds mpich/ and openmpi/, scripts/bench.sh --mpi-compare)")
     args = ap.parse_args()
@@ -656,6 +779,12 @@ def main():
         return
     if args.section == "mpi":
         update_section(args.out, lambda w: mpi_section(args.json_dir, w), MPI_BEGIN, MPI_END)
+        return
+    if args.section == "direct":
+        update_section(args.out, lambda w: direct_targets(args.json_dir, w), DIRECT_TARGETS_BEGIN,
+                       DIRECT_TARGETS_END)
+        update_section(args.out, lambda w: direct_section(args.json_dir, w), DIRECT_BEGIN,
+                       DIRECT_END)
         return
     if args.section == "hyper":
         update_section(args.out, lambda w: hyper_section(args.json_dir, w), HYPER_BEGIN,
@@ -803,6 +932,7 @@ def main():
     w("Ratios are measured in the same run (same binary, same rank count) and computed from "
       "medians.\n")
     w(table(["issue", "target", "measured", "verdict", "details"], targets) + "\n")
+    direct_targets(args.json_dir, w)
 
     # ---- one donor ----
     methods = [("memcpy", "memcpy"), ("get_flush", "MPI_Get+flush (lock_all)"),
@@ -966,6 +1096,7 @@ def main():
     serve_section(args.json_dir, w)
     hyper_section(args.json_dir, w)
     mpi_section(args.mpi_json_dir, w)
+    direct_section(args.json_dir, w)
 
     # ---- ceilings of the unmet targets ----
     ceilings_section(data, big, knp, w)

@@ -37,6 +37,15 @@ std::string_view transport_name(Transport transport) noexcept {
   return "invalid";
 }
 
+std::string_view landing_name(Landing landing) noexcept {
+  switch (landing) {
+    case Landing::automatic: return "auto";
+    case Landing::transactional: return "transactional";
+    case Landing::direct: return "direct";
+  }
+  return "invalid";
+}
+
 std::string_view state_name(AgentState state) noexcept {
   switch (state) {
     case AgentState::fresh: return "fresh";

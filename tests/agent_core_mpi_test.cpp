@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "mpi_test_util.hpp"
@@ -186,6 +189,181 @@ TEST(RebirthPublish, WaitIsValidatedAndParsed) {
   o.publish.rebirth_wait_ms = -1.0;
   EXPECT_THROW(pw::validate(o, 2), pw::InvalidArgument);
   EXPECT_EQ(pw::parse_agent_options("publish_rebirth_wait_ms=7.5").publish.rebirth_wait_ms, 7.5);
+}
+
+// --- Direct landing: a pull that fails midway (PartialPullError) -------------------------
+
+constexpr float kPulled = 1.0F;   // what a whole pull writes
+constexpr float kPartial = 7.0F;  // what a failed direct pull leaves in the first half
+constexpr float kReset = 3.0F;    // what the reset callback writes
+
+/// Agent rank 0 and donors 1..3; a pull from a donor in partial_donors writes half of the
+/// parameters and throws PartialPullError, as a direct pull past its deadline does.
+class PartialWindow final : public pw::detail::WindowAccess {
+ public:
+  explicit PartialWindow(pw::Layout layout) : layout_(std::move(layout)), entries_(4) {
+    for (std::size_t r = 0; r < entries_.size(); ++r) {
+      entries_[r].rank = static_cast<int>(r);
+      entries_[r].fingerprint = kFp;
+      entries_[r].version = 1;
+      entries_[r].status.state = pw::AgentState::active;
+      entries_[r].status.metric = 0.1 * static_cast<double>(r);
+    }
+  }
+  [[nodiscard]] int rank() const override { return 0; }
+  [[nodiscard]] const pw::Layout& layout() const override { return layout_; }
+  [[nodiscard]] std::uint64_t version() const override { return version_; }
+  [[nodiscard]] pw::RosterEntry roster(int rank) const override {
+    return entries_.at(static_cast<std::size_t>(rank));
+  }
+  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const override {
+    std::vector<pw::RosterEntry> out = entries_;
+    for (std::size_t r = 1; r < out.size(); ++r) out[r].publish_time = MPI_Wtime();
+    return out;
+  }
+  void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
+  pw::PublishResult publish(std::span<const pw::ConstLayerRef> /*layers*/,
+                            const pw::Hyperparameters& /*hyper*/) override {
+    ++version_;
+    return {.published = true, .version = version_};
+  }
+  pw::PullResult pull(std::span<const int> donors, std::span<const pw::LayerRef> out,
+                      const pw::PullOptions& options) override {
+    landings.push_back(options.landing);
+    pulled_from.push_back(donors[0]);
+    if (partial_donors.count(donors[0]) != 0) {
+      auto* w = static_cast<float*>(out[0].data());
+      std::fill_n(w, out[0].count() / 2, kPartial);
+      throw pw::PartialPullError(donors[0], "test: deadline midway", true);
+    }
+    for (const pw::LayerRef& ref : out) {
+      auto* w = static_cast<float*>(ref.data());
+      for (std::size_t i = 0; i < ref.count(); ++i) {
+        w[i] = static_cast<float>(options.momentum) * w[i] +
+               static_cast<float>(1.0 - options.momentum) * kPulled;
+      }
+    }
+    pw::PullResult r;
+    r.landing = options.landing;
+    r.donors.push_back({.rank = donors[0], .version = 1, .weight = 1.0});
+    return r;
+  }
+  void progress() override {}
+  [[nodiscard]] bool has_rma_readers() const override { return false; }
+
+  std::set<int> partial_donors;
+  std::vector<pw::Landing> landings;  ///< PullOptions::landing of every pull
+  std::vector<int> pulled_from;
+
+ private:
+  pw::Layout layout_;
+  std::vector<pw::RosterEntry> entries_;
+  std::uint64_t version_ = 0;
+};
+
+pw::AgentOptions partial_options(bool with_reset, double momentum) {
+  pw::AgentOptions o = dies_at_age_2(0.0);
+  o.selection.k = 1;
+  o.mixing.momentum = momentum;
+  if (with_reset) {
+    o.reset = [](std::span<const pw::LayerRef> params, std::uint64_t /*seed*/) {
+      for (const pw::LayerRef& ref : params) {
+        std::fill_n(static_cast<float*>(ref.data()), ref.count(), kReset);
+      }
+    };
+  }
+  return o;
+}
+
+/// Two steps (the second dies); returns the death's event and leaves the parameters in @p w.
+pw::StepEvent die_once(PartialWindow& win, const pw::AgentOptions& o, std::vector<float>& w) {
+  pw::detail::AgentCore core(o, 0, 4, win.layout(), false);
+  const pw::LayerRef params[] = {pw::LayerRef(w)};
+  (void)core.step(win, 1, 0.5, params);
+  return core.step(win, 2, 0.5, params);
+}
+
+TEST(DirectLanding, AutomaticLandingIsDirectOnlyWithNoMomentumAndAResetCallback) {
+  struct Case {
+    bool reset;
+    double momentum;
+    pw::Landing asked;
+    pw::Landing expected;
+  };
+  const Case cases[] = {
+      {true, 0.0, pw::Landing::automatic, pw::Landing::direct},
+      {false, 0.0, pw::Landing::automatic, pw::Landing::transactional},
+      {true, 0.5, pw::Landing::automatic, pw::Landing::transactional},
+      {true, 0.0, pw::Landing::transactional, pw::Landing::transactional},
+      {true, 0.5, pw::Landing::direct, pw::Landing::direct},
+  };
+  for (const Case& c : cases) {
+    PartialWindow win(layout());
+    pw::AgentOptions o = partial_options(c.reset, c.momentum);
+    o.read.landing = c.asked;
+    EXPECT_EQ(pw::rebirth_landing(o), c.expected);
+    std::vector<float> w(8, 0.0F);
+    const pw::StepEvent e = die_once(win, o, w);
+    ASSERT_TRUE(e.died);
+    ASSERT_EQ(win.landings.size(), 1U);
+    EXPECT_EQ(win.landings[0], c.expected) << "reset " << c.reset << ", momentum " << c.momentum
+                                           << ", asked " << pw::landing_name(c.asked);
+  }
+}
+
+TEST(DirectLanding, APartialPullIsRetriedFromAnotherDonorAndNeverKept) {
+  PartialWindow win(layout());
+  win.partial_donors = {1, 2};  // only donor 3 can be read whole
+  std::vector<float> w(8, 0.0F);
+  const pw::StepEvent e = die_once(win, partial_options(true, 0.0), w);
+  ASSERT_TRUE(e.died);
+  ASSERT_FALSE(win.pulled_from.empty());
+  EXPECT_EQ(win.pulled_from.back(), 3) << "the last attempt is the donor that answers whole";
+  for (const float x : w) EXPECT_EQ(x, kPulled) << "trained on a partly written parameter";
+  EXPECT_EQ(e.note.find("re-initialised"), std::string::npos) << e.note;
+}
+
+TEST(DirectLanding, WhenEveryPullIsPartialTheParametersAreReset) {
+  PartialWindow win(layout());
+  win.partial_donors = {1, 2, 3};
+  std::vector<float> w(8, 0.0F);
+  const pw::StepEvent e = die_once(win, partial_options(true, 0.0), w);
+  ASSERT_TRUE(e.died) << "a reset is a rebirth: " << e.note;
+  EXPECT_GE(win.pulled_from.size(), 2U) << "other donors are tried first";
+  for (const float x : w) EXPECT_EQ(x, kReset) << "trained on a partly written parameter";
+  EXPECT_NE(e.note.find("partial pull"), std::string::npos) << e.note;
+  EXPECT_TRUE(e.published) << "the re-initialised parameters replace the dead ones";
+}
+
+TEST(DirectLanding, WithMomentumAPartialPullIsResetAtOnce) {
+  PartialWindow win(layout());
+  win.partial_donors = {1, 2, 3};
+  pw::AgentOptions o = partial_options(true, 0.5);
+  o.read.landing = pw::Landing::direct;
+  std::vector<float> w(8, 0.0F);
+  const pw::StepEvent e = die_once(win, o, w);
+  ASSERT_TRUE(e.died);
+  EXPECT_EQ(win.pulled_from.size(), 1U) << "a retry would blend with the partial values";
+  for (const float x : w) EXPECT_EQ(x, kReset);
+}
+
+TEST(DirectLanding, OptionsAreValidatedAndParsed) {
+  pw::AgentOptions o;
+  EXPECT_EQ(o.read.landing, pw::Landing::automatic);
+  o.read.landing = pw::Landing::direct;
+  EXPECT_THROW(pw::validate(o, 2), pw::InvalidArgument) << "direct needs a reset callback";
+  o = partial_options(true, 0.0);
+  o.read.landing = pw::Landing::direct;
+  EXPECT_NO_THROW(pw::validate(o, 4));
+  o.read.read_mode = pw::ReadMode::optimistic;
+  EXPECT_THROW(pw::validate(o, 4), pw::InvalidArgument) << "direct reads pinned slots";
+  o.read.read_mode = pw::ReadMode::automatic;
+  o.read.landing = static_cast<pw::Landing>(9);
+  EXPECT_THROW(pw::validate(o, 4), pw::InvalidArgument);
+  EXPECT_EQ(pw::parse_agent_options("landing=direct").read.landing, pw::Landing::direct);
+  EXPECT_EQ(pw::parse_agent_options("landing=transactional").read.landing,
+            pw::Landing::transactional);
+  EXPECT_THROW((void)pw::parse_agent_options("landing=sideways"), pw::InvalidArgument);
 }
 
 }  // namespace

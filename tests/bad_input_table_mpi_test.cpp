@@ -383,6 +383,16 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        [&] {
          (void)win.pull({donor}, {ow, ob}, {.chunk_bytes = 8});
        }},
+      {"pull", "out-of-range landing", Kind::invalid_argument, "unknown landing",
+       [&] {
+         (void)win.pull({donor}, {ow, ob}, {.landing = static_cast<pw::Landing>(9)});
+       }},
+      {"pull", "Landing::direct with ReadMode::optimistic", Kind::invalid_argument,
+       "never pins first",
+       [&] {
+         (void)win.pull({donor}, {ow, ob},
+                        {.read_mode = pw::ReadMode::optimistic, .landing = pw::Landing::direct});
+       }},
       {"pull", "donor holds NaN/Inf (non_finite = fail)", Kind::donor_error, "donor 0",
        [&] {
          if (rank == 0) throw pw::DonorError(0, "donor 0 (self: row not applicable)");
@@ -441,6 +451,18 @@ TEST(BadInputTable, EveryEntryPointEveryBadInputNothingChanges) {
        bad_options([](pw::AgentOptions& o) { o.read.timeout_seconds = -0.5; })},
       {"Agent()", "read chunk of 8 bytes", Kind::invalid_argument, "read.chunk_bytes",
        bad_options([](pw::AgentOptions& o) { o.read.chunk_bytes = 8; })},
+      {"Agent()", "read.landing direct without a reset callback", Kind::invalid_argument,
+       "needs a reset callback",
+       bad_options([](pw::AgentOptions& o) { o.read.landing = pw::Landing::direct; })},
+      {"Agent()", "read.landing direct with read_mode optimistic", Kind::invalid_argument,
+       "never pins first", bad_options([](pw::AgentOptions& o) {
+         o.read.landing = pw::Landing::direct;
+         o.read.read_mode = pw::ReadMode::optimistic;
+         o.reset = [](std::span<const pw::LayerRef>, std::uint64_t) {};
+       })},
+      {"Agent()", "out-of-range read.landing", Kind::invalid_argument,
+       "read.landing holds an out-of-range",
+       bad_options([](pw::AgentOptions& o) { o.read.landing = static_cast<pw::Landing>(9); })},
       {"Agent()", "progress thread polling every 0 us", Kind::invalid_argument,
        "serve.progress_interval_us", bad_options([](pw::AgentOptions& o) {
          o.serve.progress_thread = true;

@@ -136,13 +136,20 @@ struct Lane {
   pw::Transport transport;
   pw::WireFormat wire;
   const char* name;
+  pw::Landing landing = pw::Landing::automatic;
 };
 
+// The direct lanes land pinned RMA reads in the output: rma/direct straight (one donor,
+// native wire) or through chunk buffers (two donors), rma/bf16/direct always through chunk
+// buffers (widened into the output as they land); shm/direct is the same-node path.
 constexpr Lane kLanes[] = {
     {pw::Transport::shm, pw::WireFormat::native, "shm/native"},
     {pw::Transport::rma, pw::WireFormat::native, "rma/native"},
     {pw::Transport::shm, pw::WireFormat::bfloat16, "shm/bfloat16"},
     {pw::Transport::rma, pw::WireFormat::float16, "rma/float16"},
+    {pw::Transport::rma, pw::WireFormat::native, "rma/direct", pw::Landing::direct},
+    {pw::Transport::rma, pw::WireFormat::bfloat16, "rma/bf16/direct", pw::Landing::direct},
+    {pw::Transport::shm, pw::WireFormat::native, "shm/direct", pw::Landing::direct},
 };
 constexpr std::size_t kLaneCount = std::size(kLanes);
 
@@ -207,7 +214,13 @@ TEST(Soak, EveryRankPublishesAndPullsEveryPullVerified) {
         donors.push_back(d);
     }
     const std::vector<pw::LayerRef> refs = out.refs();
-    const pw::PullResult r = win.pull(donors, refs);
+    pw::PullOptions opt;
+    opt.landing = kLanes[w].landing;
+    const pw::PullResult r = win.pull(donors, refs, opt);
+    if (kLanes[w].landing == pw::Landing::direct) {
+      EXPECT_EQ(r.landing, kLanes[w].transport == pw::Transport::rma ? pw::Landing::direct
+                                                                     : pw::Landing::transactional);
+    }
     std::vector<std::uint64_t> versions;
     for (std::size_t j = 0; j < donors.size(); ++j) {
       EXPECT_EQ(r.donors[j].rank, donors[j]);
@@ -247,7 +260,7 @@ TEST(Soak, EveryRankPublishesAndPullsEveryPullVerified) {
     EXPECT_EQ(get(kBackwards), 0) << kLanes[w].name;
     EXPECT_GT(get(kVerified), 0) << kLanes[w].name;
     if (rank == 0) {
-      std::printf("[ soak    ] %-12s %8lld pulls verified (%lld two-donor averages), %lld torn, "
+      std::printf("[ soak    ] %-15s %8lld pulls verified (%lld two-donor averages), %lld torn, "
                   "%lld wrong averages, %lld backwards; %lld publishes (%lld skipped for pins); "
                   "%.1f MB pulled\n",
                   kLanes[w].name, get(kVerified), get(kPairs), get(kTorn), get(kWrongAvg),

@@ -40,16 +40,21 @@ struct Model {
 };
 
 struct Counts {
-  long pulls = 0, bad = 0, retried = 0, pinned = 0, skipped_publishes = 0, publishes = 0;
+  long pulls = 0, bad = 0, retried = 0, pinned = 0, skipped_publishes = 0, publishes = 0,
+       direct = 0;
 };
 
 Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_attempts,
-              int pulls_per_reader) {
+              int pulls_per_reader, pw::Landing landing = pw::Landing::automatic,
+              double timeout_seconds = 0.0, bool progress_thread = false) {
   const int rank = pw::test::world_rank();
   const int n = pw::test::world_size();
   const int publishers = n / 2;  // ranks [0, publishers) publish, the others read
   Model model;
-  pw::ParameterWindow<> win(MPI_COMM_WORLD, model.layout, {.transport = transport});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, model.layout,
+                            {.transport = transport,
+                             .progress_thread = progress_thread,
+                             .progress_interval_us = 1});
   model.fill(rank, 1);
   (void)win.publish(model.crefs());
   MPI_Barrier(MPI_COMM_WORLD);
@@ -74,6 +79,8 @@ Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_at
     pw::PullOptions opt;
     opt.read_mode = mode;
     opt.optimistic_attempts = optimistic_attempts;
+    opt.landing = landing;
+    opt.timeout_seconds = timeout_seconds;  // direct landing: chunk buffers, not straight
     for (int p = 0; p < pulls_per_reader; ++p) {
       const int donor = static_cast<int>(rng() % static_cast<unsigned>(publishers));
       auto refs = out.refs();
@@ -81,6 +88,7 @@ Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_at
       ++c.pulls;
       c.retried += r.donors[0].attempts > 1 ? 1 : 0;
       c.pinned += r.donors[0].pinned ? 1 : 0;
+      c.direct += r.landing == pw::Landing::direct ? 1 : 0;
       const std::uint64_t v = r.donors[0].version;
       bool ok = true;
       for (std::size_t l = 0; l < out.layers.size() && ok; ++l)
@@ -95,19 +103,19 @@ Counts stress(pw::Transport transport, pw::ReadMode mode, unsigned optimistic_at
     MPI_Wait(&done, MPI_STATUS_IGNORE);
   }
   Counts total;
-  long mine[6] = {c.pulls, c.bad, c.retried, c.pinned, c.skipped_publishes, c.publishes};
-  long sum[6] = {};
-  MPI_Allreduce(mine, sum, 6, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  total = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5]};
+  long mine[7] = {c.pulls, c.bad, c.retried, c.pinned, c.skipped_publishes, c.publishes, c.direct};
+  long sum[7] = {};
+  MPI_Allreduce(mine, sum, 7, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  total = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6]};
   if (rank == 0) {
     const char* mode_name = mode == pw::ReadMode::automatic    ? "automatic"
                             : mode == pw::ReadMode::optimistic ? "optimistic"
                                                                : "pinned";
-    std::printf("[ stress  ] %s %s optimistic_attempts=%u: %ld pulls verified, %ld torn, %ld "
-                "retried, "
-                "%ld pinned; %ld publishes, %ld skipped for pins\n",
+    std::printf("[ stress  ] %s %s optimistic_attempts=%u landing=%s: %ld pulls verified, %ld "
+                "torn, %ld retried, %ld pinned, %ld direct; %ld publishes, %ld skipped for pins\n",
                 std::string(pw::transport_name(transport)).c_str(), mode_name, optimistic_attempts,
-                total.pulls, total.bad, total.retried, total.pinned, total.publishes,
+                std::string(pw::landing_name(landing)).c_str(), total.pulls, total.bad,
+                total.retried, total.pinned, total.direct, total.publishes,
                 total.skipped_publishes);
   }
   return total;
@@ -158,6 +166,28 @@ TEST_P(TornSnapshot, StreamedPublishesAndPullsNeverTear) {
   paramwin::detail::set_store_mode(paramwin::detail::StoreMode::automatic);
   EXPECT_EQ(optimistic.bad, 0);
   EXPECT_EQ(automatic.bad, 0);
+}
+
+// Landing::direct: pinned reads that land in the output, straight (no deadline) or through
+// chunk buffers (a deadline); the version the header read names before the pin is checked
+// in the first data batch and the read restarts when a publish overtook it.
+TEST_P(TornSnapshot, DirectLandingNeverTears) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  for (const double timeout : {0.0, 60.0}) {
+    for (const pw::ReadMode mode : {pw::ReadMode::automatic, pw::ReadMode::pinned}) {
+      const Counts c = stress(GetParam(), mode, 4, pulls(200), pw::Landing::direct, timeout);
+      EXPECT_EQ(c.bad, 0);
+      EXPECT_EQ(c.pinned, c.pulls);
+      EXPECT_EQ(c.direct, GetParam() == pw::Transport::rma ? c.pulls : 0);
+    }
+  }
+  // With a progress thread the owner serves the pin and the header read while it publishes:
+  // a header read served before the pin can name a version a running publish overtakes,
+  // which the first data batch detects (retried > 0 when it happened).
+  const Counts c =
+      stress(GetParam(), pw::ReadMode::automatic, 4, pulls(100), pw::Landing::direct, 0.0, true);
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_EQ(c.pinned, c.pulls);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TornSnapshot,

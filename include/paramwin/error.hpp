@@ -45,6 +45,24 @@ class TimeoutError : public DonorError {
   using DonorError::DonorError;  ///< (rank, message), as DonorError
 };
 
+/// A pull with Landing::direct failed after it had written into the caller's memory (a
+/// deadline, an MPI error, a donor gone): unlike every other pull error, the caller's
+/// parameters are now **partly written** (some chunks of the new mix, the rest as before).
+/// Retry the pull (without momentum: it rewrites every element) or re-initialise the
+/// parameters; never train on them as they are. rank(): the donor whose read failed;
+/// what() names the cause.
+class PartialPullError : public DonorError {
+ public:
+  /// (rank, message), as DonorError; @p timed_out: the cause was the pull's deadline.
+  PartialPullError(int rank, const std::string& what, bool timed_out)
+      : DonorError(rank, what), timed_out_(timed_out) {}
+  /// True when the pull's deadline (PullOptions::timeout_seconds) ran out midway.
+  [[nodiscard]] bool timed_out() const noexcept { return timed_out_; }
+
+ private:
+  bool timed_out_;
+};
+
 /// A window failed its self-check: remote reads did not return the bytes the owner wrote.
 class VerificationError : public Error {
  public:

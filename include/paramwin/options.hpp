@@ -45,6 +45,28 @@ enum class ReadMode : std::uint8_t {
                    ///< overwrite the slot being read)
 };
 
+/// Where a pull's RMA reads land (docs/rma-semantics.md, "Direct landing").
+enum class Landing : std::uint8_t {
+  /// ParameterWindow::pull: transactional. An Agent picks per rebirth (ReadOptions::landing):
+  /// direct when a pull that fails midway cannot leave it training on partly written
+  /// parameters (mixing.momentum 0 and a reset callback), else transactional.
+  automatic = 0,
+  /// Read into a library scratch, validate, then copy into the caller's memory: if the pull
+  /// throws, the caller's memory is unchanged.
+  transactional = 1,
+  /// Pin every donor's slot first (it then cannot tear), then land its bytes straight in the
+  /// caller's memory (same wire type as the layer, one donor, no deadline) or widen/accumulate
+  /// chunk buffers into it as they land: no whole-model scratch, no final copy. Given up: a
+  /// pull that fails after its first write (deadline, MPI error, donor gone) leaves the
+  /// caller's memory partly written and throws PartialPullError. Pulls whose donors are all on
+  /// this node already read pinned slots straight into the caller's memory without that risk
+  /// and stay transactional; live donors (Exposure::live) are read transactionally.
+  direct = 2,
+};
+
+/// Lower-case name of @p landing ("auto", "transactional", "direct").
+[[nodiscard]] std::string_view landing_name(Landing landing) noexcept;
+
 /// How strictly window creation compares layouts across ranks.
 enum class LayoutCheck : std::uint8_t {
   strict = 0,     ///< every rank must have the same layout (else LayoutMismatch everywhere)
@@ -119,6 +141,11 @@ struct PullOptions {
   /// background (the window keeps their buffers) and the window stays usable. Same-node
   /// (shared-memory) reads never wait for a donor, so no deadline applies to them.
   double timeout_seconds = 0.0;
+  /// Where RMA reads land: Landing::transactional (and automatic) reads into a scratch and
+  /// commits once everything is validated; Landing::direct lands in the caller's memory under
+  /// pins (needs ReadMode::automatic or pinned) and, if it fails after its first write, throws
+  /// PartialPullError instead of leaving the memory unchanged.
+  Landing landing = Landing::automatic;
 };
 
 /// What one pull read from one donor.
@@ -143,6 +170,9 @@ struct PullResult {
   std::vector<DonorRead> donors{};  ///< in the order the donors were given
   std::size_t bytes = 0;            ///< bytes moved from all donors
   double seconds = 0.0;             ///< wall time of the pull
+  /// Landing::direct when the pull landed RMA reads straight in the caller's memory (it could
+  /// have left it partly written); else Landing::transactional.
+  Landing landing = Landing::transactional;
 };
 
 /// What a publish did.

@@ -224,6 +224,14 @@ struct ReadOptions {
   ReadMode read_mode = ReadMode::automatic;  ///< PullOptions::read_mode of the rebirth's pulls
   unsigned optimistic_attempts = 4;          ///< PullOptions::optimistic_attempts
   std::size_t chunk_bytes = 0;  ///< PullOptions::chunk_bytes (0: library default; else >= 256)
+  /// PullOptions::landing of the rebirth's pulls. automatic: Landing::direct when a pull
+  /// that fails midway cannot leave the agent training on partly written parameters, i.e.
+  /// mixing.momentum is 0 (a later pull rewrites every element) and AgentOptions::reset is
+  /// set (the way out when no donor can be read); else transactional. direct: needs a reset
+  /// callback. After a PartialPullError the agent tries other donors (momentum 0) and, if no
+  /// pull succeeds, re-initialises the parameters with the reset callback (a rebirth by
+  /// reset, its note says "partial pull"): it never trains on partly written parameters.
+  Landing landing = Landing::automatic;
 };
 
 /// How an agent serves the agents that read it over RMA (on MPICH's ch4:ucx an MPI_Get is
@@ -286,6 +294,9 @@ struct AgentOptions {
 /// k > population - 1 without clamping, weights not matching k, momentum outside [0, 1),
 /// reset without a callback, negative publish cadence, bad explore options, ...).
 void validate(const AgentOptions& options, int population);
+/// The landing an agent configured with @p options gives its rebirth pulls (resolves
+/// ReadOptions::landing = automatic, see there).
+[[nodiscard]] Landing rebirth_landing(const AgentOptions& options) noexcept;
 /// Same, and checks the explore rules against @p layout's hyperparameters.
 void validate(const AgentOptions& options, int population, const Layout& layout);
 

@@ -240,6 +240,37 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
 bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
                          std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
                          bool& due, PullOutcome& pulled) {
+  bool partial = false;
+  const bool reborn = try_pulls(ex, params, ordered, event, note, due, pulled, partial);
+  if (reborn || !partial) return reborn;  // reborn after a partial pull: a later pull succeeded
+  // A direct pull failed midway and no later pull rewrote the parameters: never train on
+  // them as they are. The reset callback re-initialises them (validate() requires one for
+  // Landing::direct; rebirth_landing() picks direct only when there is one): a rebirth by
+  // reset, published like any other.
+  append_note(note, "partial pull: parameters re-initialised by the reset callback");
+  set_status(ex, AgentState::rebirth, event.iteration, event.metric);
+  pulled = PullOutcome{};
+  const auto t_mix = Clock::now();
+  std::exception_ptr reset_error;
+  if (ex.leader()) {
+    try {
+      if (!policy_.options().reset) {
+        throw Error("paramwin: a direct pull left the parameters partly written and there is "
+                    "no reset callback to re-initialise them");
+      }
+      policy_.options().reset(params, policy_.next_reset_seed());
+    } catch (...) {
+      reset_error = std::current_exception();
+    }
+  }
+  event.seconds.mix += seconds_since(t_mix);
+  ex.share_reset(ordered, reset_error);
+  return true;
+}
+
+bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
+                          std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
+                          bool& due, PullOutcome& pulled, bool& partial) {
   std::vector<int> exclude;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     const auto t = Clock::now();
@@ -279,14 +310,23 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
       return true;
     }
     prepare_params(event.seconds.pull);
-    const PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
-                                        deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
+    PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
+                                  deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
+    po.landing = rebirth_landing(policy_.options());
     PullOutcome r = ex.pull(plan, po, ordered, event);
     if (r.ok) {
       pulled = std::move(r);
       return true;
     }
     append_note(note, r.why);
+    if (r.partial) {
+      partial = true;
+      // With momentum the next pull would blend with the partly written values: reset now.
+      if (policy_.options().mixing.momentum != 0.0) {
+        set_status(ex, resting_state(), event.iteration, event.metric);
+        return false;
+      }
+    }
     set_status(ex, resting_state(), event.iteration, event.metric);
     if (r.blame < 0 ? !r.retry
                     : std::find(exclude.begin(), exclude.end(), r.blame) != exclude.end()) {

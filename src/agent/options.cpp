@@ -141,6 +141,17 @@ void validate(const AgentOptions& o, int population) {
   if (r.read_mode > ReadMode::pinned) {
     bad("read.read_mode holds an out-of-range enumerator");
   }
+  if (r.landing > Landing::direct) {
+    bad("read.landing holds an out-of-range enumerator");
+  }
+  if (r.landing == Landing::direct && !o.reset) {
+    bad("read.landing 'direct' needs a reset callback (AgentOptions::reset): a pull that fails "
+        "midway leaves the parameters partly written, and the agent re-initialises them when "
+        "no other donor can be read");
+  }
+  if (r.landing == Landing::direct && r.read_mode == ReadMode::optimistic) {
+    bad("read.landing 'direct' reads pinned slots; read.read_mode 'optimistic' never pins first");
+  }
   if (r.chunk_bytes != 0 && (r.chunk_bytes < kMinChunkBytes || r.chunk_bytes > kMaxChunkBytes)) {
     bad("read.chunk_bytes must be 0 (library default) or in [256, 2^30], got " +
         std::to_string(r.chunk_bytes));
@@ -156,6 +167,13 @@ void validate(const AgentOptions& o, int population) {
     bad("paused_deaths is out of range");
   }
   validate(o.explore);
+}
+
+Landing rebirth_landing(const AgentOptions& o) noexcept {
+  if (o.read.landing != Landing::automatic) return o.read.landing;
+  return o.mixing.momentum == 0.0 && o.reset && o.read.read_mode != ReadMode::optimistic
+             ? Landing::direct
+             : Landing::transactional;
 }
 
 void validate(const AgentOptions& o, int population, const Layout& layout) {
@@ -221,6 +239,14 @@ NonFinitePolicy parse_non_finite(std::string_view v) {
   if (v == "allow") return NonFinitePolicy::allow;
   throw InvalidArgument("paramwin: unknown non-finite policy '" + std::string(v) +
                         "' (valid: fail, skip_donor, allow)");
+}
+
+Landing parse_landing(std::string_view v) {
+  if (v == "automatic" || v == "auto") return Landing::automatic;
+  if (v == "transactional") return Landing::transactional;
+  if (v == "direct") return Landing::direct;
+  throw InvalidArgument("paramwin: unknown landing '" + std::string(v) +
+                        "' (valid: automatic, transactional, direct)");
 }
 
 ReadMode parse_read_mode(std::string_view v) {
@@ -376,6 +402,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.read.read_mode = parse_read_mode(v);
     } else if (key == "optimistic_attempts") {
       o.read.optimistic_attempts = to_int<unsigned>(key, v);
+    } else if (key == "landing") {
+      o.read.landing = parse_landing(v);
     } else if (key == "chunk_bytes") {
       o.read.chunk_bytes = to_int<std::size_t>(key, v);
     } else if (key == "progress_in_step") {
@@ -416,7 +444,7 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "shortfall, clamp, "
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
           "publish_interval_ms, publish_rebirth_wait_ms, paused_deaths, read_timeout_seconds, "
-          "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, "
+          "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, landing, "
           "progress_in_step, progress_thread, progress_interval_us, event_log, hyper_inherit, "
           "perturb_factors, resample_probability, explore.NAME, explore_scale.NAME)");
     }

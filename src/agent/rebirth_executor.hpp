@@ -48,7 +48,10 @@ struct PullOutcome {
   bool ok = false;
   int blame = -1;      ///< the donor that failed, or -1 when no single donor is to blame
   bool retry = false;  ///< with blame -1: worth another choice (e.g. shards of two publishes)
-  std::string why{};   ///< for the event's note
+  /// The pull failed after writing into the caller's parameters (PartialPullError, direct
+  /// landing): they are partly written, and the step must not leave them so.
+  bool partial = false;
+  std::string why{};  ///< for the event's note
   /// On the leader, when ok: the hyperparameters of the donors that were mixed in (the
   /// versions read), best first, and their normalised weights; skipped donors left out.
   std::vector<Hyperparameters> donor_hyper{};

@@ -30,8 +30,8 @@ PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& optio
                                std::span<const LayerRef> ordered, StepEvent& event) {
   const auto t = StepClock::now();
   try {
-    // The window's pull is transactional: it writes straight into the caller's layers only
-    // once every donor's snapshot has been read whole.
+    // Transactional pulls write into the caller's layers only once every donor's snapshot
+    // has been read whole; a direct one (Landing::direct) may fail midway (partial below).
     const PullResult r = w_.pull(plan.donors, ordered, options);
     event.seconds.pull += seconds_since(t);
     event.donors = donor_records(plan, r);
@@ -39,6 +39,13 @@ PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& optio
     PullOutcome outcome{.ok = true};
     record_donor_hyper(r, outcome);
     return outcome;
+  } catch (const PartialPullError& e) {
+    event.seconds.pull += seconds_since(t);
+    return PullOutcome{.ok = false,
+                       .blame = e.rank(),
+                       .retry = false,
+                       .partial = true,
+                       .why = e.what()};
   } catch (const DonorError& e) {
     event.seconds.pull += seconds_since(t);
     return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};

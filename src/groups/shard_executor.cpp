@@ -134,6 +134,7 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
   const std::size_t words = 3 + 2 * n;
   std::vector<std::int64_t> out(words, 0);
   std::string pull_error;
+  bool partial = false;  // only the caller's layers matter: g > 1 pulls into the scratch
   PullResult result;
   try {
     result = win().pull(plan.donors, scratch, po);
@@ -147,6 +148,7 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
   } catch (const DonorError& e) {
     out[1] = e.rank();
     pull_error = e.what();
+    partial = g_ == 1 && dynamic_cast<const PartialPullError*>(&e) != nullptr;
   }
   if (scratch_win_) {
     check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");  // before the allgather
@@ -157,9 +159,12 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
   check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
                           static_cast<int>(words), MPI_INT64_T, agent_comm_.get()),
             "MPI_Allgather(pull outcomes)");
-  const PullOutcome v = verdict(all, words, plan.donors, pull_error);
+  PullOutcome v = verdict(all, words, plan.donors, pull_error);
   event.seconds.pull += seconds_since(t_judge);
-  if (!v.ok) return v;
+  if (!v.ok) {
+    v.partial = partial;  // g == 1: this rank is the whole agent
+    return v;
+  }
 
   event.donors = donor_records(plan, result);
   std::size_t bytes = 0;

@@ -39,8 +39,21 @@ PullResult PullEngine::run() {
   const double t0 = MPI_Wtime();
   deadline_ = options_.timeout_seconds > 0.0 ? t0 + options_.timeout_seconds : 0.0;
   port_.graveyard.reap(false);
-  read_heads();
+  const bool land =
+      options_.landing == Landing::direct &&
+      std::any_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.shm == nullptr; });
+  read_heads(land);
   plan_chunks();
+  if (land && can_land()) {
+    run_landing();
+    return result(MPI_Wtime() - t0);
+  }
+  if (land) {
+    for (Donor& d : donors_) {  // a live donor: the whole pull is read transactionally
+      release_rma(d);
+      d.ever_pinned = false;
+    }
+  }
   const bool all_shm_snapshots = std::all_of(donors_.begin(), donors_.end(), [](const Donor& d) {
     return d.shm != nullptr && !d.live;
   });
@@ -55,6 +68,7 @@ PullResult PullEngine::run() {
 PullResult PullEngine::result(double seconds) const {
   PullResult r;
   r.seconds = seconds;
+  r.landing = landing_;
   for (const Donor& d : donors_) {
     DonorRead read;
     read.rank = d.rank;

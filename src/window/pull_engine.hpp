@@ -8,6 +8,7 @@
 //   pull_plan.cpp    planning: validation, donors' headers, chunks, weights, non-finite policy
 //   pull_direct.cpp  direct path: every donor on this node, pinned, streamed into the output
 //   pull_staged.cpp  staged path: scratch, seqlock validation and retries, the RMA pipeline
+//   pull_landing.cpp direct landing (Landing::direct): pinned RMA reads into the caller's memory
 //
 // Two ways through, both adding every donor's values (weighted, widened to float / double):
 //
@@ -21,6 +22,13 @@
 //    those that keep tearing, and commit into the caller's memory only once all are accepted.
 //    RMA donors are read with MPI_Rget, the next chunk of each in flight while this one is
 //    accumulated.
+//  * landing (PullOptions::landing = Landing::direct, some donor over RMA, no live donor):
+//    pin every donor with its header read (one round trip), then land the bytes in the
+//    caller's memory: straight (one donor, wire = layer type, no momentum, no deadline) or
+//    through double-buffered chunk buffers mixed into it as they land. The header read with
+//    the pin may predate the pin, so the first data batch re-reads the seqlock words; if a
+//    publish slipped in, the reads restart from the version the pin holds. No scratch, no
+//    final copy; a failure after the first write is a PartialPullError.
 
 #include <mpi.h>
 
@@ -98,7 +106,9 @@ class PullEngine {
  private:
   // --- planning (pull_plan.cpp) -----------------------------------------------------------
   void validate(std::span<const int> donors) const;
-  void read_heads();
+  /// Reads every donor's header (RMA: one batch); with @p pin_rma, pins both slots of every
+  /// RMA donor in the same batch (Landing::direct).
+  void read_heads(bool pin_rma = false);
   void plan_chunks();
   void normalise_weights();
   /// Marks @p d non-finite from its slot's finiteness record (live slots have none).
@@ -122,6 +132,23 @@ class PullEngine {
   /// Pins the current slot of same-node donor @p d (CPU atomics, retried if a publish
   /// slipped in).
   void pin_shm(Donor& d);
+
+  // --- direct landing (pull_landing.cpp) ---------------------------------------------------
+  /// True when a pull with Landing::direct can land directly (no live donor).
+  [[nodiscard]] bool can_land() const;
+  void run_landing();
+  /// Whether the whole pull lands straight in the caller's memory (no chunk buffers).
+  [[nodiscard]] bool lands_straight() const;
+  /// One round of reads; @p validate: check the speculative versions in the first batch.
+  /// Returns false if a publish slipped in before a pin (the versions are then updated).
+  bool land_straight(bool validate, HeadWords* line1);
+  bool land_chunks(bool validate, HeadWords* line1, std::size_t out_bytes);
+  /// Starts the seqlock re-read of every RMA donor (validation of the speculative version).
+  void issue_line1(RmaBatch& batch, HeadWords* line1);
+  /// Checks the re-read seqlock words; false (and versions updated) when one was overtaken.
+  bool check_line1(const HeadWords* line1);
+  /// Releases RMA donor @p d's pins without waiting (MPI_Raccumulate, completed locally).
+  void release_rma(Donor& d);
 
   // --- staged path and RMA pipeline (pull_staged.cpp) -------------------------------------
   void run_staged();
@@ -153,6 +180,8 @@ class PullEngine {
   std::size_t scratch_bytes_ = 0;
   std::byte* acc_ = nullptr;
   bool any_rma_ = false;
+  bool written_ = false;  // Landing::direct wrote into the caller's memory
+  Landing landing_ = Landing::transactional;
   double deadline_ = 0.0;  // absolute MPI_Wtime, 0: none
   // Destination of every RMA read of this pull; shared with the window's graveyard when a
   // deadline abandons reads in flight.

@@ -70,6 +70,13 @@ void PullEngine::validate(std::span<const int> donors) const {
   if (options_.read_mode > ReadMode::pinned) {
     throw InvalidArgument(where + "unknown read mode");
   }
+  if (options_.landing > Landing::direct) {
+    throw InvalidArgument(where + "unknown landing (valid: automatic, transactional, direct)");
+  }
+  if (options_.landing == Landing::direct && options_.read_mode == ReadMode::optimistic) {
+    throw InvalidArgument(where + "Landing::direct reads pinned slots; ReadMode::optimistic "
+                                  "never pins first (use ReadMode::automatic or pinned)");
+  }
   if (!std::isfinite(options_.timeout_seconds) || options_.timeout_seconds < 0.0) {
     throw InvalidArgument(where + "timeout_seconds " + std::to_string(options_.timeout_seconds) +
                           " must be finite and >= 0 (0: no deadline)");
@@ -81,7 +88,7 @@ void PullEngine::validate(std::span<const int> donors) const {
   }
 }
 
-void PullEngine::read_heads() {
+void PullEngine::read_heads(bool pin_rma) {
   HeadWords* heads = arena_->make<HeadWords>(donors_.size());
   std::uint64_t* metrics = arena_->make<std::uint64_t>(donors_.size());
   {
@@ -89,6 +96,14 @@ void PullEngine::read_heads() {
     for (std::size_t i = 0; i < donors_.size(); ++i) {
       const Donor& d = donors_[i];
       if (d.shm == nullptr) {
+        if (pin_rma) {
+          // Marked first: if the batch is abandoned (deadline), the release is issued too.
+          donors_[i].pinned = donors_[i].ever_pinned = true;
+          auto* in = arena_->make<std::int64_t>(4);
+          in[0] = in[2] = 1;
+          batch.fetch_add(&in[0], &in[1], d.rank, kRmaPinsOffset);
+          batch.fetch_add(&in[2], &in[3], d.rank, kRmaPinsOffset + 8);
+        }
         batch.get(&heads[i], sizeof(HeadWords), d.rank, 0);
         batch.get(&metrics[i], 8, d.rank, offsetof(SegmentHeader, metric));
       } else {

@@ -1,6 +1,7 @@
 // RmaBatch, the graveyard of abandoned requests and the pull scratch (see rma_batch.hpp).
 #include "window/rma_batch.hpp"
 
+#include <algorithm>
 #include <new>
 #include <string>
 
@@ -72,6 +73,9 @@ void Scratch::retire(Graveyard& graveyard) noexcept {
 // --- RmaBatch ---------------------------------------------------------------------------
 
 RmaBatch::~RmaBatch() {
+  for (const int target : flush_targets_) {
+    MPI_Win_flush(target, win_);  // unwinding: the destinations must not be written later
+  }
   if (requests_.empty()) {
     return;
   }
@@ -95,6 +99,15 @@ void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset)
   auto* out = static_cast<std::byte*>(dst);
   for (const auto& [at, piece] : split_pieces(bytes, kMaxRmaPiece)) {
     const int count = checked_int(piece, "RMA piece bytes");
+    if (flush_) {
+      check_mpi(MPI_Get(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at),
+                        count, MPI_BYTE, win_),
+                "MPI_Get");
+      if (std::find(flush_targets_.begin(), flush_targets_.end(), target) == flush_targets_.end()) {
+        flush_targets_.push_back(target);
+      }
+      continue;
+    }
     MPI_Request request = MPI_REQUEST_NULL;
     check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at), count,
                        MPI_BYTE, win_, &request),
@@ -116,7 +129,20 @@ void RmaBatch::fetch_add(const std::int64_t* delta, std::int64_t* old, int targe
   targets_.push_back(target);
 }
 
+void RmaBatch::add(const std::int64_t* delta, int target, std::size_t offset) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Raccumulate(delta, 1, MPI_INT64_T, target, static_cast<MPI_Aint>(offset), 1,
+                            MPI_INT64_T, MPI_SUM, win_, &request),
+            "MPI_Raccumulate(pin release)");
+  requests_.push_back(request);
+  targets_.push_back(target);
+}
+
 void RmaBatch::wait() {
+  for (const int target : flush_targets_) {
+    check_mpi(MPI_Win_flush(target, win_), "MPI_Win_flush");
+  }
+  flush_targets_.clear();
   if (requests_.empty()) {
     return;
   }

@@ -85,9 +85,19 @@ class RmaBatch {
   ~RmaBatch();
   /// Starts reading @p bytes at @p offset of @p target's segment into @p dst.
   void get(void* dst, std::size_t bytes, int target, std::size_t offset);
+  /// Makes later get() calls plain MPI_Get, completed by wait() with one MPI_Win_flush per
+  /// target (no deadline, nothing to abandon): raw gets move bytes faster than request-based
+  /// ones on MPICH's ch4:ucx and Open MPI's osc/ucx (docs/benchmarks.md sections 11, 12).
+  /// Only for a batch without a deadline whose destinations may not outlive an error.
+  void flush_gets() noexcept { flush_ = true; }
   /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
   /// the old value lands in @p old.
   void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
+  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment,
+  /// fetching nothing (MPI_Raccumulate: its request completes locally, without waiting for
+  /// the target). Atomic with respect to fetch_add() on the same word, and applied after
+  /// every earlier accumulate of this rank to that word (MPI's default accumulate ordering).
+  void add(const std::int64_t* delta, int target, std::size_t offset);
   /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();
@@ -104,6 +114,8 @@ class RmaBatch {
   double deadline_;
   std::vector<MPI_Request> requests_;
   std::vector<int> targets_;
+  bool flush_ = false;
+  std::vector<int> flush_targets_;  // targets of plain gets not flushed yet
 };
 
 }  // namespace paramwin::detail

@@ -5,8 +5,9 @@
 // Donors read over RMA wait inside MPI (busy, as a donor with a progress aid would be);
 // ranks not involved sleep between polls so that the 2 cores go to the reader and donors.
 //
-//   multihost_bench [--sizes-mib 1,16,64] [--reps 5]
-// Prints a Markdown table on rank 0.
+//   multihost_bench [--sizes-mib 1,16,64] [--reps 5] [--direct 1]
+// Prints a Markdown table on rank 0. --direct 1: the direct-landing cases of issue 18 instead
+// (cross-host one donor, k = 2, float32 and bfloat16 wire, transactional vs direct landing).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -44,6 +45,9 @@ struct Case {
   std::string name;
   pw::Transport transport;
   std::vector<int> donors;
+  pw::Landing landing = pw::Landing::automatic;
+  pw::WireFormat wire = pw::WireFormat::native;
+  std::size_t chunk_bytes = 0;
 };
 
 }  // namespace
@@ -54,9 +58,11 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     std::vector<std::size_t> sizes_mib{1, 16, 64};
     int reps = 5;
+    bool direct = false;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string a = argv[i];
       if (a == "--reps") reps = std::stoi(argv[i + 1]);
+      if (a == "--direct") direct = std::stoi(argv[i + 1]) != 0;
       if (a == "--sizes-mib") {
         sizes_mib.clear();
         std::stringstream ss(argv[i + 1]);
@@ -68,13 +74,31 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     const int other = n / 2;  // first rank of the other host
-    const std::vector<Case> cases{
-        {"k=1 same host (shm)", pw::Transport::automatic, {1}},
-        {"k=1 same host (rma forced)", pw::Transport::rma, {1}},
-        {"k=1 other host (rma/tcp)", pw::Transport::automatic, {other}},
-        {"k=2 other host", pw::Transport::automatic, {other, other + 1}},
-        {"k=2 mixed (1 same + 1 other)", pw::Transport::automatic, {1, other}},
-    };
+    constexpr auto kAuto = pw::Transport::automatic;
+    constexpr auto kTx = pw::Landing::transactional;
+    constexpr auto kDirect = pw::Landing::direct;
+    constexpr auto kBf16 = pw::WireFormat::bfloat16;
+    std::vector<Case> cases;
+    if (direct) {
+      cases.push_back({"k=1 other host, f32, transactional", kAuto, {other}, kTx});
+      cases.push_back({"k=1 other host, f32, direct", kAuto, {other}, kDirect});
+      cases.push_back({"k=1 other host, bf16, transactional", kAuto, {other}, kTx, kBf16});
+      cases.push_back({"k=1 other host, bf16, direct", kAuto, {other}, kDirect, kBf16});
+      cases.push_back({"k=1 other host, bf16, direct, 16 MiB chunks",
+                       kAuto,
+                       {other},
+                       kDirect,
+                       kBf16,
+                       std::size_t{16} << 20});
+      cases.push_back({"k=2 other host, transactional", kAuto, {other, other + 1}, kTx});
+      cases.push_back({"k=2 other host, direct", kAuto, {other, other + 1}, kDirect});
+    } else {
+      cases.push_back({"k=1 same host (shm)", kAuto, {1}});
+      cases.push_back({"k=1 same host (rma forced)", pw::Transport::rma, {1}});
+      cases.push_back({"k=1 other host (rma/tcp)", kAuto, {other}});
+      cases.push_back({"k=2 other host", kAuto, {other, other + 1}});
+      cases.push_back({"k=2 mixed (1 same + 1 other)", kAuto, {1, other}});
+    }
     if (rank == 0) {
       std::printf("| case | model | median pull (rebirth) | bytes/s moved | min | reps |\n");
       std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -84,7 +108,11 @@ int main(int argc, char** argv) {
       for (const Case& c : cases) {
         pw::Layout layout;
         layout.add("w", floats);
-        pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = c.transport});
+        pw::ParameterWindow<> win(MPI_COMM_WORLD, layout,
+                                  {.transport = c.transport, .wire = c.wire});
+        pw::PullOptions opt;
+        opt.landing = c.landing;
+        opt.chunk_bytes = c.chunk_bytes;
         std::vector<float> w(floats, static_cast<float>(rank));
         (void)win.publish({w});
         const bool donor = std::find(c.donors.begin(), c.donors.end(), rank) != c.donors.end();
@@ -94,9 +122,9 @@ int main(int argc, char** argv) {
         std::vector<double> t;
         std::size_t bytes = 0;
         if (rank == 0) {
-          (void)win.pull(c.donors, {w});  // warm-up (connections, pages)
+          (void)win.pull(c.donors, {w}, opt);  // warm-up (connections, pages)
           for (int r = 0; r < reps; ++r) {
-            const pw::PullResult res = win.pull(c.donors, {w});
+            const pw::PullResult res = win.pull(c.donors, {w}, opt);
             t.push_back(res.seconds);
             bytes = res.bytes;
           }

@@ -190,6 +190,10 @@ class AgentCore {
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
                 std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
                 PullOutcome& pulled);
+  /// The attempts themselves; @p partial: some pull left the parameters partly written.
+  bool try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
+                 std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
+                 PullOutcome& pulled, bool& partial);
   /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
   /// reader's pin is retried for up to publish.rebirth_wait_ms.
   void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
