@@ -53,6 +53,9 @@ else
   cmake_mpi=OpenMPI
 fi
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
+# slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
+# scripts/slurm/compare_checkpoints.py (the requeue test compares checkpoints with it).
+packages+=(slurm-wlm munge python3-h5py)
 
 missing=()
 for p in "${packages[@]}"; do
