@@ -97,6 +97,9 @@ write_conf() {
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core"
     echo "SchedulerType=sched/builtin"
+    # The main scheduling loop starts pending jobs whose begin time has passed (a requeued
+    # job's) every sched_interval s (default 60).
+    echo "SchedulerParameters=sched_interval=2"
     echo "MpiDefault=none"
     echo "MailProg=/bin/true"
     echo "ReturnToService=2"
