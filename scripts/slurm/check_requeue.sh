@@ -18,11 +18,11 @@ set -euo pipefail
 check_name=check_requeue
 source "$(dirname "$0")/common.sh"
 exe=$1 out=$2
-steps=${PARAMWIN_REQUEUE_STEPS:-300}
-every=${PARAMWIN_REQUEUE_EVERY:-20}
-# --hidden 256: about 66k parameters per agent, so that a write lasts long enough to be hit.
+steps=${PARAMWIN_REQUEUE_STEPS:-60}
+every=${PARAMWIN_REQUEUE_EVERY:-10}
+# --hidden 64: about 4k parameters per agent; --sequential makes a step slow (~0.3 s here).
 demo=(--steps "$steps" --checkpoint-every "$every" --sequential --no-control --age 20..40
-      --report-every 50 --hidden 256 --seed 5)
+      --report-every 20 --hidden 64 --seed 5)
 rm -rf "$out"
 mkdir -p "$out/twin" "$out/killed"
 export PARAMWIN_MAX_REQUEUES=4

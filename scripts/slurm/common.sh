@@ -53,7 +53,7 @@ rank_pid() {
   for p in /proc/[0-9]*; do
     { read -r comm <"$p/comm"; } 2>/dev/null || continue
     [[ $comm == age_replacement ]] || continue
-    env=$(tr '\0' '\n' <"$p/environ" 2>/dev/null) || continue
+    env=$(tr '\0' '\n' 2>/dev/null <"$p/environ") || continue
     grep -qx "SLURM_JOB_ID=$1" <<<"$env" || continue
     grep -qx "SLURM_PROCID=$2" <<<"$env" || continue
     if (($3 == 0)); then

@@ -4,8 +4,8 @@
     compare_checkpoints.py [--ignore-attr NAME]... A.h5 B.h5
         exit 0 when both hold the same population: the same groups and datasets (names,
         dtypes, shapes, bytes) and the same attributes, save those that say when or where the
-        file was written (created, created_unix and every --ignore-attr); else list every
-        difference and exit 1
+        file was written (created, created_unix, the checkpoint_path word of options, and
+        every --ignore-attr); else list every difference and exit 1
     compare_checkpoints.py --digest FILE.h5...
         print one digest per file (SHA-256 over the same contents the comparison looks at)
 
@@ -22,6 +22,12 @@ import h5py
 import numpy as np
 
 DEFAULT_IGNORED = ("created", "created_unix")
+# Words of the "options" attribute that say where a file was written, not what it holds.
+WHERE_WORDS = ("checkpoint_path=",)
+
+
+def without_where(text):
+    return " ".join(w for w in text.split(" ") if not w.startswith(WHERE_WORDS))
 
 
 def attr_bytes(value):
@@ -42,7 +48,10 @@ def contents(path, ignored):
         for key in sorted(obj.attrs.keys()):
             if key in ignored:
                 continue
-            out[f"{name}@{key}"] = attr_bytes(obj.attrs[key])
+            value = obj.attrs[key]
+            if key == "options" and isinstance(value, (str, bytes)):
+                value = without_where(value.decode() if isinstance(value, bytes) else value)
+            out[f"{name}@{key}"] = attr_bytes(value)
 
     with h5py.File(path, "r") as f:
         attrs("/", f)
