@@ -12,7 +12,7 @@
 #                              [--out DIR]
 # --kills: kills in all (default 20), spread over as many jobs as needed, at most 5 per job;
 # --seed: seeds the random kill times and ranks (default 1); --steps/--every: the demo's
-# length and checkpoint interval (default 600/20); --exe: the demo (default
+# length and checkpoint interval (default 60/10); --exe: the demo (default
 # build/examples/age_replacement); --out: where jobs write (default a temporary directory,
 # removed unless the soak fails). Starts its own cluster (scripts/slurm.sh run; root); exits
 # 77 where none can start. Prints one line per kill and a summary.
@@ -25,7 +25,7 @@ fi
 check_name=kill_soak
 source "$here/common.sh"
 
-kills=20 seed=1 steps=600 every=20 exe=$root/build/examples/age_replacement out=""
+kills=20 seed=1 steps=60 every=10 exe=$root/build/examples/age_replacement out=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --kills) kills=$2; shift 2 ;;
@@ -46,7 +46,7 @@ RANDOM=$seed
 readonly per_job=5
 export PARAMWIN_MAX_REQUEUES=$((per_job + 1))
 demo=(--steps "$steps" --checkpoint-every "$every" --sequential --no-control --age 20..40
-      --report-every 100 --hidden 256 --seed 11)
+      --report-every 20 --hidden 64 --seed 11)
 final=$(printf 'age_replacement-%012d.h5' "$steps")
 archivers=()
 trap 'kill "${archivers[@]}" 2>/dev/null || true' EXIT
