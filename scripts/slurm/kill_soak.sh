@@ -19,12 +19,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [[ -z ${SLURM_CONF:-} ]]; then
-  exec bash "$root/scripts/slurm.sh" run -- bash "${BASH_SOURCE[0]}" "$@"
-fi
-check_name=kill_soak
-source "$here/common.sh"
-
+args=("$@")
 kills=20 seed=1 steps=60 every=10 exe=$root/build/examples/age_replacement out=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -37,6 +32,12 @@ while [[ $# -gt 0 ]]; do
     *) echo "kill_soak: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [[ -z ${SLURM_CONF:-} ]]; then
+  exec bash "$root/scripts/slurm.sh" run -- bash "${BASH_SOURCE[0]}" "${args[@]}"
+fi
+check_name=kill_soak
+source "$here/common.sh"
+
 [[ -x $exe ]] || fail "$exe is not built (cmake --build build --target age_replacement)"
 keep_out=1
 if [[ -z $out ]]; then out=$(mktemp -d /tmp/paramwin-soak.XXXXXX); keep_out=0; fi
