@@ -8,6 +8,11 @@
 #       builds the hosts and checks them (hostnames, addresses, isolation, an MPI hello)
 #   scripts/multihost.sh shell
 #       builds the hosts and opens a shell on hostA (PARAMWIN_MH_MPIEXEC is set there)
+#   scripts/multihost.sh exec -- CMD [ARGS...]
+#       builds the hosts, runs CMD on hostA with PARAMWIN_MH_DIR (HOST.pid files: nsenter
+#       --target $(<$PARAMWIN_MH_DIR/hostB.pid) enters hostB) and PARAMWIN_MH_FINALIZE_FIX_SO
+#       (the shim below, empty when left out) set, tears the hosts down, exits with CMD's
+#       status (scripts/slurm.sh --two-hosts starts its Slurm daemons this way)
 #
 # Each host is a long-lived holder process with its own network, IPC, UTS and mount
 # namespaces (own hostname, own System V IPC, own /dev/shm tmpfs: no shared memory can leak
@@ -37,7 +42,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 launcher=$here/multihost/launch.sh
 mpiexec=${PARAMWIN_MPIEXEC:-/usr/bin/mpiexec.mpich}
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 mode=${1:-}
 [[ -n $mode ]] || usage
@@ -52,7 +57,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case $mode in
-  run) [[ $# -gt 0 ]] || usage ;;
+  run|exec) [[ $# -gt 0 ]] || usage ;;
   check|shell) ;;
   *) usage ;;
 esac
@@ -168,12 +173,14 @@ mpiexec_cmd=("$mpiexec" -launcher ssh -launcher-exec "$launcher" -iface mh0
 # The MPI_Finalize fix (header): preloaded into the ranks only, after any preload already set
 # (a sanitizer runtime must stay first).
 fix_note="finalize fix off (PARAMWIN_MH_FINALIZE_FIX=0)"
+fix_so_used=""
 if [[ ${PARAMWIN_MH_FINALIZE_FIX:-1} != 0 ]]; then
   cc=${CC:-cc}
   fix_so=$state/libmpich_finalize_fix.so
   if command -v "$cc" >/dev/null &&
      "$cc" -O2 -shared -fPIC -o "$fix_so" "$here/multihost/mpich_finalize_fix.c"; then
     mpiexec_cmd+=(-genv LD_PRELOAD "${LD_PRELOAD:+$LD_PRELOAD:}$fix_so")
+    fix_so_used=$fix_so
     fix_note="finalize fix preloaded"
   else
     fix_note="finalize fix NOT preloaded (could not compile it with '$cc'): MPI_Finalize may hang"
@@ -189,6 +196,14 @@ case $mode in
     # pdeathsig: mpiexec (and through it the job) goes if this script is killed outright.
     setpriv --pdeathsig KILL nsenter --target "$(<"$state/hostA.pid")" --net --ipc --uts --mount \
       -- env -C "$PWD" "${mpiexec_cmd[@]}" "$@" &
+    rc=0
+    wait $! || rc=$?
+    exit "$rc"
+    ;;
+  exec)
+    echo "multihost: hostA=10.77.0.1 hostB=10.77.0.2, running on hostA: $*" >&2
+    setpriv --pdeathsig KILL nsenter --target "$(<"$state/hostA.pid")" --net --ipc --uts --mount \
+      -- env -C "$PWD" PARAMWIN_MH_FINALIZE_FIX_SO="$fix_so_used" "$@" &
     rc=0
     wait $! || rc=$?
     exit "$rc"

@@ -41,18 +41,23 @@ done
 packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
           libbenchmark-dev gnuplot-nox doxygen clang-format python3-matplotlib)
 if [ "$mpi" = mpich ]; then
-  packages+=(mpich libmpich-dev)
+  # libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
+  packages+=(mpich libmpich-dev libhdf5-mpich-dev libxxhash-dev)
   mpi_bin_pkg=mpich
   cmake_mpi=MPICH
 else
-  packages+=(openmpi-bin libopenmpi-dev)
+  packages+=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libxxhash-dev)
   # The Python package (docs/python.md) is built against mpi4py's MPI, which in Debian is
   # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
-  packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy)
+  packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
+            python3-h5py)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
+# slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
+# scripts/slurm/compare_checkpoints.py (the requeue test compares checkpoints with it).
+packages+=(slurm-wlm munge python3-h5py)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,10 @@
 # former intermittent hang in MPI_Finalize (an MPICH 4.0.2 ch4:ucx bug over UCX's TCP
 # transport) is avoided by a shim the harness preloads into the ranks; see docs/cluster.md.
 # PARAMWIN_MULTIHOST=0 scripts/test.sh leaves them out.
+# The Slurm tests (label slurm: a Slurm cluster from Debian's slurm-wlm and munge started for
+# each test by scripts/slurm.sh, jobs submitted with sbatch; about 30 s here) need root as
+# well and are skipped the same way without it; each pass prints their time.
+# PARAMWIN_SLURM=0 scripts/test.sh leaves them out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpis=(mpich openmpi)
@@ -21,8 +25,21 @@ if [ "${1:-}" = --mpi ]; then
   esac
   shift 2
 fi
+out_labels=()
+[ "${PARAMWIN_MULTIHOST:-1}" = 0 ] && out_labels+=(multihost)
+[ "${PARAMWIN_SLURM:-1}" = 0 ] && out_labels+=(slurm)
 exclude=()
-[ "${PARAMWIN_MULTIHOST:-1}" = 0 ] && exclude=(-LE multihost)
+if [ ${#out_labels[@]} -gt 0 ]; then
+  exclude=(-LE "^($(IFS='|'; echo "${out_labels[*]}"))\$")
+fi
+# slurm_time DIR: the wall time of the Slurm tests in DIR's last ctest run (CTest's label
+# summary counts seconds x processors).
+slurm_time() {
+  awk '/^[0-9]+\/[0-9]+ Testing: slurm\./ { on = 1; n++ }
+       on && /^Test time =/ { t += $4; on = 0 }
+       END { if (n) printf "%d Slurm tests in %.1f s", n, t; else printf "no Slurm test run" }' \
+    "$1/Testing/Temporary/LastTest.log" 2>/dev/null || echo "no Slurm test run"
+}
 status=0
 for mpi in "${mpis[@]}"; do
   build_dir=build
@@ -36,6 +53,7 @@ for mpi in "${mpis[@]}"; do
     result=FAILED
     status=1
   }
+  echo "test.sh: $mpi pass ($build_dir): $(slurm_time "$build_dir")"
   echo "test.sh: $mpi pass ($build_dir) $result in $(($(date +%s) - t0)) s"
 done
 exit "$status"

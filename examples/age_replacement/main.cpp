@@ -87,6 +87,10 @@ struct Options {
   std::size_t train_points = 384;
   std::size_t test_points = 1024;
   double noise = 0.05;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 0;
+  bool resume = false;
+  bool sequential = false;
 };
 
 constexpr const char* kUsage =
@@ -106,7 +110,15 @@ constexpr const char* kUsage =
     "  --mixing NAME      mean, weighted or best (default mean)\n"
     "  --lr MIN..MAX      learning rates, log-spaced over the agents (default 0.003..1)\n"
     "  --hidden H         hidden units per layer (default 32)\n"
-    "  --last N           steps averaged in the comparison (default 100)\n";
+    "  --last N           steps averaged in the comparison (default 100)\n"
+    "  --checkpoint-dir DIR    population checkpoints of the replacement run go to\n"
+    "                     DIR/age_replacement-<step>.h5 (docs/checkpoints.md); the newest 3 are "
+    "kept\n"
+    "  --checkpoint-every N    save one every N steps (needs --checkpoint-dir)\n"
+    "  --resume           continue the replacement run from the newest checkpoint in\n"
+    "                     --checkpoint-dir if there is one, else start fresh\n"
+    "  --sequential       agents step one at a time in rank order: a rerun with the same\n"
+    "                     seed (resumed or not) gives the same bits (slower)\n";
 
 Options parse_options(int argc, char** argv) {
   Options o;
@@ -127,6 +139,10 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--lr") std::tie(o.lr_min, o.lr_max) = parse_range<double>(a, value(i));
     else if (a == "--hidden") o.hidden = parse_number<std::size_t>(a, value(i));
     else if (a == "--last") o.last_n = parse_number<int>(a, value(i));
+    else if (a == "--checkpoint-dir") o.checkpoint_dir = value(i);
+    else if (a == "--checkpoint-every") o.checkpoint_every = parse_number<int>(a, value(i));
+    else if (a == "--resume") o.resume = true;
+    else if (a == "--sequential") o.sequential = true;
     else if (a == "--help" || a == "-h") throw UsageError("");
     else throw UsageError("unknown option " + std::string(a));
   }
@@ -137,6 +153,10 @@ Options parse_options(int argc, char** argv) {
   if (!(o.lr_min > 0.0) || !(o.lr_max >= o.lr_min)) throw UsageError("--lr needs 0 < MIN <= MAX");
   if (o.age_lo < 1 || o.age_hi < o.age_lo) throw UsageError("--age needs 1 <= LO <= HI");
   if (o.donors < 1) throw UsageError("--donors must be >= 1");
+  if (o.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0");
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    throw UsageError("--checkpoint-every and --resume need --checkpoint-dir");
+  }
   try {  // the library's own parsers name the valid choices
     (void)pw::parse_selection(o.selection);
     (void)pw::parse_mixing(o.mixing);
@@ -304,6 +324,7 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
   }
 
   std::optional<pw::Agent<>> agent;
+  int first_step = 0;  // > 0 when resumed from a checkpoint
   if (replace) {
     pw::AgentOptions ao;
     ao.seed = o.seed;
@@ -315,22 +336,41 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     // A diverging donor must not poison a rebirth: leave it out instead.
     ao.mixing.non_finite = pw::NonFinitePolicy::skip_donor;
     ao.event_log = (out / "events.rank{rank}.jsonl").string();
+    if (!o.checkpoint_dir.empty()) {
+      // Saved explicitly below, after the update that follows step(): a save inside step()
+      // would miss that update (its gradient is not in the checkpoint).
+      ao.checkpoint.path =
+          (std::filesystem::path(o.checkpoint_dir) / "age_replacement-{step}.h5").string();
+      ao.checkpoint.keep = 3;
+    }
     agent.emplace(comm, layout, std::move(ao));  // collective
-    // Publish the initial parameters so that every agent is a donor from the start.
-    std::vector<pw::ConstLayerRef> initial;
-    for (const pw::LayerRef& p : params) initial.push_back(p.as_const());
-    (void)agent->publish(initial);
+    std::optional<pw::CheckpointLoad> resumed;
+    if (o.resume) resumed = agent->resume_newest(params);  // collective
+    if (resumed) {
+      first_step = static_cast<int>(resumed->steps);
+      if (rank == 0) {
+        std::printf("  resumed from %s (%d agents in the file) at step %d\n", resumed->path.c_str(),
+                    resumed->agents, first_step);
+      }
+    } else {
+      // Publish the initial parameters so that every agent is a donor from the start.
+      std::vector<pw::ConstLayerRef> initial;
+      for (const pw::LayerRef& p : params) initial.push_back(p.as_const());
+      (void)agent->publish(initial);
+    }
   }
 
   if (rank == 0) print_progress_header(name);
   barrier_politely(comm);
   const double t0 = MPI_Wtime();
 
-  std::vector<double> history(static_cast<std::size_t>(o.steps));
+  // Steps before a resume were run by an earlier job: NaN in losses.csv.
+  std::vector<double> history(static_cast<std::size_t>(o.steps),
+                              std::numeric_limits<double>::quiet_NaN());
   std::string deaths_text;  // one CSV-ish line per death, parsed on rank 0
   std::int64_t deaths = 0;
   ProgressGather progress(comm, o.steps, !o.free_running);
-  for (int step = 0; step < o.steps; ++step) {
+  for (int step = first_step; step < o.steps; ++step) {
     double loss = mlp.loss(data.train, /*want_grad=*/true);
     if (!std::isfinite(loss)) loss = std::numeric_limits<double>::max();
     history[static_cast<std::size_t>(step)] = loss;
@@ -338,7 +378,16 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     if (agent) {
       // The parameters passed here are the ones `loss` was measured on: step() publishes
       // them with that metric, or replaces them if this agent dies now.
-      const pw::StepEvent ev = agent->step(step, loss, params);
+      pw::StepEvent ev;
+      if (o.sequential) {
+        // One agent at a time: each reads the others between their steps, never during one.
+        for (int turn = 0; turn < size; ++turn) {
+          if (turn == rank) ev = agent->step(step, loss, params);
+          barrier_politely(comm);
+        }
+      } else {
+        ev = agent->step(step, loss, params);
+      }
       if (ev.died) {
         reborn = true;
         ++deaths;
@@ -358,6 +407,13 @@ RunResult run_population(const Options& o, const Data& data, bool replace, MPI_C
     }
     // After a rebirth the gradient belongs to the parameters that died: skip this update.
     if (!reborn) mlp.sgd_step(lr, kClip);
+    if (agent && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      // Collective: every agent saves after the same step. The MLP holds nothing else
+      // between steps (its gradient is recomputed from the parameters).
+      std::vector<pw::ConstLayerRef> now;
+      for (const pw::LayerRef& p : params) now.push_back(p.as_const());
+      agent->save_checkpoint(pw::checkpoint_path(agent->options().checkpoint.path, step + 1), now);
+    }
 
     if ((step + 1) % o.report_every == 0 || step + 1 == o.steps) {
       progress.post(step + 1, loss, deaths);
@@ -457,6 +513,7 @@ int run(const Options& o, bool& want_plot, RunResult& repl, RunResult& ctrl) {
   const std::filesystem::path out(o.out);
   if (rank == 0) {
     std::filesystem::create_directories(out);
+    if (!o.checkpoint_dir.empty()) std::filesystem::create_directories(o.checkpoint_dir);
     std::printf("age_replacement: %d agents (one per rank), %d steps, MLP 2-%zu-%zu-1 (tanh), "
                 "%zu training points\n",
                 size, o.steps, o.hidden, o.hidden, o.train_points);

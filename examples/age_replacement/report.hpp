@@ -180,6 +180,7 @@ inline void write_losses_csv(const std::filesystem::path& path,
                              std::span<const RunResult* const> runs) {
   std::ofstream f = open_for_writing(path);
   f << "run,agent,lr,step,loss,generation\n";
+  f.precision(17);  // every bit of the loss: resumed runs are compared with these
   for (const RunResult* r : runs) {
     for (int a = 0; a < r->agents; ++a) {
       std::uint64_t generation = 0;

@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "paramwin/agent_interface.hpp"
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -80,6 +83,9 @@ class Agent final : public AgentInterface {
   /// unchanged, nothing published); a throwing reset callback keeps the death pending; a
   /// throwing on_rebirth keeps the rebirth (generation advanced, @p params hold the mix)
   /// and the next step publishes it. The event of a throwing step is not recorded.
+  ///
+  /// When AgentOptions::checkpoint asks for it, the step ends with a save_checkpoint of
+  /// @p params (collective: every agent saves at the same step count).
   StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.step(access, iteration, metric, params);
@@ -166,6 +172,51 @@ class Agent final : public AgentInterface {
   void set_hyperparameters(const Hyperparameters& values) override {
     core_.set_hyperparameters(values);
   }
+
+  /// Saves the whole population into one parallel-HDF5 checkpoint @p path: this agent's
+  /// @p params (host memory) and state, every other rank's agent likewise
+  /// (docs/checkpoints.md). Written as "<path>.tmp" and renamed once complete, so a crash
+  /// leaves any previous file intact; then the oldest checkpoints of
+  /// AgentOptions::checkpoint.path beyond checkpoint.keep are deleted. CheckpointError (or
+  /// InvalidArgument for bad @p params) on every rank when any rank fails.
+  /// @note Collective over the window's communicator: every agent calls it with the same path.
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {
+    detail::WindowAccessOf<window_type> access(window_);
+    core_.save_checkpoint(access, path, params);
+  }
+  /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
+  void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
+    save_checkpoint(path, std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+  /// Continues from checkpoint @p path: fills @p params (host memory) and restores the agent
+  /// (random streams, age, maximum age, generation, pending death, counters, hyperparameters,
+  /// publish version, roster), then republishes. With as many agents as the file holds each
+  /// rank continues its own; with fewer, the best by metric; with more, the extra agents are
+  /// reborn from the best ones (CheckpointLoad::reborn). The file is validated entirely
+  /// (format, library version, layout, agent count, checksums) before anything changes:
+  /// CheckpointError on every rank otherwise, with the agent and @p params untouched.
+  /// @note Collective over the window's communicator.
+  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params) {
+    detail::WindowAccessOf<window_type> access(window_);
+    return core_.load_checkpoint(access, path, params);
+  }
+  /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
+  CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
+    return load_checkpoint(path, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Loads the newest checkpoint of AgentOptions::checkpoint.path (rank 0 looks; the highest
+  /// step wins) and returns what it loaded, or nothing (agent untouched) when there is none.
+  /// @note Collective over the window's communicator.
+  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) {
+    detail::WindowAccessOf<window_type> access(window_);
+    return core_.resume_newest(access, params);
+  }
+  /// @copydoc resume_newest(std::span<const LayerRef>)
+  std::optional<CheckpointLoad> resume_newest(std::initializer_list<LayerRef> params) {
+    return resume_newest(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent.
+  void set_checkpoint_hooks(CheckpointHooks hooks) { core_.set_checkpoint_hooks(std::move(hooks)); }
 
   /// Writes the counters and phase timers (see AgentStats::write_summary).
   void write_summary(std::ostream& out) const { stats().write_summary(out); }

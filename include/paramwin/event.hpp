@@ -124,6 +124,14 @@ class AgentStats {
   /// Human-readable summary: counters, then one line per phase with min/median/max.
   void write_summary(std::ostream& out) const;
 
+  /// Number of values counters() returns.
+  static constexpr std::size_t kCounterCount = 12;
+  /// The counters (steps, deaths by reason, deferred, pulls, bytes pulled, donors used,
+  /// publishes, publishes skipped), for checkpoints; the timers are not included.
+  [[nodiscard]] std::array<std::uint64_t, kCounterCount> counters() const noexcept;
+  /// Continues from @p values (counters()); the timers start empty.
+  void restore_counters(const std::array<std::uint64_t, kCounterCount>& values) noexcept;
+
  private:
   std::int64_t steps_ = 0;
   std::array<std::int64_t, 5> deaths_{};

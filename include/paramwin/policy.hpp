@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/explore.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -287,6 +288,8 @@ struct AgentOptions {
   PausedDeaths paused_deaths = PausedDeaths::defer;
   /// Path of the JSON-lines event log ("{rank}" is replaced by the rank); empty: no log.
   std::string event_log{};
+  /// Checkpoints saved by step() (docs/checkpoints.md); off by default.
+  CheckpointOptions checkpoint{};
 };
 
 /// Checks @p options for a population of @p population agents; throws InvalidArgument
@@ -398,6 +401,23 @@ class Policy {
   [[nodiscard]] DeathReason pending() const noexcept { return pending_; }  ///< death awaiting
   /// True when a death is allowed at the current step (past warm-up and cooldown).
   [[nodiscard]] bool death_allowed() const noexcept;
+
+  /// Everything a Policy changes as it runs (population checkpoints, docs/checkpoints.md).
+  struct State {
+    std::string streams{};          ///< the four random streams as std::mt19937_64 writes them
+    std::int64_t steps = 0;         ///< decide() calls
+    std::int64_t age = 0;           ///< steps since (re)birth
+    std::int64_t max_age = 0;       ///< drawn maximum age
+    std::int64_t rebirth_step = 0;  ///< steps at the latest rebirth
+    std::uint64_t generation = 0;   ///< rebirths
+    DeathReason pending = DeathReason::none;  ///< death awaiting a rebirth
+  };
+  /// The policy's state now.
+  [[nodiscard]] State state() const;
+  /// Continues from @p state (the options, rank and population stay this policy's);
+  /// InvalidArgument (and nothing changed) when its streams do not parse or a count is out
+  /// of range.
+  void restore(const State& state);
 
  private:
   [[nodiscard]] std::int64_t draw_max_age();

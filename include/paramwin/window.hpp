@@ -77,6 +77,10 @@ class ParameterWindow {
   [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
   /// Number of completed publishes of this rank.
   [[nodiscard]] std::uint64_t version() const { return base_.version(); }
+  /// For a checkpoint resume: the next publish gets version @p next if that is ahead of
+  /// version() + 1 (versions never go backwards), so that a resumed population numbers its
+  /// publishes as the uninterrupted one did.
+  void continue_versions(std::uint64_t next) { base_.continue_versions(next); }
   /// The fingerprint other agents see in this agent's roster: layout and wire format.
   /// Donors are compatible when their RosterEntry::fingerprint equals it.
   [[nodiscard]] std::uint64_t fingerprint() const { return base_.fingerprint(); }

@@ -1,6 +1,8 @@
 // AgentCore: the one step sequence of every agent — agree, plan, attempt / exclude loop,
 // rebirth, callbacks, publish, record — over a RebirthExecutor (solo or shard).
 #include <algorithm>
+#include <bit>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -101,6 +103,16 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, cons
   // Every rank learns whether any rank failed, so that none goes on into the collective
   // window creation alone.
   agree_or_throw<InvalidArgument>(comm, error);
+  // Checkpoints are collective: every agent must save at the same steps into the same files.
+  const CheckpointOptions& c = core->policy().options().checkpoint;
+  std::uint64_t h = static_cast<std::uint64_t>(c.every) * 0x9e3779b97f4a7c15ULL;
+  h ^= std::bit_cast<std::uint64_t>(c.every_seconds) + (h << 6U) + (h >> 2U);
+  h ^= static_cast<std::uint64_t>(c.keep) + (h << 6U) + (h >> 2U);
+  h ^= std::hash<std::string>{}(c.path) + (h << 6U) + (h >> 2U);
+  if (!same_on_all_ranks(comm, h)) {
+    throw InvalidArgument("paramwin: AgentOptions: checkpoint options (every, every_seconds, "
+                          "path, keep) differ across ranks; every agent must have the same");
+  }
   return std::move(*core);
 }
 
@@ -478,8 +490,13 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
 
 StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  return step(ex, iteration, metric, params);
+  StepEvent event;
+  {
+    SoloExecutor ex(w, fingerprint_);
+    event = step(ex, iteration, metric, params);
+  }
+  checkpoint_if_due(w, params);
+  return event;
 }
 
 PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {

@@ -157,6 +157,32 @@ std::string to_json(const StepEvent& e) {
   return out;
 }
 
+std::array<std::uint64_t, AgentStats::kCounterCount> AgentStats::counters() const noexcept {
+  std::array<std::uint64_t, kCounterCount> c{};
+  c[0] = static_cast<std::uint64_t>(steps_);
+  for (std::size_t i = 0; i < deaths_.size(); ++i)
+    c[1 + i] = static_cast<std::uint64_t>(deaths_[i]);
+  c[6] = static_cast<std::uint64_t>(deferred_);
+  c[7] = static_cast<std::uint64_t>(pulls_);
+  c[8] = bytes_pulled_;
+  c[9] = static_cast<std::uint64_t>(donors_used_);
+  c[10] = static_cast<std::uint64_t>(publishes_);
+  c[11] = static_cast<std::uint64_t>(publishes_skipped_);
+  return c;
+}
+
+void AgentStats::restore_counters(const std::array<std::uint64_t, kCounterCount>& c) noexcept {
+  *this = AgentStats{};
+  steps_ = static_cast<std::int64_t>(c[0]);
+  for (std::size_t i = 0; i < deaths_.size(); ++i) deaths_[i] = static_cast<std::int64_t>(c[1 + i]);
+  deferred_ = static_cast<std::int64_t>(c[6]);
+  pulls_ = static_cast<std::int64_t>(c[7]);
+  bytes_pulled_ = static_cast<std::size_t>(c[8]);
+  donors_used_ = static_cast<std::int64_t>(c[9]);
+  publishes_ = static_cast<std::int64_t>(c[10]);
+  publishes_skipped_ = static_cast<std::int64_t>(c[11]);
+}
+
 void AgentStats::record(const StepEvent& e) {
   ++steps_;
   if (e.died) {

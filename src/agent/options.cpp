@@ -135,6 +135,15 @@ void validate(const AgentOptions& o, int population) {
   }
   check_non_negative("publish.interval_ms", p.interval_ms);
   check_non_negative("publish.rebirth_wait_ms", p.rebirth_wait_ms);
+  const CheckpointOptions& c = o.checkpoint;
+  if (c.every < 0) bad("checkpoint.every must be >= 0, got " + std::to_string(c.every));
+  check_non_negative("checkpoint.every_seconds", c.every_seconds);
+  if (c.keep < 0) bad("checkpoint.keep must be >= 0, got " + std::to_string(c.keep));
+  if (c.path.empty()) bad("checkpoint.path is empty");
+  if ((c.every > 0 || c.every_seconds > 0.0) && c.path.find("{step}") == std::string::npos) {
+    bad("checkpoint.path '" + c.path +
+        "' has no {step}: saves from step() need one file name per step count");
+  }
   const ReadOptions& r = o.read;
   check_non_negative("read.timeout_seconds", r.timeout_seconds);
   check_non_negative("read.roster_timeout_seconds", r.roster_timeout_seconds);
@@ -388,6 +397,14 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.mixing.momentum = to_double(key, v);
     } else if (key == "non_finite") {
       o.mixing.non_finite = parse_non_finite(v);
+    } else if (key == "checkpoint_every") {
+      o.checkpoint.every = to_int<std::int64_t>(key, v);
+    } else if (key == "checkpoint_every_seconds") {
+      o.checkpoint.every_seconds = to_double(key, v);
+    } else if (key == "checkpoint_path") {
+      o.checkpoint.path = v;
+    } else if (key == "checkpoint_keep") {
+      o.checkpoint.keep = to_int<int>(key, v);
     } else if (key == "publish_every") {
       o.publish.every = to_int<std::int64_t>(key, v);
     } else if (key == "publish_interval_ms") {
@@ -445,7 +462,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "mixing, weighting, temperature, weights, momentum, non_finite, publish_every, "
           "publish_interval_ms, publish_rebirth_wait_ms, paused_deaths, read_timeout_seconds, "
           "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, landing, "
-          "progress_in_step, progress_thread, progress_interval_us, event_log, hyper_inherit, "
+          "progress_in_step, progress_thread, progress_interval_us, event_log, checkpoint_every, "
+          "checkpoint_every_seconds, checkpoint_path, checkpoint_keep, hyper_inherit, "
           "perturb_factors, resample_probability, explore.NAME, explore_scale.NAME)");
     }
   }

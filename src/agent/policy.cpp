@@ -1,5 +1,6 @@
 // Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "agent/random.hpp"
@@ -233,6 +234,47 @@ void Policy::reborn() {
   max_age_ = draw_max_age();
   rebirth_step_ = steps_;
   pending_ = DeathReason::none;
+}
+
+Policy::State Policy::state() const {
+  std::ostringstream out;
+  out << age_rng_ << ' ' << select_rng_ << ' ' << reset_rng_ << ' ' << explore_rng_;
+  return State{.streams = out.str(),
+               .steps = steps_,
+               .age = age_,
+               .max_age = max_age_,
+               .rebirth_step = rebirth_step_,
+               .generation = generation_,
+               .pending = pending_};
+}
+
+void Policy::restore(const State& state) {
+  std::istringstream in(state.streams);
+  std::mt19937_64 age;
+  std::mt19937_64 select;
+  std::mt19937_64 reset;
+  std::mt19937_64 explore;
+  in >> age >> select >> reset >> explore;
+  if (in.fail()) {
+    throw InvalidArgument("paramwin: Policy::restore: the random streams do not parse");
+  }
+  if (state.steps < 0 || state.age < 0 || state.age > state.steps || state.max_age < 1 ||
+      state.rebirth_step < 0 || state.rebirth_step > state.steps ||
+      state.pending > DeathReason::custom) {
+    throw InvalidArgument("paramwin: Policy::restore: counters out of range (steps " +
+                          std::to_string(state.steps) + ", age " + std::to_string(state.age) +
+                          ", max age " + std::to_string(state.max_age) + ")");
+  }
+  age_rng_ = age;
+  select_rng_ = select;
+  reset_rng_ = reset;
+  explore_rng_ = explore;
+  steps_ = state.steps;
+  age_ = state.age;
+  max_age_ = state.max_age;
+  rebirth_step_ = state.rebirth_step;
+  generation_ = state.generation;
+  pending_ = state.pending;
 }
 
 std::uint64_t Policy::next_reset_seed() { return reset_rng_(); }

@@ -46,6 +46,11 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
       throw InvalidArgument("paramwin: GroupAgent: agents differ in size (explicit assignment); "
                             "sharded agents need the same number of ranks in every agent");
     }
+    if (options.checkpoint.every != 0 || options.checkpoint.every_seconds != 0.0) {
+      throw InvalidArgument("paramwin: GroupAgent: checkpoints are not implemented for group "
+                            "agents (AgentOptions::checkpoint.every / every_seconds must be 0; "
+                            "see docs/checkpoints.md)");
+    }
     if (window_options.exposure == Exposure::live) {
       throw InvalidArgument("paramwin: GroupAgent: Exposure::live is not supported: each rank's "
                             "window holds one shard while the trainer holds the full replica");

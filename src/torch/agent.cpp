@@ -4,6 +4,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -225,6 +228,7 @@ struct TorchAgent::Impl {
     auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
                                           window_options);
     if (live) bind_live(solo->window(), *module, options.module);
+    solo->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(solo);
     sync_hyperparameters();
   }
@@ -353,6 +357,46 @@ struct TorchAgent::Impl {
     wait_for_copies();
   }
 
+  /// Checkpoints (docs/checkpoints.md): the optimizer's whole state (torch's own archive:
+  /// per parameter e.g. Adam's step and moments, and the parameter groups' options) rides in
+  /// the blob "optimizer"; the staging buffers are refreshed before a save and copied back
+  /// into the module after a load.
+  CheckpointHooks checkpoint_hooks() {
+    CheckpointHooks h;
+    h.save = [this] {
+      stage_in();  // the buffers the save reads hold the module's current values
+      ::torch::serialize::OutputArchive archive;
+      optimizer().save(archive);
+      std::ostringstream out;
+      archive.save_to(out);
+      return std::vector<CheckpointBlob>{CheckpointBlob{.name = "optimizer", .bytes = out.str()}};
+    };
+    h.load = [this](const std::vector<CheckpointBlob>& blobs, bool reborn) {
+      {
+        ::torch::NoGradGuard no_grad;
+        stage_out();
+        for (::torch::Tensor& t : current.tensors) {
+          t.unsafeGetTensorImpl()->bump_version();
+          if (t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
+        }
+      }
+      if (builder) build_optimizer();
+      if (reborn) {
+        // A new agent reborn from a donor starts with a fresh optimizer, as on a rebirth.
+        if (!builder) states_reset += reset_optimizer_state(*borrowed, current.tensors);
+        return;
+      }
+      for (const CheckpointBlob& b : blobs) {
+        if (b.name != "optimizer") continue;
+        std::istringstream in(b.bytes);
+        ::torch::serialize::InputArchive archive;
+        archive.load_from(in);
+        optimizer().load(archive);
+      }
+    };
+    return h;
+  }
+
   void on_rebirth(const StepEvent& event, std::span<const LayerRef> params) {
     {
       ::torch::NoGradGuard no_grad;
@@ -439,6 +483,25 @@ StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
   impl_->bind();
   impl_->sync_hyperparameters();
   return impl_->agent->step(iteration, metric, impl_->refs);
+}
+
+void TorchAgent::save_checkpoint(const std::string& path) {
+  impl_->bind();
+  impl_->sync_hyperparameters();
+  std::vector<ConstLayerRef> as_const;
+  as_const.reserve(impl_->refs.size());
+  for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
+  agent().save_checkpoint(path, as_const);
+}
+
+CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
+  impl_->bind();
+  return agent().load_checkpoint(path, impl_->refs);
+}
+
+std::optional<CheckpointLoad> TorchAgent::resume_newest() {
+  impl_->bind();
+  return agent().resume_newest(impl_->refs);
 }
 
 PublishResult TorchAgent::publish() {

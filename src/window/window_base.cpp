@@ -48,6 +48,7 @@ const Layout& WindowBase::layout() const { return impl().layout(); }
 const WindowOptions& WindowBase::options() const { return impl().options(); }
 Transport WindowBase::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t WindowBase::version() const { return impl().version(); }
+void WindowBase::continue_versions(std::uint64_t next) { impl().continue_versions(next); }
 std::size_t WindowBase::wire_bytes() const { return impl().wire_bytes(); }
 std::uint64_t WindowBase::fingerprint() const { return impl().fingerprint(); }
 

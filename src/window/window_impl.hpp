@@ -63,6 +63,11 @@ class WindowImpl final : public FinalizeClient {
   [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
   [[nodiscard]] const WindowOptions& options() const noexcept { return options_; }
   [[nodiscard]] std::uint64_t version() const noexcept { return version_; }
+  /// Checkpoint resume: the next publish gets version @p next when it is ahead of the
+  /// version the next publish would get anyway (never backwards).
+  void continue_versions(std::uint64_t next) noexcept {
+    if (next > version_ + 1) version_ = next - 1;
+  }
   [[nodiscard]] std::size_t wire_bytes() const noexcept { return slots_.payload_bytes; }
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -34,6 +35,9 @@ class WindowAccess {
   virtual ~WindowAccess() = default;
 
   [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual int size() const = 0;
+  [[nodiscard]] virtual MPI_Comm comm() const = 0;
+  virtual void continue_versions(std::uint64_t next) = 0;
   [[nodiscard]] virtual const Layout& layout() const = 0;
   [[nodiscard]] virtual std::uint64_t version() const = 0;
   [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
@@ -55,6 +59,9 @@ class WindowAccessOf final : public WindowAccess {
  public:
   explicit WindowAccessOf(Window& window) : w_(window) {}
   [[nodiscard]] int rank() const override { return w_.rank(); }
+  [[nodiscard]] int size() const override { return w_.size(); }
+  [[nodiscard]] MPI_Comm comm() const override { return w_.comm(); }
+  void continue_versions(std::uint64_t next) override { w_.continue_versions(next); }
   [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
   [[nodiscard]] RosterEntry roster(int rank) const override { return w_.roster(rank); }
@@ -165,6 +172,23 @@ class AgentCore {
   /// resume() for a one-rank agent over @p w.
   void resume(WindowAccess& w);
 
+  /// Saves this agent into the population checkpoint @p path (see Agent::save_checkpoint).
+  /// @note Collective over the window's communicator.
+  void save_checkpoint(WindowAccess& w, const std::string& path,
+                       std::span<const ConstLayerRef> params);
+  /// Loads this rank's agent from @p path (see Agent::load_checkpoint).
+  /// @note Collective over the window's communicator.
+  CheckpointLoad load_checkpoint(WindowAccess& w, const std::string& path,
+                                 std::span<const LayerRef> params);
+  /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if there is one.
+  /// @note Collective over the window's communicator.
+  std::optional<CheckpointLoad> resume_newest(WindowAccess& w, std::span<const LayerRef> params);
+  /// After a step: saves when AgentOptions::checkpoint says one is due.
+  /// @note Collective over the window's communicator when checkpoints are on.
+  void checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params);
+  /// The owner's own state for every checkpoint (see Agent::set_checkpoint_hooks).
+  void set_checkpoint_hooks(CheckpointHooks hooks) { hooks_ = std::move(hooks); }
+
   [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
   [[nodiscard]] const AgentStats& stats() const noexcept { return stats_; }
   /// The policy's counters as the agent's leader last shared them (on a leader: the
@@ -222,6 +246,8 @@ class AgentCore {
   Clock::time_point last_publish_{};
   double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)
   Hyperparameters hyper_;  // published with every publish; replaced by a rebirth
+  CheckpointHooks hooks_{};
+  Clock::time_point last_checkpoint_ = Clock::now();  // for checkpoint.every_seconds
 };
 
 }  // namespace paramwin::detail

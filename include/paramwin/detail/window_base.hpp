@@ -40,6 +40,7 @@ class WindowBase {
   [[nodiscard]] const WindowOptions& options() const;
   [[nodiscard]] Transport transport_for(int rank) const;
   [[nodiscard]] std::uint64_t version() const;
+  void continue_versions(std::uint64_t next);
   [[nodiscard]] std::size_t wire_bytes() const;
   [[nodiscard]] std::uint64_t fingerprint() const;
 

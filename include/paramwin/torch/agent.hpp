@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,6 +178,21 @@ class TorchAgent {
   /// Unbinds a live module and frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
   void close();
+
+  /// Saves the population into checkpoint @p path (Agent::save_checkpoint): the module's
+  /// parameters and, in the agent's blob "optimizer", its optimizer's whole state (LibTorch's
+  /// own archive: e.g. Adam's step count and both moments per parameter, and the groups'
+  /// options). InvalidArgument for a grouped agent (GroupAgent has no checkpoints).
+  /// @note Collective over the agents' communicator.
+  void save_checkpoint(const std::string& path);
+  /// Continues from checkpoint @p path (Agent::load_checkpoint): the module's parameters, the
+  /// agent's state and the optimizer's state; an agent reborn from a donor (more agents than
+  /// the file holds) starts with a fresh optimizer state.
+  /// @note Collective over the agents' communicator.
+  CheckpointLoad load_checkpoint(const std::string& path);
+  /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if any (Agent::resume_newest).
+  /// @note Collective over the agents' communicator.
+  std::optional<CheckpointLoad> resume_newest();
 
  private:
   struct Impl;

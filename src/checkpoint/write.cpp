@@ -1,0 +1,276 @@
+// Writing a population checkpoint: every rank creates every object collectively (parallel
+// HDF5 requires it), then each agent's datasets are written by their owner with collective
+// MPI-IO (the others take part with empty selections), under a temporary name that rank 0
+// renames once the file is closed everywhere.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include "checkpoint/file.hpp"
+#include "checkpoint/hdf5.hpp"
+#include "detail/mpi_check.hpp"
+#include "mpi/agree.hpp"
+
+namespace paramwin::detail {
+
+namespace {
+
+// Per agent, gathered to every rank: the values its attributes and dataset sizes need.
+// metric bits, generation, steps, age, iteration, state size, state checksum, layer
+// checksums..., then (size, checksum) per extra blob.
+std::vector<std::uint64_t> summary_of(const AgentRecord& a, std::span<const std::uint64_t> sums) {
+  std::vector<std::uint64_t> v{std::bit_cast<std::uint64_t>(a.metric),
+                               a.generation,
+                               static_cast<std::uint64_t>(a.steps),
+                               static_cast<std::uint64_t>(a.age),
+                               static_cast<std::uint64_t>(a.iteration),
+                               a.state.size(),
+                               XXH64(a.state.data(), a.state.size(), 0)};
+  v.insert(v.end(), sums.begin(), sums.end());
+  for (const CheckpointBlob& b : a.extras) {
+    v.push_back(b.bytes.size());
+    v.push_back(XXH64(b.bytes.data(), b.bytes.size(), 0));
+  }
+  return v;
+}
+
+std::string describe(const AgentOptions& o) {
+  std::ostringstream s;
+  s << "seed=" << o.seed << " direction=" << direction_name(o.direction)
+    << " age=" << (o.triggers.age.enabled ? 1 : 0) << " age_lo=" << o.triggers.age.lo
+    << " age_hi=" << o.triggers.age.hi << " selection=" << selection_name(o.selection.kind)
+    << " k=" << o.selection.k << " mixing=" << mixing_name(o.mixing.kind)
+    << " publish_every=" << o.publish.every << " checkpoint_every=" << o.checkpoint.every
+    << " checkpoint_every_seconds=" << o.checkpoint.every_seconds
+    << " checkpoint_path=" << o.checkpoint.path << " checkpoint_keep=" << o.checkpoint.keep;
+  return s.str();
+}
+
+std::string utc_now(std::int64_t t) {
+  const auto tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Creates dataset @p name of @p type over @p space under @p parent, its checksum attribute,
+// with no fill (every byte is written) and contiguous storage.
+H5Id create_dataset(hid_t parent, const std::string& name, hid_t type, hid_t space,
+                    std::uint64_t checksum, const std::string& path) {
+  const H5Id dcpl = h5_check(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, path, "H5Pcreate");
+  h5_check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), path, "H5Pset_fill_time");
+  h5_check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), path, "H5Pset_alloc_time");
+  H5Id d =
+      h5_check(H5Dcreate2(parent, name.c_str(), type, space, H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+               H5Dclose, path, "creating dataset " + name);
+  write_attr(d.get(), "xxh64", checksum, path);
+  return d;
+}
+
+H5Id bytes_space(std::uint64_t n, const std::string& path) {
+  const hsize_t dims[1] = {n};
+  return h5_check(H5Screate_simple(1, dims, nullptr), H5Sclose, path, "H5Screate_simple");
+}
+
+// Collective write of one dataset: the owner writes @p data whole, the others nothing.
+void write_dataset(hid_t dset, hid_t type, bool mine, const void* data, hid_t dxpl,
+                   const std::string& path, const std::string& what) {
+  const H5Id file_space = h5_check(H5Dget_space(dset), H5Sclose, path, "H5Dget_space");
+  if (mine) {
+    h5_check(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, dxpl, data), path, "writing " + what);
+    return;
+  }
+  h5_check(H5Sselect_none(file_space.get()), path, "H5Sselect_none");
+  const H5Id mem_space = bytes_space(1, path);
+  h5_check(H5Sselect_none(mem_space.get()), path, "H5Sselect_none");
+  const unsigned char dummy = 0;
+  h5_check(H5Dwrite(dset, type, mem_space.get(), file_space.get(), dxpl, &dummy), path,
+           "writing " + what);
+}
+
+H5Id layer_space(const LayerSpec& spec, const std::string& path) {
+  if (spec.shape.empty()) return h5_check(H5Screate(H5S_SCALAR), H5Sclose, path, "H5Screate");
+  std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+  return h5_check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
+                  path, "H5Screate_simple");
+}
+
+void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
+                const Layout& layout, const AgentRecord& mine,
+                const std::vector<std::vector<std::uint64_t>>& all, const AgentOptions& options,
+                std::int64_t created) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const H5Id fapl = h5_mpio_fapl(comm, path);
+  H5Id file = h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
+                       path, "creating " + tmp);
+  const hid_t root = file.get();
+  write_attr(root, "format", std::string("paramwin-checkpoint"), path);
+  write_attr(root, "format_version", kCheckpointFormatVersion, path);
+  write_attr(root, "library_version", library_version(), path);
+  write_attr(root, "layout_fingerprint", layout.fingerprint(), path);
+  write_attr(root, "layout", layout.serialize(), path);
+  write_attr(root, "agents", static_cast<std::int64_t>(all.size()), path);
+  write_attr(root, "created", utc_now(created), path);
+  write_attr(root, "created_unix", created, path);
+  write_attr(root, "direction", std::string(direction_name(options.direction)), path);
+  write_attr(root, "options", describe(options), path);
+  std::string extra_names;
+  for (const CheckpointBlob& b : mine.extras)
+    extra_names += (extra_names.empty() ? "" : "\n") + b.name;
+
+  {  // every object closed before the file
+    const H5Id dxpl = h5_check(H5Pcreate(H5P_DATASET_XFER), H5Pclose, path, "H5Pcreate(xfer)");
+    h5_check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), path, "H5Pset_dxpl_mpio");
+    const H5Id agents = h5_check(H5Gcreate2(root, "agents", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                 H5Gclose, path, "creating group agents");
+    const std::size_t nl = layout.size();
+    std::vector<H5Id> types;
+    for (const LayerSpec& spec : layout.layers()) types.push_back(h5_type(spec.dtype));
+    for (std::size_t a = 0; a < all.size(); ++a) {
+      const std::vector<std::uint64_t>& s = all[a];
+      const bool own = static_cast<int>(a) == rank;
+      const std::string name = std::to_string(a);
+      const H5Id g =
+          h5_check(H5Gcreate2(agents.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Gclose, path, "creating group agents/" + name);
+      write_attr(g.get(), "metric", std::bit_cast<double>(s[0]), path);
+      write_attr(g.get(), "generation", s[1], path);
+      write_attr(g.get(), "steps", static_cast<std::int64_t>(s[2]), path);
+      write_attr(g.get(), "age", static_cast<std::int64_t>(s[3]), path);
+      write_attr(g.get(), "iteration", static_cast<std::int64_t>(s[4]), path);
+      write_attr(g.get(), "extras", extra_names, path);
+      const H5Id params =
+          h5_check(H5Gcreate2(g.get(), "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   path, "creating group params");
+      for (std::size_t l = 0; l < nl; ++l) {
+        const LayerSpec& spec = layout[l];
+        const H5Id space = layer_space(spec, path);
+        const H5Id d = create_dataset(params.get(), h5_escape(spec.name), types[l].get(),
+                                      space.get(), s[7 + l], path);
+        if (spec.count != 0) {
+          write_dataset(d.get(), types[l].get(), own, own ? mine.ordered[l].data() : nullptr,
+                        dxpl.get(), path, "agents/" + name + "/params/" + spec.name);
+        }
+      }
+      const H5Id st_space = bytes_space(s[5], path);
+      const H5Id st =
+          create_dataset(g.get(), "state", H5T_NATIVE_UCHAR, st_space.get(), s[6], path);
+      if (s[5] != 0) {
+        write_dataset(st.get(), H5T_NATIVE_UCHAR, own, own ? mine.state.data() : nullptr,
+                      dxpl.get(), path, "agents/" + name + "/state");
+      }
+      const H5Id extra =
+          h5_check(H5Gcreate2(g.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   path, "creating group extra");
+      for (std::size_t e = 0; e < mine.extras.size(); ++e) {
+        const std::uint64_t size = s[7 + nl + 2 * e];
+        const H5Id space = bytes_space(size, path);
+        const H5Id d = create_dataset(extra.get(), h5_escape(mine.extras[e].name), H5T_NATIVE_UCHAR,
+                                      space.get(), s[8 + nl + 2 * e], path);
+        if (size != 0) {
+          write_dataset(d.get(), H5T_NATIVE_UCHAR, own, own ? mine.extras[e].bytes.data() : nullptr,
+                        dxpl.get(), path, "agents/" + name + "/extra/" + mine.extras[e].name);
+        }
+      }
+    }
+  }
+  if (!file.reset()) h5_fail(path, "closing " + tmp);
+}
+
+}  // namespace
+
+std::string library_version() { return PARAMWIN_LIBRARY_VERSION; }
+
+void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layout,
+                      const AgentRecord& mine, const AgentOptions& options) {
+  h5_quiet();
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  // Local checks and checksums first: every rank agrees before any collective file call.
+  std::string error;
+  std::vector<std::uint64_t> summary;
+  std::string names;
+  try {
+    if (path.empty()) throw CheckpointError("paramwin: save_checkpoint: empty path");
+    if (mine.ordered.size() != layout.size()) {
+      throw CheckpointError("paramwin: save_checkpoint: " + std::to_string(mine.ordered.size()) +
+                            " layers given, the layout has " + std::to_string(layout.size()));
+    }
+    std::vector<std::uint64_t> sums;
+    for (const ConstLayerRef& r : mine.ordered) {
+      if (!r.host_accessible()) {
+        throw CheckpointError("paramwin: save_checkpoint: layer '" + std::string(r.name()) +
+                              "' is not in host-accessible memory (checkpoints read the "
+                              "parameters from the host)");
+      }
+      sums.push_back(XXH64(r.data(), r.count() * dtype_size(r.dtype()), 0));
+    }
+    summary = summary_of(mine, sums);
+    for (const CheckpointBlob& b : mine.extras) {
+      if (b.name.empty() || b.name.find('/') != std::string::npos) {
+        throw CheckpointError("paramwin: save_checkpoint: blob name '" + b.name +
+                              "' is empty or holds '/'");
+      }
+      names += b.name + '\n';
+    }
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (rank == 0 && !dir.empty() && !std::filesystem::is_directory(dir)) {
+      throw CheckpointError("paramwin: save_checkpoint: directory '" + dir.string() + "' of '" +
+                            path + "' does not exist");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_or_throw<CheckpointError>(comm, error);
+  if (!same_on_all_ranks(comm, layout.fingerprint()) ||
+      !same_on_all_ranks(comm, XXH64(names.data(), names.size(), 0))) {
+    throw CheckpointError("paramwin: save_checkpoint '" + path +
+                          "': the agents' layouts or checkpoint blobs differ across ranks; a "
+                          "checkpoint holds one layout");
+  }
+
+  const std::vector<std::uint64_t> flat = [&] {
+    std::vector<std::uint64_t> out(summary.size() * static_cast<std::size_t>(size));
+    check_mpi(MPI_Allgather(summary.data(), static_cast<int>(summary.size()), MPI_UINT64_T,
+                            out.data(), static_cast<int>(summary.size()), MPI_UINT64_T, comm),
+              "MPI_Allgather(checkpoint summary)");
+    return out;
+  }();
+  std::vector<std::vector<std::uint64_t>> all;
+  for (int r = 0; r < size; ++r) {
+    const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(summary.size()) * r;
+    all.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(summary.size()));
+  }
+  std::int64_t created = static_cast<std::int64_t>(std::time(nullptr));
+  check_mpi(MPI_Bcast(&created, 1, MPI_INT64_T, 0, comm), "MPI_Bcast(checkpoint time)");
+
+  const std::string tmp = path + ".tmp";
+  try {
+    write_file(comm, tmp, path, layout, mine, all, options, created);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank closed the file (write_file's handles are gone): rename on rank 0 only.
+  agree_or_throw<CheckpointError>(comm, error);
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      error = "paramwin: save_checkpoint: renaming '" + tmp + "' to '" + path +
+              "' failed: " + ec.message();
+      std::filesystem::remove(tmp, ec);
+    }
+  }
+  agree_or_throw<CheckpointError>(comm, error);
+}
+
+}  // namespace paramwin::detail

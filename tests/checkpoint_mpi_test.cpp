@@ -1,0 +1,382 @@
+// Population checkpoints in one process (docs/checkpoints.md): a save/load round trip, saves
+// from step() with keep-last-N and resume_newest, fewer and more agents than the file holds,
+// the options, and every bad checkpoint of docs/reliability.md's table (missing, truncated,
+// bit-flipped, other layout, other library version, fewer agent groups than agents): a
+// CheckpointError on every rank, parameters and agent unchanged. The resume across processes
+// is tests/checkpoint_resume_test.cmake.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "formula_params.hpp"
+#include "mpi_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One directory per test and rank count, shared by the ranks (rank 0 makes it empty).
+std::string fresh_dir(const std::string& name) {
+  const std::string dir =
+      "checkpoint_mpi_test.np" + std::to_string(pw::test::world_size()) + "/" + name;
+  if (pw::test::world_rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
+pw::AgentOptions ageing_options() {
+  pw::AgentOptions o;
+  o.seed = 3;
+  o.triggers.age = {.enabled = true, .lo = 2, .hi = 4};
+  o.selection.k = 1;
+  o.selection.shortfall = pw::Shortfall::clamp;
+  return o;
+}
+
+using Params = pw::test::FormulaParams<12, 3>;
+
+// Steps @p n times, one agent at a time (deterministic), parameters changing every step.
+void run(pw::Agent<>& agent, Params& p, int n) {
+  const int rank = pw::test::world_rank();
+  for (int i = 0; i < n; ++i) {
+    for (float& x : p.w) x = x * 0.5F + static_cast<float>(rank + 1);
+    const std::int64_t it = agent.steps();
+    for (int turn = 0; turn < pw::test::world_size(); ++turn) {
+      if (turn == rank) (void)agent.step(it, static_cast<double>(p.w[0]), p.refs());
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+}
+
+// Runs fn on rank 0 only, the others wait.
+template <class F>
+void on_rank0(F fn) {
+  if (pw::test::world_rank() == 0) fn();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Opens @p path serially (rank 0) and applies fn to the file.
+template <class F>
+void edit_h5(const std::string& path, F fn) {
+  on_rank0([&] {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    fn(f);
+    H5Fclose(f);
+  });
+}
+
+struct Saved {
+  std::string path;
+  Params before;
+  std::int64_t steps = 0;
+  std::uint64_t generation = 0;
+};
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripRestoresParametersAndAgentStateBitForBit) {
+  const std::string dir = fresh_dir("roundtrip");
+  const int rank = pw::test::world_rank();
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  run(a, p, 9);
+  const std::string path = dir + "/pop.h5";
+  a.save_checkpoint(path, p.crefs());
+  EXPECT_TRUE(fs::is_regular_file(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  Params q;  // a new population of the same shape, loaded from the file
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
+  EXPECT_EQ(l.agents, pw::test::world_size());
+  EXPECT_EQ(l.source, rank);
+  EXPECT_FALSE(l.reborn);
+  EXPECT_EQ(q.w, p.w);
+  EXPECT_EQ(q.b, p.b);
+  EXPECT_EQ(b.steps(), a.steps());
+  EXPECT_EQ(b.age(), a.age());
+  EXPECT_EQ(b.max_age(), a.max_age());
+  EXPECT_EQ(b.generation(), a.generation());
+  EXPECT_EQ(b.window().version(), a.window().version());
+  EXPECT_EQ(b.stats().deaths(), a.stats().deaths());
+  EXPECT_EQ(b.policy().state().streams, a.policy().state().streams);
+  // Both populations go on identically.
+  run(a, p, 7);
+  run(b, q, 7);
+  EXPECT_EQ(q.w, p.w);
+  EXPECT_EQ(b.generation(), a.generation());
+  EXPECT_EQ(b.max_age(), a.max_age());
+}
+
+TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
+  const std::string dir = fresh_dir("every");
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = pw::test::quiet_options();  // no deaths: the parameters are the trainer's
+  o.checkpoint.every = 3;
+  o.checkpoint.keep = 2;
+  o.checkpoint.path = dir + "/pop-{step}.h5";
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Not sequential: a save inside step() is collective, so every agent steps together here.
+  for (int i = 0; i < 10; ++i) {
+    for (float& x : p.w) x += 1.0F;
+    (void)a.step(i, static_cast<double>(p.w[0]), p.refs());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Saved at 3, 6, 9; the newest 2 are kept.
+  EXPECT_FALSE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 3)));
+  EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 6)));
+  EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 9)));
+  EXPECT_EQ(pw::newest_checkpoint(o.checkpoint.path), pw::checkpoint_path(o.checkpoint.path, 9));
+  EXPECT_EQ(pw::checkpoint_path("x-{step}.h5", 42), "x-000000000042.h5");
+
+  Params q;
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  const std::optional<pw::CheckpointLoad> l = b.resume_newest(q.refs());
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->steps, 9);
+  EXPECT_EQ(b.steps(), 9);
+  // The file holds the parameters as step 9 left them (the 10th step changed them after).
+  for (std::size_t i = 0; i < q.w.size(); ++i) EXPECT_EQ(q.w[i] + 1.0F, p.w[i]) << i;
+
+  pw::AgentOptions none = o;
+  none.checkpoint.path = dir + "/absent-{step}.h5";
+  pw::Agent<> c(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), none);
+  Params r;
+  r.fill(rank, 5);
+  EXPECT_FALSE(c.resume_newest(r.refs()).has_value());
+  EXPECT_TRUE(r.is(rank, 5));
+}
+
+TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
+  const int size = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  if (size < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string dir = fresh_dir("resize");
+  const std::string big = dir + "/big.h5";
+  const std::string small = dir + "/small.h5";
+  const pw::Layout layout = pw::test::formula_layout(12, 3);
+  {
+    // The whole world saves: agent r has metric r (lower is better: agent 0 is the best).
+    pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+    Params p;
+    p.fill(rank, 1);
+    (void)a.step(0, static_cast<double>(rank), p.refs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    a.save_checkpoint(big, p.crefs());
+  }
+  MPI_Comm half = MPI_COMM_NULL;
+  const int half_size = size / 2;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < half_size ? 0 : MPI_UNDEFINED, rank, &half);
+  if (half != MPI_COMM_NULL) {
+    // Fewer agents: the best half_size of the file, in file order (agents 0..half_size-1).
+    pw::AgentOptions o = pw::test::quiet_options();
+    pw::Agent<> a(half, layout, o);
+    Params q;
+    const pw::CheckpointLoad l = a.load_checkpoint(big, q.refs());
+    EXPECT_EQ(l.agents, size);
+    EXPECT_EQ(l.source, rank);
+    EXPECT_TRUE(q.is(rank, 1));
+    // And this half saves a smaller population for the next case.
+    Params s;
+    s.fill(rank + 100, 1);
+    (void)a.step(1, static_cast<double>(10 - rank), s.refs());
+    MPI_Barrier(half);
+    a.save_checkpoint(small, s.crefs());
+    MPI_Comm_free(&half);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // More agents: the file's agents continue, the extra ones are reborn from the best
+  // (highest rank of the half had metric 10 - rank: lowest, the best), round-robin.
+  pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+  Params q;
+  const pw::CheckpointLoad l = a.load_checkpoint(small, q.refs());
+  EXPECT_EQ(l.agents, half_size);
+  if (rank < half_size) {
+    EXPECT_FALSE(l.reborn);
+    EXPECT_EQ(l.source, rank);
+  } else {
+    EXPECT_TRUE(l.reborn);
+    // best first: half_size-1, half_size-2, ...
+    const int want = half_size - 1 - (rank - half_size) % half_size;
+    EXPECT_EQ(l.source, want);
+    EXPECT_TRUE(q.is(want + 100, 1));
+    EXPECT_EQ(a.generation(), 1U);
+  }
+}
+
+// --- bad checkpoints -----------------------------------------------------------------------
+
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fresh_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    good_ = dir_ + "/good.h5";
+    pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+    Params p;
+    p.fill(pw::test::world_rank(), 1);
+    (void)a.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    run(a, p, 5);
+    a.save_checkpoint(good_, p.crefs());
+  }
+  // Loading @p path must throw CheckpointError naming @p needle on every rank and change
+  // nothing: the parameters, the agent's counters and its window's version.
+  void expect_refused(const std::string& path, const std::string& needle,
+                      const pw::Layout& layout = pw::test::formula_layout(12, 3)) {
+    pw::Agent<> b(MPI_COMM_WORLD, layout, ageing_options());
+    Params q;
+    q.fill(pw::test::world_rank(), 7);
+    try {
+      if (layout.size() == 2) {
+        (void)b.load_checkpoint(path, q.refs());
+      } else {
+        std::vector<float> w(12);
+        (void)b.load_checkpoint(path, {pw::LayerRef("w", w)});
+      }
+      ADD_FAILURE() << "no error loading " << path;
+    } catch (const pw::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(q.is(pw::test::world_rank(), 7));
+    EXPECT_EQ(b.steps(), 0);
+    EXPECT_EQ(b.generation(), 0U);
+    EXPECT_EQ(b.window().version(), 0U);
+  }
+  std::string dir_;
+  std::string good_;
+};
+
+TEST_F(BadCheckpoint, Missing) { expect_refused(dir_ + "/nothing.h5", "does not exist"); }
+
+TEST_F(BadCheckpoint, Truncated) {
+  const std::string bad = dir_ + "/truncated.h5";
+  on_rank0([&] {
+    fs::copy_file(good_, bad);
+    fs::resize_file(bad, fs::file_size(bad) / 2);
+  });
+  expect_refused(bad, "truncated or not an HDF5 file");
+}
+
+TEST_F(BadCheckpoint, BitFlippedInTheLastAgentsParameters) {
+  const std::string bad = dir_ + "/flipped.h5";
+  on_rank0([&] { fs::copy_file(good_, bad); });
+  haddr_t offset = HADDR_UNDEF;
+  const std::string last = std::to_string(pw::test::world_size() - 1);
+  edit_h5(bad, [&](hid_t f) {
+    const hid_t d = H5Dopen2(f, ("agents/" + last + "/params/w").c_str(), H5P_DEFAULT);
+    offset = H5Dget_offset(d);
+    H5Dclose(d);
+  });
+  on_rank0([&] {
+    ASSERT_NE(offset, HADDR_UNDEF);
+    std::fstream file(bad, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(static_cast<std::streamoff>(offset + 5));
+    char c = 0;
+    file.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    file.seekp(static_cast<std::streamoff>(offset + 5));
+    file.write(&c, 1);
+  });
+  expect_refused(bad, "checksum mismatch in agents/" + last + "/params/w");
+}
+
+TEST_F(BadCheckpoint, OtherLayout) {
+  pw::Layout other;
+  other.add("w", 12);
+  expect_refused(good_, "written for another layout", other);
+}
+
+TEST_F(BadCheckpoint, OtherLibraryVersion) {
+  const std::string bad = dir_ + "/old.h5";
+  on_rank0([&] { fs::copy_file(good_, bad); });
+  edit_h5(bad, [](hid_t f) {
+    H5Adelete(f, "library_version");
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, 5);
+    const hid_t s = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, "library_version", t, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, "0.0.9");
+    H5Aclose(a);
+    H5Sclose(s);
+    H5Tclose(t);
+  });
+  expect_refused(bad, "written by paramwin 0.0.9");
+}
+
+TEST_F(BadCheckpoint, FewerAgentGroupsThanAgents) {
+  const std::string bad = dir_ + "/fewer.h5";
+  on_rank0([&] { fs::copy_file(good_, bad); });
+  const std::string last = std::to_string(pw::test::world_size() - 1);
+  edit_h5(bad, [&](hid_t f) { H5Ldelete(f, ("agents/" + last).c_str(), H5P_DEFAULT); });
+  expect_refused(bad, "agent groups");
+}
+
+TEST_F(BadCheckpoint, NotACheckpoint) {
+  const std::string bad = dir_ + "/text.h5";
+  on_rank0([&] { std::ofstream(bad) << "not hdf5\n"; });
+  expect_refused(bad, "truncated or not an HDF5 file");
+}
+
+// --- options -------------------------------------------------------------------------------
+
+TEST(CheckpointOptions, BadValuesAreRejectedByTheParserAndTheConstructor) {
+  EXPECT_EQ(pw::parse_agent_options(
+                "checkpoint_every=5 checkpoint_keep=2 checkpoint_path=a-{step}.h5")
+                .checkpoint.every,
+            5);
+  const auto refused = [](const std::string& text, const std::string& needle) {
+    try {
+      pw::AgentOptions o = pw::parse_agent_options("k=1 " + text);
+      pw::validate(o, 2);
+      ADD_FAILURE() << text;
+    } catch (const pw::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused("checkpoint_every=-1", "checkpoint.every must be >= 0");
+  refused("checkpoint_keep=-2", "checkpoint.keep must be >= 0");
+  refused("checkpoint_every_seconds=nan", "checkpoint.every_seconds");
+  refused("checkpoint_every=3 checkpoint_path=fixed.h5", "has no {step}");
+  refused("checkpoint_every=x", "checkpoint_every");
+}
+
+TEST(CheckpointOptions, OptionsDifferingAcrossRanksAreRefusedOnEveryRank) {
+  if (pw::test::world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  pw::AgentOptions o = pw::test::quiet_options();
+  o.checkpoint.every = pw::test::world_rank() == 0 ? 5 : 10;
+  EXPECT_THROW(pw::Agent<>(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o),
+               pw::InvalidArgument);
+}
+
+TEST(CheckpointOptions, GroupAgentRefusesCheckpointOptionsOnEveryRank) {
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
+  pw::AgentOptions o = pw::test::quiet_options();
+  o.checkpoint.every = 5;
+  try {
+    pw::GroupAgent g(groups, pw::test::formula_layout(12, 3), o);
+    ADD_FAILURE() << "GroupAgent accepted checkpoint options";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoints are not implemented for group agents"),
+              std::string::npos)
+        << e.what();
+  }
+}

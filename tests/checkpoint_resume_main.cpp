@@ -1,0 +1,143 @@
+// checkpoint_resume: a deterministic population run for the resume tests
+// (tests/checkpoint_resume_test.cmake). Agents step one at a time in rank order (a barrier
+// between turns), so two runs with the same seed read the same donor versions and end with
+// the same bits; the test compares a run of S steps with a run of N steps + checkpoint + a
+// new mpiexec that resumes and runs to S.
+//
+//   mpiexec -n P checkpoint_resume --steps S --out DIR --tag T [--save-at N] [--resume FILE]
+//
+// Writes DIR/T.params.rank<r>.txt (every parameter as %a) and DIR/T.events.rank<r>.jsonl.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+struct Args {
+  int steps = 40;
+  int save_at = 0;
+  std::string out = ".";
+  std::string tag = "run";
+  std::string resume;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k = argv[i];
+    const std::string v = argv[i + 1];
+    if (k == "--steps") a.steps = std::stoi(v);
+    else if (k == "--save-at") a.save_at = std::stoi(v);
+    else if (k == "--out") a.out = v;
+    else if (k == "--tag") a.tag = v;
+    else if (k == "--resume") a.resume = v;
+    else throw std::runtime_error("unknown option " + std::string(k));
+  }
+  return a;
+}
+
+// The "trainer": a deterministic update that makes agents differ (their rank and step).
+void train(std::vector<float>& w, std::vector<double>& b, int rank, std::int64_t it) {
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = 0.9F * w[i] + 0.01F * static_cast<float>((rank + 1) * static_cast<int>(i % 7) + 1) +
+           0.001F * static_cast<float>(it % 5);
+  }
+  for (std::size_t i = 0; i < b.size(); ++i)
+    b[i] = 0.95 * b[i] + 0.1 * (rank - 1.5) + 0.01 * static_cast<double>(i);
+}
+
+double loss_of(const std::vector<float>& w, const std::vector<double>& b) {
+  double s = 0.0;
+  for (const float x : w) s += static_cast<double>(x) * static_cast<double>(x);
+  for (const double x : b) s += x * x;
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    int rank = 0;
+    int size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    try {
+      const Args a = parse(argc, argv);
+      pw::Layout layout;
+      layout.add("w", std::vector<std::size_t>{4, 16});
+      layout.add("b", 8, pw::DType::float64);
+      std::vector<float> w(64);
+      std::vector<double> b(8);
+      for (std::size_t i = 0; i < w.size(); ++i)
+        w[i] = static_cast<float>(rank) + 0.01F * static_cast<float>(i);
+      for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = -static_cast<double>(rank) * 0.5 + static_cast<double>(i);
+
+      pw::AgentOptions o;
+      o.seed = 7;
+      o.triggers.age = {.enabled = true, .lo = 3, .hi = 9};
+      o.selection.kind = pw::SelectionKind::fittest;
+      o.selection.k = size > 2 ? 2 : 1;
+      o.mixing.kind = pw::MixingKind::weighted;
+      o.event_log = a.out + "/" + a.tag + ".events.rank{rank}.jsonl";
+      pw::Agent<> agent(MPI_COMM_WORLD, layout, o);
+      std::vector<pw::LayerRef> params{w, b};
+      std::int64_t start = 0;
+      if (!a.resume.empty()) {
+        const pw::CheckpointLoad l = agent.load_checkpoint(a.resume, params);
+        start = l.steps;
+      } else {
+        (void)agent.publish(std::vector<pw::ConstLayerRef>{w, b});
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
+      for (std::int64_t it = start; it < a.steps; ++it) {
+        train(w, b, rank, it);
+        const double loss = loss_of(w, b);
+        for (int turn = 0; turn < size; ++turn) {
+          if (turn == rank) (void)agent.step(it, loss, params);
+          MPI_Barrier(MPI_COMM_WORLD);
+        }
+        if (a.save_at > 0 && it + 1 == a.save_at) {
+          agent.save_checkpoint(pw::checkpoint_path(a.out + "/" + a.tag + "-{step}.h5", it + 1),
+                                std::vector<pw::ConstLayerRef>{w, b});
+          break;
+        }
+      }
+      std::ofstream p(a.out + "/" + a.tag + ".params.rank" + std::to_string(rank) + ".txt");
+      char buf[64];
+      for (const float x : w) {
+        std::snprintf(buf, sizeof buf, "%a\n", static_cast<double>(x));
+        p << buf;
+      }
+      for (const double x : b) {
+        std::snprintf(buf, sizeof buf, "%a\n", x);
+        p << buf;
+      }
+      p << "steps " << agent.steps() << " age " << agent.age() << " max_age " << agent.max_age()
+        << " generation " << agent.generation() << " version " << agent.window().version()
+        << " deaths " << agent.stats().deaths() << '\n';
+      MPI_Barrier(MPI_COMM_WORLD);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[rank %d] checkpoint_resume: %s\n", rank, e.what());
+      rc = 1;
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
