@@ -215,6 +215,10 @@ class PartialWindow final : public pw::detail::WindowAccess {
     }
   }
   [[nodiscard]] int rank() const override { return 0; }
+  [[nodiscard]] int size() const override { return static_cast<int>(entries_.size()); }
+  // Checkpoints are not exercised here (no communicator behind this window).
+  [[nodiscard]] MPI_Comm comm() const override { return MPI_COMM_SELF; }
+  void continue_versions(std::uint64_t /*next*/) override {}
   [[nodiscard]] const pw::Layout& layout() const override { return layout_; }
   [[nodiscard]] std::uint64_t version() const override { return version_; }
   [[nodiscard]] pw::RosterEntry roster(int rank) const override {
