@@ -11,6 +11,7 @@
 #                    [--serve]    (only the serving cases, issue 14)
 #                    [--hyper]    (only the hyperparameter cases, issue 15)
 #                    [--direct]   (only the direct-landing cases, issue 18)
+#                    [--checkpoint]  (only the checkpoint save cases, 4 ranks, issue 17)
 # --mpi picks the MPI (default mpich; build directory build-openmpi for openmpi). The launcher
 # and its environment come from the build's paramwin_mpi_env.sh (the tests' ENVIRONMENT).
 # Timings are only meaningful on a quiet machine: the script records the load average
@@ -28,6 +29,7 @@ groups_only=0
 serve_only=0
 direct_only=0
 hyper_only=0
+checkpoint_only=0
 reps=3
 min_time=0.05
 while [ $# -gt 0 ]; do
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
     --serve) serve_only=1; shift ;;
     --hyper) hyper_only=1; shift ;;
     --direct) direct_only=1; shift ;;
+    --checkpoint) checkpoint_only=1; shift ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -175,7 +178,24 @@ run_direct() {  # issue 18: direct landing vs transactional vs raw get, side by 
   cat /proc/loadavg >> "$out/direct_load.txt"
 }
 
-if [ "$run" = 1 ] && [ "$direct_only" = 1 ]; then
+run_checkpoint() {  # issue 17: population checkpoint saves vs plain POSIX writes, 4 agents
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/checkpoint_commit.txt"
+  { date -Is; cat /proc/loadavg; } > "$out/checkpoint_load.txt"
+  "$mpiexec" -n 4 "$build_dir/benchmarks/paramwin_checkpoint_bench" --params 50000000 --layers 8 \
+    --reps "$((reps > 5 ? reps : 5))" --dir "$out/checkpoint_files" \
+    --json "$out/checkpoint_np4.json"
+  rm -rf "$out/checkpoint_files"
+  cat /proc/loadavg >> "$out/checkpoint_load.txt"
+}
+
+if [ "$run" = 1 ] && [ "$checkpoint_only" = 1 ]; then
+  [ -x "$build_dir/benchmarks/paramwin_checkpoint_bench" ] || {
+    echo "bench.sh: paramwin_checkpoint_bench not built" >&2; exit 1; }
+  run_checkpoint
+  python3 scripts/bench_report.py --json-dir "$out" --out "$report" --section checkpoint
+  echo "bench: updated the checkpoint section of $report"
+  exit 0
+elif [ "$run" = 1 ] && [ "$direct_only" = 1 ]; then
   [ -x "$bench" ] || { echo "bench.sh: $bench not built" >&2; exit 1; }
   run_direct
   python3 scripts/bench_report.py --json-dir "$out" --out "$report" --section direct
@@ -215,6 +235,7 @@ elif [ "$run" = 1 ]; then
   run_serve
   run_hyper
   run_direct
+  run_checkpoint
 fi
 
 python3 scripts/bench_report.py --json-dir "$out" --out "$report" "${report_args[@]}"

@@ -744,6 +744,57 @@ def direct_section(json_dir, w):
     w(DIRECT_END + "\n")
 
 
+CHECKPOINT_BEGIN = "<!-- checkpoint:begin (scripts/bench.sh --checkpoint rewrites this section) -->"
+CHECKPOINT_END = "<!-- checkpoint:end -->"
+
+
+def checkpoint_section(json_dir, w):
+    """Section 13 from out/bench/checkpoint_np4.json (scripts/bench.sh --checkpoint, or the
+    full run): population checkpoints against plain POSIX writes (issue 17)."""
+    path = os.path.join(json_dir, "checkpoint_np4.json") if json_dir else ""
+    if not path or not os.path.exists(path):
+        return
+    j = json.load(open(path))
+    s = j["seconds"]
+    med = {k: statistics.median(v) for k, v in s.items()}
+    nbytes = j["agents"] * j["params"] * 4
+    commit, load_note = run_record(json_dir, "checkpoint")
+    w(CHECKPOINT_BEGIN + "\n")
+    w("## 13. Population checkpoints (issue 17)\n")
+    w(f"Measured at {commit} with `scripts/bench.sh --checkpoint` (`paramwin_checkpoint_bench`, "
+      f"{j['agents']} ranks = {j['agents']} agents x {j['params'] / 1e6:g}M float32 parameters in "
+      f"{j['layers']} layers, {nbytes / 1e6:.0f} MB in all; {len(s['posix'])} repetitions, "
+      f"medians (min – max); {'fsync before close' if j.get('fsync') else 'no fsync: the page cache takes the bytes, as it does for HDF5'}; "
+      f"the files are removed before each repetition).{load_note}\n")
+    w("One loop per repetition, so that every case sees the same machine: *posix* is every rank "
+      "writing its parameters to its own file (`open`, `write`, `close`); *sync* is "
+      "`Agent::save_checkpoint` (one parallel-HDF5 file, collective MPI-IO, checksums, "
+      "temporary name and rename); *async* is the same with `CheckpointOptions::async`: the "
+      "call returns after copying the parameters (the agent's pause), the write runs on the "
+      "agent's writer thread until `wait_checkpoint()`. Times are the slowest rank's.\n")
+    rows = []
+    for key, label in (("posix", "posix: every rank its own file"),
+                       ("sync", "save_checkpoint (sync)"),
+                       ("async_pause", "save_checkpoint (async): the pause"),
+                       ("async_total", "save_checkpoint (async): until wait_checkpoint"),
+                       ("memcpy", "memcpy of the parameters")):
+        v = s[key]
+        rows.append([label, f"{med[key] * 1e3:.1f} ms ({min(v) * 1e3:.1f} – {max(v) * 1e3:.1f})",
+                     f"{nbytes / med[key] / 1e9:.2f}"])
+    w(table(["case", "time", "GB/s"], rows) + "\n")
+    r = med["sync"] / med["posix"]
+    p = med["async_pause"] / med["memcpy"]
+    w(table(["issue", "target", "measured", "verdict", "details"], [
+        ("17", f"saving {j['agents']} agents x {j['params'] / 1e6:g}M float32 within 1.5x of "
+         "plain POSIX writes (time ratio)", fr(r), verdict(r, 1.5, higher_is_better=False),
+         f"sync {med['sync'] * 1e3:.1f} ms, posix {med['posix'] * 1e3:.1f} ms"),
+        ("17", "async: training pauses only for the copy of the parameters (pause / memcpy)",
+         fr(p), "info", f"pause {med['async_pause'] * 1e3:.1f} ms, memcpy "
+         f"{med['memcpy'] * 1e3:.1f} ms, whole write {med['async_total'] * 1e3:.1f} ms"),
+    ]) + "\n")
+    w(CHECKPOINT_END + "\n")
+
+
 def update_section(out_path, render, begin=SERVE_BEGIN, end=SERVE_END):
     """Replaces the marked section of @p out_path with what @p render writes (appends it when
     the file has none yet)."""
@@ -770,7 +821,7 @@ def main():
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--mpi-json-dir", default="out/bench-mpi",
                     help="section 11's runs (mpich/, openmpi/), when a full report is written")
-    ap.add_argument("--section", choices=["serve", "hyper", "mpi", "direct"],
+    ap.add_argument("--section", choices=["serve", "hyper", "mpi", "direct", "checkpoint"],
                     help="rewrite only this section of the existing --out file (mpi: "
                          "--json-dir holds mpich/ and openmpi/, scripts/bench.sh --mpi-compare)")
     args = ap.parse_args()
@@ -789,6 +840,10 @@ def main():
     if args.section == "hyper":
         update_section(args.out, lambda w: hyper_section(args.json_dir, w), HYPER_BEGIN,
                        HYPER_END)
+        return
+    if args.section == "checkpoint":
+        update_section(args.out, lambda w: checkpoint_section(args.json_dir, w),
+                       CHECKPOINT_BEGIN, CHECKPOINT_END)
         return
 
     paths = list(args.json)
@@ -1097,6 +1152,7 @@ def main():
     hyper_section(args.json_dir, w)
     mpi_section(args.mpi_json_dir, w)
     direct_section(args.json_dir, w)
+    checkpoint_section(args.json_dir, w)
 
     # ---- ceilings of the unmet targets ----
     ceilings_section(data, big, knp, w)

@@ -166,6 +166,114 @@ TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
   EXPECT_TRUE(r.is(rank, 5));
 }
 
+// --- asynchronous saves (CheckpointOptions::async) ------------------------------------------
+
+TEST(AsyncCheckpoint, SavesWhatTheCallSawWhileTheTrainerOverwritesItsParameters) {
+  const std::string dir = fresh_dir("async");
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = ageing_options();
+  o.checkpoint.async = true;
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  run(a, p, 5);
+  const Params at_save = p;
+  const std::int64_t steps = a.steps();
+  const std::string path = dir + "/pop.h5";
+  a.save_checkpoint(path, p.crefs());
+  // The call returned after the copy: the trainer may change everything at once, and train on.
+  p.fill(rank, 99);
+  run(a, p, 3);
+  a.wait_checkpoint();
+  EXPECT_TRUE(fs::is_regular_file(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  a.wait_checkpoint();  // nothing in flight: returns at once
+
+  Params q;
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
+  EXPECT_FALSE(l.reborn);
+  EXPECT_EQ(l.steps, steps);
+  EXPECT_EQ(q.w, at_save.w);
+  EXPECT_EQ(q.b, at_save.b);
+
+  // The same agent state written synchronously gives the same datasets.
+  Params r;
+  pw::Agent<> c(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  (void)c.load_checkpoint(path, r.refs());
+  c.save_checkpoint(dir + "/sync.h5", r.crefs());
+  Params s1;
+  Params s2;
+  pw::Agent<> d1(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> d2(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  (void)d1.load_checkpoint(path, s1.refs());
+  (void)d2.load_checkpoint(dir + "/sync.h5", s2.refs());
+  EXPECT_EQ(s1.w, s2.w);
+  EXPECT_EQ(d1.policy().state().streams, d2.policy().state().streams);
+  EXPECT_EQ(d1.generation(), d2.generation());
+}
+
+TEST(AsyncCheckpoint, StepSavesInTheBackgroundAndKeepsTheNewest) {
+  const std::string dir = fresh_dir("async_every");
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = pw::test::quiet_options();
+  o.checkpoint.every = 3;
+  o.checkpoint.keep = 2;
+  o.checkpoint.async = true;
+  o.checkpoint.path = dir + "/pop-{step}.h5";
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 10; ++i) {
+    for (float& x : p.w) x += 1.0F;
+    (void)a.step(i, static_cast<double>(p.w[0]), p.refs());
+  }
+  a.wait_checkpoint();
+  EXPECT_FALSE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 3)));
+  EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 6)));
+  EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 9)));
+  Params q;
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  const std::optional<pw::CheckpointLoad> l = b.resume_newest(q.refs());
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->steps, 9);
+  for (std::size_t i = 0; i < q.w.size(); ++i) EXPECT_EQ(q.w[i] + 1.0F, p.w[i]) << i;
+}
+
+TEST(AsyncCheckpoint, AFailedWriteIsThrownOnEveryRankByTheNextCollectiveCall) {
+  const std::string dir = fresh_dir("async_fail");
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = pw::test::quiet_options();
+  o.checkpoint.async = true;
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The directory is checked by the writer: the call itself succeeds.
+  a.save_checkpoint(dir + "/missing/pop.h5", p.crefs());
+  try {
+    a.wait_checkpoint();
+    ADD_FAILURE() << "a save into a missing directory succeeded";
+  } catch (const pw::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+  a.wait_checkpoint();  // collected once: nothing left
+  // The error of an uncollected save surfaces in the next save, which then does not run.
+  a.save_checkpoint(dir + "/missing/pop.h5", p.crefs());
+  EXPECT_THROW(a.save_checkpoint(dir + "/pop.h5", p.crefs()), pw::CheckpointError);
+  EXPECT_FALSE(fs::exists(dir + "/pop.h5"));
+  // And the agent saves again afterwards.
+  a.save_checkpoint(dir + "/pop.h5", p.crefs());
+  a.wait_checkpoint();
+  EXPECT_TRUE(fs::is_regular_file(dir + "/pop.h5"));
+  EXPECT_TRUE(p.is(rank, 1));
+}
+
 TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   const int size = pw::test::world_size();
   const int rank = pw::test::world_rank();
@@ -357,6 +465,8 @@ TEST(CheckpointOptions, BadValuesAreRejectedByTheParserAndTheConstructor) {
   refused("checkpoint_every_seconds=nan", "checkpoint.every_seconds");
   refused("checkpoint_every=3 checkpoint_path=fixed.h5", "has no {step}");
   refused("checkpoint_every=x", "checkpoint_every");
+  refused("checkpoint_async=maybe", "checkpoint_async");
+  EXPECT_TRUE(pw::parse_agent_options("checkpoint_async=true").checkpoint.async);
 }
 
 TEST(CheckpointOptions, OptionsDifferingAcrossRanksAreRefusedOnEveryRank) {

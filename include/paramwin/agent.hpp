@@ -178,7 +178,9 @@ class Agent final : public AgentInterface {
   /// (docs/checkpoints.md). Written as "<path>.tmp" and renamed once complete, so a crash
   /// leaves any previous file intact; then the oldest checkpoints of
   /// AgentOptions::checkpoint.path beyond checkpoint.keep are deleted. CheckpointError (or
-  /// InvalidArgument for bad @p params) on every rank when any rank fails.
+  /// InvalidArgument for bad @p params) on every rank when any rank fails. With
+  /// CheckpointOptions::async it returns once @p params are copied and the write, rename and
+  /// deletions go on in the background (see wait_checkpoint).
   /// @note Collective over the window's communicator: every agent calls it with the same path.
   void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {
     detail::WindowAccessOf<window_type> access(window_);
@@ -214,6 +216,15 @@ class Agent final : public AgentInterface {
   /// @copydoc resume_newest(std::span<const LayerRef>)
   std::optional<CheckpointLoad> resume_newest(std::initializer_list<LayerRef> params) {
     return resume_newest(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Waits for an asynchronous save in flight (CheckpointOptions::async) and throws its error
+  /// (CheckpointError on every rank); returns at once when none is in flight. Call it before
+  /// relying on the newest file (e.g. before leaving); the destructor waits too, but can
+  /// only print an error.
+  /// @note Collective over the window's communicator.
+  void wait_checkpoint() {
+    detail::WindowAccessOf<window_type> access(window_);
+    core_.wait_checkpoint(access);
   }
   /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent.
   void set_checkpoint_hooks(CheckpointHooks hooks) { core_.set_checkpoint_hooks(std::move(hooks)); }

@@ -25,6 +25,11 @@ struct CheckpointOptions {
   std::string path = "checkpoint-{step}.h5";
   /// Keep the newest @c keep checkpoints of the pattern and delete older ones (0: keep all).
   int keep = 0;
+  /// Write in the background: a save (from step() or save_checkpoint) pauses the agent only
+  /// to copy its parameters, state and blobs; a thread of the agent writes the file while
+  /// training goes on. Its error is thrown by the next save, load, resume or
+  /// Agent::wait_checkpoint (on every rank). Needs MPI_THREAD_MULTIPLE.
+  bool async = false;
 };
 
 /// How often (in steps) the agents agree on the elapsed time for

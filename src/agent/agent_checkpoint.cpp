@@ -7,6 +7,7 @@
 
 #include "agent/rebirth_executor.hpp"  // const_refs
 #include "checkpoint/agent_state.hpp"
+#include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"
 #include "checkpoint/path.hpp"
 #include "detail/mpi_check.hpp"
@@ -44,6 +45,7 @@ std::vector<ConstLayerRef> bound_const(const Layout& layout, std::span<const Con
 void AgentCore::save_checkpoint(WindowAccess& w, const std::string& path,
                                 std::span<const ConstLayerRef> params) {
   const MPI_Comm comm = w.comm();
+  wait_checkpoint(w);  // the previous asynchronous save first (and its error)
   const std::vector<ConstLayerRef> ordered =
       bound_const(w.layout(), params, comm, "Agent::save_checkpoint");
   const RosterEntry own = w.roster(w.rank());
@@ -75,6 +77,19 @@ void AgentCore::save_checkpoint(WindowAccess& w, const std::string& path,
     error = std::string("paramwin: save_checkpoint: the checkpoint hook failed: ") + e.what();
   }
   agree_or_throw<CheckpointError>(comm, error);
+  if (policy_.options().checkpoint.async) {
+    // The pause is the copy; the write, the rename and the rotation run on the writer.
+    if (!async_) async_.reset(new AsyncCheckpoint(comm));
+    try {
+      async_->stage(path, w.layout(), mine, policy_.options());
+    } catch (const std::exception& e) {
+      error = std::string("paramwin: save_checkpoint '") + path + "': " + e.what();
+    }
+    agree_or_throw<CheckpointError>(comm, error);
+    async_->launch();
+    last_checkpoint_ = Clock::now();
+    return;
+  }
   write_checkpoint(comm, path, w.layout(), mine, policy_.options());
   last_checkpoint_ = Clock::now();
   if (w.rank() == 0)
@@ -85,9 +100,15 @@ void AgentCore::save_checkpoint(WindowAccess& w, const std::string& path,
                                                             "' saved, but " + error);
 }
 
+void AgentCore::wait_checkpoint(WindowAccess& w) {
+  const std::string error = async_ ? async_->wait() : std::string();
+  agree_or_throw<CheckpointError>(w.comm(), error);
+}
+
 CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& path,
                                           std::span<const LayerRef> params) {
   const MPI_Comm comm = w.comm();
+  wait_checkpoint(w);  // HDF5 is used by one thread at a time; the newest save completes
   std::vector<LayerRef> ordered;
   std::string error;
   try {
@@ -183,6 +204,7 @@ CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& pa
 std::optional<CheckpointLoad> AgentCore::resume_newest(WindowAccess& w,
                                                        std::span<const LayerRef> params) {
   const MPI_Comm comm = w.comm();
+  wait_checkpoint(w);  // an asynchronous save in flight may be the newest checkpoint
   // Rank 0 looks, every rank loads the same file.
   std::string path = w.rank() == 0 ? newest_checkpoint(policy_.options().checkpoint.path) : "";
   unsigned long long len = path.size();

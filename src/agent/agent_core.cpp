@@ -78,6 +78,16 @@ AgentCore::AgentCore(AgentOptions options, int rank, int population, const Layou
       counters_(counters_of(policy_)),
       hyper_(layout.make_hyperparameters()) {
   validate(policy_.options().explore, layout);
+  if (policy_.options().checkpoint.async) {
+    int level = MPI_THREAD_SINGLE;
+    if (MPI_Query_thread(&level) != MPI_SUCCESS || level != MPI_THREAD_MULTIPLE) {
+      throw InvalidArgument(
+          "paramwin: AgentOptions: checkpoint.async needs MPI_Init_thread with "
+          "MPI_THREAD_MULTIPLE (the writer thread calls MPI beside the trainer); this process "
+          "has thread level " +
+          std::to_string(level));
+    }
+  }
   // every = 0 with interval_ms = 0: only explicit publish() calls (and rebirths) publish,
   // not even the first step.
   const PublishOptions& p = policy_.options().publish;
@@ -109,9 +119,10 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, cons
   h ^= std::bit_cast<std::uint64_t>(c.every_seconds) + (h << 6U) + (h >> 2U);
   h ^= static_cast<std::uint64_t>(c.keep) + (h << 6U) + (h >> 2U);
   h ^= std::hash<std::string>{}(c.path) + (h << 6U) + (h >> 2U);
+  h ^= static_cast<std::uint64_t>(c.async ? 1 : 0) + (h << 6U) + (h >> 2U);
   if (!same_on_all_ranks(comm, h)) {
     throw InvalidArgument("paramwin: AgentOptions: checkpoint options (every, every_seconds, "
-                          "path, keep) differ across ranks; every agent must have the same");
+                          "path, keep, async) differ across ranks; every agent must have the same");
   }
   return std::move(*core);
 }

@@ -405,6 +405,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
       o.checkpoint.path = v;
     } else if (key == "checkpoint_keep") {
       o.checkpoint.keep = to_int<int>(key, v);
+    } else if (key == "checkpoint_async") {
+      o.checkpoint.async = to_bool(key, v);
     } else if (key == "publish_every") {
       o.publish.every = to_int<std::int64_t>(key, v);
     } else if (key == "publish_interval_ms") {
@@ -463,7 +465,8 @@ AgentOptions parse_agent_options(const std::map<std::string, std::string, std::l
           "publish_interval_ms, publish_rebirth_wait_ms, paused_deaths, read_timeout_seconds, "
           "roster_timeout_seconds, read_mode, optimistic_attempts, chunk_bytes, landing, "
           "progress_in_step, progress_thread, progress_interval_us, event_log, checkpoint_every, "
-          "checkpoint_every_seconds, checkpoint_path, checkpoint_keep, hyper_inherit, "
+          "checkpoint_every_seconds, checkpoint_path, checkpoint_keep, checkpoint_async, "
+          "hyper_inherit, "
           "perturb_factors, resample_probability, explore.NAME, explore_scale.NAME)");
     }
   }

@@ -46,7 +46,8 @@ std::string describe(const AgentOptions& o) {
     << " k=" << o.selection.k << " mixing=" << mixing_name(o.mixing.kind)
     << " publish_every=" << o.publish.every << " checkpoint_every=" << o.checkpoint.every
     << " checkpoint_every_seconds=" << o.checkpoint.every_seconds
-    << " checkpoint_path=" << o.checkpoint.path << " checkpoint_keep=" << o.checkpoint.keep;
+    << " checkpoint_path=" << o.checkpoint.path << " checkpoint_keep=" << o.checkpoint.keep
+    << " checkpoint_async=" << (o.checkpoint.async ? 1 : 0);
   return s.str();
 }
 

@@ -499,6 +499,11 @@ CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
   return agent().load_checkpoint(path, impl_->refs);
 }
 
+void TorchAgent::wait_checkpoint() {
+  // A grouped agent has no checkpoints, so nothing can be in flight.
+  if (auto* a = dynamic_cast<Agent<>*>(impl_->agent.get())) a->wait_checkpoint();
+}
+
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
   impl_->bind();
   return agent().resume_newest(impl_->refs);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -121,9 +122,13 @@ struct AgentCounters {
   std::uint64_t generation = 0;  ///< rebirths
 };
 
-class RebirthExecutor;  // src/agent/rebirth_executor.hpp
-struct PullOutcome;     // src/agent/rebirth_executor.hpp
-struct RebirthPlan;     // src/agent/rebirth_plan.hpp
+class RebirthExecutor;           // src/agent/rebirth_executor.hpp
+class AsyncCheckpoint;           // src/checkpoint/async_save.hpp
+struct AsyncCheckpointDeleter {  // defined beside AsyncCheckpoint
+  void operator()(AsyncCheckpoint* p) const noexcept;
+};
+struct PullOutcome;  // src/agent/rebirth_executor.hpp
+struct RebirthPlan;  // src/agent/rebirth_plan.hpp
 
 /// The step core of every agent: policy, counters, statistics, event log and publishing
 /// state, and the one step sequence (agree, plan, attempt/exclude loop, rebirth, callbacks,
@@ -176,6 +181,10 @@ class AgentCore {
   /// @note Collective over the window's communicator.
   void save_checkpoint(WindowAccess& w, const std::string& path,
                        std::span<const ConstLayerRef> params);
+  /// Waits for an asynchronous save in flight (CheckpointOptions::async) and throws its
+  /// error, CheckpointError on every rank; returns at once when none is in flight.
+  /// @note Collective over the window's communicator.
+  void wait_checkpoint(WindowAccess& w);
   /// Loads this rank's agent from @p path (see Agent::load_checkpoint).
   /// @note Collective over the window's communicator.
   CheckpointLoad load_checkpoint(WindowAccess& w, const std::string& path,
@@ -248,6 +257,8 @@ class AgentCore {
   Hyperparameters hyper_;  // published with every publish; replaced by a rebirth
   CheckpointHooks hooks_{};
   Clock::time_point last_checkpoint_ = Clock::now();  // for checkpoint.every_seconds
+  // The writer of asynchronous saves (CheckpointOptions::async), made at the first one.
+  std::unique_ptr<AsyncCheckpoint, AsyncCheckpointDeleter> async_;
 };
 
 }  // namespace paramwin::detail

@@ -193,6 +193,10 @@ class TorchAgent {
   /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if any (Agent::resume_newest).
   /// @note Collective over the agents' communicator.
   std::optional<CheckpointLoad> resume_newest();
+  /// Waits for an asynchronous save in flight and throws its error (Agent::wait_checkpoint);
+  /// nothing to do for a grouped agent.
+  /// @note Collective over the agents' communicator.
+  void wait_checkpoint();
 
  private:
   struct Impl;
