@@ -66,7 +66,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.params == 0 || a.layers == 0 || a.layers > a.params || a.reps < 1) {
-    throw std::invalid_argument("--params and --layers must be >= 1 (layers <= params), --reps >= 1");
+    throw std::invalid_argument(
+        "--params and --layers must be >= 1 (layers <= params), --reps >= 1");
   }
   return a;
 }
@@ -202,8 +203,8 @@ int main(int argc, char** argv) {
           }
           return s + "]";
         };
-        j << "{\"agents\": " << size << ", \"params\": " << a.params << ", \"layers\": "
-          << a.layers << ", \"fsync\": " << (a.fsync ? "true" : "false")
+        j << "{\"agents\": " << size << ", \"params\": " << a.params << ", \"layers\": " << a.layers
+          << ", \"fsync\": " << (a.fsync ? "true" : "false")
           << ", \"seconds\": {\"posix\": " << list(t_posix) << ", \"sync\": " << list(t_sync)
           << ", \"async_pause\": " << list(t_pause) << ", \"async_total\": " << list(t_async)
           << ", \"memcpy\": " << list(t_copy) << "}}\n";
