@@ -3,6 +3,8 @@
 // Every rank is one agent of N float32 parameters in L layers. Each repetition, in one loop so
 // that all three see the same machine state:
 //   posix  every rank writes its parameters to its own file (open, write, close)
+//   shared every rank writes the same bytes into one shared file at its own offset (pwrite):
+//          what the file system gives concurrent writers of one file, without HDF5
 //   sync   Agent::save_checkpoint, one parallel-HDF5 file (collective MPI-IO)
 //   async  CheckpointOptions::async: the call (the pause: a copy of the parameters) and the
 //          time until wait_checkpoint() returns (the write, overlapping nothing here)
@@ -85,17 +87,19 @@ double timed(F fn) {
   return slowest(MPI_Wtime() - t0);
 }
 
-void posix_write(const std::string& path, const std::vector<std::vector<float>>& layers,
-                 bool sync) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+// Writes @p layers into @p path from byte @p offset on (own file: offset 0 and truncated).
+void posix_write(const std::string& path, const std::vector<std::vector<float>>& layers, bool sync,
+                 off_t offset = 0, bool truncate = true) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (truncate ? O_TRUNC : 0), 0644);
   if (fd < 0) throw std::runtime_error("open " + path + ": " + std::strerror(errno));
   for (const std::vector<float>& l : layers) {
     const char* p = reinterpret_cast<const char*>(l.data());
     std::size_t left = l.size() * sizeof(float);
     while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
+      const ssize_t n = ::pwrite(fd, p, left, offset);
       if (n < 0) throw std::runtime_error("write " + path + ": " + std::strerror(errno));
       p += n;
+      offset += n;
       left -= static_cast<std::size_t>(n);
     }
   }
@@ -144,20 +148,24 @@ int main(int argc, char** argv) {
     pw::Agent<> sync_agent(MPI_COMM_WORLD, layout, sync_o);
     pw::Agent<> async_agent(MPI_COMM_WORLD, layout, async_o);
     const std::string own = a.dir + "/posix-rank" + std::to_string(rank) + ".bin";
+    const std::string shared = a.dir + "/posix-shared.bin";
     const std::string h5_sync = a.dir + "/sync.h5";
     const std::string h5_async = a.dir + "/async.h5";
     std::vector<std::vector<float>> copy(a.layers);
     for (std::size_t l = 0; l < a.layers; ++l) copy[l].resize(layers[l].size());
 
-    std::vector<double> t_posix, t_sync, t_pause, t_async, t_copy;
+    std::vector<double> t_posix, t_shared, t_sync, t_pause, t_async, t_copy;
+    const auto own_offset = static_cast<off_t>(a.params * sizeof(float)) * rank;
     for (int r = 0; r < a.reps; ++r) {
       std::error_code ec;
       fs::remove(own, ec);
       if (rank == 0) {
         fs::remove(h5_sync, ec);
         fs::remove(h5_async, ec);
+        fs::remove(shared, ec);
       }
       t_posix.push_back(timed([&] { posix_write(own, layers, a.fsync); }));
+      t_shared.push_back(timed([&] { posix_write(shared, layers, a.fsync, own_offset, false); }));
       t_sync.push_back(timed([&] { sync_agent.save_checkpoint(h5_sync, refs); }));
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = MPI_Wtime();
@@ -188,12 +196,14 @@ int main(int argc, char** argv) {
                     *std::max_element(v.begin(), v.end()) * 1e3, bytes / median(v) / 1e9);
       };
       row("posix: every rank its own file", t_posix);
+      row("posix: one shared file (pwrite)", t_shared);
       row("save_checkpoint (sync)", t_sync);
       row("save_checkpoint (async): pause", t_pause);
       row("save_checkpoint (async): to wait", t_async);
       row("memcpy of the parameters", t_copy);
-      std::printf("sync save / posix: %.2fx (target <= 1.5x); async pause / memcpy: %.2fx\n",
-                  sync / posix, median(t_pause) / median(t_copy));
+      std::printf("sync save / posix: %.2fx (target <= 1.5x); sync save / shared file: %.2fx; "
+                  "async pause / memcpy: %.2fx\n",
+                  sync / posix, sync / median(t_shared), median(t_pause) / median(t_copy));
       if (!a.json.empty()) {
         std::ofstream j(a.json);
         const auto list = [&](const std::vector<double>& v) {
@@ -205,7 +215,8 @@ int main(int argc, char** argv) {
         };
         j << "{\"agents\": " << size << ", \"params\": " << a.params << ", \"layers\": " << a.layers
           << ", \"fsync\": " << (a.fsync ? "true" : "false")
-          << ", \"seconds\": {\"posix\": " << list(t_posix) << ", \"sync\": " << list(t_sync)
+          << ", \"seconds\": {\"posix\": " << list(t_posix)
+          << ", \"posix_shared\": " << list(t_shared) << ", \"sync\": " << list(t_sync)
           << ", \"async_pause\": " << list(t_pause) << ", \"async_total\": " << list(t_async)
           << ", \"memcpy\": " << list(t_copy) << "}}\n";
       }
@@ -216,6 +227,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       fs::remove(h5_sync, ec);
       fs::remove(h5_async, ec);
+      fs::remove(shared, ec);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint_bench (rank %d): %s\n", rank, e.what());

@@ -774,11 +774,14 @@ def checkpoint_section(json_dir, w):
       "agent's writer thread until `wait_checkpoint()`. Times are the slowest rank's.\n")
     rows = []
     for key, label in (("posix", "posix: every rank its own file"),
+                       ("posix_shared", "posix: one shared file, each rank at its offset"),
                        ("sync", "save_checkpoint (sync)"),
                        ("async_pause", "save_checkpoint (async): the pause"),
                        ("async_total", "save_checkpoint (async): until wait_checkpoint"),
                        ("memcpy", "memcpy of the parameters")):
-        v = s[key]
+        v = s.get(key)
+        if not v:
+            continue
         rows.append([label, f"{med[key] * 1e3:.1f} ms ({min(v) * 1e3:.1f} – {max(v) * 1e3:.1f})",
                      f"{nbytes / med[key] / 1e9:.2f}"])
     w(table(["case", "time", "GB/s"], rows) + "\n")
