@@ -109,6 +109,15 @@ if [ "$mpi" = openmpi ]; then
   report_args=(--no-plots)
 fi
 
+# record_commit FILE: the short commit, marked when src/, include/ or benchmarks/ differ from it
+# (a section's figures then belong to uncommitted code).
+record_commit() {
+  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$1"
+  if ! git diff --quiet HEAD -- src include benchmarks 2>/dev/null; then
+    sed -i 's/$/ (with uncommitted changes in src\/, include\/ or benchmarks\/)/' "$1"
+  fi
+}
+
 run_suite() {  # run_suite <ranks> <filter>
   local np=$1 filter=$2
   echo "bench: $np ranks, filter $filter"
@@ -126,7 +135,7 @@ run_suite() {  # run_suite <ranks> <filter>
 # reborn agent's ranks (as on a machine with a core per rank); the RMA donors then serve
 # gets only when they poll, which the report states. Written to out/bench/groups_*.json.
 run_groups() {
-  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/groups_commit.txt"
+  record_commit "$out/groups_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/groups_load.txt"
   PARAMWIN_BENCH_POLL_NS=1000000 "$mpiexec" -n 6 "$bench" \
     --benchmark_filter='^group_rebirth/shm/' --benchmark_repetitions="$reps" \
@@ -140,7 +149,7 @@ run_groups() {
 }
 
 run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progress cost
-  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/serve_commit.txt"
+  record_commit "$out/serve_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/serve_load.txt"
   "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^serve/|^busy/pull_rma/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
@@ -155,7 +164,7 @@ run_serve() {  # issue 14: an Agent loop serving its RMA readers, step()'s progr
 }
 
 run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish with and without
-  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/hyper_commit.txt"
+  record_commit "$out/hyper_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/hyper_load.txt"
   "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^hyper/(pull_ab_|publish/)' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
@@ -165,7 +174,7 @@ run_hyper() {  # issue 15: hyperparameters in the snapshot, pull and publish wit
 }
 
 run_direct() {  # issue 18: direct landing vs transactional vs raw get, side by side
-  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/direct_commit.txt"
+  record_commit "$out/direct_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/direct_load.txt"
   "$mpiexec" -n 2 "$bench" \
     --benchmark_filter='^direct/(one_donor|wire)/' --benchmark_repetitions="$((reps > 5 ? reps : 5))" \
@@ -179,7 +188,7 @@ run_direct() {  # issue 18: direct landing vs transactional vs raw get, side by 
 }
 
 run_checkpoint() {  # issue 17: population checkpoint saves vs plain POSIX writes, 4 agents
-  { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/checkpoint_commit.txt"
+  record_commit "$out/checkpoint_commit.txt"
   { date -Is; cat /proc/loadavg; } > "$out/checkpoint_load.txt"
   "$mpiexec" -n 4 "$build_dir/benchmarks/paramwin_checkpoint_bench" --params 50000000 --layers 8 \
     --reps "$((reps > 5 ? reps : 5))" --dir "$out/checkpoint_files" \

@@ -768,8 +768,10 @@ def checkpoint_section(json_dir, w):
       f"the files are removed before each repetition).{load_note}\n")
     w("One loop per repetition, so that every case sees the same machine: *posix* is every rank "
       "writing its parameters to its own file (`open`, `write`, `close`); *sync* is "
-      "`Agent::save_checkpoint` (one parallel-HDF5 file, collective MPI-IO, checksums, "
-      "temporary name and rename); *async* is the same with `CheckpointOptions::async`: the "
+      "`Agent::save_checkpoint` (one parallel-HDF5 file: objects created collectively, each "
+      "owner's datasets written with independent MPI-IO; checksums, temporary name and rename); "
+      "*shared* is every rank writing the same bytes with `pwrite` into one shared file at its "
+      "own offset (what the file system gives concurrent writers of one file, without HDF5); *async* is the same with `CheckpointOptions::async`: the "
       "call returns after copying the parameters (the agent's pause), the write runs on the "
       "agent's writer thread until `wait_checkpoint()`. Times are the slowest rank's.\n")
     rows = []
