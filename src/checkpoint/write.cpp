@@ -1,6 +1,6 @@
 // Writing a population checkpoint: every rank creates every object collectively (parallel
-// HDF5 requires it), then each agent's datasets are written by their owner with collective
-// MPI-IO (the others take part with empty selections), under a temporary name that rank 0
+// HDF5 requires it; datasets are allocated at creation), then each agent's datasets are
+// written by their owner alone with independent MPI-IO, under a temporary name that rank 0
 // renames once the file is closed everywhere.
 #include <xxhash.h>
 
