@@ -476,17 +476,3 @@ TEST(CheckpointOptions, OptionsDifferingAcrossRanksAreRefusedOnEveryRank) {
   EXPECT_THROW(pw::Agent<>(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o),
                pw::InvalidArgument);
 }
-
-TEST(CheckpointOptions, GroupAgentRefusesCheckpointOptionsOnEveryRank) {
-  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
-  pw::AgentOptions o = pw::test::quiet_options();
-  o.checkpoint.every = 5;
-  try {
-    pw::GroupAgent g(groups, pw::test::formula_layout(12, 3), o);
-    ADD_FAILURE() << "GroupAgent accepted checkpoint options";
-  } catch (const pw::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoints are not implemented for group agents"),
-              std::string::npos)
-        << e.what();
-  }
-}

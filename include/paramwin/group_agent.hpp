@@ -12,9 +12,12 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "paramwin/agent_interface.hpp"
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -29,11 +32,15 @@ namespace paramwin {
 /// One rank of an agent made of several ranks. Parameters live in host memory (the
 /// caller's full replica on every rank, as in data-parallel training). Move-only.
 ///
-/// Collectives: the constructor and close() are collective over all training ranks
-/// (AgentGroups::training_comm); step() is collective over the agent's own ranks only
-/// (AgentGroups::agent_comm): it never waits for another agent. publish(), leave(),
-/// pause() and resume() are local but must be called on every rank of the agent, in the
-/// same order.
+/// Collectives: the constructor, close() and the checkpoint calls are collective over all
+/// training ranks (AgentGroups::training_comm); step() is collective over the agent's own
+/// ranks only (AgentGroups::agent_comm): it never waits for another agent, except for the
+/// saves AgentOptions::checkpoint asks for. publish(), leave(), pause() and resume() are
+/// local but must be called on every rank of the agent, in the same order.
+///
+/// Checkpoints (docs/checkpoints.md) have the format of Agent's: one group per agent
+/// (agent index = agent id), written and read by the agents' leaders; the other ranks of an
+/// agent receive what their leader read and end with the same parameters and state.
 class GroupAgent final : public AgentInterface {
  public:
   /// Checks that every training rank passed the same @p layout and valid @p options
@@ -62,6 +69,9 @@ class GroupAgent final : public AgentInterface {
   /// or shards from different publishes: retried with a fresh choice (up to 3 times), then
   /// the death is deferred with @p params unchanged on every rank.
   ///
+  /// When AgentOptions::checkpoint asks for it, the step ends with a save_checkpoint of
+  /// @p params (collective over the training ranks: every agent saves at the same step).
+  ///
   /// Bad @p params on any rank: InvalidArgument on every rank of the agent, nothing
   /// changed. The returned event is the same on every rank of the agent except for the
   /// timers (each rank's own) and the note (the leader's); `rank` is the agent id, donor
@@ -72,6 +82,50 @@ class GroupAgent final : public AgentInterface {
   StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
     return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
   }
+
+  /// Saves the whole population into one parallel-HDF5 checkpoint @p path, in Agent's format
+  /// (Agent::save_checkpoint): each agent's leader writes its @p params (host memory, the
+  /// full replica) and the agent's state as agent number agent(); the other ranks check
+  /// their @p params and wait. Written as "<path>.tmp" and renamed once complete; then the
+  /// oldest checkpoints of AgentOptions::checkpoint.path beyond checkpoint.keep are deleted.
+  /// CheckpointError (or InvalidArgument for bad @p params) on every training rank when any
+  /// rank fails. With CheckpointOptions::async it returns once the leaders copied their
+  /// parameters, and the write goes on in the background (see wait_checkpoint).
+  /// @note Collective over the training ranks: every rank calls it with the same path.
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params);
+  /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
+  void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
+    save_checkpoint(path, std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+  /// Continues from checkpoint @p path (Agent::load_checkpoint): the leaders read and
+  /// validate the file, each shares its agent's part with the agent's ranks, and every rank
+  /// fills @p params (its full replica) and restores the agent (random streams, age, maximum
+  /// age, generation, pending death, counters, hyperparameters, publish stamp, roster), then
+  /// republishes its shard. As many agents as the file holds: each continues its own; fewer:
+  /// the best by metric; more: the extra agents are reborn from the best ones. Any problem
+  /// on any rank: CheckpointError (InvalidArgument for bad @p params) on every training
+  /// rank, with every agent and every rank's @p params untouched.
+  /// @note Collective over the training ranks.
+  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params);
+  /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
+  CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
+    return load_checkpoint(path, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Loads the newest checkpoint of AgentOptions::checkpoint.path (training rank 0 looks;
+  /// the highest step wins), or returns nothing (agent untouched) when there is none.
+  /// @note Collective over the training ranks.
+  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params);
+  /// @copydoc resume_newest(std::span<const LayerRef>)
+  std::optional<CheckpointLoad> resume_newest(std::initializer_list<LayerRef> params) {
+    return resume_newest(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Waits for an asynchronous save in flight (CheckpointOptions::async) and throws its error
+  /// (CheckpointError on every training rank); returns at once when none is in flight.
+  /// @note Collective over the training ranks.
+  void wait_checkpoint();
+  /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent: the
+  /// leader's save hook writes the agent's blobs, every rank's load hook receives them.
+  void set_checkpoint_hooks(CheckpointHooks hooks);
 
   /// Publishes this rank's shard of @p params (the full replica) now, outside the cadence,
   /// stamped with the agent's next publish epoch. Call on every rank of the agent.

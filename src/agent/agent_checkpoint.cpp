@@ -1,11 +1,16 @@
 // AgentCore's checkpoints: what an agent saves of itself (AgentSnapshot + parameters + the
 // owner's blobs), how a load validates everything on every rank before changing anything,
-// and when step() saves by itself (AgentOptions::checkpoint).
+// and when step() saves by itself (AgentOptions::checkpoint). One code path for both kinds
+// of agent (CheckpointComms): a one-rank Agent writes and reads its own share; a GroupAgent's
+// leader writes and reads for its agent and shares the staged share with the agent's ranks.
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "agent/rebirth_executor.hpp"  // const_refs
+#include "agent/solo_executor.hpp"
 #include "checkpoint/agent_state.hpp"
 #include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"
@@ -19,16 +24,17 @@ namespace paramwin::detail {
 
 namespace {
 
+constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
+
 std::vector<ConstLayerRef> bound_const(const Layout& layout, std::span<const ConstLayerRef> params,
-                                       MPI_Comm comm, const char* caller) {
+                                       MPI_Comm comm, const std::string& caller) {
   std::vector<ConstLayerRef> ordered;
   std::string error;
   try {
     ordered = bind_step_params(layout, params, caller);
     for (const ConstLayerRef& r : ordered) {
       if (!r.host_accessible()) {
-        throw InvalidArgument(std::string("paramwin: ") + caller + ": layer '" +
-                              std::string(r.name()) +
+        throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
                               "' is not host-accessible (checkpoints read and write the "
                               "parameters on the host)");
       }
@@ -40,117 +46,234 @@ std::vector<ConstLayerRef> bound_const(const Layout& layout, std::span<const Con
   return ordered;
 }
 
+// The one-rank agent's communicators: its window's for everything.
+CheckpointComms solo_comms(const WindowAccess& w) {
+  return CheckpointComms{.all = w.comm(), .writers = w.comm(), .agent = MPI_COMM_NULL};
+}
+
+int rank_of(MPI_Comm comm) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank(checkpoint)");
+  return rank;
+}
+
+// @p bytes bytes at @p data from rank 0 of @p comm, in pieces that fit an int.
+void bcast_bytes(void* data, std::size_t bytes, MPI_Comm comm) {
+  auto* p = static_cast<char*>(data);
+  for (std::size_t off = 0; off < bytes; off += kMaxBcastBytes) {
+    const std::size_t n = std::min(kMaxBcastBytes, bytes - off);
+    check_mpi(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, 0, comm),
+              "MPI_Bcast(checkpoint bytes)");
+  }
+}
+
+// @p s from rank 0 of @p comm (its length first).
+void bcast_string(std::string& s, MPI_Comm comm) {
+  unsigned long long len = s.size();
+  check_mpi(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, comm), "MPI_Bcast(checkpoint length)");
+  s.resize(static_cast<std::size_t>(len));
+  bcast_bytes(s.data(), s.size(), comm);
+}
+
+// What the writer (rank 0 of @p agent) staged, on every rank of its agent: the share's
+// header, its layers (sizes known from @p layout), its state text and its blobs.
+void share_read(CheckpointRead& r, const Layout& layout, MPI_Comm agent) {
+  long long head[4] = {r.agents, r.source, r.reborn ? 1 : 0, static_cast<long long>(r.extras.size())};
+  check_mpi(MPI_Bcast(head, 4, MPI_LONG_LONG, 0, agent), "MPI_Bcast(checkpoint share)");
+  r.agents = static_cast<int>(head[0]);
+  r.source = static_cast<int>(head[1]);
+  r.reborn = head[2] != 0;
+  r.layers.resize(layout.size());
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    r.layers[l].resize(layout[l].count * dtype_size(layout[l].dtype));
+    bcast_bytes(r.layers[l].data(), r.layers[l].size(), agent);
+  }
+  bcast_string(r.state, agent);
+  r.extras.resize(static_cast<std::size_t>(head[3]));
+  for (CheckpointBlob& b : r.extras) {
+    bcast_string(b.name, agent);
+    bcast_string(b.bytes, agent);
+  }
+}
+
 }  // namespace
 
 void AgentCore::save_checkpoint(WindowAccess& w, const std::string& path,
                                 std::span<const ConstLayerRef> params) {
-  const MPI_Comm comm = w.comm();
-  wait_checkpoint(w);  // the previous asynchronous save first (and its error)
-  const std::vector<ConstLayerRef> ordered =
-      bound_const(w.layout(), params, comm, "Agent::save_checkpoint");
-  const RosterEntry own = w.roster(w.rank());
-  AgentSnapshot s;
-  s.policy = policy_.state();
-  s.stats = stats_.counters();
-  const std::span<const std::uint64_t> words = std::as_const(hyper_).words();
-  s.hyper.assign(words.begin(), words.end());
-  s.status = own.status;
-  s.status.state = advertised_;
-  s.version = w.version();
-  s.steps_since_publish = steps_since_publish_;
-  s.publish_pending = publish_pending_;
-  s.paused = paused_;
-  s.resume_state = resume_state_;
-
-  AgentRecord mine{.ordered = ordered,
-                   .state = encode_agent_state(s),
-                   .extras = {},
-                   .metric = own.status.metric,
-                   .generation = policy_.generation(),
-                   .steps = policy_.steps(),
-                   .age = policy_.age(),
-                   .iteration = own.status.iteration};
-  std::string error;
-  try {
-    if (hooks_.save) mine.extras = hooks_.save();
-  } catch (const std::exception& e) {
-    error = std::string("paramwin: save_checkpoint: the checkpoint hook failed: ") + e.what();
-  }
-  agree_or_throw<CheckpointError>(comm, error);
-  if (policy_.options().checkpoint.async) {
-    // The pause is the copy; the write, the rename and the rotation run on the writer.
-    if (!async_) async_.reset(new AsyncCheckpoint(comm));
-    try {
-      async_->stage(path, w.layout(), mine, policy_.options());
-    } catch (const std::exception& e) {
-      error = std::string("paramwin: save_checkpoint '") + path + "': " + e.what();
-    }
-    agree_or_throw<CheckpointError>(comm, error);
-    async_->launch();
-    last_checkpoint_ = Clock::now();
-    return;
-  }
-  write_checkpoint(comm, path, w.layout(), mine, policy_.options());
-  last_checkpoint_ = Clock::now();
-  if (w.rank() == 0)
-    error =
-        rotate_checkpoints(policy_.options().checkpoint.path, policy_.options().checkpoint.keep);
-  agree_or_throw<CheckpointError>(comm, error.empty() ? error
-                                                      : "paramwin: checkpoint '" + path +
-                                                            "' saved, but " + error);
+  SoloExecutor ex(w, fingerprint_);
+  save_checkpoint(ex, solo_comms(w), path, params);
 }
 
-void AgentCore::wait_checkpoint(WindowAccess& w) {
-  const std::string error = async_ ? async_->wait() : std::string();
-  agree_or_throw<CheckpointError>(w.comm(), error);
-}
+void AgentCore::wait_checkpoint(WindowAccess& w) { wait_checkpoint(solo_comms(w)); }
 
 CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& path,
                                           std::span<const LayerRef> params) {
-  const MPI_Comm comm = w.comm();
-  wait_checkpoint(w);  // HDF5 is used by one thread at a time; the newest save completes
+  SoloExecutor ex(w, fingerprint_);
+  return load_checkpoint(ex, solo_comms(w), path, params);
+}
+
+std::optional<CheckpointLoad> AgentCore::resume_newest(WindowAccess& w,
+                                                       std::span<const LayerRef> params) {
+  SoloExecutor ex(w, fingerprint_);
+  return resume_newest(ex, solo_comms(w), params);
+}
+
+void AgentCore::checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params) {
+  SoloExecutor ex(w, fingerprint_);
+  checkpoint_if_due(ex, solo_comms(w), params);
+}
+
+void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
+                                const std::string& path, std::span<const ConstLayerRef> params) {
+  wait_checkpoint(c);  // the previous asynchronous save first (and its error)
+  const std::vector<ConstLayerRef> ordered =
+      bound_const(ex.layout(), params, c.all, std::string(ex.kind()) + "::save_checkpoint");
+  // Only the writer of each agent (a GroupAgent's leader: its policy is the agent's) records
+  // the agent; the other ranks of a group hold the same replica.
+  const bool writer = c.writers != MPI_COMM_NULL;
+  AgentRecord mine;
+  std::string error;
+  if (writer) {
+    const RosterEntry own = ex.own_roster();
+    AgentSnapshot s;
+    s.policy = policy_.state();
+    s.stats = stats_.counters();
+    const std::span<const std::uint64_t> words = std::as_const(hyper_).words();
+    s.hyper.assign(words.begin(), words.end());
+    s.status = own.status;
+    s.status.state = advertised_;
+    s.version = ex.version();
+    s.steps_since_publish = steps_since_publish_;
+    s.publish_pending = publish_pending_;
+    s.paused = paused_;
+    s.resume_state = resume_state_;
+    mine = AgentRecord{.ordered = ordered,
+                       .state = encode_agent_state(s),
+                       .extras = {},
+                       .metric = own.status.metric,
+                       .generation = policy_.generation(),
+                       .steps = policy_.steps(),
+                       .age = policy_.age(),
+                       .iteration = own.status.iteration};
+    try {
+      if (hooks_.save) mine.extras = hooks_.save();
+    } catch (const std::exception& e) {
+      error = std::string("paramwin: save_checkpoint: the checkpoint hook failed: ") + e.what();
+    }
+  }
+  agree_or_throw<CheckpointError>(c.all, error);
+  if (policy_.options().checkpoint.async) {
+    // The pause is the copy; the write, the rename and the rotation run on the writer thread
+    // (one per writing rank, over its own duplicate of the writers' communicator).
+    if (writer) {
+      if (!async_) async_.reset(new AsyncCheckpoint(c.writers));
+      try {
+        async_->stage(path, ex.layout(), mine, policy_.options());
+      } catch (const std::exception& e) {
+        error = std::string("paramwin: save_checkpoint '") + path + "': " + e.what();
+      }
+    }
+    agree_or_throw<CheckpointError>(c.all, error);
+    if (writer) async_->launch();
+    last_checkpoint_ = Clock::now();
+    return;
+  }
+  if (writer) {
+    try {
+      write_checkpoint(c.writers, path, ex.layout(), mine, policy_.options());
+    } catch (const std::exception& e) {
+      error = e.what();  // the same on every writer (write_checkpoint agrees)
+    }
+  }
+  agree_or_throw<CheckpointError>(c.all, error);
+  last_checkpoint_ = Clock::now();
+  if (writer && rank_of(c.writers) == 0)
+    error =
+        rotate_checkpoints(policy_.options().checkpoint.path, policy_.options().checkpoint.keep);
+  agree_or_throw<CheckpointError>(c.all, error.empty() ? error
+                                                       : "paramwin: checkpoint '" + path +
+                                                             "' saved, but " + error);
+}
+
+void AgentCore::wait_checkpoint(const CheckpointComms& c) {
+  const std::string error = async_ ? async_->wait() : std::string();
+  agree_or_throw<CheckpointError>(c.all, error);
+}
+
+CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
+                                          const std::string& path,
+                                          std::span<const LayerRef> params) {
+  wait_checkpoint(c);  // HDF5 is used by one thread at a time; the newest save completes
+  const std::string caller = std::string(ex.kind()) + "::load_checkpoint";
   std::vector<LayerRef> ordered;
   std::string error;
   try {
-    ordered = bind_step_params(w.layout(), params, "Agent::load_checkpoint");
+    ordered = bind_step_params(ex.layout(), params, caller);
     for (const LayerRef& r : ordered) {
       if (!r.host_accessible()) {
-        throw InvalidArgument("paramwin: Agent::load_checkpoint: layer '" + std::string(r.name()) +
+        throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
                               "' is not host-accessible");
       }
     }
   } catch (const Error& e) {
     error = e.what();
   }
-  agree_or_throw<InvalidArgument>(comm, error);
+  agree_or_throw<InvalidArgument>(c.all, error);
 
-  CheckpointRead read = read_checkpoint(comm, path, w.layout());
-  // Everything that could still fail, on a copy: the live agent changes only after every
-  // rank succeeded.
+  // Everything that could still fail, on copies: the live agent changes only after every
+  // rank succeeded. The writer reads and validates its agent's share and decides the
+  // agent's policy (restored, or reborn with its own streams); the other ranks of a group
+  // receive that share with the decided state and apply the same.
+  const bool writer = c.writers != MPI_COMM_NULL;
+  CheckpointRead read;
   AgentSnapshot s;
   Policy policy = policy_;
-  try {
-    s = decode_agent_state(read.state);
-    if (s.hyper.size() != hyper_.words().size()) {
-      throw CheckpointError(
-          "paramwin: checkpoint '" + path + "': agent " + std::to_string(read.source) + " holds " +
-          std::to_string(s.hyper.size()) + " hyperparameter words, the layout declares " +
-          std::to_string(hyper_.words().size()));
-    }
-    if (read.reborn) {
-      policy.reborn();
-    } else {
-      try {
-        policy.restore(s.policy);
-      } catch (const InvalidArgument& e) {
+  if (writer) {
+    try {
+      read = read_checkpoint(c.writers, path, ex.layout());
+      s = decode_agent_state(read.state);
+      if (s.hyper.size() != hyper_.words().size()) {
         throw CheckpointError("paramwin: checkpoint '" + path + "': agent " +
-                              std::to_string(read.source) + ": " + e.what());
+                              std::to_string(read.source) + " holds " +
+                              std::to_string(s.hyper.size()) +
+                              " hyperparameter words, the layout declares " +
+                              std::to_string(hyper_.words().size()));
+      }
+      if (read.reborn) {
+        policy.reborn();
+      } else {
+        try {
+          policy.restore(s.policy);
+        } catch (const InvalidArgument& e) {
+          throw CheckpointError("paramwin: checkpoint '" + path + "': agent " +
+                                std::to_string(read.source) + ": " + e.what());
+        }
+      }
+      if (c.agent != MPI_COMM_NULL) {
+        s.policy = policy.state();  // what the agent's other ranks restore
+        read.state = encode_agent_state(s);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();  // read_checkpoint's is the same on every writer
+    }
+  }
+  if (c.agent != MPI_COMM_NULL) {
+    int ok = error.empty() ? 1 : 0;  // the writer's verdict
+    check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, c.agent), "MPI_Bcast(checkpoint verdict)");
+    if (ok != 0) {
+      share_read(read, ex.layout(), c.agent);
+      if (!writer) {
+        try {
+          s = decode_agent_state(read.state);
+          policy.restore(s.policy);
+        } catch (const std::exception& e) {
+          error = "paramwin: checkpoint '" + path + "': the state shared by the leader: " +
+                  e.what();
+        }
       }
     }
-  } catch (const std::exception& e) {
-    error = e.what();
   }
-  agree_or_throw<CheckpointError>(comm, error);
+  agree_or_throw<CheckpointError>(c.all, error);
 
   for (std::size_t l = 0; l < ordered.size(); ++l) {
     if (!read.layers[l].empty())
@@ -176,12 +299,17 @@ CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& pa
       error = std::string("paramwin: load_checkpoint: the checkpoint hook failed: ") + e.what();
     }
   }
-  // Others find this agent as a donor with the saved version number, as in the run that saved.
-  if (!read.reborn) w.continue_versions(s.version);
+  // Others find this agent as a donor with the saved version number (a group: the saved
+  // publish stamp), as in the run that saved.
+  if (!read.reborn) ex.continue_versions(s.version);
   if (read.reborn || s.version > 0) {
     const std::vector<ConstLayerRef> refs = const_refs(ordered);
-    const PublishResult r = w.publish(refs, hyper_);
+    ex.advance_stamp();
+    const PublishResult r = ex.publish(refs, hyper_);
     if (r.published) last_publish_ = Clock::now();
+    // A group rank whose slot was pinned still advertises the older publish: the next
+    // step publishes again, on every rank of the agent (its agreement sees this).
+    if (!r.published) publish_pending_ = true;
   }
   AgentStatus status = s.status;
   if (read.reborn) {
@@ -190,9 +318,9 @@ CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& pa
     status.state = AgentState::active;
   }
   advertised_ = status.state;
-  w.set_status(status);
+  ex.set_status(status);
   last_checkpoint_ = Clock::now();
-  agree_or_throw<CheckpointError>(comm, error);
+  agree_or_throw<CheckpointError>(c.all, error);
   // Nobody steps before every agent republished (agree_or_throw's reduction orders it).
   return CheckpointLoad{.path = path,
                         .agents = read.agents,
@@ -201,37 +329,40 @@ CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& pa
                         .steps = policy_.steps()};
 }
 
-std::optional<CheckpointLoad> AgentCore::resume_newest(WindowAccess& w,
+std::optional<CheckpointLoad> AgentCore::resume_newest(RebirthExecutor& ex,
+                                                       const CheckpointComms& c,
                                                        std::span<const LayerRef> params) {
-  const MPI_Comm comm = w.comm();
-  wait_checkpoint(w);  // an asynchronous save in flight may be the newest checkpoint
+  wait_checkpoint(c);  // an asynchronous save in flight may be the newest checkpoint
   // Rank 0 looks, every rank loads the same file.
-  std::string path = w.rank() == 0 ? newest_checkpoint(policy_.options().checkpoint.path) : "";
+  std::string path =
+      rank_of(c.all) == 0 ? newest_checkpoint(policy_.options().checkpoint.path) : "";
   unsigned long long len = path.size();
-  check_mpi(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, comm), "MPI_Bcast(checkpoint path)");
+  check_mpi(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, c.all), "MPI_Bcast(checkpoint path)");
   path.resize(len);
-  check_mpi(MPI_Bcast(path.data(), static_cast<int>(len), MPI_CHAR, 0, comm),
+  check_mpi(MPI_Bcast(path.data(), static_cast<int>(len), MPI_CHAR, 0, c.all),
             "MPI_Bcast(checkpoint path)");
   if (path.empty()) return std::nullopt;
-  return load_checkpoint(w, path, params);
+  return load_checkpoint(ex, c, path, params);
 }
 
-void AgentCore::checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params) {
-  const CheckpointOptions& c = policy_.options().checkpoint;
-  if (c.every == 0 && c.every_seconds == 0.0) return;
-  const std::int64_t steps = policy_.steps();
-  bool due = c.every > 0 && steps % c.every == 0;
-  if (!due && c.every_seconds > 0.0 && steps % kCheckpointSecondsProbe == 0) {
+void AgentCore::checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
+                                  std::span<const LayerRef> params) {
+  const CheckpointOptions& o = policy_.options().checkpoint;
+  if (o.every == 0 && o.every_seconds == 0.0) return;
+  // counters_: on a group's other ranks, the leader's step count as shared with the step.
+  const std::int64_t steps = counters_.steps;
+  bool due = o.every > 0 && steps % o.every == 0;
+  if (!due && o.every_seconds > 0.0 && steps % kCheckpointSecondsProbe == 0) {
     // The slowest agent's clock decides, so that every agent reaches the same verdict at the
     // same step count.
     double elapsed = seconds_since(last_checkpoint_);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, w.comm()),
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, c.all),
               "MPI_Allreduce(checkpoint clock)");
-    due = elapsed >= c.every_seconds;
+    due = elapsed >= o.every_seconds;
   }
   if (!due) return;
   const std::vector<ConstLayerRef> refs = const_refs(params);
-  save_checkpoint(w, checkpoint_path(c.path, steps), refs);
+  save_checkpoint(ex, c, checkpoint_path(o.path, steps), refs);
 }
 
 }  // namespace paramwin::detail

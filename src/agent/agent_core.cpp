@@ -113,8 +113,12 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, cons
   // Every rank learns whether any rank failed, so that none goes on into the collective
   // window creation alone.
   agree_or_throw<InvalidArgument>(comm, error);
+  check_same_checkpoint_options(comm, core->policy().options().checkpoint);
+  return std::move(*core);
+}
+
+void check_same_checkpoint_options(MPI_Comm comm, const CheckpointOptions& c) {
   // Checkpoints are collective: every agent must save at the same steps into the same files.
-  const CheckpointOptions& c = core->policy().options().checkpoint;
   std::uint64_t h = static_cast<std::uint64_t>(c.every) * 0x9e3779b97f4a7c15ULL;
   h ^= std::bit_cast<std::uint64_t>(c.every_seconds) + (h << 6U) + (h >> 2U);
   h ^= static_cast<std::uint64_t>(c.keep) + (h << 6U) + (h >> 2U);
@@ -124,7 +128,6 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, cons
     throw InvalidArgument("paramwin: AgentOptions: checkpoint options (every, every_seconds, "
                           "path, keep, async) differ across ranks; every agent must have the same");
   }
-  return std::move(*core);
 }
 
 void AgentCore::set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration,

@@ -137,6 +137,9 @@ class RebirthExecutor {
   [[nodiscard]] virtual bool has_rma_readers() const = 0;
   /// The agent's latest publish: the window version (solo) or the group's stamp (epoch).
   [[nodiscard]] virtual std::uint64_t version() const = 0;
+  /// Checkpoint resume: the next publish gets version (stamp) @p next when that is ahead of
+  /// the one it would get anyway (never backwards; ParameterWindow::continue_versions).
+  virtual void continue_versions(std::uint64_t next) = 0;
 };
 
 }  // namespace paramwin::detail

@@ -12,6 +12,7 @@
 #include "detail/mpi_check.hpp"
 #include "groups/shard_executor.hpp"
 #include "mpi/agree.hpp"
+#include "mpi/handles.hpp"
 #include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 
@@ -25,8 +26,18 @@ struct GroupAgent::State {
              groups.rank_in_agent() == 0),
         exec(groups, std::move(layout)) {}
 
+  /// Who agrees, writes and shares in a checkpoint (see detail::CheckpointComms).
+  [[nodiscard]] detail::CheckpointComms checkpoint_comms() const {
+    return detail::CheckpointComms{
+        .all = training.get(),
+        .writers = leaders.get(),
+        .agent = exec.ranks_per_agent() > 1 ? exec.agent_comm() : MPI_COMM_NULL};
+  }
+
   detail::AgentCore core;
   detail::ShardExecutor exec;
+  detail::Comm training;  // a duplicate of the training communicator: checkpoint agreements
+  detail::Comm leaders;   // the agents' leaders, rank = agent id; empty on the other ranks
 };
 
 GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options,
@@ -45,11 +56,6 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
     if (!groups.uniform()) {
       throw InvalidArgument("paramwin: GroupAgent: agents differ in size (explicit assignment); "
                             "sharded agents need the same number of ranks in every agent");
-    }
-    if (options.checkpoint.every != 0 || options.checkpoint.every_seconds != 0.0) {
-      throw InvalidArgument("paramwin: GroupAgent: checkpoints are not implemented for group "
-                            "agents (AgentOptions::checkpoint.every / every_seconds must be 0; "
-                            "see docs/checkpoints.md)");
     }
     if (window_options.exposure == Exposure::live) {
       throw InvalidArgument("paramwin: GroupAgent: Exposure::live is not supported: each rank's "
@@ -79,6 +85,17 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
                          "vs rank " +
                          std::to_string(r) + " differ at " + why);
   }
+  // Checkpoints are collective over the training ranks: the same options everywhere; the
+  // leaders (one per agent, ordered by agent id) are the file's agents.
+  try {
+    detail::check_same_checkpoint_options(training, s_->core.policy().options().checkpoint);
+  } catch (const InvalidArgument&) {
+    s_.reset();
+    throw;
+  }
+  s_->training = detail::Comm::dup(training);
+  s_->leaders = detail::Comm::split(training, groups.rank_in_agent() == 0 ? 0 : MPI_UNDEFINED,
+                                    groups.agent());
   s_->exec.open(groups,
                 detail::serving_window_options(window_options, s_->core.policy().options().serve));
 }
@@ -95,7 +112,34 @@ GroupAgent::State& GroupAgent::state() const {
 StepEvent GroupAgent::step(std::int64_t iteration, double metric,
                            std::span<const LayerRef> params) {
   State& st = state();
-  return st.core.step(st.exec, iteration, metric, params);
+  StepEvent event = st.core.step(st.exec, iteration, metric, params);
+  st.core.checkpoint_if_due(st.exec, st.checkpoint_comms(), params);
+  return event;
+}
+
+void GroupAgent::save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {
+  State& st = state();
+  st.core.save_checkpoint(st.exec, st.checkpoint_comms(), path, params);
+}
+
+CheckpointLoad GroupAgent::load_checkpoint(const std::string& path,
+                                           std::span<const LayerRef> params) {
+  State& st = state();
+  return st.core.load_checkpoint(st.exec, st.checkpoint_comms(), path, params);
+}
+
+std::optional<CheckpointLoad> GroupAgent::resume_newest(std::span<const LayerRef> params) {
+  State& st = state();
+  return st.core.resume_newest(st.exec, st.checkpoint_comms(), params);
+}
+
+void GroupAgent::wait_checkpoint() {
+  State& st = state();
+  st.core.wait_checkpoint(st.checkpoint_comms());
+}
+
+void GroupAgent::set_checkpoint_hooks(CheckpointHooks hooks) {
+  state().core.set_checkpoint_hooks(std::move(hooks));
 }
 
 PublishResult GroupAgent::publish(std::span<const ConstLayerRef> params) {

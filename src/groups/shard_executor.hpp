@@ -63,6 +63,14 @@ class ShardExecutor final : public RebirthExecutor {
   void progress() override { win().progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return win().has_rma_readers(); }
   [[nodiscard]] std::uint64_t version() const override { return epoch_; }
+  /// The agent's next stamp is @p next when that is ahead (every rank of the agent calls it
+  /// with the same value); the shard window numbers its own publishes on from there too.
+  void continue_versions(std::uint64_t next) override {
+    if (next > epoch_ + 1) epoch_ = next - 1;
+    win().continue_versions(next);
+  }
+  /// The duplicate of the agent communicator the executor's collectives use.
+  [[nodiscard]] MPI_Comm agent_comm() const noexcept { return agent_comm_.get(); }
 
   [[nodiscard]] ParameterWindow<>& win() { return *window_; }
   [[nodiscard]] const ParameterWindow<>& win() const { return *window_; }

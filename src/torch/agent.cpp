@@ -237,8 +237,10 @@ struct TorchAgent::Impl {
               const WindowOptions& window_options) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
-    agent = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
-                                         window_options);
+    auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
+                                              window_options);
+    group->set_checkpoint_hooks(checkpoint_hooks());
+    agent = std::move(group);
     sync_hyperparameters();
   }
 
@@ -491,21 +493,32 @@ void TorchAgent::save_checkpoint(const std::string& path) {
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(impl_->refs.size());
   for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
+  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) {
+    g->save_checkpoint(path, as_const);
+    return;
+  }
   agent().save_checkpoint(path, as_const);
 }
 
 CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
   impl_->bind();
+  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get()))
+    return g->load_checkpoint(path, impl_->refs);
   return agent().load_checkpoint(path, impl_->refs);
 }
 
 void TorchAgent::wait_checkpoint() {
-  // A grouped agent has no checkpoints, so nothing can be in flight.
-  if (auto* a = dynamic_cast<Agent<>*>(impl_->agent.get())) a->wait_checkpoint();
+  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) {
+    g->wait_checkpoint();
+    return;
+  }
+  agent().wait_checkpoint();
 }
 
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
   impl_->bind();
+  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get()))
+    return g->resume_newest(impl_->refs);
   return agent().resume_newest(impl_->refs);
 }
 

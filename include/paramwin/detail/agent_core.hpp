@@ -122,6 +122,20 @@ struct AgentCounters {
   std::uint64_t generation = 0;  ///< rebirths
 };
 
+/// Where an agent's checkpoint collectives run. A one-rank Agent: its window's communicator
+/// for everything. A GroupAgent: the training ranks agree, the leaders (one per agent, agent
+/// index = rank) write and read the file, and each leader shares with its agent's ranks.
+struct CheckpointComms {
+  MPI_Comm all = MPI_COMM_NULL;      ///< every rank of every agent: agreements, rank 0 looks
+  MPI_Comm writers = MPI_COMM_NULL;  ///< one rank per agent (rank = agent); NULL elsewhere
+  MPI_Comm agent = MPI_COMM_NULL;    ///< the agent's ranks (writer = rank 0); NULL: one rank
+};
+
+/// Throws InvalidArgument on every rank of @p comm when @p c (every, every_seconds, path,
+/// keep, async) differs across its ranks: every agent must save at the same steps into the
+/// same files. @note Collective over @p comm.
+void check_same_checkpoint_options(MPI_Comm comm, const CheckpointOptions& c);
+
 class RebirthExecutor;           // src/agent/rebirth_executor.hpp
 class AsyncCheckpoint;           // src/checkpoint/async_save.hpp
 struct AsyncCheckpointDeleter {  // defined beside AsyncCheckpoint
@@ -195,6 +209,26 @@ class AgentCore {
   /// After a step: saves when AgentOptions::checkpoint says one is due.
   /// @note Collective over the window's communicator when checkpoints are on.
   void checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params);
+  /// save_checkpoint over any executor: @p c says who agrees, who writes and who shares
+  /// (see CheckpointComms). The owner's save hook runs on the writers only.
+  /// @note Collective over @p c.all.
+  void save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,
+                       std::span<const ConstLayerRef> params);
+  /// wait_checkpoint over @p c (only writers hold an asynchronous writer).
+  /// @note Collective over @p c.all.
+  void wait_checkpoint(const CheckpointComms& c);
+  /// load_checkpoint over any executor: the writers read the file, each shares its agent's
+  /// staged share and final state with the agent's ranks, every rank applies it.
+  /// @note Collective over @p c.all.
+  CheckpointLoad load_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
+                                 const std::string& path, std::span<const LayerRef> params);
+  /// resume_newest over any executor. @note Collective over @p c.all.
+  std::optional<CheckpointLoad> resume_newest(RebirthExecutor& ex, const CheckpointComms& c,
+                                              std::span<const LayerRef> params);
+  /// checkpoint_if_due over any executor. @note Collective over @p c.all when checkpoints
+  /// are on.
+  void checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
+                         std::span<const LayerRef> params);
   /// The owner's own state for every checkpoint (see Agent::set_checkpoint_hooks).
   void set_checkpoint_hooks(CheckpointHooks hooks) { hooks_ = std::move(hooks); }
 

@@ -182,19 +182,21 @@ class TorchAgent {
   /// Saves the population into checkpoint @p path (Agent::save_checkpoint): the module's
   /// parameters and, in the agent's blob "optimizer", its optimizer's whole state (LibTorch's
   /// own archive: e.g. Adam's step count and both moments per parameter, and the groups'
-  /// options). InvalidArgument for a grouped agent (GroupAgent has no checkpoints).
-  /// @note Collective over the agents' communicator.
+  /// options). A grouped agent saves through GroupAgent::save_checkpoint: its leader writes
+  /// the module and the optimizer's state of the agent.
+  /// @note Collective over the agents' communicator (a grouped agent: the training ranks).
   void save_checkpoint(const std::string& path);
   /// Continues from checkpoint @p path (Agent::load_checkpoint): the module's parameters, the
   /// agent's state and the optimizer's state; an agent reborn from a donor (more agents than
-  /// the file holds) starts with a fresh optimizer state.
-  /// @note Collective over the agents' communicator.
+  /// the file holds) starts with a fresh optimizer state. A grouped agent: every rank's
+  /// module and optimizer receive the state its leader read (GroupAgent::load_checkpoint).
+  /// @note Collective over the agents' communicator (a grouped agent: the training ranks).
   CheckpointLoad load_checkpoint(const std::string& path);
   /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if any (Agent::resume_newest).
   /// @note Collective over the agents' communicator.
   std::optional<CheckpointLoad> resume_newest();
-  /// Waits for an asynchronous save in flight and throws its error (Agent::wait_checkpoint);
-  /// nothing to do for a grouped agent.
+  /// Waits for an asynchronous save in flight and throws its error (Agent::wait_checkpoint,
+  /// GroupAgent::wait_checkpoint).
   /// @note Collective over the agents' communicator.
   void wait_checkpoint();
 
