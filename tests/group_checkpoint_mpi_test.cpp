@@ -101,7 +101,8 @@ void on_rank0(F fn) {
 // True when every rank of @p comm holds the same bytes in @p p and the same @p counters.
 bool same_in(MPI_Comm comm, const Params& p, std::vector<std::int64_t> counters) {
   std::vector<std::int64_t> words = counters;
-  for (const float x : p.w) words.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(x)));
+  for (const float x : p.w)
+    words.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(x)));
   for (const double x : p.b) words.push_back(std::bit_cast<std::int64_t>(x));
   std::vector<std::int64_t> lo = words;
   std::vector<std::int64_t> hi = words;
@@ -111,8 +112,12 @@ bool same_in(MPI_Comm comm, const Params& p, std::vector<std::int64_t> counters)
 }
 
 std::vector<std::int64_t> counters_of(const pw::GroupAgent& a) {
-  return {a.steps(), a.age(), a.max_age(), static_cast<std::int64_t>(a.generation()),
-          static_cast<std::int64_t>(a.epoch()), static_cast<std::int64_t>(a.stats().deaths())};
+  return {a.steps(),
+          a.age(),
+          a.max_age(),
+          static_cast<std::int64_t>(a.generation()),
+          static_cast<std::int64_t>(a.epoch()),
+          static_cast<std::int64_t>(a.stats().deaths())};
 }
 
 }  // namespace
@@ -171,8 +176,7 @@ TEST(GroupCheckpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) 
   for (const int g : group_sizes()) {
     for (const bool async : {false, true}) {
       SCOPED_TRACE("ranks per agent " + std::to_string(g) + (async ? ", async" : ""));
-      const std::string dir =
-          fresh_dir("every_g" + std::to_string(g) + (async ? "_async" : ""));
+      const std::string dir = fresh_dir("every_g" + std::to_string(g) + (async ? "_async" : ""));
       pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = g});
       pw::AgentOptions o = pw::test::quiet_options();
       o.checkpoint.every = 3;

@@ -78,7 +78,8 @@ void bcast_string(std::string& s, MPI_Comm comm) {
 // What the writer (rank 0 of @p agent) staged, on every rank of its agent: the share's
 // header, its layers (sizes known from @p layout), its state text and its blobs.
 void share_read(CheckpointRead& r, const Layout& layout, MPI_Comm agent) {
-  long long head[4] = {r.agents, r.source, r.reborn ? 1 : 0, static_cast<long long>(r.extras.size())};
+  long long head[4] = {r.agents, r.source, r.reborn ? 1 : 0,
+                       static_cast<long long>(r.extras.size())};
   check_mpi(MPI_Bcast(head, 4, MPI_LONG_LONG, 0, agent), "MPI_Bcast(checkpoint share)");
   r.agents = static_cast<int>(head[0]);
   r.source = static_cast<int>(head[1]);
@@ -233,11 +234,10 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
       read = read_checkpoint(c.writers, path, ex.layout());
       s = decode_agent_state(read.state);
       if (s.hyper.size() != hyper_.words().size()) {
-        throw CheckpointError("paramwin: checkpoint '" + path + "': agent " +
-                              std::to_string(read.source) + " holds " +
-                              std::to_string(s.hyper.size()) +
-                              " hyperparameter words, the layout declares " +
-                              std::to_string(hyper_.words().size()));
+        throw CheckpointError(
+            "paramwin: checkpoint '" + path + "': agent " + std::to_string(read.source) +
+            " holds " + std::to_string(s.hyper.size()) +
+            " hyperparameter words, the layout declares " + std::to_string(hyper_.words().size()));
       }
       if (read.reborn) {
         policy.reborn();
@@ -267,8 +267,8 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
           s = decode_agent_state(read.state);
           policy.restore(s.policy);
         } catch (const std::exception& e) {
-          error = "paramwin: checkpoint '" + path + "': the state shared by the leader: " +
-                  e.what();
+          error =
+              "paramwin: checkpoint '" + path + "': the state shared by the leader: " + e.what();
         }
       }
     }

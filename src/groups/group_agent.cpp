@@ -28,10 +28,10 @@ struct GroupAgent::State {
 
   /// Who agrees, writes and shares in a checkpoint (see detail::CheckpointComms).
   [[nodiscard]] detail::CheckpointComms checkpoint_comms() const {
-    return detail::CheckpointComms{
-        .all = training.get(),
-        .writers = leaders.get(),
-        .agent = exec.ranks_per_agent() > 1 ? exec.agent_comm() : MPI_COMM_NULL};
+    return detail::CheckpointComms{.all = training.get(),
+                                   .writers = leaders.get(),
+                                   .agent = exec.ranks_per_agent() > 1 ? exec.agent_comm()
+                                                                       : MPI_COMM_NULL};
   }
 
   detail::AgentCore core;

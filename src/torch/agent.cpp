@@ -517,8 +517,7 @@ void TorchAgent::wait_checkpoint() {
 
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
   impl_->bind();
-  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get()))
-    return g->resume_newest(impl_->refs);
+  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) return g->resume_newest(impl_->refs);
   return agent().resume_newest(impl_->refs);
 }
 
