@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -923,6 +924,68 @@ TEST(TorchDevice, CudaRebirthResetsAdamAndRebindsAfterMoves) {
   EXPECT_EQ(agent.staging_stats().pinned_tensors, 3U);
   MPI_Barrier(MPI_COMM_WORLD);
   expect_neighbour_reads(agent, flat(*model), "cuda after moves");
+}
+
+// --- checkpoints of a grouped agent -----------------------------------------------------------
+
+// A grouped TorchAgent (agents of 2 ranks) saves the population and loads it back: every rank
+// of every agent gets the saved parameters and the optimizer's saved state (Adam's step count
+// and moments) again, after training changed both.
+TEST(TorchAgent, GroupedAgentCheckpointRestoresParametersAndOptimizerOnEveryRank) {
+  if (world_size() < 2 || world_size() % 2 != 0) GTEST_SKIP() << "needs agents of 2 ranks";
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  const std::string dir = "torch_adapter_mpi_test.np" + std::to_string(world_size());
+  if (world_rank() == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string path = dir + "/grouped.h5";
+  Tiny model;
+  {
+    torch::NoGradGuard no_grad;
+    double offset = 10.0 * groups.agent();  // replicas of one agent are identical
+    for (torch::Tensor& p : model->parameters()) {
+      p.copy_(torch::arange(p.numel(), torch::kDouble).reshape(p.sizes()) + offset);
+      offset += 0.5;
+    }
+  }
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.selection.k = 1;
+  ao.selection.shortfall = pw::Shortfall::clamp;
+  pwt::TorchAgent agent(groups, *model, adam, ao);
+  EXPECT_TRUE(agent.grouped());
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto train = [&] {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+    adam.step();
+  };
+  train();
+  train();
+  (void)agent.step(1, 1.0);
+  const std::vector<double> saved = flat(*model);
+  const auto adam_of = [&]() -> torch::optim::AdamParamState& {
+    torch::optim::OptimizerParamState* s = pwt::optimizer_state(adam, model->scale);
+    EXPECT_NE(s, nullptr);
+    return static_cast<torch::optim::AdamParamState&>(*s);
+  };
+  const auto step_saved = adam_of().step();
+  const double avg_saved = adam_of().exp_avg().sum().item<double>();
+  agent.save_checkpoint(path);
+  train();
+  train();
+  train();
+  ASSERT_NE(flat(*model), saved) << "training did not change the parameters";
+  ASSERT_NE(adam_of().step(), step_saved);
+  const pw::CheckpointLoad l = agent.load_checkpoint(path);
+  EXPECT_EQ(l.agents, groups.agents());
+  EXPECT_EQ(l.source, groups.agent());
+  EXPECT_FALSE(l.reborn);
+  EXPECT_EQ(flat(*model), saved) << "rank " << world_rank();
+  EXPECT_EQ(adam_of().step(), step_saved);
+  EXPECT_EQ(adam_of().exp_avg().sum().item<double>(), avg_saved);
+  agent.wait_checkpoint();  // nothing in flight: returns at once on every rank
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace
