@@ -175,7 +175,7 @@ void PullEngine::plan_chunks() {
     for (const Donor& d : donors_) {
       n_rma += d.shm == nullptr ? 1 : 0;
     }
-    std::byte* buffers = arena_->make<std::byte>(2 * n_rma * stride);
+    std::byte* buffers = arena_->make_for_overwrite<std::byte>(2 * n_rma * stride);
     std::size_t k = 0;
     for (Donor& d : donors_) {
       if (d.shm == nullptr) {
