@@ -703,8 +703,8 @@ def direct_section(json_dir, w):
     w("## 12. Direct landing for pinned RMA reads (issue 18)\n")
     w(f"Measured at {commit} with `scripts/bench.sh --direct` (one binary, cases side by side: "
       "2 ranks for one donor and the wire formats, 4 ranks for k = 3; medians of the "
-      f"repetitions, (min – max)).{load_note} The machine is shared (2 cores, other engineers "
-      "building): compare within a table, not across runs.\n")
+      f"repetitions, (min – max)).{load_note} Two cores, and the same case moves between runs "
+      "(the raw get among them): compare within a table, not across runs.\n")
     w("`PullOptions::landing = Landing::direct` pins the donor with its header read (one round "
       "trip), then lands the bytes where they end up: one plain `MPI_Get` per layer and one "
       "`MPI_Win_flush` straight into the caller's memory (wire type = layer type, one donor, no momentum, no deadline), or "
