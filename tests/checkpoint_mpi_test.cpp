@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_test_util.hpp"
 #include "formula_params.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
@@ -23,26 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One directory per test and rank count, shared by the ranks (rank 0 makes it empty).
 std::string fresh_dir(const std::string& name) {
-  const std::string dir =
-      "checkpoint_mpi_test.np" + std::to_string(pw::test::world_size()) + "/" + name;
-  if (pw::test::world_rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
+  return pw::test::fresh_checkpoint_dir("checkpoint_mpi_test", name);
 }
 
-pw::AgentOptions ageing_options() {
-  pw::AgentOptions o;
-  o.seed = 3;
-  o.triggers.age = {.enabled = true, .lo = 2, .hi = 4};
-  o.selection.k = 1;
-  o.selection.shortfall = pw::Shortfall::clamp;
-  return o;
-}
+using pw::test::ageing_options;
 
 using Params = pw::test::FormulaParams<12, 3>;
 
@@ -59,12 +45,7 @@ void run(pw::Agent<>& agent, Params& p, int n) {
   }
 }
 
-// Runs fn on rank 0 only, the others wait.
-template <class F>
-void on_rank0(F fn) {
-  if (pw::test::world_rank() == 0) fn();
-  MPI_Barrier(MPI_COMM_WORLD);
-}
+using pw::test::on_rank0;
 
 // Opens @p path serially (rank 0) and applies fn to the file.
 template <class F>

@@ -2,12 +2,14 @@
 # and runs to STEPS: every parameter (as %a), the agents' counters and the event logs must be
 # identical. The logs' wall-clock fields ("seconds", "staleness_s") are left out.
 #   cmake -DMPIEXEC=... -DNUMPROC_FLAG=... -DNP=... -DEXE=... -DOUT=... -DSTEPS=... -DSAVE=...
-#         [-DLOGS=...] -P checkpoint_resume_test.cmake
+#         [-DLOGS=...] [-DARGS=...] -P checkpoint_resume_test.cmake
+# ARGS: extra arguments of every run, separated by spaces (e.g. "--ranks-per-agent 2").
 # Every rank writes its parameters; LOGS event logs (default NP; a GroupAgent's: one per agent).
+separate_arguments(ARGS UNIX_COMMAND "${ARGS}")
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 function(run)
-  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} ${NP} ${EXE} ${ARGN} --out ${OUT}
+  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} ${NP} ${EXE} ${ARGS} ${ARGN} --out ${OUT}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "run ${ARGN} failed (${rc}):\n${out}\n${err}")
