@@ -17,8 +17,9 @@
 
 namespace paramwin::detail {
 
-/// One agent's background checkpoint writer. At most one save is in flight: start() waits
-/// for the previous one first. Move-free (owned through a pointer by AgentCore).
+/// One agent's background checkpoint writer. At most one save is in flight: stage() refuses
+/// a new one until the previous one was collected with wait() (AgentCore waits first). Move-free
+/// (owned through a pointer by AgentCore).
 class AsyncCheckpoint {
  public:
   /// Duplicates @p comm for the writer's collectives (MPI-IO, the agreements), so that they
@@ -51,7 +52,7 @@ class AsyncCheckpoint {
 
   Comm comm_;
   std::thread thread_;
-  // The save in flight, owned: the trainer may change its memory as soon as start() returns.
+  // The save in flight, owned: the trainer may change its memory as soon as stage() returns.
   std::string path_;
   Layout layout_;
   AgentOptions options_;
