@@ -182,7 +182,7 @@ class Agent final : public AgentInterface {
   /// CheckpointOptions::async it returns once @p params are copied and the write, rename and
   /// deletions go on in the background (see wait_checkpoint).
   /// @note Collective over the window's communicator: every agent calls it with the same path.
-  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     core_.save_checkpoint(access, path, params);
   }
@@ -198,7 +198,8 @@ class Agent final : public AgentInterface {
   /// (format, library version, layout, agent count, checksums) before anything changes:
   /// CheckpointError on every rank otherwise, with the agent and @p params untouched.
   /// @note Collective over the window's communicator.
-  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params) {
+  CheckpointLoad load_checkpoint(const std::string& path,
+                                 std::span<const LayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.load_checkpoint(access, path, params);
   }
@@ -209,7 +210,7 @@ class Agent final : public AgentInterface {
   /// Loads the newest checkpoint of AgentOptions::checkpoint.path (rank 0 looks; the highest
   /// step wins) and returns what it loaded, or nothing (agent untouched) when there is none.
   /// @note Collective over the window's communicator.
-  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) {
+  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) override {
     detail::WindowAccessOf<window_type> access(window_);
     return core_.resume_newest(access, params);
   }
@@ -222,12 +223,14 @@ class Agent final : public AgentInterface {
   /// relying on the newest file (e.g. before leaving); the destructor waits too, but can
   /// only print an error.
   /// @note Collective over the window's communicator.
-  void wait_checkpoint() {
+  void wait_checkpoint() override {
     detail::WindowAccessOf<window_type> access(window_);
     core_.wait_checkpoint(access);
   }
   /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent.
-  void set_checkpoint_hooks(CheckpointHooks hooks) { core_.set_checkpoint_hooks(std::move(hooks)); }
+  void set_checkpoint_hooks(CheckpointHooks hooks) override {
+    core_.set_checkpoint_hooks(std::move(hooks));
+  }
 
   /// Writes the counters and phase timers (see AgentStats::write_summary).
   void write_summary(std::ostream& out) const { stats().write_summary(out); }

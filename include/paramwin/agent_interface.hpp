@@ -5,9 +5,12 @@
 /// rank (Agent) or g ranks (GroupAgent).
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -67,6 +70,19 @@ class AgentInterface {
   /// the cadence or publish()) carries them. @p values must have the layout's declarations
   /// (InvalidArgument otherwise). A GroupAgent: call on every rank with the same values.
   virtual void set_hyperparameters(const Hyperparameters& values) = 0;
+  /// Saves the population into checkpoint @p path (docs/checkpoints.md; see Agent's and
+  /// GroupAgent's for who takes part). Collective over all the population's ranks.
+  virtual void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) = 0;
+  /// Continues from checkpoint @p path into @p params. Collective over the population's ranks.
+  virtual CheckpointLoad load_checkpoint(const std::string& path,
+                                         std::span<const LayerRef> params) = 0;
+  /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if any. Collective.
+  virtual std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) = 0;
+  /// Waits for an asynchronous save in flight and throws its error. Collective.
+  virtual void wait_checkpoint() = 0;
+  /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent.
+  virtual void set_checkpoint_hooks(CheckpointHooks hooks) = 0;
+
   /// Sets one hyperparameter by name (see Hyperparameters::set and set_hyperparameters).
   void set_hyperparameter(std::string_view name, double value) {
     Hyperparameters h = hyperparameters();

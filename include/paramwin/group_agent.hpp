@@ -92,7 +92,7 @@ class GroupAgent final : public AgentInterface {
   /// rank fails. With CheckpointOptions::async it returns once the leaders copied their
   /// parameters, and the write goes on in the background (see wait_checkpoint).
   /// @note Collective over the training ranks: every rank calls it with the same path.
-  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params);
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) override;
   /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
   void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
     save_checkpoint(path, std::span<const ConstLayerRef>(params.begin(), params.size()));
@@ -106,7 +106,8 @@ class GroupAgent final : public AgentInterface {
   /// on any rank: CheckpointError (InvalidArgument for bad @p params) on every training
   /// rank, with every agent and every rank's @p params untouched.
   /// @note Collective over the training ranks.
-  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params);
+  CheckpointLoad load_checkpoint(const std::string& path,
+                                 std::span<const LayerRef> params) override;
   /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
   CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
     return load_checkpoint(path, std::span<const LayerRef>(params.begin(), params.size()));
@@ -114,7 +115,7 @@ class GroupAgent final : public AgentInterface {
   /// Loads the newest checkpoint of AgentOptions::checkpoint.path (training rank 0 looks;
   /// the highest step wins), or returns nothing (agent untouched) when there is none.
   /// @note Collective over the training ranks.
-  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params);
+  std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) override;
   /// @copydoc resume_newest(std::span<const LayerRef>)
   std::optional<CheckpointLoad> resume_newest(std::initializer_list<LayerRef> params) {
     return resume_newest(std::span<const LayerRef>(params.begin(), params.size()));
@@ -122,10 +123,10 @@ class GroupAgent final : public AgentInterface {
   /// Waits for an asynchronous save in flight (CheckpointOptions::async) and throws its error
   /// (CheckpointError on every training rank); returns at once when none is in flight.
   /// @note Collective over the training ranks.
-  void wait_checkpoint();
+  void wait_checkpoint() override;
   /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent: the
   /// leader's save hook writes the agent's blobs, every rank's load hook receives them.
-  void set_checkpoint_hooks(CheckpointHooks hooks);
+  void set_checkpoint_hooks(CheckpointHooks hooks) override;
 
   /// Publishes this rank's shard of @p params (the full replica) now, outside the cadence,
   /// stamped with the agent's next publish epoch. Call on every rank of the agent.

@@ -493,32 +493,19 @@ void TorchAgent::save_checkpoint(const std::string& path) {
   std::vector<ConstLayerRef> as_const;
   as_const.reserve(impl_->refs.size());
   for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
-  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) {
-    g->save_checkpoint(path, as_const);
-    return;
-  }
-  agent().save_checkpoint(path, as_const);
+  impl_->agent->save_checkpoint(path, as_const);
 }
 
 CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
   impl_->bind();
-  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get()))
-    return g->load_checkpoint(path, impl_->refs);
-  return agent().load_checkpoint(path, impl_->refs);
+  return impl_->agent->load_checkpoint(path, impl_->refs);
 }
 
-void TorchAgent::wait_checkpoint() {
-  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) {
-    g->wait_checkpoint();
-    return;
-  }
-  agent().wait_checkpoint();
-}
+void TorchAgent::wait_checkpoint() { impl_->agent->wait_checkpoint(); }
 
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
   impl_->bind();
-  if (auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get())) return g->resume_newest(impl_->refs);
-  return agent().resume_newest(impl_->refs);
+  return impl_->agent->resume_newest(impl_->refs);
 }
 
 PublishResult TorchAgent::publish() {
