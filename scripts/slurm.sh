@@ -194,10 +194,38 @@ stop_cluster() {  # DIR
   pids=$(marked_pids "$dir")
   # shellcheck disable=SC2086
   [[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
-  if [[ -s $dir/munge/munged.pid ]]; then
-    kill -TERM "$(<"$dir/munge/munged.pid")" 2>/dev/null || true
-  fi
-  rm -rf "$dir"
+  stop_munged "$dir"
+  # Nothing of the cluster runs any more; a failure to remove its directory is reported but
+  # does not change the exit status of what ran on the cluster.
+  rm -rf "$dir" 2>/dev/null || { sleep 1; rm -rf "$dir"; } ||
+    echo "slurm: could not remove $dir (left behind)" >&2
+}
+
+# PID runs (a zombie, which a container's init may never reap, has ended)
+alive() {  # PID
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z ]]
+}
+
+# munged writes its seed file and removes its socket and pid file while it exits: removing the
+# directory before it is gone races with those writes ("Directory not empty").
+stop_munged() {  # DIR
+  local dir=$1 pid
+  [[ -s $dir/munge/munged.pid ]] || return 0
+  pid=$(<"$dir/munge/munged.pid")
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 50); do
+    alive "$pid" || return 0
+    sleep 0.1
+  done
+  echo "slurm: munged ($pid) did not exit within 5 s of SIGTERM: killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 20); do
+    alive "$pid" || return 0
+    sleep 0.1
+  done
 }
 
 # The emulated hosts mount a sysfs of their own (multihost.sh), without the cgroup mounts under
