@@ -108,7 +108,8 @@ teardown() {
   # The veth pair dies with the network namespaces; remove it if setup stopped halfway.
   ip link del "mha$tag" 2>/dev/null || true
   ip link del "mhb$tag" 2>/dev/null || true
-  rm -rf "$state"
+  # A failure to remove the state directory is reported; it does not change the exit status.
+  rm -rf "$state" || echo "multihost: could not remove $state (left behind)" >&2
   exit "$rc"
 }
 trap teardown EXIT
