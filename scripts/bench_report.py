@@ -524,18 +524,20 @@ def mpi_section(json_dir, w):
         rows.append([label, " ".join(version.replace("|", "/").split()), commit,
                      run_note(d, 2), run_note(d, 4)])
     w(table(["MPI", "launcher version", "commit", "2-rank run", "4-rank run"], rows) + "\n")
-    loads = []
+    before = []  # load average as each run began: other processes (and the previous run)
     for key, _ in MPI_LABELS:
         for np_ in (2, 4):
             path = os.path.join(runs[key][0], f"load_np{np_}.txt")
             if os.path.exists(path):
                 lines = open(path).read().split("\n")
-                loads += [float(line.split()[0]) for line in lines[1:3] if line.strip()]
-    if loads and max(loads) > 2.0:
-        w(f"> **Load.** The 1-minute load average reached {max(loads):.2f} on the 2 cores during "
-          "these runs (other processes). Both MPIs' ranks busy-poll, so the figures measure "
-          "contention as much as the MPI: compare the two columns of one row (taken minutes "
-          "apart), not these numbers with sections 1 and 2.\n")
+                if len(lines) > 1 and lines[1].strip():
+                    before.append(float(lines[1].split()[0]))
+    w("> **Load.** Both MPIs' waiting ranks busy-poll, so a run's own ranks raise the load "
+      "average (about 2 after a 2-rank run, 3 to 4 after a 4-rank run on these 2 cores); "
+      + (f"as runs began it was at most {max(before):.2f} (a 1-minute average: it still holds "
+         "the previous run). " if before else "")
+      + "Compare the two columns of one row (taken minutes apart), not these numbers with "
+      "sections 1 and 2.\n")
 
     ref = runs["mpich"][1]
     sizes = sorted({int(n.split("bytes:")[1]) for _, n in ref.r if n.startswith("one_donor/")})
