@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -379,6 +380,49 @@ TEST(TorchAgent, RebirthRebuildsOwnedOptimizerWithBuilder) {
   }
   EXPECT_EQ(deaths, world_rank() == 0 ? 2U : 0U);  // ages 2 and 4
   EXPECT_EQ(agent.optimizers_built(), 1U + deaths);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchAgent, MovedFromAgentThrowsAndTheMovedToOneTrainsOn) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  Tiny model;
+  fill_exact(*model, world_rank());
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  pwt::TorchAgent first(MPI_COMM_WORLD, *model, sgd, rank0_dies_at(1));
+  pwt::TorchAgent agent(std::move(first));
+  // NOLINTBEGIN(bugprone-use-after-move): using the moved-from agent is the point
+  const auto expect_moved_error = [](const std::function<void()>& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " on a moved-from TorchAgent did not throw";
+    } catch (const pw::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TorchAgent that was moved from"), std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  expect_moved_error([&] { (void)first.step(0, 1.0); }, "step");
+  expect_moved_error([&] { (void)first.publish(); }, "publish");
+  expect_moved_error([&] { first.pause(); }, "pause");
+  expect_moved_error([&] { first.resume(); }, "resume");
+  expect_moved_error([&] { (void)first.is_paused(); }, "is_paused");
+  expect_moved_error([&] { (void)first.stats(); }, "stats");
+  expect_moved_error([&] { (void)first.optimizer(); }, "optimizer");
+  expect_moved_error([&] { (void)first.module(); }, "module");
+  expect_moved_error([&] { (void)first.grouped(); }, "grouped");
+  expect_moved_error([&] { first.wait_checkpoint(); }, "wait_checkpoint");
+  EXPECT_NO_THROW(first.close());  // nothing to close: the agent moved on
+  // NOLINTEND(bugprone-use-after-move)
+  // The agent it moved to is whole: it publishes, dies on schedule and adopts its donor.
+  (void)agent.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::StepEvent ev = agent.step(0, 1.0);
+  if (world_rank() == 0) {
+    ASSERT_TRUE(ev.died) << ev.note;
+    ASSERT_EQ(ev.donors.size(), 1U);
+    Tiny expected;
+    fill_exact(*expected, ev.donors[0].rank);
+    expect_bit_equal(*model, *expected);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -481,48 +481,53 @@ TorchAgent::~TorchAgent() {
   }
 }
 
+TorchAgent::Impl& TorchAgent::live() const {
+  if (!impl_) throw Error("paramwin: use of a TorchAgent that was moved from");
+  return *impl_;
+}
+
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
-  impl_->bind();
-  impl_->sync_hyperparameters();
-  return impl_->agent->step(iteration, metric, impl_->refs);
+  live().bind();
+  live().sync_hyperparameters();
+  return live().agent->step(iteration, metric, live().refs);
 }
 
 void TorchAgent::save_checkpoint(const std::string& path) {
-  impl_->bind();
-  impl_->sync_hyperparameters();
+  live().bind();
+  live().sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl_->refs.size());
-  for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
-  impl_->agent->save_checkpoint(path, as_const);
+  as_const.reserve(live().refs.size());
+  for (const LayerRef& p : live().refs) as_const.push_back(p.as_const());
+  live().agent->save_checkpoint(path, as_const);
 }
 
 CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
-  impl_->bind();
-  return impl_->agent->load_checkpoint(path, impl_->refs);
+  live().bind();
+  return live().agent->load_checkpoint(path, live().refs);
 }
 
-void TorchAgent::wait_checkpoint() { impl_->agent->wait_checkpoint(); }
+void TorchAgent::wait_checkpoint() { live().agent->wait_checkpoint(); }
 
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
-  impl_->bind();
-  return impl_->agent->resume_newest(impl_->refs);
+  live().bind();
+  return live().agent->resume_newest(live().refs);
 }
 
 PublishResult TorchAgent::publish() {
-  impl_->bind();
-  impl_->sync_hyperparameters();
+  live().bind();
+  live().sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl_->refs.size());
-  for (const LayerRef& p : impl_->refs) as_const.push_back(p.as_const());
-  return impl_->agent->publish(as_const);
+  as_const.reserve(live().refs.size());
+  for (const LayerRef& p : live().refs) as_const.push_back(p.as_const());
+  return live().agent->publish(as_const);
 }
 
-void TorchAgent::pause() { impl_->agent->pause(); }
-void TorchAgent::resume() { impl_->agent->resume(); }
-bool TorchAgent::is_paused() const { return impl_->agent->is_paused(); }
+void TorchAgent::pause() { live().agent->pause(); }
+void TorchAgent::resume() { live().agent->resume(); }
+bool TorchAgent::is_paused() const { return live().agent->is_paused(); }
 
-::torch::optim::Optimizer& TorchAgent::optimizer() { return impl_->optimizer(); }
-::torch::nn::Module& TorchAgent::module() { return *impl_->module; }
+::torch::optim::Optimizer& TorchAgent::optimizer() { return live().optimizer(); }
+::torch::nn::Module& TorchAgent::module() { return *live().module; }
 namespace {
 [[noreturn]] void wrong_kind(const char* want) {
   throw InvalidArgument(std::string("paramwin::torch: this TorchAgent has no ") + want +
@@ -531,32 +536,33 @@ namespace {
 }  // namespace
 
 Agent<>& TorchAgent::agent() {
-  auto* a = dynamic_cast<Agent<>*>(impl_->agent.get());
+  auto* a = dynamic_cast<Agent<>*>(live().agent.get());
   if (a == nullptr) wrong_kind("Agent: it drives a GroupAgent");
   return *a;
 }
 const Agent<>& TorchAgent::agent() const {
-  const auto* a = dynamic_cast<const Agent<>*>(impl_->agent.get());
+  const auto* a = dynamic_cast<const Agent<>*>(live().agent.get());
   if (a == nullptr) wrong_kind("Agent: it drives a GroupAgent");
   return *a;
 }
 bool TorchAgent::grouped() const {
-  return dynamic_cast<const GroupAgent*>(impl_->agent.get()) != nullptr;
+  return dynamic_cast<const GroupAgent*>(live().agent.get()) != nullptr;
 }
 GroupAgent& TorchAgent::group_agent() {
-  auto* g = dynamic_cast<GroupAgent*>(impl_->agent.get());
+  auto* g = dynamic_cast<GroupAgent*>(live().agent.get());
   if (g == nullptr) wrong_kind("GroupAgent: it was made from a communicator");
   return *g;
 }
-AgentInterface& TorchAgent::member() { return *impl_->agent; }
-const AgentStats& TorchAgent::stats() const { return impl_->agent->stats(); }
-const std::vector<std::string>& TorchAgent::skipped() const { return impl_->skipped; }
-std::uint64_t TorchAgent::optimizers_built() const { return impl_->built; }
-std::uint64_t TorchAgent::optimizer_states_reset() const { return impl_->states_reset; }
-std::uint64_t TorchAgent::optimizer_states_inherited() const { return impl_->states_inherited; }
-const TorchStagingStats& TorchAgent::staging_stats() const { return impl_->counters; }
+AgentInterface& TorchAgent::member() { return *live().agent; }
+const AgentStats& TorchAgent::stats() const { return live().agent->stats(); }
+const std::vector<std::string>& TorchAgent::skipped() const { return live().skipped; }
+std::uint64_t TorchAgent::optimizers_built() const { return live().built; }
+std::uint64_t TorchAgent::optimizer_states_reset() const { return live().states_reset; }
+std::uint64_t TorchAgent::optimizer_states_inherited() const { return live().states_inherited; }
+const TorchStagingStats& TorchAgent::staging_stats() const { return live().counters; }
 
 void TorchAgent::close() {
+  if (!impl_) return;  // moved from: the agent it moved to closes (as ParameterWindow::close)
   impl_->unbind();
   impl_->agent->close();
 }

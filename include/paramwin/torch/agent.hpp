@@ -175,7 +175,8 @@ class TorchAgent {
   /// Host copies made so far and bindings of the module's tensors.
   [[nodiscard]] const TorchStagingStats& staging_stats() const;
 
-  /// Unbinds a live module and frees the window, reporting errors as exceptions.
+  /// Unbinds a live module and frees the window, reporting errors as exceptions. Nothing on
+  /// an agent that was moved from; every other call on such an agent throws paramwin::Error.
   /// @note Collective over the window's communicator.
   void close();
 
@@ -202,6 +203,8 @@ class TorchAgent {
 
  private:
   struct Impl;
+  /// The state, or paramwin::Error once this agent was moved from.
+  [[nodiscard]] Impl& live() const;
   std::unique_ptr<Impl> impl_;
 };
 
