@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -230,6 +233,69 @@ TEST(AsyncCheckpoint, AFailedWriteIsThrownOnEveryRankByTheNextCollectiveCall) {
   a.wait_checkpoint();
   EXPECT_TRUE(fs::is_regular_file(dir + "/pop.h5"));
   EXPECT_TRUE(p.is(rank, 1));
+}
+
+// A disk that fails on one rank only, in the middle of the file's collective life: the last
+// rank may write at most kLimit bytes into any file (RLIMIT_FSIZE; SIGXFSZ ignored, so the
+// write fails with EFBIG), below the offset of its own datasets. Its write fails after every
+// rank created the file together; the save must end with CheckpointError on every rank (no
+// rank left waiting in HDF5's collective calls), and the previous checkpoint stays whole.
+TEST(Checkpoint, AWriteThatFailsOnOneRankIsACheckpointErrorOnEveryRank) {
+  const int size = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  if (size < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string dir = fresh_dir("one_rank_disk_error");
+  const std::string path = dir + "/pop.h5";
+  constexpr std::size_t kWide = 1 << 18;  // 1 MiB of float32 per agent
+  pw::Layout layout;
+  layout.add("w", kWide);
+  std::vector<float> w(kWide, static_cast<float>(rank) + 0.25F);
+  const std::vector<pw::ConstLayerRef> crefs = {w};
+  pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+  (void)a.publish(crefs);
+  MPI_Barrier(MPI_COMM_WORLD);
+  a.save_checkpoint(path, crefs);  // the previous checkpoint, whole
+  const auto before = fs::file_size(path);
+
+  constexpr rlim_t kLimit = 64 * 1024;
+  const bool failing = rank == size - 1;
+  struct rlimit old_limit {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  void (*old_handler)(int) = SIG_DFL;
+  if (failing) {
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit low = old_limit;
+    low.rlim_cur = kLimit;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
+  }
+  std::fill(w.begin(), w.end(), static_cast<float>(rank) + 0.75F);
+  std::string error;
+  try {
+    a.save_checkpoint(path, crefs);
+  } catch (const pw::CheckpointError& e) {
+    error = e.what();
+  }
+  if (failing) {
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  EXPECT_FALSE(error.empty()) << "rank " << rank << ": the save succeeded";
+  if (!failing) {
+    EXPECT_NE(error.find("rank " + std::to_string(size - 1)), std::string::npos) << error;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The previous checkpoint is whole and loads; no temporary file is left behind.
+  EXPECT_EQ(fs::file_size(path), before);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  std::vector<float> got(kWide, -1.0F);
+  const std::vector<pw::LayerRef> refs = {got};
+  (void)a.load_checkpoint(path, refs);
+  EXPECT_EQ(got.front(), static_cast<float>(rank) + 0.25F);
+  EXPECT_EQ(got.back(), static_cast<float>(rank) + 0.25F);
+  // And the agent saves again once the disk is healthy.
+  a.save_checkpoint(path, crefs);
+  (void)a.load_checkpoint(path, refs);
+  EXPECT_EQ(got.back(), static_cast<float>(rank) + 0.75F);
 }
 
 TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {

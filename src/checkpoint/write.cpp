@@ -84,10 +84,18 @@ H5Id bytes_space(std::uint64_t n, const std::string& path) {
 // straight from its memory to its own extent of the file, as a POSIX write would. A
 // collective transfer here would route every agent's bytes through ROMIO's two-phase
 // aggregators: 16.7x the POSIX time in paramwin_checkpoint_bench (docs/benchmarks.md, 13).
+// A failure here is this rank's alone (a full or failing disk seen from its node): it is
+// recorded in @p failed, and the rank goes on through every collective call of the file (its
+// later writes skipped) so that no other rank is left waiting in HDF5; write_file throws it
+// once the file is closed, and write_checkpoint agrees on it.
 void write_dataset(hid_t dset, hid_t type, bool mine, const void* data, hid_t dxpl,
-                   const std::string& path, const std::string& what) {
-  if (!mine) return;
-  h5_check(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, dxpl, data), path, "writing " + what);
+                   const std::string& path, const std::string& what, std::string& failed) {
+  if (!mine || !failed.empty()) return;
+  try {
+    h5_check(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, dxpl, data), path, "writing " + what);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
 }
 
 H5Id layer_space(const LayerSpec& spec, const std::string& path) {
@@ -104,6 +112,17 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const H5Id fapl = h5_mpio_fapl(comm, path);
+  // Metadata is written by rank 0 alone: HDF5's default (distributed) strategy has every
+  // rank write a share of it inside H5Fclose's collective flush, and a rank whose write fails
+  // there leaves that flush's barrier while the others wait in it (seen: a hang). Rank 0
+  // writes a few kilobytes per agent; the parameters are each owner's independent writes.
+  {
+    H5AC_cache_config_t mdc{};
+    mdc.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+    h5_check(H5Pget_mdc_config(fapl.get(), &mdc), path, "H5Pget_mdc_config");
+    mdc.metadata_write_strategy = H5AC_METADATA_WRITE_STRATEGY__PROCESS_0_ONLY;
+    h5_check(H5Pset_mdc_config(fapl.get(), &mdc), path, "H5Pset_mdc_config");
+  }
   H5Id file = h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
                        path, "creating " + tmp);
   const hid_t root = file.get();
@@ -121,7 +140,8 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
   for (const CheckpointBlob& b : mine.extras)
     extra_names += (extra_names.empty() ? "" : "\n") + b.name;
 
-  {  // every object closed before the file
+  std::string failed;  // this rank's first failed write (write_dataset)
+  {                    // every object closed before the file
     const H5Id dxpl = h5_check(H5Pcreate(H5P_DATASET_XFER), H5Pclose, path, "H5Pcreate(xfer)");
     h5_check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT), path, "H5Pset_dxpl_mpio");
     const H5Id agents = h5_check(H5Gcreate2(root, "agents", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -152,7 +172,7 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
                                       space.get(), s[7 + l], path);
         if (spec.count != 0) {
           write_dataset(d.get(), types[l].get(), own, own ? mine.ordered[l].data() : nullptr,
-                        dxpl.get(), path, "agents/" + name + "/params/" + spec.name);
+                        dxpl.get(), path, "agents/" + name + "/params/" + spec.name, failed);
         }
       }
       const H5Id st_space = bytes_space(s[5], path);
@@ -160,7 +180,7 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
           create_dataset(g.get(), "state", H5T_NATIVE_UCHAR, st_space.get(), s[6], path);
       if (s[5] != 0) {
         write_dataset(st.get(), H5T_NATIVE_UCHAR, own, own ? mine.state.data() : nullptr,
-                      dxpl.get(), path, "agents/" + name + "/state");
+                      dxpl.get(), path, "agents/" + name + "/state", failed);
       }
       const H5Id extra =
           h5_check(H5Gcreate2(g.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
@@ -172,12 +192,15 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
                                       space.get(), s[8 + nl + 2 * e], path);
         if (size != 0) {
           write_dataset(d.get(), H5T_NATIVE_UCHAR, own, own ? mine.extras[e].bytes.data() : nullptr,
-                        dxpl.get(), path, "agents/" + name + "/extra/" + mine.extras[e].name);
+                        dxpl.get(), path, "agents/" + name + "/extra/" + mine.extras[e].name,
+                        failed);
         }
       }
     }
   }
-  if (!file.reset()) h5_fail(path, "closing " + tmp);
+  const bool closed = file.reset();
+  if (!failed.empty()) throw CheckpointError(failed);
+  if (!closed) h5_fail(path, "closing " + tmp);
 }
 
 }  // namespace
@@ -255,8 +278,17 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layo
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // Every rank closed the file (write_file's handles are gone): rename on rank 0 only.
-  agree_or_throw<CheckpointError>(comm, error);
+  // Every rank closed the file (write_file's handles are gone): rename on rank 0 only, or,
+  // when some rank failed, remove the partial file there (the previous checkpoint is untouched).
+  try {
+    agree_or_throw<CheckpointError>(comm, error);
+  } catch (const CheckpointError&) {
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+    }
+    throw;
+  }
   if (rank == 0) {
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
