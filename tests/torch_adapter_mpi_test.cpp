@@ -556,6 +556,42 @@ TEST(TorchAgent, GroupedAgentsExchangeShardsIntoEveryReplica) {
   }
 }
 
+TEST(TorchAgent, GroupedModuleThatNoLongerFitsOnOneRankFailsTheStepOnEveryRankOfTheAgent) {
+  if (world_size() < 2 || world_size() % 2 != 0) GTEST_SKIP() << "needs agents of 2 ranks";
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  Tiny model;
+  fill_exact(*model, groups.agent());
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.selection.k = 1;
+  ao.selection.shortfall = pw::Shortfall::clamp;
+  pwt::TorchAgent agent(groups, *model, sgd, std::move(ao));
+  (void)agent.publish();
+  (void)agent.step(0, 1.0);
+  // The second rank of each agent gives its module's weight another shape: its step is an
+  // InvalidArgument naming the weight, its partner's an InvalidArgument too (not a wait).
+  const bool changed = groups.rank_in_agent() == 1;
+  const torch::Tensor weight = model->fc->weight.detach().clone();
+  if (changed) {
+    torch::NoGradGuard no_grad;
+    model->fc->weight.set_data(torch::zeros({4, 3}));
+  }
+  const std::string error = message_of<pw::InvalidArgument>([&] { (void)agent.step(1, 1.0); });
+  if (changed) {
+    EXPECT_NE(error.find("fc.weight"), std::string::npos) << error;
+  } else {
+    EXPECT_NE(error.find("another rank of agent"), std::string::npos) << error;
+  }
+  // Put back, the agent steps on, on every rank.
+  if (changed) {
+    torch::NoGradGuard no_grad;
+    model->fc->weight.set_data(weight);
+  }
+  EXPECT_NO_THROW((void)agent.step(2, 1.0));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(TorchAgent, GroupedAgentRefusesLiveExposure) {
   if (world_size() < 4 || world_size() % 2 != 0) GTEST_SKIP() << "needs 2 agents of 2 ranks";
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});

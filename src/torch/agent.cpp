@@ -487,9 +487,23 @@ TorchAgent::Impl& TorchAgent::live() const {
 }
 
 StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
-  live().bind();
-  live().sync_hyperparameters();
-  return live().agent->step(iteration, metric, live().refs);
+  Impl& impl = live();
+  try {
+    impl.bind();
+  } catch (const InvalidArgument&) {
+    // A grouped agent's other ranks are on their way into the step's agreement: join it with
+    // no parameters (a bad input there too), so that they throw with this rank instead of
+    // waiting for it; this rank reports its own error (the module's tensor that changed).
+    if (grouped()) {
+      try {
+        (void)impl.agent->step(iteration, metric, {});
+      } catch (const Error&) {  // NOLINT(bugprone-empty-catch): the bind's error is the one
+      }
+    }
+    throw;
+  }
+  impl.sync_hyperparameters();
+  return impl.agent->step(iteration, metric, impl.refs);
 }
 
 void TorchAgent::save_checkpoint(const std::string& path) {
