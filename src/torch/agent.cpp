@@ -507,33 +507,37 @@ StepEvent TorchAgent::step(std::int64_t iteration, double metric) {
 }
 
 void TorchAgent::save_checkpoint(const std::string& path) {
-  live().bind();
-  live().sync_hyperparameters();
+  Impl& impl = live();
+  impl.bind();
+  impl.sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
-  as_const.reserve(live().refs.size());
-  for (const LayerRef& p : live().refs) as_const.push_back(p.as_const());
-  live().agent->save_checkpoint(path, as_const);
+  as_const.reserve(impl.refs.size());
+  for (const LayerRef& p : impl.refs) as_const.push_back(p.as_const());
+  impl.agent->save_checkpoint(path, as_const);
 }
 
 CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
-  live().bind();
-  return live().agent->load_checkpoint(path, live().refs);
+  Impl& impl = live();
+  impl.bind();
+  return impl.agent->load_checkpoint(path, impl.refs);
 }
 
 void TorchAgent::wait_checkpoint() { live().agent->wait_checkpoint(); }
 
 std::optional<CheckpointLoad> TorchAgent::resume_newest() {
-  live().bind();
-  return live().agent->resume_newest(live().refs);
+  Impl& impl = live();
+  impl.bind();
+  return impl.agent->resume_newest(impl.refs);
 }
 
 PublishResult TorchAgent::publish() {
-  live().bind();
-  live().sync_hyperparameters();
+  Impl& impl = live();
+  impl.bind();
+  impl.sync_hyperparameters();
   std::vector<ConstLayerRef> as_const;
-  as_const.reserve(live().refs.size());
-  for (const LayerRef& p : live().refs) as_const.push_back(p.as_const());
-  return live().agent->publish(as_const);
+  as_const.reserve(impl.refs.size());
+  for (const LayerRef& p : impl.refs) as_const.push_back(p.as_const());
+  return impl.agent->publish(as_const);
 }
 
 void TorchAgent::pause() { live().agent->pause(); }
