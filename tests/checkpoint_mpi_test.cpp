@@ -112,46 +112,11 @@ TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
   const int rank = pw::test::world_rank();
   for (const bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
-    const std::string dir = fresh_dir(async ? "every_async" : "every");
-    pw::AgentOptions o = pw::test::quiet_options();  // no deaths: the parameters are the trainer's
-    o.checkpoint.every = 3;
-    o.checkpoint.keep = 2;
-    o.checkpoint.async = async;
-    o.checkpoint.path = dir + "/pop-{step}.h5";
-    Params p;
-    p.fill(rank, 1);
-    pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
-    (void)a.publish(p.crefs());
-    MPI_Barrier(MPI_COMM_WORLD);
-    // Not sequential: a save inside step() is collective, so every agent steps together here.
-    for (int i = 0; i < 10; ++i) {
-      for (float& x : p.w) x += 1.0F;
-      (void)a.step(i, static_cast<double>(p.w[0]), p.refs());
-    }
-    a.wait_checkpoint();
-    MPI_Barrier(MPI_COMM_WORLD);
-    // Saved at 3, 6, 9; the newest 2 are kept.
-    EXPECT_FALSE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 3)));
-    EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 6)));
-    EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 9)));
-    EXPECT_EQ(pw::newest_checkpoint(o.checkpoint.path), pw::checkpoint_path(o.checkpoint.path, 9));
-
-    Params q;
-    pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
-    const std::optional<pw::CheckpointLoad> l = b.resume_newest(q.refs());
-    ASSERT_TRUE(l.has_value());
-    EXPECT_EQ(l->steps, 9);
-    EXPECT_EQ(b.steps(), 9);
-    // The file holds the parameters as step 9 left them (the 10th step changed them after).
-    for (std::size_t i = 0; i < q.w.size(); ++i) EXPECT_EQ(q.w[i] + 1.0F, p.w[i]) << i;
-
-    pw::AgentOptions none = o;
-    none.checkpoint.path = dir + "/absent-{step}.h5";
-    pw::Agent<> c(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), none);
-    Params r;
-    r.fill(rank, 5);
-    EXPECT_FALSE(c.resume_newest(r.refs()).has_value());
-    EXPECT_TRUE(r.is(rank, 5));
+    pw::test::check_step_saves(fresh_dir(async ? "every_async" : "every"), async, rank,
+                               [](const pw::AgentOptions& o) {
+                                 return pw::Agent<>(MPI_COMM_WORLD, pw::test::formula_layout(12, 3),
+                                                    o);
+                               });
   }
   EXPECT_EQ(pw::checkpoint_path("x-{step}.h5", 42), "x-000000000042.h5");
 }

@@ -159,43 +159,9 @@ TEST(GroupCheckpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) 
       SCOPED_TRACE("ranks per agent " + std::to_string(g) + (async ? ", async" : ""));
       const std::string dir = fresh_dir("every_g" + std::to_string(g) + (async ? "_async" : ""));
       pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = g});
-      pw::AgentOptions o = pw::test::quiet_options();
-      o.checkpoint.every = 3;
-      o.checkpoint.keep = 2;
-      o.checkpoint.async = async;
-      o.checkpoint.path = dir + "/pop-{step}.h5";
-      Params p;
-      p.fill(groups.agent(), 1);
-      pw::GroupAgent a(groups, pw::test::formula_layout(12, 3), o);
-      (void)a.publish(p.crefs());
-      MPI_Barrier(MPI_COMM_WORLD);
-      // Not sequential: a save inside step() is collective over every training rank.
-      for (int i = 0; i < 10; ++i) {
-        for (float& x : p.w) x += 1.0F;
-        (void)a.step(i, static_cast<double>(p.w[0]), p.refs());
-      }
-      a.wait_checkpoint();
-      MPI_Barrier(MPI_COMM_WORLD);
-      EXPECT_FALSE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 3)));
-      EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 6)));
-      EXPECT_TRUE(fs::exists(pw::checkpoint_path(o.checkpoint.path, 9)));
-
-      Params q;
-      pw::GroupAgent b(groups, pw::test::formula_layout(12, 3), o);
-      const std::optional<pw::CheckpointLoad> l = b.resume_newest(q.refs());
-      ASSERT_TRUE(l.has_value());
-      EXPECT_EQ(l->steps, 9);
-      EXPECT_EQ(b.steps(), 9);
-      // The file holds the parameters as step 9 left them (the 10th step changed them after).
-      for (std::size_t i = 0; i < q.w.size(); ++i) EXPECT_EQ(q.w[i] + 1.0F, p.w[i]) << i;
-
-      pw::AgentOptions none = o;
-      none.checkpoint.path = dir + "/absent-{step}.h5";
-      pw::GroupAgent c(groups, pw::test::formula_layout(12, 3), none);
-      Params r;
-      r.fill(groups.agent(), 5);
-      EXPECT_FALSE(c.resume_newest(r.refs()).has_value());
-      EXPECT_TRUE(r.is(groups.agent(), 5));
+      pw::test::check_step_saves(dir, async, groups.agent(), [&](const pw::AgentOptions& o) {
+        return pw::GroupAgent(groups, pw::test::formula_layout(12, 3), o);
+      });
     }
   }
 }
