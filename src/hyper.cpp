@@ -11,14 +11,6 @@
 
 namespace paramwin {
 
-std::string_view hyper_type_name(HyperType type) noexcept {
-  switch (type) {
-    case HyperType::int64: return "int64";
-    case HyperType::float64: return "float64";
-  }
-  return "unknown";
-}
-
 std::string HyperSpec::describe() const { return name + " " + std::string(hyper_type_name(type)); }
 
 Hyperparameters::Hyperparameters(std::shared_ptr<const std::vector<HyperSpec>> specs)

@@ -1,4 +1,5 @@
-// The step core over a fake window (detail::WindowAccess): what the core does with a window's
+// The step core (through detail::AgentBase, as Agent drives it) over a fake window
+// (detail::WindowAccess): what the core does with a window's
 // answers, deterministically — here, a publish that a reader's pin skips. Needs MPI only for
 // MPI_Wtime (the planner's clock), so it runs on one rank.
 #include <mpi.h>
@@ -96,7 +97,7 @@ struct TwoSteps {
 };
 
 /// Step 1 publishes (first step), step 2 dies; @p skips publishes are skipped from step 2 on.
-TwoSteps run(PinnedWindow& win, pw::detail::AgentCore& core, int skips) {
+TwoSteps run(PinnedWindow& win, pw::detail::AgentBase& core, int skips) {
   std::vector<float> w(8, 0.0F);
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   TwoSteps r;
@@ -115,7 +116,7 @@ pw::Layout layout() {
 
 TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(5000.0), 0, 2, win.layout(), false);
+  pw::detail::AgentBase core(dies_at_age_2(5000.0), 0, 2, win.layout());
   const TwoSteps r = run(win, core, 5);
   ASSERT_TRUE(r.first.published);
   EXPECT_EQ(r.first.publish_attempts, 1U);
@@ -130,7 +131,7 @@ TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
 
 TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(0.0), 0, 2, win.layout(), false);
+  pw::detail::AgentBase core(dies_at_age_2(0.0), 0, 2, win.layout());
   const TwoSteps r = run(win, core, 1);
   ASSERT_TRUE(r.death.died);
   EXPECT_FALSE(r.death.published);
@@ -148,7 +149,7 @@ TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
 
 TEST(RebirthPublish, TheWaitIsBoundedAndOrdinaryPublishesNeverWait) {
   PinnedWindow win(layout());
-  pw::detail::AgentCore core(dies_at_age_2(30.0), 0, 2, win.layout(), false);
+  pw::detail::AgentBase core(dies_at_age_2(30.0), 0, 2, win.layout());
   const auto t0 = std::chrono::steady_clock::now();
   const TwoSteps r = run(win, core, 1 << 30);  // a reader that never lets go
   const double waited =
@@ -173,7 +174,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   PinnedWindow win(layout());
   pw::AgentOptions o;  // no trigger: nobody dies, every step publishes once
   o.selection.k = 1;
-  pw::detail::AgentCore core(o, 0, 2, win.layout(), false);
+  pw::detail::AgentBase core(o, 0, 2, win.layout());
   std::vector<float> w(8, 0.0F);
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   for (int i = 0; i < 10; ++i) (void)core.step(win, i, 0.5, params);
@@ -182,7 +183,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   for (int i = 10; i < 20; ++i) (void)core.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10);
   o.serve.progress_in_step = false;
-  pw::detail::AgentCore off(o, 0, 2, win.layout(), false);
+  pw::detail::AgentBase off(o, 0, 2, win.layout());
   for (int i = 0; i < 10; ++i) (void)off.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10) << "serve.progress_in_step = false: none";
 }
@@ -285,7 +286,7 @@ pw::AgentOptions partial_options(bool with_reset, double momentum) {
 
 /// Two steps (the second dies); returns the death's event and leaves the parameters in @p w.
 pw::StepEvent die_once(PartialWindow& win, const pw::AgentOptions& o, std::vector<float>& w) {
-  pw::detail::AgentCore core(o, 0, 4, win.layout(), false);
+  pw::detail::AgentBase core(o, 0, 4, win.layout());
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   (void)core.step(win, 1, 0.5, params);
   return core.step(win, 2, 0.5, params);

@@ -17,13 +17,14 @@
 #include <utility>
 
 #include "paramwin/agent_interface.hpp"
+#include "paramwin/agent_options.hpp"
 #include "paramwin/checkpoint.hpp"
-#include "paramwin/detail/agent_core.hpp"
+#include "paramwin/detail/agent_base.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
-#include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
+#include "paramwin/pull.hpp"
 #include "paramwin/window.hpp"
 
 namespace paramwin {
@@ -44,16 +45,16 @@ class Agent final : public AgentInterface {
   /// @note Collective over @p comm.
   Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
         const WindowOptions& window_options = {})
-      : core_(detail::AgentCore::create_collective(comm, std::move(options), layout)),
+      : core_(detail::AgentBase::create_collective(comm, std::move(options), layout)),
         window_(comm, std::move(layout),
-                detail::serving_window_options(window_options, core_.policy().options().serve)) {}
+                detail::serving_window_options(window_options, core_.options().serve)) {}
 
   /// Takes ownership of an existing @p window; validates @p options locally (not collective).
   /// With serve.progress_thread the window must have been created with a progress thread.
   explicit Agent(window_type&& window, AgentOptions options = {})
       : core_(std::move(options), window.rank(), window.size(), window.layout()),
         window_(std::move(window)) {
-    detail::check_serving(window_.options(), core_.policy().options().serve);
+    detail::check_serving(window_.options(), core_.options().serve);
   }
 
   Agent(const Agent&) = delete;
@@ -143,9 +144,7 @@ class Agent final : public AgentInterface {
   /// Counters and timers so far.
   [[nodiscard]] const AgentStats& stats() const noexcept override { return core_.stats(); }
   /// Options in force.
-  [[nodiscard]] const AgentOptions& options() const noexcept override {
-    return core_.policy().options();
-  }
+  [[nodiscard]] const AgentOptions& options() const noexcept override { return core_.options(); }
   /// The layout of the parameters (the window's).
   [[nodiscard]] const Layout& layout() const override { return window_.layout(); }
 
@@ -238,7 +237,7 @@ class Agent final : public AgentInterface {
   void set_event_log(EventLog log) noexcept { core_.set_event_log(std::move(log)); }
 
  private:
-  detail::AgentCore core_;  // first: validated before the collective window creation
+  detail::AgentBase core_;  // first: validated before the collective window creation
   window_type window_;
 };
 

@@ -10,16 +10,18 @@
 #include <string>
 #include <string_view>
 
+#include "paramwin/agent_options.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
-#include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
-#include "paramwin/options.hpp"
 #include "paramwin/pause_guard.hpp"
-#include "paramwin/policy.hpp"
+#include "paramwin/pull.hpp"
 
 namespace paramwin {
+
+class LayerRef;       // layer_ref.hpp: the caller's layers (with Kokkos views)
+class ConstLayerRef;  // layer_ref.hpp
 
 /// One member of a population, of any kind. See Agent and GroupAgent for the collectives
 /// each kind's calls involve.

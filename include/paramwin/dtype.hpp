@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "paramwin/enum_names.hpp"
+
 namespace paramwin {
 
 /// Element type of a layer (and of its wire representation).
@@ -23,11 +25,22 @@ enum class DType : std::uint8_t { float32 = 1, float64 = 2, bfloat16 = 3, float1
   return 0;
 }
 
-/// Lower-case name of @p dtype ("float32", ...).
-[[nodiscard]] std::string_view dtype_name(DType dtype) noexcept;
+namespace detail {
+inline constexpr EnumName<DType> kDTypeNames[] = {{DType::float32, "float32"},
+                                                  {DType::float64, "float64"},
+                                                  {DType::bfloat16, "bfloat16"},
+                                                  {DType::float16, "float16"}};
+}  // namespace detail
+/// Names of DType.
+template <>
+inline constexpr EnumTable<DType> enum_table<DType>{"dtype", detail::kDTypeNames};
 
+/// Lower-case name of @p dtype ("float32", ...).
+[[nodiscard]] constexpr std::string_view dtype_name(DType dtype) noexcept {
+  return enum_name(dtype);
+}
 /// Parses a dtype name; throws InvalidArgument listing the valid names.
-[[nodiscard]] DType parse_dtype(std::string_view name);
+[[nodiscard]] inline DType parse_dtype(std::string_view name) { return parse_enum<DType>(name); }
 
 /// Brain float: the upper 16 bits of an IEEE float32. Storage type only.
 struct bfloat16 {

@@ -12,9 +12,11 @@
 #include <string_view>
 #include <vector>
 
-#include "paramwin/options.hpp"
-#include "paramwin/policy.hpp"
+#include "paramwin/agent_kinds.hpp"
+#include "paramwin/enum_names.hpp"
+#include "paramwin/hyper.hpp"
 #include "paramwin/timer_summary.hpp"
+#include "paramwin/window_options.hpp"
 
 namespace paramwin {
 
@@ -30,8 +32,21 @@ enum class Phase : std::uint8_t {
 /// Number of Phase values.
 inline constexpr std::size_t kPhaseCount = 5;
 
+namespace detail {
+inline constexpr EnumName<Phase> kPhaseNames[] = {{Phase::decide, "decide"},
+                                                  {Phase::pull, "pull"},
+                                                  {Phase::mix, "mix"},
+                                                  {Phase::publish, "publish"},
+                                                  {Phase::assemble, "assemble"}};
+}  // namespace detail
+/// Names of Phase.
+template <>
+inline constexpr EnumTable<Phase> enum_table<Phase>{"phase", detail::kPhaseNames};
+
 /// Lower-case name of @p phase ("decide", "pull", "mix", "publish", "assemble").
-[[nodiscard]] std::string_view phase_name(Phase phase) noexcept;
+[[nodiscard]] constexpr std::string_view phase_name(Phase phase) noexcept {
+  return enum_name(phase);
+}
 
 /// Seconds spent in each phase of one step (0 for phases that did not run).
 struct PhaseSeconds {

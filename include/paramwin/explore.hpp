@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/enum_names.hpp"
 #include "paramwin/hyper.hpp"
 
 namespace paramwin {
@@ -46,12 +47,49 @@ enum class HyperDistribution : std::uint8_t {
   choice = 4,       ///< one of `choices`, uniformly; a perturbation moves to a neighbour
 };
 
+namespace detail {
+inline constexpr EnumName<HyperInherit> kHyperInheritNames[] = {{HyperInherit::best, "best"},
+                                                                {HyperInherit::mix, "mix"},
+                                                                {HyperInherit::keep, "keep"}};
+inline constexpr EnumName<HyperScale> kHyperScaleNames[] = {{HyperScale::linear, "linear"},
+                                                            {HyperScale::log, "log"}};
+inline constexpr EnumName<HyperDistribution> kHyperDistributionNames[] =
+    {{HyperDistribution::none, "none"},
+     {HyperDistribution::uniform, "uniform"},
+     {HyperDistribution::log_uniform, "log_uniform"},
+     {HyperDistribution::int_range, "int"},
+     {HyperDistribution::choice, "choice"}};
+inline constexpr EnumName<HyperDistribution> kHyperDistributionAliases[] =
+    {{HyperDistribution::log_uniform, "loguniform"},
+     {HyperDistribution::int_range, "int_range"},
+     {HyperDistribution::int_range, "randint"}};
+}  // namespace detail
+/// Names of HyperInherit.
+template <>
+inline constexpr EnumTable<HyperInherit> enum_table<HyperInherit>{"hyperparameter inheritance",
+                                                                  detail::kHyperInheritNames};
+/// Names of HyperScale.
+template <>
+inline constexpr EnumTable<HyperScale> enum_table<HyperScale>{"scale", detail::kHyperScaleNames};
+/// Names of HyperDistribution.
+template <>
+inline constexpr EnumTable<HyperDistribution>
+    enum_table<HyperDistribution>{"distribution", detail::kHyperDistributionNames,
+                                  detail::kHyperDistributionAliases};
+
 /// Lower-case name of @p inherit ("best", "mix", "keep").
-[[nodiscard]] std::string_view inherit_name(HyperInherit inherit) noexcept;
+[[nodiscard]] constexpr std::string_view inherit_name(HyperInherit inherit) noexcept {
+  return enum_name(inherit);
+}
 /// Lower-case name of @p distribution ("none", "uniform", "log_uniform", "int", "choice").
-[[nodiscard]] std::string_view distribution_name(HyperDistribution distribution) noexcept;
+[[nodiscard]] constexpr std::string_view distribution_name(
+    HyperDistribution distribution) noexcept {
+  return enum_name(distribution);
+}
 /// Parses "best", "mix" or "keep"; InvalidArgument otherwise.
-[[nodiscard]] HyperInherit parse_inherit(std::string_view name);
+[[nodiscard]] inline HyperInherit parse_inherit(std::string_view name) {
+  return parse_enum<HyperInherit>(name);
+}
 
 /// How one declared hyperparameter is explored. Hyperparameters without a rule are
 /// inherited only (Ray Tune's hyperparam_mutations: only those listed mutate).

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/enum_names.hpp"
+
 namespace paramwin {
 
 /// What a rank does in a grouped population.
@@ -21,8 +23,17 @@ enum class Role : std::uint8_t {
   coordinator = 2,  ///< the coordinator; no agent
 };
 
+namespace detail {
+inline constexpr EnumName<Role> kRoleNames[] = {{Role::agent, "agent"},
+                                                {Role::buffer, "buffer"},
+                                                {Role::coordinator, "coordinator"}};
+}  // namespace detail
+/// Names of Role.
+template <>
+inline constexpr EnumTable<Role> enum_table<Role>{"role", detail::kRoleNames};
+
 /// Lower-case name of @p role ("agent", "buffer", "coordinator").
-[[nodiscard]] std::string_view role_name(Role role) noexcept;
+[[nodiscard]] constexpr std::string_view role_name(Role role) noexcept { return enum_name(role); }
 
 /// How to split a communicator into agents.
 ///

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/enum_names.hpp"
+
 namespace paramwin {
 
 /// Element type of a hyperparameter.
@@ -21,8 +23,19 @@ enum class HyperType : std::uint8_t {
   float64 = 1,  ///< a double (learning rate, weight decay, dropout)
 };
 
+namespace detail {
+inline constexpr EnumName<HyperType> kHyperTypeNames[] = {{HyperType::int64, "int64"},
+                                                          {HyperType::float64, "float64"}};
+}  // namespace detail
+/// Names of HyperType.
+template <>
+inline constexpr EnumTable<HyperType> enum_table<HyperType>{"hyperparameter type",
+                                                            detail::kHyperTypeNames};
+
 /// Lower-case name of @p type ("int64", "float64").
-[[nodiscard]] std::string_view hyper_type_name(HyperType type) noexcept;
+[[nodiscard]] constexpr std::string_view hyper_type_name(HyperType type) noexcept {
+  return enum_name(type);
+}
 
 /// Largest number of hyperparameters a layout may declare (each is one 64-bit word of the
 /// snapshot and of the roster).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "paramwin/enum_names.hpp"
 #include "paramwin/hyper.hpp"
 
 namespace paramwin {
@@ -19,8 +20,22 @@ enum class AgentState : std::uint32_t {
   paused = 4,   ///< paused (AgentInterface::pause): do not choose as a donor, do not rank
 };
 
+namespace detail {
+inline constexpr EnumName<AgentState> kAgentStateNames[] = {{AgentState::fresh, "fresh"},
+                                                            {AgentState::active, "active"},
+                                                            {AgentState::rebirth, "rebirth"},
+                                                            {AgentState::left, "left"},
+                                                            {AgentState::paused, "paused"}};
+}  // namespace detail
+/// Names of AgentState.
+template <>
+inline constexpr EnumTable<AgentState> enum_table<AgentState>{"agent state",
+                                                              detail::kAgentStateNames};
+
 /// Lower-case name of @p state.
-[[nodiscard]] std::string_view state_name(AgentState state) noexcept;
+[[nodiscard]] constexpr std::string_view state_name(AgentState state) noexcept {
+  return enum_name(state);
+}
 
 /// The fields an owner sets about itself (everything but the version, which publish sets).
 struct AgentStatus {

@@ -3,7 +3,6 @@
 // Publish, pull and roster reads release the GIL for their MPI work.
 #include <pybind11/stl.h>
 
-#include <array>
 #include <string_view>
 #include <utility>
 
@@ -16,33 +15,13 @@ namespace {
 
 using Window = ParameterWindow<>;
 
-// One table per string option: the accepted names, then the values.
-template <class E, std::size_t N>
-E parse_choice(std::string_view what, std::string_view text,
-               const std::array<std::pair<std::string_view, E>, N>& table) {
-  std::string valid;
-  for (const auto& [name, value] : table) {
-    if (name == text) {
-      return value;
-    }
-    valid += (valid.empty() ? "" : ", ") + std::string(name);
-  }
-  throw InvalidArgument("paramwin: unknown " + std::string(what) + " '" + std::string(text) +
-                        "' (valid: " + valid + ")");
-}
-
 WindowOptions window_options(const std::string& transport, const std::string& wire,
                              const std::string& layout_check, bool verify, bool progress_thread,
                              unsigned progress_interval_us, std::string name) {
   WindowOptions o;
   o.transport = parse_transport(transport);
-  o.wire = parse_choice<WireFormat, 3>("wire format", wire,
-                                       {{{"native", WireFormat::native},
-                                         {"bfloat16", WireFormat::bfloat16},
-                                         {"float16", WireFormat::float16}}});
-  o.layout_check = parse_choice<LayoutCheck, 2>("layout check", layout_check,
-                                                {{{"strict", LayoutCheck::strict},
-                                                  {"per_donor", LayoutCheck::per_donor}}});
+  o.wire = parse_enum<WireFormat>(wire);
+  o.layout_check = parse_enum<LayoutCheck>(layout_check);
   o.verify = verify;
   o.progress_thread = progress_thread;
   o.progress_interval_us = progress_interval_us;
@@ -55,20 +34,11 @@ PullOptions pull_options(const std::string& reduction, std::vector<double> weigh
                          unsigned optimistic_attempts, std::size_t chunk_bytes,
                          double timeout_seconds) {
   PullOptions o;
-  o.reduction =
-      parse_choice<Reduction, 2>("reduction", reduction,
-                                 {{{"mean", Reduction::mean}, {"weighted", Reduction::weighted}}});
+  o.reduction = parse_enum<Reduction>(reduction);
   o.weights = std::move(weights);
   o.momentum = momentum;
-  o.non_finite = parse_choice<NonFinitePolicy, 3>("non_finite policy", non_finite,
-                                                  {{{"fail", NonFinitePolicy::fail},
-                                                    {"skip_donor", NonFinitePolicy::skip_donor},
-                                                    {"allow", NonFinitePolicy::allow}}});
-  o.read_mode = parse_choice<ReadMode, 4>("read mode", read_mode,
-                                          {{{"auto", ReadMode::automatic},
-                                            {"automatic", ReadMode::automatic},
-                                            {"optimistic", ReadMode::optimistic},
-                                            {"pinned", ReadMode::pinned}}});
+  o.non_finite = parse_enum<NonFinitePolicy>(non_finite);
+  o.read_mode = parse_enum<ReadMode>(read_mode);
   o.optimistic_attempts = optimistic_attempts;
   o.chunk_bytes = chunk_bytes;
   o.timeout_seconds = timeout_seconds;
@@ -86,13 +56,7 @@ Window& open(Window& w) {
 
 }  // namespace
 
-Transport parse_transport(std::string_view text) {
-  return parse_choice<Transport, 4>("transport", text,
-                                    {{{"auto", Transport::automatic},
-                                      {"automatic", Transport::automatic},
-                                      {"shm", Transport::shm},
-                                      {"rma", Transport::rma}}});
-}
+Transport parse_transport(std::string_view text) { return parse_enum<Transport>(text); }
 
 void bind_window(py::module_& m) {
   py::class_<Window>(m, "Window",
@@ -195,12 +159,7 @@ void bind_window(py::module_& m) {
             s.age = age;
             s.metric = metric;
             s.generation = generation;
-            s.state = parse_choice<AgentState, 5>("state", state,
-                                                  {{{"fresh", AgentState::fresh},
-                                                    {"active", AgentState::active},
-                                                    {"rebirth", AgentState::rebirth},
-                                                    {"left", AgentState::left},
-                                                    {"paused", AgentState::paused}}});
+            s.state = parse_enum<AgentState>(state);
             open(w).set_status(s);
           },
           py::arg("iteration"), py::arg("age"), py::arg("metric"), py::arg("generation"),

@@ -5,19 +5,20 @@
 // leader writes and reads for its agent and shares the staged share with the agent's ranks.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
+#include "agent/agent_core.hpp"
 #include "agent/rebirth_executor.hpp"  // const_refs
-#include "agent/solo_executor.hpp"
 #include "checkpoint/agent_state.hpp"
 #include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"
 #include "checkpoint/path.hpp"
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
-#include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
@@ -46,9 +47,18 @@ std::vector<ConstLayerRef> bound_const(const Layout& layout, std::span<const Con
   return ordered;
 }
 
-// The one-rank agent's communicators: its window's for everything.
-CheckpointComms solo_comms(const WindowAccess& w) {
-  return CheckpointComms{.all = w.comm(), .writers = w.comm(), .agent = MPI_COMM_NULL};
+// What a save writes of @p o: the direction, the checkpoint options and the options' text.
+SaveSettings save_settings(const AgentOptions& o) {
+  std::ostringstream s;
+  s << "seed=" << o.seed << " direction=" << direction_name(o.direction)
+    << " age=" << (o.triggers.age.enabled ? 1 : 0) << " age_lo=" << o.triggers.age.lo
+    << " age_hi=" << o.triggers.age.hi << " selection=" << selection_name(o.selection.kind)
+    << " k=" << o.selection.k << " mixing=" << mixing_name(o.mixing.kind)
+    << " publish_every=" << o.publish.every << " checkpoint_every=" << o.checkpoint.every
+    << " checkpoint_every_seconds=" << o.checkpoint.every_seconds
+    << " checkpoint_path=" << o.checkpoint.path << " checkpoint_keep=" << o.checkpoint.keep
+    << " checkpoint_async=" << (o.checkpoint.async ? 1 : 0);
+  return SaveSettings{.direction = o.direction, .options = s.str(), .checkpoint = o.checkpoint};
 }
 
 int rank_of(MPI_Comm comm) {
@@ -99,31 +109,6 @@ void share_read(CheckpointRead& r, const Layout& layout, MPI_Comm agent) {
 
 }  // namespace
 
-void AgentCore::save_checkpoint(WindowAccess& w, const std::string& path,
-                                std::span<const ConstLayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  save_checkpoint(ex, solo_comms(w), path, params);
-}
-
-void AgentCore::wait_checkpoint(WindowAccess& w) { wait_checkpoint(solo_comms(w)); }
-
-CheckpointLoad AgentCore::load_checkpoint(WindowAccess& w, const std::string& path,
-                                          std::span<const LayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  return load_checkpoint(ex, solo_comms(w), path, params);
-}
-
-std::optional<CheckpointLoad> AgentCore::resume_newest(WindowAccess& w,
-                                                       std::span<const LayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  return resume_newest(ex, solo_comms(w), params);
-}
-
-void AgentCore::checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  checkpoint_if_due(ex, solo_comms(w), params);
-}
-
 void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
                                 const std::string& path, std::span<const ConstLayerRef> params) {
   wait_checkpoint(c);  // the previous asynchronous save first (and its error)
@@ -167,9 +152,9 @@ void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
     // The pause is the copy; the write, the rename and the rotation run on the writer thread
     // (one per writing rank, over its own duplicate of the writers' communicator).
     if (writer) {
-      if (!async_) async_.reset(new AsyncCheckpoint(c.writers));
+      if (!async_) async_ = std::make_unique<AsyncCheckpoint>(c.writers);
       try {
-        async_->stage(path, ex.layout(), mine, policy_.options());
+        async_->stage(path, ex.layout(), mine, save_settings(policy_.options()));
       } catch (const std::exception& e) {
         error = std::string("paramwin: save_checkpoint '") + path + "': " + e.what();
       }
@@ -181,7 +166,7 @@ void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
   }
   if (writer) {
     try {
-      write_checkpoint(c.writers, path, ex.layout(), mine, policy_.options());
+      write_checkpoint(c.writers, path, ex.layout(), mine, save_settings(policy_.options()));
     } catch (const std::exception& e) {
       error = e.what();  // the same on every writer (write_checkpoint agrees)
     }

@@ -7,11 +7,10 @@
 #include <string>
 #include <thread>
 
+#include "agent/agent_core.hpp"
 #include "agent/rebirth_executor.hpp"
 #include "agent/rebirth_plan.hpp"
-#include "agent/solo_executor.hpp"
 #include "mpi/agree.hpp"
-#include "paramwin/detail/agent_core.hpp"
 #include "paramwin/error.hpp"
 #include "window/binding.hpp"  // bind_layers: the one ref binder of window and agents
 
@@ -387,22 +386,6 @@ void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> orde
   published(r);
 }
 
-WindowOptions serving_window_options(WindowOptions options, const ServeOptions& serve) {
-  if (serve.progress_thread) {
-    options.progress_thread = true;
-    options.progress_interval_us = serve.progress_interval_us;
-  }
-  return options;
-}
-
-void check_serving(const WindowOptions& options, const ServeOptions& serve) {
-  if (serve.progress_thread && !options.progress_thread) {
-    throw InvalidArgument("paramwin: AgentOptions::serve.progress_thread asks for a progress "
-                          "thread, but the window given to the Agent was created without one "
-                          "(WindowOptions::progress_thread)");
-  }
-}
-
 StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
   if (left_) {
@@ -500,37 +483,6 @@ StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double me
   stats_.record(event);
   if (ex.leader()) log_.write(event);
   return event;
-}
-
-StepEvent AgentCore::step(WindowAccess& w, std::int64_t iteration, double metric,
-                          std::span<const LayerRef> params) {
-  StepEvent event;
-  {
-    SoloExecutor ex(w, fingerprint_);
-    event = step(ex, iteration, metric, params);
-  }
-  checkpoint_if_due(w, params);
-  return event;
-}
-
-PublishResult AgentCore::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
-  SoloExecutor ex(w, fingerprint_);
-  return publish(ex, params);
-}
-
-void AgentCore::leave(WindowAccess& w) {
-  SoloExecutor ex(w, fingerprint_);
-  leave(ex);
-}
-
-void AgentCore::pause(WindowAccess& w) {
-  SoloExecutor ex(w, fingerprint_);
-  pause(ex);
-}
-
-void AgentCore::resume(WindowAccess& w) {
-  SoloExecutor ex(w, fingerprint_);
-  resume(ex);
 }
 
 }  // namespace paramwin::detail

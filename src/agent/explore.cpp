@@ -69,34 +69,6 @@ const HyperRule* rule_for(const ExploreOptions& o, std::string_view name) {
 
 }  // namespace
 
-std::string_view inherit_name(HyperInherit inherit) noexcept {
-  switch (inherit) {
-    case HyperInherit::best: return "best";
-    case HyperInherit::mix: return "mix";
-    case HyperInherit::keep: return "keep";
-  }
-  return "unknown";
-}
-
-std::string_view distribution_name(HyperDistribution distribution) noexcept {
-  switch (distribution) {
-    case HyperDistribution::none: return "none";
-    case HyperDistribution::uniform: return "uniform";
-    case HyperDistribution::log_uniform: return "log_uniform";
-    case HyperDistribution::int_range: return "int";
-    case HyperDistribution::choice: return "choice";
-  }
-  return "unknown";
-}
-
-HyperInherit parse_inherit(std::string_view name) {
-  if (name == "best") return HyperInherit::best;
-  if (name == "mix") return HyperInherit::mix;
-  if (name == "keep") return HyperInherit::keep;
-  throw InvalidArgument("paramwin: unknown hyperparameter inheritance '" + std::string(name) +
-                        "' (valid: best, mix, keep)");
-}
-
 void validate(const ExploreOptions& o) {
   if (o.inherit > HyperInherit::keep) {
     throw InvalidArgument("paramwin: explore.inherit is out of range (best, mix, keep)");

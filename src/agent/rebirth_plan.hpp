@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "paramwin/detail/agent_core.hpp"
+#include "agent/agent_core.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"

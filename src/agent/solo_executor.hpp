@@ -5,8 +5,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "agent/agent_core.hpp"
 #include "agent/rebirth_executor.hpp"
-#include "paramwin/detail/agent_core.hpp"
+#include "paramwin/detail/agent_base.hpp"
 
 namespace paramwin::detail {
 

@@ -30,13 +30,13 @@ AsyncCheckpoint::~AsyncCheckpoint() {
 }
 
 void AsyncCheckpoint::stage(const std::string& path, const Layout& layout,
-                            const AgentRecord& record, const AgentOptions& options) {
+                            const AgentRecord& record, const SaveSettings& settings) {
   if (thread_.joinable()) {
     throw CheckpointError("paramwin: asynchronous checkpoint: a save is still in flight");
   }
   path_ = path;
   layout_ = layout;
-  options_ = options;
+  settings_ = settings;
   bytes_.resize(record.ordered.size());
   ordered_.clear();
   for (std::size_t l = 0; l < record.ordered.size(); ++l) {
@@ -57,10 +57,10 @@ void AsyncCheckpoint::launch() {
 
 void AsyncCheckpoint::run() {
   try {
-    write_checkpoint(comm_.get(), path_, layout_, record_, options_);
+    write_checkpoint(comm_.get(), path_, layout_, record_, settings_);
     std::string error;
     if (comm_.rank() == 0) {
-      error = rotate_checkpoints(options_.checkpoint.path, options_.checkpoint.keep);
+      error = rotate_checkpoints(settings_.checkpoint.path, settings_.checkpoint.keep);
     }
     agree_or_throw<CheckpointError>(comm_.get(), error.empty() ? error
                                                                : "paramwin: checkpoint '" + path_ +
@@ -77,7 +77,5 @@ std::string AsyncCheckpoint::wait() {
   thread_.join();
   return std::exchange(error_, {});
 }
-
-void AsyncCheckpointDeleter::operator()(AsyncCheckpoint* p) const noexcept { delete p; }
 
 }  // namespace paramwin::detail

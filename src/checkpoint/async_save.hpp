@@ -11,9 +11,7 @@
 
 #include "checkpoint/file.hpp"
 #include "mpi/handles.hpp"
-#include "paramwin/detail/agent_core.hpp"  // AsyncCheckpointDeleter
 #include "paramwin/layout.hpp"
-#include "paramwin/policy.hpp"
 
 namespace paramwin::detail {
 
@@ -37,8 +35,8 @@ class AsyncCheckpoint {
   /// asynchronous save. The previous save must have been collected with wait(). Local; the
   /// caller agrees on its success before launch().
   void stage(const std::string& path, const Layout& layout, const AgentRecord& record,
-             const AgentOptions& options);
-  /// Starts writing the staged save, then rotating options.checkpoint's pattern, on the
+             const SaveSettings& settings);
+  /// Starts writing the staged save, then rotating settings.checkpoint's pattern, on the
   /// writer thread. @note Collective: every rank of the communicator launches the same save.
   void launch();
   /// True while a save was started and not yet collected with wait().
@@ -55,7 +53,7 @@ class AsyncCheckpoint {
   // The save in flight, owned: the trainer may change its memory as soon as stage() returns.
   std::string path_;
   Layout layout_;
-  AgentOptions options_;
+  SaveSettings settings_;
   std::vector<std::vector<std::byte>> bytes_;
   std::vector<ConstLayerRef> ordered_;
   AgentRecord record_;

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "paramwin/agent_kinds.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
-#include "paramwin/policy.hpp"
 
 namespace paramwin::detail {
 
@@ -32,12 +32,20 @@ struct AgentRecord {
   std::int64_t iteration = 0;              ///< the trainer's latest iteration
 };
 
+/// What a save takes from the agent's options, and nothing more.
+struct SaveSettings {
+  /// The "direction" attribute: loads rank the file's agents by their metrics with it.
+  MetricDirection direction = MetricDirection::lower_is_better;
+  std::string options{};           ///< the "options" attribute: the agent's options as text
+  CheckpointOptions checkpoint{};  ///< after an asynchronous save: the rotation (path, keep)
+};
+
 /// Writes @p mine (one agent per rank of @p comm, agent index = rank) into @p path: under
 /// "<path>.tmp" with collective MPI-IO, renamed by rank 0 once every rank closed it.
 /// CheckpointError on every rank when any rank fails (the previous file at @p path is intact).
 /// @note Collective over @p comm.
 void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layout,
-                      const AgentRecord& mine, const AgentOptions& options);
+                      const AgentRecord& mine, const SaveSettings& settings);
 
 /// What read_checkpoint staged for this rank.
 struct CheckpointRead {

@@ -38,19 +38,6 @@ std::vector<std::uint64_t> summary_of(const AgentRecord& a, std::span<const std:
   return v;
 }
 
-std::string describe(const AgentOptions& o) {
-  std::ostringstream s;
-  s << "seed=" << o.seed << " direction=" << direction_name(o.direction)
-    << " age=" << (o.triggers.age.enabled ? 1 : 0) << " age_lo=" << o.triggers.age.lo
-    << " age_hi=" << o.triggers.age.hi << " selection=" << selection_name(o.selection.kind)
-    << " k=" << o.selection.k << " mixing=" << mixing_name(o.mixing.kind)
-    << " publish_every=" << o.publish.every << " checkpoint_every=" << o.checkpoint.every
-    << " checkpoint_every_seconds=" << o.checkpoint.every_seconds
-    << " checkpoint_path=" << o.checkpoint.path << " checkpoint_keep=" << o.checkpoint.keep
-    << " checkpoint_async=" << (o.checkpoint.async ? 1 : 0);
-  return s.str();
-}
-
 std::string utc_now(std::int64_t t) {
   const auto tt = static_cast<std::time_t>(t);
   std::tm tm{};
@@ -107,7 +94,7 @@ H5Id layer_space(const LayerSpec& spec, const std::string& path) {
 
 void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
                 const Layout& layout, const AgentRecord& mine,
-                const std::vector<std::vector<std::uint64_t>>& all, const AgentOptions& options,
+                const std::vector<std::vector<std::uint64_t>>& all, const SaveSettings& settings,
                 std::int64_t created) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -134,8 +121,8 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
   write_attr(root, "agents", static_cast<std::int64_t>(all.size()), path);
   write_attr(root, "created", utc_now(created), path);
   write_attr(root, "created_unix", created, path);
-  write_attr(root, "direction", std::string(direction_name(options.direction)), path);
-  write_attr(root, "options", describe(options), path);
+  write_attr(root, "direction", std::string(direction_name(settings.direction)), path);
+  write_attr(root, "options", settings.options, path);
   std::string extra_names;
   for (const CheckpointBlob& b : mine.extras)
     extra_names += (extra_names.empty() ? "" : "\n") + b.name;
@@ -208,7 +195,7 @@ void write_file(MPI_Comm comm, const std::string& tmp, const std::string& path,
 std::string library_version() { return PARAMWIN_LIBRARY_VERSION; }
 
 void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layout,
-                      const AgentRecord& mine, const AgentOptions& options) {
+                      const AgentRecord& mine, const SaveSettings& settings) {
   h5_quiet();
   int rank = 0;
   int size = 0;
@@ -274,7 +261,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layo
 
   const std::string tmp = path + ".tmp";
   try {
-    write_file(comm, tmp, path, layout, mine, all, options, created);
+    write_file(comm, tmp, path, layout, mine, all, settings, created);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -13,7 +13,8 @@
 #include "groups/shard_executor.hpp"
 #include "mpi/agree.hpp"
 #include "mpi/handles.hpp"
-#include "paramwin/detail/agent_core.hpp"
+#include "agent/agent_core.hpp"
+#include "paramwin/detail/agent_base.hpp"  // serving_window_options
 #include "paramwin/error.hpp"
 
 namespace paramwin {

@@ -12,15 +12,6 @@
 
 namespace paramwin {
 
-std::string_view role_name(Role role) noexcept {
-  switch (role) {
-    case Role::agent: return "agent";
-    case Role::buffer: return "buffer";
-    case Role::coordinator: return "coordinator";
-  }
-  return "?";
-}
-
 namespace {
 
 [[noreturn]] void bad(const std::string& why) {

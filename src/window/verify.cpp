@@ -171,11 +171,9 @@ struct Identity {
 };
 
 std::string layout_check_name(std::uint64_t value) {
-  switch (value) {
-    case 0: return "strict";
-    case 1: return "per_donor";
-    default: return "out of range (" + std::to_string(value) + ")";
-  }
+  const std::string_view name = enum_name(static_cast<LayoutCheck>(value));
+  return name != "invalid" && value <= 0xff ? std::string(name)
+                                            : "out of range (" + std::to_string(value) + ")";
 }
 
 /// The lowest rank whose @p differs(rank 0's, its) holds (0 if none).
@@ -474,9 +472,7 @@ void WindowImpl::check_layouts_strict(std::uint64_t slot_fingerprint) {
   std::string why = Layout::first_difference(first, second);
   if (why.empty()) {
     auto wire_name = [](const std::string& w) {
-      static const char* names[] = {"native", "bfloat16", "float16"};
-      const int i = std::stoi(w);
-      return std::string(i >= 0 && i < 3 ? names[i] : "?");
+      return std::string(enum_name(static_cast<WireFormat>(std::stoi(w))));
     };
     why = "wire format " + wire_name(first_wire) + " vs " + wire_name(second_wire);
   }

@@ -1,7 +1,7 @@
 #pragma once
-/// @file detail/agent_core.hpp
-/// The step core shared by Agent and GroupAgent (AgentCore), and the type-erased window
-/// the one-rank Agent drives it through (WindowAccess).
+// The step core shared by every agent kind (AgentCore), driven over a RebirthExecutor: a
+// SoloExecutor for Agent (src/agent/agent_base.cpp), a ShardExecutor for GroupAgent
+// (src/groups/group_agent.cpp). Private to the library.
 
 #include <mpi.h>
 
@@ -14,76 +14,18 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/async_save.hpp"
+#include "paramwin/agent_options.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
-#include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
+#include "paramwin/pull.hpp"
 #include "paramwin/roster.hpp"
 
 namespace paramwin::detail {
-
-/// The window operations the agent needs, independent of the memory space.
-class WindowAccess {
- public:
-  WindowAccess() = default;
-  WindowAccess(const WindowAccess&) = delete;
-  WindowAccess& operator=(const WindowAccess&) = delete;
-  WindowAccess(WindowAccess&&) = delete;
-  WindowAccess& operator=(WindowAccess&&) = delete;
-  virtual ~WindowAccess() = default;
-
-  [[nodiscard]] virtual int rank() const = 0;
-  [[nodiscard]] virtual int size() const = 0;
-  [[nodiscard]] virtual MPI_Comm comm() const = 0;
-  virtual void continue_versions(std::uint64_t next) = 0;
-  [[nodiscard]] virtual const Layout& layout() const = 0;
-  [[nodiscard]] virtual std::uint64_t version() const = 0;
-  [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
-  [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) const = 0;
-  virtual void set_status(const AgentStatus& status) = 0;
-  virtual PublishResult publish(std::span<const ConstLayerRef> layers,
-                                const Hyperparameters& hyper) = 0;
-  virtual PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
-                          const PullOptions& options) = 0;
-  /// Lets MPI progress once (serves RMA readers, completes their pin releases).
-  virtual void progress() = 0;
-  /// Whether some rank reads this window over RMA.
-  [[nodiscard]] virtual bool has_rma_readers() const = 0;
-};
-
-/// WindowAccess over a ParameterWindow<MemorySpace> (or anything with the same members).
-template <class Window>
-class WindowAccessOf final : public WindowAccess {
- public:
-  explicit WindowAccessOf(Window& window) : w_(window) {}
-  [[nodiscard]] int rank() const override { return w_.rank(); }
-  [[nodiscard]] int size() const override { return w_.size(); }
-  [[nodiscard]] MPI_Comm comm() const override { return w_.comm(); }
-  void continue_versions(std::uint64_t next) override { w_.continue_versions(next); }
-  [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
-  [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
-  [[nodiscard]] RosterEntry roster(int rank) const override { return w_.roster(rank); }
-  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) const override {
-    return w_.roster_all(timeout_seconds);
-  }
-  void set_status(const AgentStatus& status) override { w_.set_status(status); }
-  PublishResult publish(std::span<const ConstLayerRef> layers,
-                        const Hyperparameters& hyper) override {
-    return w_.publish(layers, hyper);
-  }
-  PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
-                  const PullOptions& options) override {
-    return w_.pull(donors, out, options);
-  }
-  void progress() override { w_.progress(); }
-  [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }
-
- private:
-  Window& w_;
-};
 
 /// Binds @p params to @p layout (positional, or named in any order) with the window's
 /// binder and returns them in layout order; InvalidArgument naming @p caller otherwise
@@ -96,14 +38,6 @@ class WindowAccessOf final : public WindowAccess {
 [[nodiscard]] std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
                                                           std::span<const ConstLayerRef> params,
                                                           std::string_view caller);
-
-/// @p options with the progress thread that @p serve asks for (progress_thread and its
-/// interval); unchanged when serve.progress_thread is false.
-[[nodiscard]] WindowOptions serving_window_options(WindowOptions options,
-                                                   const ServeOptions& serve);
-/// Throws InvalidArgument when @p serve asks for a progress thread that a window created
-/// with @p options does not have.
-void check_serving(const WindowOptions& options, const ServeOptions& serve);
 
 /// @p path with every "{rank}" replaced by @p rank (event log paths).
 [[nodiscard]] std::string expand_rank(std::string path, int rank);
@@ -136,13 +70,9 @@ struct CheckpointComms {
 /// same files. @note Collective over @p comm.
 void check_same_checkpoint_options(MPI_Comm comm, const CheckpointOptions& c);
 
-class RebirthExecutor;           // src/agent/rebirth_executor.hpp
-class AsyncCheckpoint;           // src/checkpoint/async_save.hpp
-struct AsyncCheckpointDeleter {  // defined beside AsyncCheckpoint
-  void operator()(AsyncCheckpoint* p) const noexcept;
-};
-struct PullOutcome;  // src/agent/rebirth_executor.hpp
-struct RebirthPlan;  // src/agent/rebirth_plan.hpp
+class RebirthExecutor;  // src/agent/rebirth_executor.hpp
+struct PullOutcome;     // src/agent/rebirth_executor.hpp
+struct RebirthPlan;     // src/agent/rebirth_plan.hpp
 
 /// The step core of every agent: policy, counters, statistics, event log and publishing
 /// state, and the one step sequence (agree, plan, attempt/exclude loop, rebirth, callbacks,
@@ -179,36 +109,6 @@ class AgentCore {
   /// Whether pause() is in force on this rank.
   [[nodiscard]] bool paused() const noexcept { return paused_; }
 
-  /// step() for a one-rank agent over @p w (a solo executor).
-  StepEvent step(WindowAccess& w, std::int64_t iteration, double metric,
-                 std::span<const LayerRef> params);
-  /// publish() for a one-rank agent over @p w.
-  PublishResult publish(WindowAccess& w, std::span<const ConstLayerRef> params);
-  /// leave() for a one-rank agent over @p w.
-  void leave(WindowAccess& w);
-  /// pause() for a one-rank agent over @p w.
-  void pause(WindowAccess& w);
-  /// resume() for a one-rank agent over @p w.
-  void resume(WindowAccess& w);
-
-  /// Saves this agent into the population checkpoint @p path (see Agent::save_checkpoint).
-  /// @note Collective over the window's communicator.
-  void save_checkpoint(WindowAccess& w, const std::string& path,
-                       std::span<const ConstLayerRef> params);
-  /// Waits for an asynchronous save in flight (CheckpointOptions::async) and throws its
-  /// error, CheckpointError on every rank; returns at once when none is in flight.
-  /// @note Collective over the window's communicator.
-  void wait_checkpoint(WindowAccess& w);
-  /// Loads this rank's agent from @p path (see Agent::load_checkpoint).
-  /// @note Collective over the window's communicator.
-  CheckpointLoad load_checkpoint(WindowAccess& w, const std::string& path,
-                                 std::span<const LayerRef> params);
-  /// Loads the newest checkpoint of AgentOptions::checkpoint.path, if there is one.
-  /// @note Collective over the window's communicator.
-  std::optional<CheckpointLoad> resume_newest(WindowAccess& w, std::span<const LayerRef> params);
-  /// After a step: saves when AgentOptions::checkpoint says one is due.
-  /// @note Collective over the window's communicator when checkpoints are on.
-  void checkpoint_if_due(WindowAccess& w, std::span<const LayerRef> params);
   /// save_checkpoint over any executor: @p c says who agrees, who writes and who shares
   /// (see CheckpointComms). The owner's save hook runs on the writers only.
   /// @note Collective over @p c.all.
@@ -284,7 +184,6 @@ class AgentCore {
   bool paused_ = false;           // pause() is in force
   bool params_prepared_ = false;  // prepare_params ran in the step()/publish() in progress
   AgentState resume_state_ = AgentState::active;  // what resume() advertises
-  std::optional<std::uint64_t> fingerprint_;      // own roster fingerprint, read once
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};
   double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)
@@ -292,7 +191,7 @@ class AgentCore {
   CheckpointHooks hooks_{};
   Clock::time_point last_checkpoint_ = Clock::now();  // for checkpoint.every_seconds
   // The writer of asynchronous saves (CheckpointOptions::async), made at the first one.
-  std::unique_ptr<AsyncCheckpoint, AsyncCheckpointDeleter> async_;
+  std::unique_ptr<AsyncCheckpoint> async_;
 };
 
 }  // namespace paramwin::detail

@@ -1,0 +1,108 @@
+#pragma once
+/// @file window_options.hpp
+/// Options fixed when a window is created: transport, wire format, exposure, layout check,
+/// identity, progress thread.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "paramwin/enum_names.hpp"
+
+namespace paramwin {
+
+/// How a donor's memory is read.
+enum class Transport : std::uint8_t {
+  automatic = 0,  ///< shared memory for donors on this node, RMA (MPI_Get) for the others
+  shm = 1,        ///< shared memory only; a donor on another node is an error
+  rma = 2,        ///< MPI_Get for every donor (the multi-node path, testable on one node)
+};
+
+/// Element format of the published copy (the bytes readers move).
+enum class WireFormat : std::uint8_t {
+  native = 0,    ///< each layer in its own dtype
+  bfloat16 = 1,  ///< float32 layers stored as bfloat16 (float64/16-bit layers stay native)
+  float16 = 2,   ///< float32 layers stored as IEEE float16 (float64/16-bit layers stay native)
+};
+
+/// How an agent exposes its parameters.
+enum class Exposure : std::uint8_t {
+  snapshot = 0,  ///< publish copies into a versioned double buffer: readers never see a torn state
+  live = 1,      ///< the window memory *is* the trainer's parameters (live_span): publish is free,
+                 ///< readers see whatever is there, with no snapshot guarantee
+};
+
+/// How strictly window creation compares layouts across ranks.
+enum class LayoutCheck : std::uint8_t {
+  strict = 0,     ///< every rank must have the same layout (else LayoutMismatch everywhere)
+  per_donor = 1,  ///< layouts may differ; a pull from an incompatible donor is a DonorError
+};
+
+/// Largest WindowOptions::progress_interval_us (one second).
+inline constexpr unsigned kMaxProgressIntervalUs = 1000000;
+namespace detail {
+inline constexpr EnumName<Transport> kTransportNames[] = {{Transport::automatic, "auto"},
+                                                          {Transport::shm, "shm"},
+                                                          {Transport::rma, "rma"}};
+inline constexpr EnumName<Transport> kTransportAliases[] = {{Transport::automatic, "automatic"}};
+inline constexpr EnumName<WireFormat> kWireFormatNames[] = {{WireFormat::native, "native"},
+                                                            {WireFormat::bfloat16, "bfloat16"},
+                                                            {WireFormat::float16, "float16"}};
+inline constexpr EnumName<Exposure> kExposureNames[] = {{Exposure::snapshot, "snapshot"},
+                                                        {Exposure::live, "live"}};
+inline constexpr EnumName<LayoutCheck> kLayoutCheckNames[] = {{LayoutCheck::strict, "strict"},
+                                                              {LayoutCheck::per_donor,
+                                                               "per_donor"}};
+}  // namespace detail
+/// Names of Transport.
+template <>
+inline constexpr EnumTable<Transport> enum_table<Transport>{"transport", detail::kTransportNames,
+                                                            detail::kTransportAliases};
+/// Names of WireFormat.
+template <>
+inline constexpr EnumTable<WireFormat> enum_table<WireFormat>{"wire format",
+                                                              detail::kWireFormatNames};
+/// Names of Exposure.
+template <>
+inline constexpr EnumTable<Exposure> enum_table<Exposure>{"exposure", detail::kExposureNames};
+/// Names of LayoutCheck.
+template <>
+inline constexpr EnumTable<LayoutCheck> enum_table<LayoutCheck>{"layout check",
+                                                                detail::kLayoutCheckNames};
+
+/// Lower-case name of @p transport ("auto", "shm", "rma").
+[[nodiscard]] constexpr std::string_view transport_name(Transport transport) noexcept {
+  return enum_name(transport);
+}
+
+/// Options fixed when a window is created.
+///
+/// Window creation agrees on some fields across the ranks before anything else (one
+/// MPI_Allreduce) and throws InvalidArgument on every rank when they differ: verify,
+/// layout_check and the window's identity (name and creation count, see name). The others
+/// are this rank's own choice and may differ between ranks: transport, exposure (readers
+/// learn each donor's exposure from its header), stage_through_host, progress_thread and
+/// progress_interval_us; wire is compared with the layout (LayoutMismatch under
+/// LayoutCheck::strict, an incompatible donor under LayoutCheck::per_donor).
+struct WindowOptions {
+  Transport transport = Transport::automatic;      ///< donor transport
+  WireFormat wire = WireFormat::native;            ///< published element format
+  LayoutCheck layout_check = LayoutCheck::strict;  ///< when layouts are compared
+  bool verify = true;                      ///< self-check remote reads at creation (recommended)
+  bool stage_through_host = false;         ///< force the host staging path (tests the device path)
+  Exposure exposure = Exposure::snapshot;  ///< snapshot (copying publish) or live (zero-copy)
+  /// Start a thread that polls MPI so that RMA readers are served while this rank computes
+  /// (needs MPI_THREAD_MULTIPLE). See docs/rma-semantics.md.
+  bool progress_thread = false;
+  unsigned progress_interval_us = 200;  ///< sleep between two polls of the progress thread
+  /// The window's name, for its identity check and its error messages (default: unnamed).
+  /// Window creation is collective, so the windows of one communicator pair up by the
+  /// order in which they are created; creation compares the name and the number of
+  /// windows created on the communicator so far across ranks, and throws InvalidArgument
+  /// on every rank ("windows must be created in the same order on every rank") when they
+  /// differ, before any memory is allocated. Only a name tells apart windows created in
+  /// opposite orders on two ranks: name every window when several share a communicator.
+  std::string name{};
+};
+
+}  // namespace paramwin
