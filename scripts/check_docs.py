@@ -38,7 +38,9 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    A path is found when it exists as a file or a folder (a trailing ``/`` asks for a folder).
    Paths under build outputs (build/, out/) are not repository paths and start with no PREFIX.
 
-2. The option-key table. docs/agent.md holds the marker line ``<!-- option-keys -->``; the
+2. The documentation list. Every docs/*.md is linked from README.md (``](docs/NAME.md``).
+
+3. The option-key table. docs/agent.md holds the marker line ``<!-- option-keys -->``; the
    first Markdown table after it lists the keys of parse_agent_options, one row each: first
    column the key in backticks, second column its aliases in backticks (comma-separated, or
    empty). With ``--option-keys FILE`` (lines ``key<TAB>aliases(comma-separated)<TAB>doc``,
@@ -186,6 +188,16 @@ def check_paths(docs):
     return problems
 
 
+def check_doc_list():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    problems = []
+    for doc in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        name = "docs/" + os.path.basename(doc)
+        if "](" + name not in readme:
+            problems.append(f"README.md: {name} is not in the documentation list (no link to it)")
+    return problems
+
+
 def backticked(cell):
     return [t.strip() for t in re.findall(r"`([^`]+)`", cell)]
 
@@ -278,6 +290,8 @@ def main():
     problems = check_paths(docs)
     checked = "paths"
     if not args.docs:
+        problems += check_doc_list()
+        checked += ", documentation list"
         agent_md = os.path.join(ROOT, "docs", "agent.md")
         if args.option_keys:
             problems += check_table(agent_md, keys_from_file(args.option_keys), args.option_keys)
