@@ -1185,7 +1185,7 @@ def main():
         w(table(["size", "shm memcpy / memcpy (BW)", "shm: check / nocheck (time)",
                  "shm nocheck / memcpy (BW)", "rma: check / nocheck (time)",
                  "rma nocheck / MPI_Get+flush (BW)"], rows) + "\n")
-        w("How a pull works (src/pull.cpp at the measured commit, see its header comment): "
+        w("How a pull works (the header comment of src/window/pull_engine.hpp at the measured commit): "
           "a pull whose donors are all on this node pins each donor's slot and streams the "
           "weighted sum straight into the caller's memory, one pass per layer reading all k "
           "donors at once ((k+1) memory streams: the streaming bound); a pull with RMA donors "

@@ -62,8 +62,9 @@ class Agent:
     selection=fittest")``); callables: ``on_rebirth(event)``, ``reset(seed)`` (for
     ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
     ``prepare_params()``. Window options: ``transport``, ``verify``, ``name``. Creation and
-    close() are collective; step() never waits for other agents beyond
-    ``read_timeout_seconds``. A context manager (closes on exit).
+    close() are collective, and so is a step() that saves a checkpoint (``checkpoint_*``
+    keys); otherwise step()'s reads of other agents wait no longer than
+    ``read_timeout_seconds`` in all. A context manager (closes on exit).
     """
 
     def __init__(self, layout: "_core.Layout", comm: Any = None, *,
