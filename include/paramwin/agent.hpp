@@ -30,9 +30,11 @@
 namespace paramwin {
 
 /// One member of a population. @p MemorySpace is where the caller's parameters live (see
-/// ParameterWindow). Move-only; not thread-safe (one thread per agent). Only the
-/// constructor from a communicator, close() and the destructor are collective: step() never
-/// waits for other agents.
+/// ParameterWindow). Move-only; not thread-safe (one thread per agent). Collective: the
+/// constructor from a communicator, close(), the destructor, the checkpoint calls
+/// (save_checkpoint, load_checkpoint, resume_newest, wait_checkpoint) and a step() that saves
+/// (AgentOptions::checkpoint; with checkpoint.every_seconds also one MPI_Allreduce every 16
+/// steps). Otherwise step() never waits for other agents beyond ReadOptions::timeout_seconds.
 template <class MemorySpace = Kokkos::HostSpace>
 class Agent final : public AgentInterface {
  public:
@@ -77,7 +79,9 @@ class Agent final : public AgentInterface {
   /// @p params (the caller's layers, bound like ParameterWindow::publish), publishes per
   /// the cadence and returns what happened. On a rebirth @p params hold the mixed
   /// parameters and on_rebirth has been called before they are republished. A failed
-  /// pull leaves @p params unchanged and defers the death.
+  /// transactional pull leaves @p params unchanged and defers the death; under direct
+  /// landing (ReadOptions::landing) a pull that fails after its first write ends in a
+  /// rebirth by the reset callback (the event's note says "partial pull").
   ///
   /// Exceptions from user callbacks propagate and leave the agent consistent: its roster
   /// never stays "rebirth"; a throwing custom trigger undoes the step (age and step count
