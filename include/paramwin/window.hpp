@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/detail/window_base.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -97,13 +98,23 @@ class ParameterWindow {
     if (!needs_staging(layers)) {
       return base_.publish_host(layers, stamp);
     }
-    std::vector<ConstLayerRef> host;
-    host.reserve(layers.size());
-    staging_.resize(layers.size());
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      host.push_back(stage_in(layers[i], staging_[i]));
+    return base_.publish_host(staged_in(layers), stamp);
+  }
+  /// Publishes layers bound once to this window's layout (bind(); the agents' way): they are
+  /// not bound again. InvalidArgument if they were bound to another layout.
+  PublishResult publish(const BoundLayers<ConstLayerRef>& layers, std::uint64_t stamp = 0) {
+    const std::span<const ConstLayerRef> refs = layers.refs();
+    if (!needs_staging(refs)) {
+      return base_.publish_bound(refs, layers.layout_fingerprint(), stamp);
     }
-    return base_.publish_host(host, stamp);
+    return base_.publish_bound(staged_in(refs), layers.layout_fingerprint(), stamp);
+  }
+  /// @copydoc publish(const BoundLayers<ConstLayerRef>&, std::uint64_t)
+  /// Sets the hyperparameters first (see the span form).
+  PublishResult publish(const BoundLayers<ConstLayerRef>& layers, const Hyperparameters& hyper,
+                        std::uint64_t stamp = 0) {
+    set_hyperparameters(hyper);
+    return publish(layers, stamp);
   }
   /// @copydoc publish(std::span<const ConstLayerRef>, std::uint64_t)
   PublishResult publish(std::initializer_list<ConstLayerRef> layers, std::uint64_t stamp = 0) {
@@ -180,19 +191,21 @@ class ParameterWindow {
     if (!needs_staging(out)) {
       return base_.pull_host(donors, out, options);
     }
-    std::vector<LayerRef> host;
-    host.reserve(out.size());
-    staging_.resize(out.size());
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      // The current values are needed for momentum; copying them in also keeps the staged
-      // output identical to the caller's memory if the pull fails.
-      ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
-      host.push_back(out[i].with_data(const_cast<void*>(staged.data())));
+    PullResult result = base_.pull_host(donors, staged_out(out), options);
+    unstage(out);
+    return result;
+  }
+  /// Pulls into layers bound once to this window's layout (bind(); the agents' way): they
+  /// are not bound again. InvalidArgument if they were bound to another layout.
+  PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
+                  const PullOptions& options = {}) {
+    const std::span<const LayerRef> refs = out.refs();
+    if (!needs_staging(refs)) {
+      return base_.pull_bound(donors, refs, out.layout_fingerprint(), options);
     }
-    PullResult result = base_.pull_host(donors, host, options);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      stage_out(staging_[i], out[i]);
-    }
+    PullResult result =
+        base_.pull_bound(donors, staged_out(refs), out.layout_fingerprint(), options);
+    unstage(refs);
     return result;
   }
   /// @copydoc pull(std::span<const int>, std::span<const LayerRef>, const PullOptions&)
@@ -274,6 +287,37 @@ class ParameterWindow {
     }
     // The staged copy keeps the view's shape and order: binding checks them after staging.
     return ref.with_data(buf.data());
+  }
+
+  // Host copies of @p layers (device memory, or WindowOptions::stage_through_host).
+  std::vector<ConstLayerRef> staged_in(std::span<const ConstLayerRef> layers) {
+    std::vector<ConstLayerRef> host;
+    host.reserve(layers.size());
+    staging_.resize(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      host.push_back(stage_in(layers[i], staging_[i]));
+    }
+    return host;
+  }
+
+  // Host copies of @p out for a pull to write; unstage() copies them back.
+  std::vector<LayerRef> staged_out(std::span<const LayerRef> out) {
+    std::vector<LayerRef> host;
+    host.reserve(out.size());
+    staging_.resize(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      // The current values are needed for momentum; copying them in also keeps the staged
+      // output identical to the caller's memory if the pull fails.
+      ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
+      host.push_back(out[i].with_data(const_cast<void*>(staged.data())));
+    }
+    return host;
+  }
+
+  void unstage(std::span<const LayerRef> out) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      stage_out(staging_[i], out[i]);
+    }
   }
 
   static void stage_out(std::vector<char>& buf, const LayerRef& ref) {

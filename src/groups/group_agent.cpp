@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "agent/agent_core.hpp"
 #include "detail/mpi_check.hpp"
 #include "groups/shard_executor.hpp"
 #include "mpi/agree.hpp"
 #include "mpi/handles.hpp"
-#include "agent/agent_core.hpp"
 #include "paramwin/detail/agent_base.hpp"  // serving_window_options
 #include "paramwin/error.hpp"
 
@@ -113,9 +113,7 @@ GroupAgent::State& GroupAgent::state() const {
 StepEvent GroupAgent::step(std::int64_t iteration, double metric,
                            std::span<const LayerRef> params) {
   State& st = state();
-  StepEvent event = st.core.step(st.exec, iteration, metric, params);
-  st.core.checkpoint_if_due(st.exec, st.checkpoint_comms(), params);
-  return event;
+  return st.core.step(st.exec, st.checkpoint_comms(), iteration, metric, params);
 }
 
 void GroupAgent::save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {

@@ -123,14 +123,18 @@ void ShardExecutor::share_reset(std::span<const LayerRef> ordered,
 }
 
 PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
-                                std::span<const LayerRef> ordered, StepEvent& event) {
+                                const BoundLayers<LayerRef>& bound, StepEvent& event) {
+  const std::span<const LayerRef> ordered = bound.refs();
   const std::size_t n = plan.donors.size();
   const auto t_pull = Clock::now();
   // One rank per agent: nothing to agree on or gather, and the window's pull is itself
   // transactional, so it writes straight into the caller's layers.
-  const std::vector<LayerRef> scratch =
-      g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end()) : scratch_refs();
-  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch);
+  // Library-made refs in the shard layout's order: bound by construction.
+  const BoundLayers<LayerRef> scratch =
+      BoundLayersAccess::make(g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end())
+                                      : scratch_refs(),
+                              win().layout().fingerprint());
+  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch.refs());
   const std::size_t words = 3 + 2 * n;
   std::vector<std::int64_t> out(words, 0);
   std::string pull_error;
@@ -249,9 +253,12 @@ AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters,
                        .generation = static_cast<std::uint64_t>(w[4])};
 }
 
-PublishResult ShardExecutor::publish(std::span<const ConstLayerRef> ordered,
+PublishResult ShardExecutor::publish(const BoundLayers<ConstLayerRef>& ordered,
                                      const Hyperparameters& hyper) {
-  return win().publish(shard_of(ordered), hyper, epoch_);
+  // This rank's shard of each layer, in the shard layout's order: bound by construction.
+  return win().publish(BoundLayersAccess::make(shard_of(ordered.refs()),
+                                               win().layout().fingerprint()),
+                       hyper, epoch_);
 }
 
 std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef> full) const {

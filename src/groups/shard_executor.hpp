@@ -53,12 +53,12 @@ class ShardExecutor final : public RebirthExecutor {
   RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
   PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
-                   std::span<const LayerRef> ordered, StepEvent& event) override;
+                   const BoundLayers<LayerRef>& ordered, StepEvent& event) override;
   AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& hyper,
                               std::exception_ptr leader_error) override;
 
   void advance_stamp() override { ++epoch_; }
-  PublishResult publish(std::span<const ConstLayerRef> ordered,
+  PublishResult publish(const BoundLayers<ConstLayerRef>& ordered,
                         const Hyperparameters& hyper) override;
   void progress() override { win().progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return win().has_rma_readers(); }

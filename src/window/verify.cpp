@@ -171,8 +171,8 @@ struct Identity {
 };
 
 std::string layout_check_name(std::uint64_t value) {
-  const std::string_view name = enum_name(static_cast<LayoutCheck>(value));
-  return name != "invalid" && value <= 0xff ? std::string(name)
+  const auto check = static_cast<LayoutCheck>(value);
+  return value <= 0xff && enum_valid(check) ? std::string(enum_name(check))
                                             : "out of range (" + std::to_string(value) + ")";
 }
 

@@ -77,9 +77,13 @@ class WindowImpl final : public FinalizeClient {
   /// Throws InvalidArgument unless @p rank is a rank of the window.
   void check_rank(int rank, const char* what) const;
 
-  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp);
+  /// @p bound: @p layers are already in layout order and checked (BoundLayers), so they are
+  /// not bound again.
+  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp,
+                        bool bound = false);
+  /// @p bound: as for publish().
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
-                  const PullOptions& options);
+                  const PullOptions& options, bool bound = false);
 
   /// @p timeout_seconds > 0 bounds the RMA reads (TimeoutError past it; 0: no bound).
   [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;

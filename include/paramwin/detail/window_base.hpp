@@ -47,6 +47,14 @@ class WindowBase {
   PublishResult publish_host(std::span<const ConstLayerRef> layers, std::uint64_t stamp = 0);
   PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
                        const PullOptions& options);
+  /// publish_host of layers already in layout order and checked (BoundLayers): not bound
+  /// again. @p layout_fingerprint: the layout they were bound to (InvalidArgument unless it
+  /// is this window's).
+  PublishResult publish_bound(std::span<const ConstLayerRef> ordered,
+                              std::uint64_t layout_fingerprint, std::uint64_t stamp = 0);
+  /// pull_host into layers already in layout order and checked (see publish_bound).
+  PullResult pull_bound(std::span<const int> donors, std::span<const LayerRef> ordered,
+                        std::uint64_t layout_fingerprint, const PullOptions& options);
 
   [[nodiscard]] void* live_layer(std::size_t layer) const;
   void progress() const;
