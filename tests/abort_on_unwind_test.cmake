@@ -20,6 +20,6 @@ string(CONCAT expected "paramwin: rank 0 of ${NP} \\(world rank 0\\) leaves wind
        "created at [^ ]*abort_on_unwind.cpp:[0-9]+:[0-9]+ with an exception in flight \\(its "
        "destructor runs during stack unwinding\\); abort_on_unwind is set")
 if(NOT all MATCHES "${expected}")
-  message(FATAL_ERROR "rank 0's diagnostic is missing (expected /${expected}/):\n${all}")
+  message(FATAL_ERROR "rank 0's diagnostic is missing (exit status ${rc}; expected /${expected}/):\n${all}")
 endif()
 message(STATUS "aborted with exit status ${rc} after ${seconds} s, as expected:\n${all}")

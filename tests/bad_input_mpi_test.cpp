@@ -438,6 +438,11 @@ TEST(WindowIdentity, UnnamedWindowsCreatedInALoopPairByTheirOrder) {
   options.selection.k = 1;
   pw::Agent<> agent(MPI_COMM_WORLD, layout, options);
   EXPECT_TRUE(contains(agent.window().site(), "bad_input_mpi_test.cpp:")) << agent.window().site();
+  // So does GroupAgent to its shard window (agents of one rank: every rank is an agent).
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
+  pw::GroupAgent group_agent(groups, layout, options);
+  EXPECT_TRUE(contains(group_agent.window().site(), "bad_input_mpi_test.cpp:"))
+      << group_agent.window().site();
 }
 
 TEST(WindowLifetime, AnExceptionUnwindingPastAWindowIsReportedBeforeTheCollectiveFree) {
