@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,9 +43,19 @@ class ParameterWindow {
   /// layouts agree (strict mode: LayoutMismatch naming the differing layer) and that the
   /// node can hold its ranks' segments (Error naming the bytes needed and the memory there
   /// is). Then it verifies that remote reads return the owner's bytes (VerificationError
-  /// otherwise). @note Collective over @p comm.
-  ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {})
-      : base_(comm, std::move(layout), options) {}
+  /// otherwise).
+  ///
+  /// @p site is where the window is created (leave the default: the caller's line). It is
+  /// an unnamed window's identity: unnamed windows created at different places on different
+  /// ranks (e.g. two windows of one layout created in opposite orders) throw InvalidArgument
+  /// on every rank naming both places, instead of pairing crosswise. It does not count for
+  /// a named window (the name is its identity). Error messages and the destructor's
+  /// diagnostic name it. Wrappers that create a window for their caller forward their own
+  /// caller's site (Agent, GroupAgent).
+  /// @note Collective over @p comm.
+  ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {},
+                  const std::source_location& site = std::source_location::current())
+      : base_(comm, std::move(layout), options, site) {}
 
   ParameterWindow(const ParameterWindow&) = delete;
   ParameterWindow& operator=(const ParameterWindow&) = delete;
@@ -53,6 +64,11 @@ class ParameterWindow {
   /// Frees this window (collectively, see close()) and takes over @p other's.
   ParameterWindow& operator=(ParameterWindow&&) noexcept = default;
   /// Frees the window. Never throws; errors are swallowed (call close() to see them).
+  /// When an exception is unwinding this rank past the window (std::uncaught_exceptions()
+  /// above its count at creation), it first prints to stderr which window (name or creation
+  /// site) and which rank, and that the other ranks must free it too before this rank goes
+  /// on; with WindowOptions::abort_on_unwind (or PARAMWIN_ABORT_ON_UNWIND=1) it then aborts
+  /// the job (MPI_Abort) instead of waiting.
   /// @note Collective over the window's communicator.
   ~ParameterWindow() = default;
 
@@ -74,6 +90,8 @@ class ParameterWindow {
   [[nodiscard]] const WindowOptions& options() const { return base_.options(); }
   /// The window's name (WindowOptions::name; empty if unnamed).
   [[nodiscard]] const std::string& name() const { return base_.options().name; }
+  /// Where the window was created ("file:line:column", the constructor's @p site).
+  [[nodiscard]] const std::string& site() const { return base_.site(); }
   /// Transport a pull from @p rank uses (shm or rma).
   [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
   /// Number of completed publishes of this rank.

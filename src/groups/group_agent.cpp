@@ -42,7 +42,7 @@ struct GroupAgent::State {
 };
 
 GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options,
-                       const WindowOptions& window_options) {
+                       const WindowOptions& window_options, const std::source_location& site) {
   if (!groups.is_agent_rank()) {
     throw InvalidArgument("paramwin: GroupAgent: world rank " +
                           std::to_string(groups.world_rank()) + " is a " +
@@ -98,7 +98,8 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
   s_->leaders = detail::Comm::split(training, groups.rank_in_agent() == 0 ? 0 : MPI_UNDEFINED,
                                     groups.agent());
   s_->exec.open(groups,
-                detail::serving_window_options(window_options, s_->core.policy().options().serve));
+                detail::serving_window_options(window_options, s_->core.policy().options().serve),
+                site);
 }
 
 GroupAgent::GroupAgent(GroupAgent&&) noexcept = default;

@@ -30,7 +30,8 @@ ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout)
       rank_in_agent_(groups.rank_in_agent()),
       g_(groups.agent_size()) {}
 
-void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options) {
+void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options,
+                         const std::source_location& site) {
   agent_comm_ = Comm::dup(groups.agent_comm());
   const Comm node = Comm::split_shared(agent_comm_.get());
   // PARAMWIN_GROUP_GATHER=broadcast forces the path agents spread over nodes take (tests).
@@ -38,7 +39,7 @@ void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_
   const bool broadcast = force != nullptr && std::string(force) == "broadcast";
   const bool all_local = node.size() == g_ && !broadcast;
   same_node_ = first_failing_rank(agent_comm_.get(), all_local) < 0 && g_ > 1;
-  window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options);
+  window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options, site);
   fingerprint_ = win().fingerprint();
 }
 

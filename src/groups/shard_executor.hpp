@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <vector>
 
 #include "agent/rebirth_executor.hpp"
@@ -30,9 +31,11 @@ class ShardExecutor final : public RebirthExecutor {
   ShardExecutor(const AgentGroups& groups, Layout layout);
 
   /// Duplicates the agent communicator, finds whether the agent's ranks share a node and
-  /// creates this rank's shard window over the shard peers.
+  /// creates this rank's shard window over the shard peers, at @p site (the GroupAgent's
+  /// caller: an unnamed window's identity).
   /// @note Collective over the agent's ranks, then over the shard peers.
-  void open(const AgentGroups& groups, const WindowOptions& window_options);
+  void open(const AgentGroups& groups, const WindowOptions& window_options,
+            const std::source_location& site);
 
   [[nodiscard]] const char* kind() const noexcept override { return "GroupAgent"; }
   [[nodiscard]] int agent_id() const override { return agent_; }

@@ -11,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -212,12 +213,13 @@ struct TorchAgent::Impl {
     return layout;
   }
 
-  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
+  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options,
+              const std::source_location& site) {
     Layout layout =
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
     auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
-                                          window_options);
+                                          window_options, site);
     if (live) bind_live(solo->window(), *module, options.module);
     solo->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(solo);
@@ -225,11 +227,11 @@ struct TorchAgent::Impl {
   }
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
-              const WindowOptions& window_options) {
+              const WindowOptions& window_options, const std::source_location& site) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
     auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
-                                              window_options);
+                                              window_options, site);
     group->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(group);
     sync_hyperparameters();
@@ -356,30 +358,33 @@ struct TorchAgent::Impl {
 
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
-  impl_->create(comm, std::move(agent_options), window_options);
+  impl_->create(comm, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuilder builder,
                        AgentOptions agent_options, TorchAgentOptions options,
-                       const WindowOptions& window_options)
+                       const WindowOptions& window_options, const std::source_location& site)
     : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
-  impl_->create(comm, std::move(agent_options), window_options);
+  impl_->create(comm, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
-  impl_->create(groups, std::move(agent_options), window_options);
+  impl_->create(groups, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        OptimizerBuilder builder, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
-  impl_->create(groups, std::move(agent_options), window_options);
+  impl_->create(groups, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(TorchAgent&&) noexcept = default;

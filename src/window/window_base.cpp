@@ -8,8 +8,9 @@
 
 namespace paramwin::detail {
 
-WindowBase::WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options)
-    : impl_(std::make_unique<WindowImpl>(comm, std::move(layout), options)) {}
+WindowBase::WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options,
+                       const std::source_location& site)
+    : impl_(std::make_unique<WindowImpl>(comm, std::move(layout), options, site)) {}
 
 WindowBase::WindowBase(WindowBase&& other) noexcept = default;
 
@@ -48,6 +49,7 @@ int WindowBase::size() const { return impl().size(); }
 MPI_Comm WindowBase::comm() const { return impl().comm(); }
 const Layout& WindowBase::layout() const { return impl().layout(); }
 const WindowOptions& WindowBase::options() const { return impl().options(); }
+const std::string& WindowBase::site() const { return impl().site(); }
 Transport WindowBase::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t WindowBase::version() const { return impl().version(); }
 void WindowBase::continue_versions(std::uint64_t next) { impl().continue_versions(next); }

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paramwin/hyper.hpp"
@@ -22,7 +24,8 @@ class WindowImpl;
 /// Everything a ParameterWindow does on host memory. Move-only; see ParameterWindow.
 class WindowBase {
  public:
-  WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options);
+  WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options,
+             const std::source_location& site);
   WindowBase(const WindowBase&) = delete;
   WindowBase& operator=(const WindowBase&) = delete;
   WindowBase(WindowBase&& other) noexcept;
@@ -38,6 +41,7 @@ class WindowBase {
   [[nodiscard]] MPI_Comm comm() const;
   [[nodiscard]] const Layout& layout() const;
   [[nodiscard]] const WindowOptions& options() const;
+  [[nodiscard]] const std::string& site() const;
   [[nodiscard]] Transport transport_for(int rank) const;
   [[nodiscard]] std::uint64_t version() const;
   void continue_versions(std::uint64_t next);
