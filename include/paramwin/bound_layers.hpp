@@ -75,7 +75,7 @@ class BoundLayers {
 /// none, duplicates, element counts, dtypes, contiguity, a view's shape and order, null data).
 [[nodiscard]] BoundLayers<LayerRef> bind(const Layout& layout, std::span<const LayerRef> refs,
                                          std::string_view caller);
-/// @copydoc bind(const Layout&, std::span<const LayerRef>, std::string_view)
+/// Binds read-only @p refs to @p layout, as the LayerRef form does (for a publish or a save).
 [[nodiscard]] BoundLayers<ConstLayerRef> bind(const Layout& layout,
                                               std::span<const ConstLayerRef> refs,
                                               std::string_view caller);

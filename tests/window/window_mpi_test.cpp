@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "mpi_test_util.hpp"
@@ -146,6 +147,54 @@ TEST_P(WindowTest, NamedLayersBindInAnyOrder) {
   (void)win.pull({donor}, {pw::LayerRef("b", ob), pw::LayerRef("a", oa)});
   EXPECT_EQ(oa, std::vector<float>(10, static_cast<float>(donor)));
   EXPECT_EQ(ob, std::vector<float>(20, static_cast<float>(donor + 100)));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_P(WindowTest, LayersBoundOnceArePublishedAndPulledWithoutRebinding) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("a", std::size_t{10}).add("b", std::size_t{20});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
+  std::vector<float> a(10, static_cast<float>(win.rank())),
+      b(20, static_cast<float>(win.rank() + 100));
+  const pw::ConstLayerRef in[] = {pw::ConstLayerRef("b", b), pw::ConstLayerRef("a", a)};
+  const pw::BoundLayers<pw::ConstLayerRef> bound = pw::bind(win.layout(), in, "test");
+  ASSERT_EQ(bound.size(), 2U);
+  EXPECT_EQ(bound[0].data(), a.data()) << "bound layers are in the layout's order";
+  EXPECT_EQ(bound.layout_fingerprint(), layout.fingerprint());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(win.publish(bound).published);
+  EXPECT_EQ(win.version(), 3U);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int donor = (win.rank() + 1) % win.size();
+  std::vector<float> oa(10), ob(20);
+  const pw::LayerRef out[] = {pw::LayerRef("b", ob), pw::LayerRef("a", oa)};
+  const pw::BoundLayers<pw::LayerRef> bout = pw::bind(win.layout(), out, "test");
+  const pw::PullResult r = win.pull(std::vector<int>{donor}, bout);
+  EXPECT_EQ(r.donors.at(0).version, 3U);
+  EXPECT_EQ(oa, std::vector<float>(10, static_cast<float>(donor)));
+  EXPECT_EQ(ob, std::vector<float>(20, static_cast<float>(donor + 100)));
+
+  // Bad refs are refused by bind(), naming the caller; layers bound to another layout are
+  // refused by the window, with nothing published or written.
+  std::vector<float> short_a(9);
+  const pw::ConstLayerRef bad[] = {pw::ConstLayerRef(short_a), pw::ConstLayerRef(b)};
+  try {
+    (void)pw::bind(win.layout(), bad, "my loop");
+    ADD_FAILURE() << "a 9-element layer bound to a 10-element one";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("my loop"), std::string::npos) << e.what();
+  }
+  pw::Layout other;
+  other.add("a", std::size_t{10}).add("c", std::size_t{20});
+  const pw::ConstLayerRef plain[] = {pw::ConstLayerRef(a), pw::ConstLayerRef(b)};
+  const pw::BoundLayers<pw::ConstLayerRef> elsewhere = pw::bind(other, plain, "test");
+  EXPECT_THROW((void)win.publish(elsewhere), pw::InvalidArgument);
+  EXPECT_EQ(win.version(), 3U);
+  std::vector<float> before = oa;
+  const pw::LayerRef out_other[] = {pw::LayerRef(oa), pw::LayerRef(ob)};
+  EXPECT_THROW((void)win.pull(std::vector<int>{donor}, pw::bind(other, out_other, "test")),
+               pw::InvalidArgument);
+  EXPECT_EQ(oa, before);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
