@@ -50,7 +50,7 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     return out;
   }
   void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
-  pw::PublishResult publish(std::span<const pw::ConstLayerRef> /*layers*/,
+  pw::PublishResult publish(const pw::BoundLayers<pw::ConstLayerRef>& /*layers*/,
                             const pw::Hyperparameters& /*hyper*/) override {
     ++publish_calls;
     if (skips > 0) {
@@ -60,9 +60,9 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     ++version_;
     return {.published = true, .version = version_};
   }
-  pw::PullResult pull(std::span<const int> donors, std::span<const pw::LayerRef> out,
+  pw::PullResult pull(std::span<const int> donors, const pw::BoundLayers<pw::LayerRef>& out,
                       const pw::PullOptions& /*options*/) override {
-    for (const pw::LayerRef& ref : out) {
+    for (const pw::LayerRef& ref : out.refs()) {
       std::fill_n(static_cast<float*>(ref.data()), ref.count(), 1.0F);
     }
     pw::PullResult r;
@@ -231,12 +231,12 @@ class PartialWindow final : public pw::detail::WindowAccess {
     return out;
   }
   void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
-  pw::PublishResult publish(std::span<const pw::ConstLayerRef> /*layers*/,
+  pw::PublishResult publish(const pw::BoundLayers<pw::ConstLayerRef>& /*layers*/,
                             const pw::Hyperparameters& /*hyper*/) override {
     ++version_;
     return {.published = true, .version = version_};
   }
-  pw::PullResult pull(std::span<const int> donors, std::span<const pw::LayerRef> out,
+  pw::PullResult pull(std::span<const int> donors, const pw::BoundLayers<pw::LayerRef>& out,
                       const pw::PullOptions& options) override {
     landings.push_back(options.landing);
     pulled_from.push_back(donors[0]);
@@ -245,7 +245,7 @@ class PartialWindow final : public pw::detail::WindowAccess {
       std::fill_n(w, out[0].count() / 2, kPartial);
       throw pw::PartialPullError(donors[0], "test: deadline midway", true);
     }
-    for (const pw::LayerRef& ref : out) {
+    for (const pw::LayerRef& ref : out.refs()) {
       auto* w = static_cast<float*>(ref.data());
       for (std::size_t i = 0; i < ref.count(); ++i) {
         w[i] = static_cast<float>(options.momentum) * w[i] +
