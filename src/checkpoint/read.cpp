@@ -167,7 +167,7 @@ CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& 
     const H5Id extra = h5_check(H5Gopen2(g.get(), "extra", H5P_DEFAULT), H5Gclose, path,
                                 "opening " + where + "/extra");
     for (const std::string& blob : split_lines(read_attr_str(g.get(), "extras", path))) {
-      const std::string bwhere = where + "/extra/" + blob;
+      const std::string bwhere = std::string(where).append("/extra/").append(blob);
       const std::string dname = h5_escape(blob);
       if (H5Lexists(extra.get(), dname.c_str(), H5P_DEFAULT) <= 0) bad(path, bwhere + " missing");
       const H5Id d = h5_check(H5Dopen2(extra.get(), dname.c_str(), H5P_DEFAULT), H5Dclose, path,

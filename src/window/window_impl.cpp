@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <new>
@@ -19,7 +20,7 @@ namespace {
 
 void* align_page(void* p) {
   const auto u = reinterpret_cast<std::uintptr_t>(p);
-  return reinterpret_cast<void*>(round_up(u, kPage));
+  return static_cast<std::byte*>(p) + (round_up(u, kPage) - u);
 }
 
 /// The attribute key under which a communicator counts the windows created on it (created
@@ -42,6 +43,7 @@ std::uint64_t count_creation(MPI_Comm comm) {
   int found = 0;
   check_mpi(MPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");
   const std::uintptr_t before = found != 0 ? reinterpret_cast<std::uintptr_t>(value) : 0;
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): the value is the count, never dereferenced
   check_mpi(MPI_Comm_set_attr(comm, keyval, reinterpret_cast<void*>(before + 1)),
             "MPI_Comm_set_attr");
   return before;
