@@ -34,6 +34,17 @@ if(PARAMWIN_MPI STREQUAL "OpenMPI")
       OMPI_MCA_pml_ucx_devices=any OMPI_MCA_osc=ucx,sm OMPI_MCA_btl=self,vader)
 endif()
 
+# PARAMWIN_TEST_FAIL_PATTERNS: output that fails a test however it ends. A test that passes on
+# a printed line (PASS_REGULAR_EXPRESSION) has its exit code ignored by CTest, so a crash after
+# that line would pass: every such test sets
+# FAIL_REGULAR_EXPRESSION "${PARAMWIN_TEST_FAIL_PATTERNS}".
+# A failure line of paramwin's checks and scripts; a rank that died (MPICH's Hydra: "BAD
+# TERMINATION ... KILLED BY SIGNAL: 11 (Segmentation fault)", Open MPI: "exited on signal 6
+# (Aborted)"); a failed assert(); an uncaught exception; a sanitizer's report.
+set(PARAMWIN_TEST_FAIL_PATTERNS
+    "FAILED:" "BAD TERMINATION" "Assertion" "Segmentation fault" "Aborted"
+    "terminate called" "AddressSanitizer" "LeakSanitizer" "runtime error:")
+
 # The same launcher and environment for scripts that start MPI programs from a build directory
 # (scripts/bench.sh): `source <build>/paramwin_mpi_env.sh` sets PARAMWIN_MPIEXEC and exports
 # PARAMWIN_MPI_TEST_ENVIRONMENT.

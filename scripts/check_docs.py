@@ -46,7 +46,7 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    empty). With ``--option-keys FILE`` (lines ``key<TAB>aliases(comma-separated)<TAB>doc``,
    as the library prints them) every key of FILE must have a row, with the same aliases, and
    every row's key must be in FILE. The test suite makes FILE with the program
-   paramwin_option_keys (tests/option_keys_main.cpp), which prints the library's option key
+   paramwin_option_keys (tests/agent/option_keys_main.cpp), which prints the library's option key
    table (agent_option_keys(), src/agent/option_keys.cpp). Without it the table is not checked.
 """
 

@@ -13,7 +13,7 @@ bash scripts/setup.sh --sanitize --werror --build-dir build-asan
 cd build-asan
 # UBSan: any finding aborts the test (-fno-sanitize-recover=undefined at compile time too).
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-# Sanitized tests run several times slower: give the per-test watchdog (tests/main_mpi.cpp)
+# Sanitized tests run several times slower: give the per-test watchdog (tests/common/main_mpi.cpp)
 # more room; CTest's timeout stays the outer bound.
 export PARAMWIN_TEST_WATCHDOG_SECONDS="${PARAMWIN_TEST_WATCHDOG_SECONDS:-600}"
 # install_consumer (label install) is left out: it builds a separate consumer project without

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <utility>
@@ -43,13 +44,17 @@ class Agent final : public AgentInterface {
 
   /// Validates @p options (their explore rules against @p layout's hyperparameters too) on
   /// every rank (InvalidArgument on every rank if any rank's are invalid), then creates the
-  /// window over @p comm.
+  /// window over @p comm. @p site (leave the default: the caller's line) is the window's
+  /// creation site: an unnamed window's identity (see ParameterWindow's constructor), so
+  /// unnamed agents created at different places on different ranks throw InvalidArgument
+  /// on every rank; name the window (WindowOptions::name) to create them anywhere.
   /// @note Collective over @p comm.
   Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
-        const WindowOptions& window_options = {})
+        const WindowOptions& window_options = {},
+        const std::source_location& site = std::source_location::current())
       : core_(detail::AgentBase::create_collective(comm, std::move(options), layout)),
         window_(comm, std::move(layout),
-                detail::serving_window_options(window_options, core_.options().serve)) {}
+                detail::serving_window_options(window_options, core_.options().serve), site) {}
 
   /// Takes ownership of an existing @p window; validates @p options locally (not collective).
   /// With serve.progress_thread the window must have been created with a progress thread.

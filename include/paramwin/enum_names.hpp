@@ -48,6 +48,18 @@ template <NamedEnum E>
   return "invalid";
 }
 
+/// Whether @p value is one of the enumeration's values (a value cast from an integer may
+/// not be).
+template <NamedEnum E>
+[[nodiscard]] constexpr bool enum_valid(E value) noexcept {
+  for (const EnumName<E>& n : enum_table<E>.names) {
+    if (n.value == value) {
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Every accepted spelling of @p E, canonical names first, separated by ", " (for messages
 /// and docs).
 template <NamedEnum E>

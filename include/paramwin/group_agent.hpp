@@ -13,6 +13,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 
@@ -47,10 +48,13 @@ class GroupAgent final : public AgentInterface {
   /// (InvalidArgument / LayoutMismatch on every training rank otherwise), that the agents
   /// are uniform, and creates this rank's shard window over its shard peers. Buffer ranks
   /// and the coordinator must not construct one (InvalidArgument). Exposure::live is not
-  /// supported (the window holds a shard, the trainer a full replica).
+  /// supported (the window holds a shard, the trainer a full replica). @p site (leave the
+  /// default: the caller's line) is the shard window's creation site: an unnamed window's
+  /// identity (see ParameterWindow's constructor).
   /// @note Collective over @p groups.training_comm().
   GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options = {},
-             const WindowOptions& window_options = {});
+             const WindowOptions& window_options = {},
+             const std::source_location& site = std::source_location::current());
   GroupAgent(const GroupAgent&) = delete;
   GroupAgent& operator=(const GroupAgent&) = delete;
   GroupAgent(GroupAgent&&) noexcept;             ///< moves; the source is left empty

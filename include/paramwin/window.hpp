@@ -10,10 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/detail/window_base.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -41,9 +43,19 @@ class ParameterWindow {
   /// layouts agree (strict mode: LayoutMismatch naming the differing layer) and that the
   /// node can hold its ranks' segments (Error naming the bytes needed and the memory there
   /// is). Then it verifies that remote reads return the owner's bytes (VerificationError
-  /// otherwise). @note Collective over @p comm.
-  ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {})
-      : base_(comm, std::move(layout), options) {}
+  /// otherwise).
+  ///
+  /// @p site is where the window is created (leave the default: the caller's line). It is
+  /// an unnamed window's identity: unnamed windows created at different places on different
+  /// ranks (e.g. two windows of one layout created in opposite orders) throw InvalidArgument
+  /// on every rank naming both places, instead of pairing crosswise. It does not count for
+  /// a named window (the name is its identity). Error messages and the destructor's
+  /// diagnostic name it. Wrappers that create a window for their caller forward their own
+  /// caller's site (Agent, GroupAgent).
+  /// @note Collective over @p comm.
+  ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {},
+                  const std::source_location& site = std::source_location::current())
+      : base_(comm, std::move(layout), options, site) {}
 
   ParameterWindow(const ParameterWindow&) = delete;
   ParameterWindow& operator=(const ParameterWindow&) = delete;
@@ -52,6 +64,11 @@ class ParameterWindow {
   /// Frees this window (collectively, see close()) and takes over @p other's.
   ParameterWindow& operator=(ParameterWindow&&) noexcept = default;
   /// Frees the window. Never throws; errors are swallowed (call close() to see them).
+  /// When an exception is unwinding this rank past the window (std::uncaught_exceptions()
+  /// above its count at creation), it first prints to stderr which window (name or creation
+  /// site) and which rank, and that the other ranks must free it too before this rank goes
+  /// on; with WindowOptions::abort_on_unwind (or PARAMWIN_ABORT_ON_UNWIND=1) it then aborts
+  /// the job (MPI_Abort) instead of waiting.
   /// @note Collective over the window's communicator.
   ~ParameterWindow() = default;
 
@@ -73,6 +90,8 @@ class ParameterWindow {
   [[nodiscard]] const WindowOptions& options() const { return base_.options(); }
   /// The window's name (WindowOptions::name; empty if unnamed).
   [[nodiscard]] const std::string& name() const { return base_.options().name; }
+  /// Where the window was created ("file:line:column", the constructor's @p site).
+  [[nodiscard]] const std::string& site() const { return base_.site(); }
   /// Transport a pull from @p rank uses (shm or rma).
   [[nodiscard]] Transport transport_for(int rank) const { return base_.transport_for(rank); }
   /// Number of completed publishes of this rank.
@@ -97,13 +116,23 @@ class ParameterWindow {
     if (!needs_staging(layers)) {
       return base_.publish_host(layers, stamp);
     }
-    std::vector<ConstLayerRef> host;
-    host.reserve(layers.size());
-    staging_.resize(layers.size());
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      host.push_back(stage_in(layers[i], staging_[i]));
+    return base_.publish_host(staged_in(layers), stamp);
+  }
+  /// Publishes layers bound once to this window's layout (bind(); the agents' way): they are
+  /// not bound again. InvalidArgument if they were bound to another layout.
+  PublishResult publish(const BoundLayers<ConstLayerRef>& layers, std::uint64_t stamp = 0) {
+    const std::span<const ConstLayerRef> refs = layers.refs();
+    if (!needs_staging(refs)) {
+      return base_.publish_bound(refs, layers.layout_fingerprint(), stamp);
     }
-    return base_.publish_host(host, stamp);
+    return base_.publish_bound(staged_in(refs), layers.layout_fingerprint(), stamp);
+  }
+  /// @copydoc publish(const BoundLayers<ConstLayerRef>&, std::uint64_t)
+  /// Sets the hyperparameters first (see the span form).
+  PublishResult publish(const BoundLayers<ConstLayerRef>& layers, const Hyperparameters& hyper,
+                        std::uint64_t stamp = 0) {
+    set_hyperparameters(hyper);
+    return publish(layers, stamp);
   }
   /// @copydoc publish(std::span<const ConstLayerRef>, std::uint64_t)
   PublishResult publish(std::initializer_list<ConstLayerRef> layers, std::uint64_t stamp = 0) {
@@ -180,19 +209,21 @@ class ParameterWindow {
     if (!needs_staging(out)) {
       return base_.pull_host(donors, out, options);
     }
-    std::vector<LayerRef> host;
-    host.reserve(out.size());
-    staging_.resize(out.size());
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      // The current values are needed for momentum; copying them in also keeps the staged
-      // output identical to the caller's memory if the pull fails.
-      ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
-      host.push_back(out[i].with_data(const_cast<void*>(staged.data())));
+    PullResult result = base_.pull_host(donors, staged_out(out), options);
+    unstage(out);
+    return result;
+  }
+  /// Pulls into layers bound once to this window's layout (bind(); the agents' way): they
+  /// are not bound again. InvalidArgument if they were bound to another layout.
+  PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
+                  const PullOptions& options = {}) {
+    const std::span<const LayerRef> refs = out.refs();
+    if (!needs_staging(refs)) {
+      return base_.pull_bound(donors, refs, out.layout_fingerprint(), options);
     }
-    PullResult result = base_.pull_host(donors, host, options);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      stage_out(staging_[i], out[i]);
-    }
+    PullResult result =
+        base_.pull_bound(donors, staged_out(refs), out.layout_fingerprint(), options);
+    unstage(refs);
     return result;
   }
   /// @copydoc pull(std::span<const int>, std::span<const LayerRef>, const PullOptions&)
@@ -274,6 +305,37 @@ class ParameterWindow {
     }
     // The staged copy keeps the view's shape and order: binding checks them after staging.
     return ref.with_data(buf.data());
+  }
+
+  // Host copies of @p layers (device memory, or WindowOptions::stage_through_host).
+  std::vector<ConstLayerRef> staged_in(std::span<const ConstLayerRef> layers) {
+    std::vector<ConstLayerRef> host;
+    host.reserve(layers.size());
+    staging_.resize(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      host.push_back(stage_in(layers[i], staging_[i]));
+    }
+    return host;
+  }
+
+  // Host copies of @p out for a pull to write; unstage() copies them back.
+  std::vector<LayerRef> staged_out(std::span<const LayerRef> out) {
+    std::vector<LayerRef> host;
+    host.reserve(out.size());
+    staging_.resize(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      // The current values are needed for momentum; copying them in also keeps the staged
+      // output identical to the caller's memory if the pull fails.
+      ConstLayerRef staged = stage_in(out[i].as_const(), staging_[i]);
+      host.push_back(out[i].with_data(const_cast<void*>(staged.data())));
+    }
+    return host;
+  }
+
+  void unstage(std::span<const LayerRef> out) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      stage_out(staging_[i], out[i]);
+    }
   }
 
   static void stage_out(std::vector<char>& buf, const LayerRef& ref) {

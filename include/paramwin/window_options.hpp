@@ -79,11 +79,12 @@ inline constexpr EnumTable<LayoutCheck> enum_table<LayoutCheck>{"layout check",
 ///
 /// Window creation agrees on some fields across the ranks before anything else (one
 /// MPI_Allreduce) and throws InvalidArgument on every rank when they differ: verify,
-/// layout_check and the window's identity (name and creation count, see name). The others
-/// are this rank's own choice and may differ between ranks: transport, exposure (readers
-/// learn each donor's exposure from its header), stage_through_host, progress_thread and
-/// progress_interval_us; wire is compared with the layout (LayoutMismatch under
-/// LayoutCheck::strict, an incompatible donor under LayoutCheck::per_donor).
+/// layout_check and the window's identity (name, or creation site when unnamed, and creation
+/// count, see name). The others are this rank's own choice and may differ between ranks:
+/// transport, exposure (readers learn each donor's exposure from its header),
+/// stage_through_host, progress_thread, progress_interval_us and abort_on_unwind; wire is
+/// compared with the layout (LayoutMismatch under LayoutCheck::strict, an incompatible donor
+/// under LayoutCheck::per_donor).
 struct WindowOptions {
   Transport transport = Transport::automatic;      ///< donor transport
   WireFormat wire = WireFormat::native;            ///< published element format
@@ -97,12 +98,25 @@ struct WindowOptions {
   unsigned progress_interval_us = 200;  ///< sleep between two polls of the progress thread
   /// The window's name, for its identity check and its error messages (default: unnamed).
   /// Window creation is collective, so the windows of one communicator pair up by the
-  /// order in which they are created; creation compares the name and the number of
-  /// windows created on the communicator so far across ranks, and throws InvalidArgument
-  /// on every rank ("windows must be created in the same order on every rank") when they
-  /// differ, before any memory is allocated. Only a name tells apart windows created in
-  /// opposite orders on two ranks: name every window when several share a communicator.
+  /// order in which they are created; creation compares each window's identity and the
+  /// number of windows created on the communicator so far across ranks, and throws
+  /// InvalidArgument on every rank ("windows must be created in the same order on every
+  /// rank") when they differ, before any memory is allocated. A named window's identity is
+  /// its name alone, so the ranks may create it from different places in the code. An
+  /// unnamed window's identity is the place that created it (the constructor's
+  /// std::source_location: file, line and column), so unnamed windows must be created at the
+  /// same place on every rank (the same program); name windows that the ranks create from
+  /// different places (different branches, MPMD programs).
   std::string name{};
+  /// When an exception unwinds this rank past the window (its destructor runs during stack
+  /// unwinding) on a communicator of more than one rank, print the diagnostic the
+  /// destructor prints then (see ~ParameterWindow) and end the whole job with
+  /// MPI_Abort(MPI_COMM_WORLD, 1) instead of waiting in the collective free for ranks that
+  /// may never come (for batch jobs that should fail fast; it aborts even when every rank
+  /// unwinds together). Setting the environment variable PARAMWIN_ABORT_ON_UNWIND to
+  /// anything but "" or "0" when the window is created turns it on too. This rank's own
+  /// choice (not compared across ranks).
+  bool abort_on_unwind = false;
 };
 
 }  // namespace paramwin

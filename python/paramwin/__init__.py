@@ -10,7 +10,7 @@ from .errors import (DonorError, Error, InvalidArgument, LayoutMismatch, MpiErro
                      TimeoutError, VerificationError)
 from ._core import (AgentStats, AgentStatus, DonorRead, DonorRecord, LayerSpec, Layout,
                     PhaseSeconds, PublishResult, PullResult, RosterEntry, StepEvent,
-                    TimerSummary, TriggerContext, mpi_vendor)
+                    TimerSummary, TriggerContext, mpi_vendor, option_keys)
 from ._tensors import named_layout as layout_of
 from .window import ParameterWindow
 from .agent import Agent, agent_config
@@ -20,7 +20,7 @@ __all__ = [
     "InvalidArgument", "LayerSpec", "Layout", "LayoutMismatch", "MpiError", "ParameterWindow",
     "PhaseSeconds", "PublishResult", "PullResult", "RosterEntry", "StepEvent", "TimeoutError",
     "TimerSummary", "TriggerContext", "VerificationError", "agent_config", "layout_of",
-    "mpi_vendor",
+    "mpi_vendor", "option_keys",
 ]
 
 __version__ = "0.1.0"

@@ -61,7 +61,8 @@ class Agent:
     (``Agent(layout, k=2, selection="fittest")`` or ``Agent(layout, options="k=2
     selection=fittest")``); callables: ``on_rebirth(event)``, ``reset(seed)`` (for
     ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
-    ``prepare_params()``. Window options: ``transport``, ``verify``, ``name``. Creation and
+    ``prepare_params()``. Window options: ``transport``, ``verify``, ``name`` (name the
+    window when several share a communicator: see ParameterWindow). Creation and
     close() are collective, and so is a step() that saves a checkpoint (``checkpoint_*``
     keys); otherwise step()'s reads of other agents wait no longer than
     ``read_timeout_seconds`` in all. A context manager (closes on exit).

@@ -25,6 +25,12 @@ class ParameterWindow:
     Keyword options are those of WindowOptions: ``transport`` ("auto", "shm", "rma"),
     ``wire`` ("native", "bfloat16", "float16"), ``layout_check`` ("strict", "per_donor"),
     ``verify``, ``progress_thread``, ``progress_interval_us``, ``name``.
+
+    Windows on one communicator pair up by the order of their creation. A named window is
+    told apart by its name; in C++ an unnamed one by the line that created it, but from
+    Python every window is created at the same line of the bindings, so unnamed Python
+    windows are told apart by their order alone: give each window a ``name`` when several
+    share a communicator, or create them in the same order on every rank.
     """
 
     def __init__(self, layout: "_core.Layout", comm: Any = None, *, transport: str = "auto",

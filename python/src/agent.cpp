@@ -66,6 +66,7 @@ PyAgent& open(PyAgent& a) {
 
 }  // namespace
 
+// Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
 void bind_agent(py::module_& m) {
   py::class_<TriggerContext>(m, "TriggerContext", "What a custom trigger sees.")
       .def_readonly("rank", &TriggerContext::rank)
@@ -77,6 +78,18 @@ void bind_agent(py::module_& m) {
       .def_readonly("metric", &TriggerContext::metric)
       .def_readonly("generation", &TriggerContext::generation);
 
+  m.def(
+      "option_keys",
+      [] {
+        py::list out;
+        for (const OptionKey& k : agent_option_keys()) {
+          out.append(py::make_tuple(std::string(k.key), std::string(k.aliases),
+                                    std::string(k.value), std::string(k.doc)));
+        }
+        return out;
+      },
+      "The agent option keys (key, aliases, value, doc), from the library's key table: what "
+      "Agent and TorchAgent accept as keywords.");
   m.def(
       "check_agent_options",
       [](const std::map<std::string, std::string, std::less<>>& config, int population) {

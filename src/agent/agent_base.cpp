@@ -69,14 +69,8 @@ SoloAgent& AgentBase::live() const {
 StepEvent AgentBase::step(WindowAccess& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
   SoloAgent& a = live();
-  StepEvent event;
-  {
-    SoloExecutor ex = a.over(w);
-    event = a.core.step(ex, iteration, metric, params);
-  }
   SoloExecutor ex = a.over(w);
-  a.core.checkpoint_if_due(ex, solo_comms(w), params);
-  return event;
+  return a.core.step(ex, solo_comms(w), iteration, metric, params);
 }
 
 PublishResult AgentBase::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {

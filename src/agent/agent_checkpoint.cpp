@@ -27,19 +27,25 @@ namespace {
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
 
-std::vector<ConstLayerRef> bound_const(const Layout& layout, std::span<const ConstLayerRef> params,
+// Throws InvalidArgument naming @p caller unless every layer of @p ordered is in host memory.
+void check_host(const BoundLayers<ConstLayerRef>& ordered, const std::string& caller) {
+  for (const ConstLayerRef& r : ordered.refs()) {
+    if (!r.host_accessible()) {
+      throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
+                            "' is not host-accessible (checkpoints read and write the "
+                            "parameters on the host)");
+    }
+  }
+}
+
+// @p params bound (once) and checked for a save, agreed over @p comm.
+BoundLayers<ConstLayerRef> bound_const(const Layout& layout, std::span<const ConstLayerRef> params,
                                        MPI_Comm comm, const std::string& caller) {
-  std::vector<ConstLayerRef> ordered;
+  BoundLayers<ConstLayerRef> ordered;
   std::string error;
   try {
     ordered = bind_step_params(layout, params, caller);
-    for (const ConstLayerRef& r : ordered) {
-      if (!r.host_accessible()) {
-        throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
-                              "' is not host-accessible (checkpoints read and write the "
-                              "parameters on the host)");
-      }
-    }
+    check_host(ordered, caller);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -112,8 +118,12 @@ void share_read(CheckpointRead& r, const Layout& layout, MPI_Comm agent) {
 void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
                                 const std::string& path, std::span<const ConstLayerRef> params) {
   wait_checkpoint(c);  // the previous asynchronous save first (and its error)
-  const std::vector<ConstLayerRef> ordered =
-      bound_const(ex.layout(), params, c.all, std::string(ex.kind()) + "::save_checkpoint");
+  save_bound(ex, c, path,
+             bound_const(ex.layout(), params, c.all, std::string(ex.kind()) + "::save_checkpoint"));
+}
+
+void AgentCore::save_bound(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,
+                           const BoundLayers<ConstLayerRef>& ordered) {
   // Only the writer of each agent (a GroupAgent's leader: its policy is the agent's) records
   // the agent; the other ranks of a group hold the same replica.
   const bool writer = c.writers != MPI_COMM_NULL;
@@ -191,11 +201,11 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
                                           std::span<const LayerRef> params) {
   wait_checkpoint(c);  // HDF5 is used by one thread at a time; the newest save completes
   const std::string caller = std::string(ex.kind()) + "::load_checkpoint";
-  std::vector<LayerRef> ordered;
+  BoundLayers<LayerRef> ordered;
   std::string error;
   try {
     ordered = bind_step_params(ex.layout(), params, caller);
-    for (const LayerRef& r : ordered) {
+    for (const LayerRef& r : ordered.refs()) {
       if (!r.host_accessible()) {
         throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
                               "' is not host-accessible");
@@ -288,7 +298,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
   // publish stamp), as in the run that saved.
   if (!read.reborn) ex.continue_versions(s.version);
   if (read.reborn || s.version > 0) {
-    const std::vector<ConstLayerRef> refs = const_refs(ordered);
+    const BoundLayers<ConstLayerRef> refs = ordered.as_const();
     ex.advance_stamp();
     const PublishResult r = ex.publish(refs, hyper_);
     if (r.published) last_publish_ = Clock::now();
@@ -331,7 +341,7 @@ std::optional<CheckpointLoad> AgentCore::resume_newest(RebirthExecutor& ex,
 }
 
 void AgentCore::checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
-                                  std::span<const LayerRef> params) {
+                                  const BoundLayers<LayerRef>& ordered) {
   const CheckpointOptions& o = policy_.options().checkpoint;
   if (o.every == 0 && o.every_seconds == 0.0) return;
   // counters_: on a group's other ranks, the leader's step count as shared with the step.
@@ -346,8 +356,18 @@ void AgentCore::checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
     due = elapsed >= o.every_seconds;
   }
   if (!due) return;
-  const std::vector<ConstLayerRef> refs = const_refs(params);
-  save_checkpoint(ex, c, checkpoint_path(o.path, steps), refs);
+  // The step bound the parameters: the save checks only that they are in host memory.
+  wait_checkpoint(c);  // the previous asynchronous save first (and its error)
+  const BoundLayers<ConstLayerRef> refs = ordered.as_const();
+  const std::string caller = "step (checkpoint)";
+  std::string error;
+  try {
+    check_host(refs, caller);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_or_throw<InvalidArgument>(c.all, error);
+  save_bound(ex, c, checkpoint_path(o.path, steps), refs);
 }
 
 }  // namespace paramwin::detail

@@ -23,17 +23,6 @@ using Clock = StepClock;
 // A failing pull attempt excludes its donor and plans again, at most this many times.
 constexpr int kAttempts = 3;
 
-template <class Ref>
-std::vector<Ref> bind_ordered(const Layout& layout, std::span<const Ref> params,
-                              std::string_view caller) {
-  const std::string op(caller);
-  const std::vector<std::size_t> order = bind_layers(layout, params, op.c_str());
-  std::vector<Ref> out;
-  out.reserve(order.size());
-  for (const std::size_t i : order) out.push_back(params[i]);
-  return out;
-}
-
 AgentCounters counters_of(const Policy& p) {
   return AgentCounters{.steps = p.steps(),
                        .age = p.age(),
@@ -43,15 +32,15 @@ AgentCounters counters_of(const Policy& p) {
 
 }  // namespace
 
-std::vector<LayerRef> bind_step_params(const Layout& layout, std::span<const LayerRef> params,
+BoundLayers<LayerRef> bind_step_params(const Layout& layout, std::span<const LayerRef> params,
                                        std::string_view caller) {
-  return bind_ordered(layout, params, caller);
+  return bind(layout, params, caller);
 }
 
-std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
+BoundLayers<ConstLayerRef> bind_step_params(const Layout& layout,
                                             std::span<const ConstLayerRef> params,
                                             std::string_view caller) {
-  return bind_ordered(layout, params, caller);
+  return bind(layout, params, caller);
 }
 
 std::string expand_rank(std::string path, int rank) {
@@ -171,7 +160,7 @@ void AgentCore::prepare_params(double& seconds) {
 
 PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params) {
   const std::string caller = std::string(ex.kind()) + "::publish";
-  const std::vector<ConstLayerRef> ordered = bind_step_params(ex.layout(), params, caller);
+  const BoundLayers<ConstLayerRef> ordered = bind_step_params(ex.layout(), params, caller);
   params_prepared_ = false;
   double unused = 0.0;
   prepare_params(unused);
@@ -263,7 +252,7 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
 // blaming none, is retried when the executor says so). Returns whether the agent was reborn;
 // @p note collects why not (or "clamped:"), @p due the cadence's verdict.
 bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                         std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
+                         const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
                          bool& due, PullOutcome& pulled) {
   bool partial = false;
   const bool reborn = try_pulls(ex, params, ordered, event, note, due, pulled, partial);
@@ -289,12 +278,12 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
     }
   }
   event.seconds.mix += seconds_since(t_mix);
-  ex.share_reset(ordered, reset_error);
+  ex.share_reset(ordered.refs(), reset_error);
   return true;
 }
 
 bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
-                          std::span<const LayerRef> ordered, StepEvent& event, std::string& note,
+                          const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
                           bool& due, PullOutcome& pulled, bool& partial) {
   std::vector<int> exclude;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -330,7 +319,7 @@ bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
       }
       event.seconds.mix += seconds_since(t_mix);
       const auto t_share = Clock::now();
-      ex.share_reset(ordered, reset_error);
+      ex.share_reset(ordered.refs(), reset_error);
       event.seconds.assemble += seconds_since(t_share);
       return true;
     }
@@ -362,12 +351,12 @@ bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
   return false;
 }
 
-void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered,
+void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered,
                              StepEvent& event, bool reborn) {
   const auto t = Clock::now();
   double prepared = 0.0;  // counted in the publish timer below
   prepare_params(prepared);
-  const std::vector<ConstLayerRef> refs = const_refs(ordered);
+  const BoundLayers<ConstLayerRef> refs = ordered.as_const();
   const auto wait = std::chrono::duration<double, std::milli>(
       reborn ? policy_.options().publish.rebirth_wait_ms : 0.0);
   PublishResult r = ex.publish(refs, hyper_);
@@ -386,22 +375,31 @@ void AgentCore::publish_step(RebirthExecutor& ex, std::span<const LayerRef> orde
   published(r);
 }
 
-StepEvent AgentCore::step(RebirthExecutor& ex, std::int64_t iteration, double metric,
-                          std::span<const LayerRef> params) {
+StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::int64_t iteration,
+                          double metric, std::span<const LayerRef> params) {
   if (left_) {
     // A step would advertise the agent as active again behind the others' backs.
     throw InvalidArgument("paramwin: " + std::string(ex.kind()) + " " +
                           std::to_string(ex.agent_id()) +
                           ": step() after leave(): the agent has left the population");
   }
-  std::vector<LayerRef> ordered;
+  // Bound once: the pulls, the publish and a save of this step use these, unbound again.
+  BoundLayers<LayerRef> ordered;
   std::string bad;
   try {
     ordered = bind_step_params(ex.layout(), params, std::string(ex.kind()) + "::step");
-    ex.check_params(ordered);
+    ex.check_params(ordered.refs());
   } catch (const InvalidArgument& e) {
     bad = e.what();
   }
+  StepEvent event = run_step(ex, iteration, metric, params, ordered, bad);
+  checkpoint_if_due(ex, c, ordered);
+  return event;
+}
+
+StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                              std::span<const LayerRef> params,
+                              const BoundLayers<LayerRef>& ordered, const std::string& bad) {
   // Serve this rank's RMA readers once per step: on MPICH's ch4:ucx their gets wait until
   // this rank enters MPI, and a trainer loop may make no other MPI call.
   if (policy_.options().serve.progress_in_step && ex.has_rma_readers()) ex.progress();

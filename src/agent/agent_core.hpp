@@ -16,6 +16,7 @@
 
 #include "checkpoint/async_save.hpp"
 #include "paramwin/agent_options.hpp"
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
@@ -28,14 +29,14 @@
 namespace paramwin::detail {
 
 /// Binds @p params to @p layout (positional, or named in any order) with the window's
-/// binder and returns them in layout order; InvalidArgument naming @p caller otherwise
-/// (count of layers, all named or none, duplicates, element counts, dtypes, contiguity).
-/// Agents bind before a step changes anything.
-[[nodiscard]] std::vector<LayerRef> bind_step_params(const Layout& layout,
+/// binder (bind()) and returns them in layout order; InvalidArgument naming @p caller
+/// otherwise (count of layers, all named or none, duplicates, element counts, dtypes,
+/// contiguity). Agents bind once per call, before it changes anything.
+[[nodiscard]] BoundLayers<LayerRef> bind_step_params(const Layout& layout,
                                                      std::span<const LayerRef> params,
                                                      std::string_view caller);
 /// @copydoc bind_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
-[[nodiscard]] std::vector<ConstLayerRef> bind_step_params(const Layout& layout,
+[[nodiscard]] BoundLayers<ConstLayerRef> bind_step_params(const Layout& layout,
                                                           std::span<const ConstLayerRef> params,
                                                           std::string_view caller);
 
@@ -92,9 +93,11 @@ class AgentCore {
   [[nodiscard]] static AgentCore create_collective(MPI_Comm comm, AgentOptions options,
                                                    const Layout& layout);
 
-  /// One step over @p ex (see Agent::step and GroupAgent::step for the contract).
-  StepEvent step(RebirthExecutor& ex, std::int64_t iteration, double metric,
-                 std::span<const LayerRef> params);
+  /// One step over @p ex (see Agent::step and GroupAgent::step for the contract): binds
+  /// @p params once, runs the step, then saves when AgentOptions::checkpoint says one is due
+  /// (over @p c; collective over @p c.all when checkpoints are on).
+  StepEvent step(RebirthExecutor& ex, const CheckpointComms& c, std::int64_t iteration,
+                 double metric, std::span<const LayerRef> params);
   /// Publishes @p params now, outside the cadence.
   PublishResult publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params);
   /// Marks the agent as having left; step() throws from then on (a pause ends).
@@ -114,6 +117,10 @@ class AgentCore {
   /// @note Collective over @p c.all.
   void save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,
                        std::span<const ConstLayerRef> params);
+  /// save_checkpoint of layers already bound and checked (after wait_checkpoint).
+  /// @note Collective over @p c.all.
+  void save_bound(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,
+                  const BoundLayers<ConstLayerRef>& ordered);
   /// wait_checkpoint over @p c (only writers hold an asynchronous writer).
   /// @note Collective over @p c.all.
   void wait_checkpoint(const CheckpointComms& c);
@@ -125,10 +132,11 @@ class AgentCore {
   /// resume_newest over any executor. @note Collective over @p c.all.
   std::optional<CheckpointLoad> resume_newest(RebirthExecutor& ex, const CheckpointComms& c,
                                               std::span<const LayerRef> params);
-  /// checkpoint_if_due over any executor. @note Collective over @p c.all when checkpoints
-  /// are on.
+  /// After a step: saves @p ordered (the step's bound parameters) when
+  /// AgentOptions::checkpoint says one is due. @note Collective over @p c.all when
+  /// checkpoints are on.
   void checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
-                         std::span<const LayerRef> params);
+                         const BoundLayers<LayerRef>& ordered);
   /// The owner's own state for every checkpoint (see Agent::set_checkpoint_hooks).
   void set_checkpoint_hooks(CheckpointHooks hooks) { hooks_ = std::move(hooks); }
 
@@ -154,16 +162,20 @@ class AgentCore {
   }
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
+  /// The step after binding (@p bad: why binding failed on this rank, "" when it did not).
+  StepEvent run_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                     std::span<const LayerRef> params, const BoundLayers<LayerRef>& ordered,
+                     const std::string& bad);
   bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
-                PullOutcome& pulled);
+                const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
+                bool& due, PullOutcome& pulled);
   /// The attempts themselves; @p partial: some pull left the parameters partly written.
   bool try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
-                 std::span<const LayerRef> ordered, StepEvent& event, std::string& note, bool& due,
-                 PullOutcome& pulled, bool& partial);
+                 const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
+                 bool& due, PullOutcome& pulled, bool& partial);
   /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
   /// reader's pin is retried for up to publish.rebirth_wait_ms.
-  void publish_step(RebirthExecutor& ex, std::span<const LayerRef> ordered, StepEvent& event,
+  void publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered, StepEvent& event,
                     bool reborn);
   void published(const PublishResult& r);
   /// Seconds left until this step's deadline (read.timeout_seconds; meaningless without).

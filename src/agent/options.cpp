@@ -64,11 +64,9 @@ void check_mixing_weights(const MixingOptions& m, int k) {
 
 }  // namespace
 
-void validate(const AgentOptions& o, int population) {
-  if (population < 1) {
-    bad("population must be >= 1, got " + std::to_string(population));
-  }
-  const TriggerOptions& t = o.triggers;
+namespace {
+
+void check_triggers(const TriggerOptions& t) {
   if (t.age.lo < 1 || t.age.hi < 1) {
     bad("triggers.age: ages must be >= 1, got [" + std::to_string(t.age.lo) + ", " +
         std::to_string(t.age.hi) + "]");
@@ -93,7 +91,9 @@ void validate(const AgentOptions& o, int population) {
   if (t.cooldown < 0) {
     bad("triggers.cooldown must be >= 0, got " + std::to_string(t.cooldown));
   }
+}
 
+void check_selection_mixing(const AgentOptions& o, int population) {
   const SelectionOptions& s = o.selection;
   if (s.k <= 0) {
     bad("selection.k must be >= 1, got " + std::to_string(s.k));
@@ -101,14 +101,11 @@ void validate(const AgentOptions& o, int population) {
   if (s.tournament_size <= 0) {
     bad("selection.tournament_size must be >= 1, got " + std::to_string(s.tournament_size));
   }
-  if (s.shortfall != Shortfall::defer && s.shortfall != Shortfall::clamp &&
-      s.shortfall != Shortfall::error) {
-    bad("selection.shortfall is out of range");
-  }
+  if (!enum_valid(s.shortfall)) bad("selection.shortfall is out of range");
   check_non_negative("selection.max_staleness_seconds", s.max_staleness_seconds);
 
   const MixingOptions& m = o.mixing;
-  if (m.kind != MixingKind::reset && any_trigger(t) && s.shortfall != Shortfall::clamp &&
+  if (m.kind != MixingKind::reset && any_trigger(o.triggers) && s.shortfall != Shortfall::clamp &&
       s.k > population - 1) {
     bad("selection.k = " + std::to_string(s.k) + " but only " + std::to_string(population - 1) +
         " other agent(s) can donate in a population of " + std::to_string(population) +
@@ -124,18 +121,17 @@ void validate(const AgentOptions& o, int population) {
   if (m.kind == MixingKind::reset && !o.reset) {
     bad("mixing 'reset' needs a reset callback (AgentOptions::reset)");
   }
-  if (m.non_finite != NonFinitePolicy::fail && m.non_finite != NonFinitePolicy::skip_donor &&
-      m.non_finite != NonFinitePolicy::allow) {
-    bad("mixing.non_finite is out of range");
-  }
+  if (!enum_valid(m.non_finite)) bad("mixing.non_finite is out of range");
+}
 
-  const PublishOptions& p = o.publish;
+void check_publish_checkpoint(const PublishOptions& p, const CheckpointOptions& c) {
+  // every = 0 with interval_ms = 0 is valid: publish only when the caller calls publish()
+  // (and after rebirths).
   if (p.every < 0) {
     bad("publish.every must be >= 0, got " + std::to_string(p.every));
   }
   check_non_negative("publish.interval_ms", p.interval_ms);
   check_non_negative("publish.rebirth_wait_ms", p.rebirth_wait_ms);
-  const CheckpointOptions& c = o.checkpoint;
   if (c.every < 0) bad("checkpoint.every must be >= 0, got " + std::to_string(c.every));
   check_non_negative("checkpoint.every_seconds", c.every_seconds);
   if (c.keep < 0) bad("checkpoint.keep must be >= 0, got " + std::to_string(c.keep));
@@ -144,15 +140,14 @@ void validate(const AgentOptions& o, int population) {
     bad("checkpoint.path '" + c.path +
         "' has no {step}: saves from step() need one file name per step count");
   }
+}
+
+void check_read_serve(const AgentOptions& o) {
   const ReadOptions& r = o.read;
   check_non_negative("read.timeout_seconds", r.timeout_seconds);
   check_non_negative("read.roster_timeout_seconds", r.roster_timeout_seconds);
-  if (r.read_mode > ReadMode::pinned) {
-    bad("read.read_mode holds an out-of-range enumerator");
-  }
-  if (r.landing > Landing::direct) {
-    bad("read.landing holds an out-of-range enumerator");
-  }
+  if (!enum_valid(r.read_mode)) bad("read.read_mode holds an out-of-range enumerator");
+  if (!enum_valid(r.landing)) bad("read.landing holds an out-of-range enumerator");
   if (r.landing == Landing::direct && !o.reset) {
     bad("read.landing 'direct' needs a reset callback (AgentOptions::reset): a pull that fails "
         "midway leaves the parameters partly written, and the agent re-initialises them when "
@@ -170,11 +165,19 @@ void validate(const AgentOptions& o, int population) {
     bad("serve.progress_interval_us must be in [1, 1000000], got " +
         std::to_string(o.serve.progress_interval_us));
   }
-  // every = 0 with interval_ms = 0 is valid: publish only when the caller calls publish()
-  // (and after rebirths).
-  if (o.paused_deaths != PausedDeaths::defer && o.paused_deaths != PausedDeaths::honour) {
-    bad("paused_deaths is out of range");
+}
+
+}  // namespace
+
+void validate(const AgentOptions& o, int population) {
+  if (population < 1) {
+    bad("population must be >= 1, got " + std::to_string(population));
   }
+  check_triggers(o.triggers);
+  check_selection_mixing(o, population);
+  check_publish_checkpoint(o.publish, o.checkpoint);
+  check_read_serve(o);
+  if (!enum_valid(o.paused_deaths)) bad("paused_deaths is out of range");
   validate(o.explore);
 }
 

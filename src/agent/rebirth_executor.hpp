@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/rebirth_plan.hpp"
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -116,7 +117,7 @@ class RebirthExecutor {
   /// mix, the read settings, this rank's time left). On failure @p ordered is unchanged on
   /// every rank. Adds to the event's timers, donors and bytes.
   virtual PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
-                           std::span<const LayerRef> ordered, StepEvent& event) = 0;
+                           const BoundLayers<LayerRef>& ordered, StepEvent& event) = 0;
   /// The leader's counters after Policy::reborn() and its hyperparameters after the
   /// rebirth's exploit and explore (@p hyper: the leader's in, every rank's out) on every
   /// rank. @p leader_error: the leader's explore threw; every rank then throws (the leader
@@ -129,7 +130,7 @@ class RebirthExecutor {
   /// its own publishes.
   virtual void advance_stamp() = 0;
   /// Publishes @p ordered (this rank's part of it) with the stamp advance_stamp() fixed.
-  virtual PublishResult publish(std::span<const ConstLayerRef> ordered,
+  virtual PublishResult publish(const BoundLayers<ConstLayerRef>& ordered,
                                 const Hyperparameters& hyper) = 0;
   /// Lets MPI progress once on this rank's window (serves its RMA readers).
   virtual void progress() = 0;

@@ -27,7 +27,7 @@ void SoloExecutor::share_reset(std::span<const LayerRef> /*ordered*/,
 }
 
 PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& options,
-                               std::span<const LayerRef> ordered, StepEvent& event) {
+                               const BoundLayers<LayerRef>& ordered, StepEvent& event) {
   const auto t = StepClock::now();
   try {
     // Transactional pulls write into the caller's layers only once every donor's snapshot

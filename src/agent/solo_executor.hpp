@@ -37,7 +37,7 @@ class SoloExecutor final : public RebirthExecutor {
   RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
   PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
-                   std::span<const LayerRef> ordered, StepEvent& event) override;
+                   const BoundLayers<LayerRef>& ordered, StepEvent& event) override;
   AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& /*hyper*/,
                               std::exception_ptr leader_error) override {
     if (leader_error) std::rethrow_exception(leader_error);
@@ -45,7 +45,7 @@ class SoloExecutor final : public RebirthExecutor {
   }
 
   void advance_stamp() override {}
-  PublishResult publish(std::span<const ConstLayerRef> ordered,
+  PublishResult publish(const BoundLayers<ConstLayerRef>& ordered,
                         const Hyperparameters& hyper) override {
     return w_.publish(ordered, hyper);
   }

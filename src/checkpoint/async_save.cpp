@@ -38,16 +38,17 @@ void AsyncCheckpoint::stage(const std::string& path, const Layout& layout,
   layout_ = layout;
   settings_ = settings;
   bytes_.resize(record.ordered.size());
-  ordered_.clear();
+  std::vector<ConstLayerRef> copies;
   for (std::size_t l = 0; l < record.ordered.size(); ++l) {
     const ConstLayerRef& r = record.ordered[l];
     const std::size_t n = r.count() * dtype_size(r.dtype());
     bytes_[l].resize(n);
     if (n != 0) std::memcpy(bytes_[l].data(), r.data(), n);
-    ordered_.emplace_back(r.name(), bytes_[l].data(), r.count(), r.dtype());
+    copies.emplace_back(r.name(), bytes_[l].data(), r.count(), r.dtype());
   }
   record_ = record;
-  record_.ordered = ordered_;
+  // The copies are in the bound layers' order, of the same layout.
+  record_.ordered = BoundLayersAccess::make(std::move(copies), record.ordered.layout_fingerprint());
 }
 
 void AsyncCheckpoint::launch() {

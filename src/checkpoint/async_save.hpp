@@ -55,7 +55,6 @@ class AsyncCheckpoint {
   Layout layout_;
   SaveSettings settings_;
   std::vector<std::vector<std::byte>> bytes_;
-  std::vector<ConstLayerRef> ordered_;
   AgentRecord record_;
   std::string error_;
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "paramwin/agent_kinds.hpp"
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
@@ -22,14 +23,14 @@ inline constexpr std::uint64_t kCheckpointFormatVersion = 1;
 
 /// What one rank contributes to a checkpoint: its agent.
 struct AgentRecord {
-  std::span<const ConstLayerRef> ordered;  ///< parameters, in layout order
-  std::string state;                       ///< encode_agent_state's text
-  std::vector<CheckpointBlob> extras;      ///< the owner's blobs (CheckpointHooks::save)
-  double metric = 0.0;                     ///< roster metric (for "best by metric")
-  std::uint64_t generation = 0;            ///< rebirths
-  std::int64_t steps = 0;                  ///< steps so far
-  std::int64_t age = 0;                    ///< steps since (re)birth
-  std::int64_t iteration = 0;              ///< the trainer's latest iteration
+  BoundLayers<ConstLayerRef> ordered;  ///< parameters, bound to the layout once by the agent
+  std::string state;                   ///< encode_agent_state's text
+  std::vector<CheckpointBlob> extras;  ///< the owner's blobs (CheckpointHooks::save)
+  double metric = 0.0;                 ///< roster metric (for "best by metric")
+  std::uint64_t generation = 0;        ///< rebirths
+  std::int64_t steps = 0;              ///< steps so far
+  std::int64_t age = 0;                ///< steps since (re)birth
+  std::int64_t iteration = 0;          ///< the trainer's latest iteration
 };
 
 /// What a save takes from the agent's options, and nothing more.

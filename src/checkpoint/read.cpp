@@ -71,15 +71,13 @@ std::vector<std::string> split_lines(const std::string& text) {
   return out;
 }
 
-CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& layout) {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const H5Id fapl = h5_mpio_fapl(comm, path);
-  const H5Id file = h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose, path,
-                             "opening (truncated or not an HDF5 file?)");
-  const hid_t root = file.get();
+struct FileHead {
+  std::int64_t agents = 0;
+  MetricDirection direction = MetricDirection::lower_is_better;
+};
+
+// The root's attributes: format, versions, layout, agent count and direction.
+FileHead check_head(hid_t root, const std::string& path, const Layout& layout) {
   if (H5Aexists(root, "format") <= 0 ||
       read_attr_str(root, "format", path) != "paramwin-checkpoint") {
     bad(path, "not a paramwin checkpoint (no format attribute 'paramwin-checkpoint')");
@@ -109,12 +107,14 @@ CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& 
   if (agents < 1 || agents > std::numeric_limits<int>::max()) {
     bad(path, "attribute agents = " + std::to_string(agents));
   }
-  const MetricDirection direction = parse_direction(read_attr_str(root, "direction", path));
-  if (H5Lexists(root, "agents", H5P_DEFAULT) <= 0) bad(path, "group 'agents' missing");
-  const H5Id group =
-      h5_check(H5Gopen2(root, "agents", H5P_DEFAULT), H5Gclose, path, "opening group agents");
+  return FileHead{.agents = agents,
+                  .direction = parse_direction(read_attr_str(root, "direction", path))};
+}
+
+// Every agent's metric, from group agents/ (which must hold exactly @p agents groups).
+std::vector<double> agent_metrics(hid_t group, std::int64_t agents, const std::string& path) {
   H5G_info_t info{};
-  h5_check(H5Gget_info(group.get(), &info), path, "H5Gget_info(agents)");
+  h5_check(H5Gget_info(group, &info), path, "H5Gget_info(agents)");
   if (info.nlinks != static_cast<hsize_t>(agents)) {
     bad(path, "the file says " + std::to_string(agents) + " agents but holds " +
                   std::to_string(info.nlinks) + " agent groups");
@@ -122,26 +122,32 @@ CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& 
   std::vector<double> metrics;
   for (std::int64_t a = 0; a < agents; ++a) {
     const std::string name = std::to_string(a);
-    if (H5Lexists(group.get(), name.c_str(), H5P_DEFAULT) <= 0) {
+    if (H5Lexists(group, name.c_str(), H5P_DEFAULT) <= 0) {
       bad(path, "agent group agents/" + name + " missing");
     }
-    const H5Id g = h5_check(H5Gopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Gclose, path,
+    const H5Id g = h5_check(H5Gopen2(group, name.c_str(), H5P_DEFAULT), H5Gclose, path,
                             "opening agents/" + name);
     metrics.push_back(read_attr_f64(g.get(), "metric", path));
   }
-  const std::vector<int> sources = checkpoint_sources(metrics, direction, size);
-  CheckpointRead out;
-  out.agents = static_cast<int>(agents);
-  out.source = sources[static_cast<std::size_t>(rank)];
-  out.reborn = rank >= agents;
+  return metrics;
+}
 
-  const std::string name = std::to_string(out.source);
-  const std::string where = "agents/" + name;
-  const H5Id g = h5_check(H5Gopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Gclose, path,
-                          "opening " + where);
-  if (H5Lexists(g.get(), "params", H5P_DEFAULT) <= 0) bad(path, where + "/params missing");
-  const H5Id params = h5_check(H5Gopen2(g.get(), "params", H5P_DEFAULT), H5Gclose, path,
-                               "opening " + where + "/params");
+// One dataset of unsigned chars, whatever its length.
+void read_bytes(hid_t parent, const std::string& name, std::string& out, const std::string& path,
+                const std::string& where) {
+  const H5Id d =
+      h5_check(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose, path, "opening " + where);
+  const H5Id space = h5_check(H5Dget_space(d.get()), H5Sclose, path, "H5Dget_space");
+  const auto n = static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get()));
+  read_dataset(parent, name, H5T_NATIVE_UCHAR, n, 1, nullptr, out, path, where);
+}
+
+// Agent group @p g (at @p where): its parameters, state and blobs, into @p out.
+void read_agent(hid_t g, const std::string& where, const Layout& layout, CheckpointRead& out,
+                const std::string& path) {
+  if (H5Lexists(g, "params", H5P_DEFAULT) <= 0) bad(path, where + "/params missing");
+  const H5Id params =
+      h5_check(H5Gopen2(g, "params", H5P_DEFAULT), H5Gclose, path, "opening " + where + "/params");
   H5G_info_t pinfo{};
   h5_check(H5Gget_info(params.get(), &pinfo), path, "H5Gget_info(params)");
   if (pinfo.nlinks != layout.size()) {
@@ -154,31 +160,42 @@ CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& 
     read_dataset(params.get(), h5_escape(spec.name), type.get(), spec.count, dtype_size(spec.dtype),
                  &spec.shape, out.layers.back(), path, where + "/params/" + spec.name);
   }
-  if (H5Lexists(g.get(), "state", H5P_DEFAULT) <= 0) bad(path, where + "/state missing");
-  {
-    const H5Id d = h5_check(H5Dopen2(g.get(), "state", H5P_DEFAULT), H5Dclose, path,
-                            "opening " + where + "/state");
-    const H5Id space = h5_check(H5Dget_space(d.get()), H5Sclose, path, "H5Dget_space");
-    const auto n = static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get()));
-    read_dataset(g.get(), "state", H5T_NATIVE_UCHAR, n, 1, nullptr, out.state, path,
-                 where + "/state");
+  if (H5Lexists(g, "state", H5P_DEFAULT) <= 0) bad(path, where + "/state missing");
+  read_bytes(g, "state", out.state, path, where + "/state");
+  if (H5Lexists(g, "extra", H5P_DEFAULT) <= 0) return;
+  const H5Id extra =
+      h5_check(H5Gopen2(g, "extra", H5P_DEFAULT), H5Gclose, path, "opening " + where + "/extra");
+  for (const std::string& blob : split_lines(read_attr_str(g, "extras", path))) {
+    const std::string bwhere = std::string(where).append("/extra/").append(blob);
+    const std::string dname = h5_escape(blob);
+    if (H5Lexists(extra.get(), dname.c_str(), H5P_DEFAULT) <= 0) bad(path, bwhere + " missing");
+    out.extras.push_back(CheckpointBlob{.name = blob, .bytes = {}});
+    read_bytes(extra.get(), dname, out.extras.back().bytes, path, bwhere);
   }
-  if (H5Lexists(g.get(), "extra", H5P_DEFAULT) > 0) {
-    const H5Id extra = h5_check(H5Gopen2(g.get(), "extra", H5P_DEFAULT), H5Gclose, path,
-                                "opening " + where + "/extra");
-    for (const std::string& blob : split_lines(read_attr_str(g.get(), "extras", path))) {
-      const std::string bwhere = std::string(where).append("/extra/").append(blob);
-      const std::string dname = h5_escape(blob);
-      if (H5Lexists(extra.get(), dname.c_str(), H5P_DEFAULT) <= 0) bad(path, bwhere + " missing");
-      const H5Id d = h5_check(H5Dopen2(extra.get(), dname.c_str(), H5P_DEFAULT), H5Dclose, path,
-                              "opening " + bwhere);
-      const H5Id space = h5_check(H5Dget_space(d.get()), H5Sclose, path, "H5Dget_space");
-      const auto n = static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get()));
-      out.extras.push_back(CheckpointBlob{.name = blob, .bytes = {}});
-      read_dataset(extra.get(), dname, H5T_NATIVE_UCHAR, n, 1, nullptr, out.extras.back().bytes,
-                   path, bwhere);
-    }
-  }
+}
+
+CheckpointRead read_share(MPI_Comm comm, const std::string& path, const Layout& layout) {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const H5Id fapl = h5_mpio_fapl(comm, path);
+  const H5Id file = h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose, path,
+                             "opening (truncated or not an HDF5 file?)");
+  const FileHead head = check_head(file.get(), path, layout);
+  if (H5Lexists(file.get(), "agents", H5P_DEFAULT) <= 0) bad(path, "group 'agents' missing");
+  const H5Id group =
+      h5_check(H5Gopen2(file.get(), "agents", H5P_DEFAULT), H5Gclose, path, "opening group agents");
+  const std::vector<double> metrics = agent_metrics(group.get(), head.agents, path);
+  const std::vector<int> sources = checkpoint_sources(metrics, head.direction, size);
+  CheckpointRead out;
+  out.agents = static_cast<int>(head.agents);
+  out.source = sources[static_cast<std::size_t>(rank)];
+  out.reborn = rank >= head.agents;
+  const std::string name = std::to_string(out.source);
+  const H5Id g = h5_check(H5Gopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Gclose, path,
+                          "opening agents/" + name);
+  read_agent(g.get(), "agents/" + name, layout, out, path);
   return out;
 }
 

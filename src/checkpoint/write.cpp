@@ -207,12 +207,13 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const Layout& layo
   std::string names;
   try {
     if (path.empty()) throw CheckpointError("paramwin: save_checkpoint: empty path");
-    if (mine.ordered.size() != layout.size()) {
-      throw CheckpointError("paramwin: save_checkpoint: " + std::to_string(mine.ordered.size()) +
-                            " layers given, the layout has " + std::to_string(layout.size()));
+    if (mine.ordered.layout_fingerprint() != layout.fingerprint()) {
+      throw CheckpointError("paramwin: save_checkpoint: the " +
+                            std::to_string(mine.ordered.size()) +
+                            " layers given were bound to another layout than the checkpoint's");
     }
     std::vector<std::uint64_t> sums;
-    for (const ConstLayerRef& r : mine.ordered) {
+    for (const ConstLayerRef& r : mine.ordered.refs()) {
       if (!r.host_accessible()) {
         throw CheckpointError("paramwin: save_checkpoint: layer '" + std::string(r.name()) +
                               "' is not in host-accessible memory (checkpoints read the "

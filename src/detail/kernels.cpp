@@ -22,7 +22,7 @@
 // 16-bit pack, and float16 needs several selects per element. So they are also built for
 // x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), and the loader picks the best clone once (ifunc).
 // Same source, same IEEE arithmetic (no FP contraction, see src/CMakeLists.txt), so every clone
-// gives the same bits (tests/detail_test.cpp checks the running clone against dtype.hpp).
+// gives the same bits (tests/detail/detail_test.cpp checks the running clone against dtype.hpp).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
 #define PARAMWIN_KERNEL_CLONES 1
 #define PARAMWIN_KERNEL \

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "agent/agent_core.hpp"
 #include "detail/mpi_check.hpp"
 #include "groups/shard_executor.hpp"
 #include "mpi/agree.hpp"
 #include "mpi/handles.hpp"
-#include "agent/agent_core.hpp"
 #include "paramwin/detail/agent_base.hpp"  // serving_window_options
 #include "paramwin/error.hpp"
 
@@ -42,7 +42,7 @@ struct GroupAgent::State {
 };
 
 GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options,
-                       const WindowOptions& window_options) {
+                       const WindowOptions& window_options, const std::source_location& site) {
   if (!groups.is_agent_rank()) {
     throw InvalidArgument("paramwin: GroupAgent: world rank " +
                           std::to_string(groups.world_rank()) + " is a " +
@@ -98,7 +98,8 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
   s_->leaders = detail::Comm::split(training, groups.rank_in_agent() == 0 ? 0 : MPI_UNDEFINED,
                                     groups.agent());
   s_->exec.open(groups,
-                detail::serving_window_options(window_options, s_->core.policy().options().serve));
+                detail::serving_window_options(window_options, s_->core.policy().options().serve),
+                site);
 }
 
 GroupAgent::GroupAgent(GroupAgent&&) noexcept = default;
@@ -113,9 +114,7 @@ GroupAgent::State& GroupAgent::state() const {
 StepEvent GroupAgent::step(std::int64_t iteration, double metric,
                            std::span<const LayerRef> params) {
   State& st = state();
-  StepEvent event = st.core.step(st.exec, iteration, metric, params);
-  st.core.checkpoint_if_due(st.exec, st.checkpoint_comms(), params);
-  return event;
+  return st.core.step(st.exec, st.checkpoint_comms(), iteration, metric, params);
 }
 
 void GroupAgent::save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) {

@@ -30,7 +30,8 @@ ShardExecutor::ShardExecutor(const AgentGroups& groups, Layout layout)
       rank_in_agent_(groups.rank_in_agent()),
       g_(groups.agent_size()) {}
 
-void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options) {
+void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_options,
+                         const std::source_location& site) {
   agent_comm_ = Comm::dup(groups.agent_comm());
   const Comm node = Comm::split_shared(agent_comm_.get());
   // PARAMWIN_GROUP_GATHER=broadcast forces the path agents spread over nodes take (tests).
@@ -38,7 +39,7 @@ void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_
   const bool broadcast = force != nullptr && std::string(force) == "broadcast";
   const bool all_local = node.size() == g_ && !broadcast;
   same_node_ = first_failing_rank(agent_comm_.get(), all_local) < 0 && g_ > 1;
-  window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options);
+  window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options, site);
   fingerprint_ = win().fingerprint();
 }
 
@@ -123,14 +124,18 @@ void ShardExecutor::share_reset(std::span<const LayerRef> ordered,
 }
 
 PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
-                                std::span<const LayerRef> ordered, StepEvent& event) {
+                                const BoundLayers<LayerRef>& bound, StepEvent& event) {
+  const std::span<const LayerRef> ordered = bound.refs();
   const std::size_t n = plan.donors.size();
   const auto t_pull = Clock::now();
   // One rank per agent: nothing to agree on or gather, and the window's pull is itself
   // transactional, so it writes straight into the caller's layers.
-  const std::vector<LayerRef> scratch =
-      g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end()) : scratch_refs();
-  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch);
+  // Library-made refs in the shard layout's order: bound by construction.
+  const BoundLayers<LayerRef> scratch =
+      BoundLayersAccess::make(g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end())
+                                      : scratch_refs(),
+                              win().layout().fingerprint());
+  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch.refs());
   const std::size_t words = 3 + 2 * n;
   std::vector<std::int64_t> out(words, 0);
   std::string pull_error;
@@ -249,9 +254,12 @@ AgentCounters ShardExecutor::share_rebirth(const AgentCounters& leader_counters,
                        .generation = static_cast<std::uint64_t>(w[4])};
 }
 
-PublishResult ShardExecutor::publish(std::span<const ConstLayerRef> ordered,
+PublishResult ShardExecutor::publish(const BoundLayers<ConstLayerRef>& ordered,
                                      const Hyperparameters& hyper) {
-  return win().publish(shard_of(ordered), hyper, epoch_);
+  // This rank's shard of each layer, in the shard layout's order: bound by construction.
+  return win().publish(BoundLayersAccess::make(shard_of(ordered.refs()),
+                                               win().layout().fingerprint()),
+                       hyper, epoch_);
 }
 
 std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef> full) const {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <vector>
 
 #include "agent/rebirth_executor.hpp"
@@ -30,9 +31,11 @@ class ShardExecutor final : public RebirthExecutor {
   ShardExecutor(const AgentGroups& groups, Layout layout);
 
   /// Duplicates the agent communicator, finds whether the agent's ranks share a node and
-  /// creates this rank's shard window over the shard peers.
+  /// creates this rank's shard window over the shard peers, at @p site (the GroupAgent's
+  /// caller: an unnamed window's identity).
   /// @note Collective over the agent's ranks, then over the shard peers.
-  void open(const AgentGroups& groups, const WindowOptions& window_options);
+  void open(const AgentGroups& groups, const WindowOptions& window_options,
+            const std::source_location& site);
 
   [[nodiscard]] const char* kind() const noexcept override { return "GroupAgent"; }
   [[nodiscard]] int agent_id() const override { return agent_; }
@@ -53,12 +56,12 @@ class ShardExecutor final : public RebirthExecutor {
   RebirthPlan share(RebirthPlan plan, std::exception_ptr leader_error) override;
   void share_reset(std::span<const LayerRef> ordered, std::exception_ptr leader_error) override;
   PullOutcome pull(const RebirthPlan& plan, const PullOptions& options,
-                   std::span<const LayerRef> ordered, StepEvent& event) override;
+                   const BoundLayers<LayerRef>& ordered, StepEvent& event) override;
   AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& hyper,
                               std::exception_ptr leader_error) override;
 
   void advance_stamp() override { ++epoch_; }
-  PublishResult publish(std::span<const ConstLayerRef> ordered,
+  PublishResult publish(const BoundLayers<ConstLayerRef>& ordered,
                         const Hyperparameters& hyper) override;
   void progress() override { win().progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return win().has_rma_readers(); }

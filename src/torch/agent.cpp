@@ -1,24 +1,25 @@
 // LibTorch adapter: TorchAgent (an Agent driven by a module and its optimizer).
 #include "paramwin/torch/agent.hpp"
 
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../mpi/agree.hpp"
+#include "device_staging.hpp"
+#include "layer_source.hpp"
 #include "optimizer_hyper.hpp"
 #include "optimizer_state.hpp"
 #include "paramwin/error.hpp"
@@ -79,12 +80,6 @@ struct Seen {
   }
 };
 
-/// Waits until the copies enqueued on @p device's current stream are done.
-void synchronize(const ::torch::Device& device) {
-  const c10::impl::VirtualGuardImpl guard(device.type());
-  guard.getStream(device).synchronize();
-}
-
 }  // namespace
 
 struct TorchAgent::Impl {
@@ -110,18 +105,13 @@ struct TorchAgent::Impl {
   // An Agent<> (one rank) or a GroupAgent (g ranks): the adapter needs only the interface.
   std::unique_ptr<AgentInterface> agent;
 
-  // The module's tensors as bound (re-collected only when seen_ no longer matches them),
-  // per tensor its host staging buffer (undefined: exchanged in place) and whether that
-  // buffer is page-locked, the devices whose streams the copies run on, and the refs the
-  // agent is given: to the staging buffers or, for tensors exchanged in place, the tensors.
+  // The module's tensors as bound (collected again only when seen no longer matches them),
+  // where the window's layers for them are (host staging buffers, or the tensors in place),
+  // and the refs the agent is given: those layers, then the optimizer's state layers.
   bool bound = false;
   std::vector<Seen> seen;
-  ModuleTensors current;
-  std::vector<::torch::Tensor> staged;
-  std::vector<bool> pinned;
-  std::vector<::torch::Device> devices;
+  std::unique_ptr<detail::LayerSource> layers;
   std::vector<LayerRef> refs;
-  TorchStagingStats counters;
 
   ::torch::optim::Optimizer& optimizer() { return owned ? *owned : *borrowed; }
 
@@ -132,6 +122,7 @@ struct TorchAgent::Impl {
     impl->module = &m;
     impl->borrowed = &opt;
     impl->options = std::move(o);
+    impl->layers = std::make_unique<detail::DeviceStaging>(impl->options.module);
     return impl;
   }
 
@@ -146,6 +137,7 @@ struct TorchAgent::Impl {
     impl->module = &m;
     impl->builder = std::move(build);
     impl->options = std::move(o);
+    impl->layers = std::make_unique<detail::DeviceStaging>(impl->options.module);
     impl->build_optimizer();
     return impl;
   }
@@ -198,7 +190,7 @@ struct TorchAgent::Impl {
       on_rebirth(event, params);
     };
     // The core calls this only when a step (or publish) is about to read or write the
-    // parameters: the module is copied to the staging buffers then, and only then.
+    // parameters: the module is copied into the window's layers then, and only then.
     agent_options.prepare_params = [this] {
       stage_in();
       if (user_prepare) user_prepare();
@@ -221,12 +213,13 @@ struct TorchAgent::Impl {
     return layout;
   }
 
-  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options) {
+  void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options,
+              const std::source_location& site) {
     Layout layout =
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
     auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
-                                          window_options);
+                                          window_options, site);
     if (live) bind_live(solo->window(), *module, options.module);
     solo->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(solo);
@@ -234,11 +227,11 @@ struct TorchAgent::Impl {
   }
 
   void create(const AgentGroups& groups, AgentOptions agent_options,
-              const WindowOptions& window_options) {
+              const WindowOptions& window_options, const std::source_location& site) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
     auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
-                                              window_options);
+                                              window_options, site);
     group->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(group);
     sync_hyperparameters();
@@ -270,7 +263,7 @@ struct TorchAgent::Impl {
     return true;
   }
 
-  /// Makes refs point at the module's current tensors (or their staging buffers): a cheap
+  /// Makes refs point at the window's layers for the module's current tensors: a cheap
   /// comparison each call; the module is collected and checked against the layout again
   /// only when its tensors changed (InvalidArgument naming the tensor if they no longer fit).
   void bind() {
@@ -278,95 +271,42 @@ struct TorchAgent::Impl {
     if (unchanged(all)) return;
     ModuleTensors mt = collect(*module, options.module);
     check_against(mt, module_layout);
-    const std::size_t n = mt.tensors.size();
-    std::vector<::torch::Tensor> host(n);
-    std::vector<bool> pin(n, false);
-    std::vector<::torch::Device> on;
-    for (std::size_t i = 0; i < n; ++i) {
-      const ::torch::Tensor& t = mt.tensors[i];
-      if (!options.module.stage_through_host && t.device().is_cpu()) continue;
-      // Page-locked host memory for CUDA tensors: the copies can then run asynchronously
-      // (and faster); pinning needs the CUDA runtime, hence only for CUDA tensors.
-      pin[i] = t.is_cuda();
-      if (!t.device().is_cpu() && std::find(on.begin(), on.end(), t.device()) == on.end()) {
-        on.push_back(t.device());
-      }
-      // The layout fixes the shape and dtype, so a buffer of the previous binding fits
-      // unless its pinning changed (the module moved between the CPU and a CUDA device).
-      if (i < staged.size() && staged[i].defined() && pinned[i] == pin[i]) {
-        host[i] = staged[i];
-      } else {
-        host[i] = ::torch::empty(t.sizes(), ::torch::TensorOptions()
-                                                .dtype(t.scalar_type())
-                                                .device(::torch::kCPU)
-                                                .pinned_memory(pin[i]));
-      }
-    }
-    current = std::move(mt);
-    staged = std::move(host);
-    pinned = std::move(pin);
-    devices = std::move(on);
+    layers->bind(std::move(mt));
     seen.clear();
     seen.reserve(all.size());
     for (const ::torch::Tensor& t : all) seen.emplace_back(t);
-    refs.clear();
-    refs.reserve(n);
-    counters.staged_tensors = 0;
-    counters.pinned_tensors = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const LayerSpec& spec = current.layout[i];
-      const ::torch::Tensor& memory = staged[i].defined() ? staged[i] : current.tensors[i];
-      refs.emplace_back(spec.name, memory.data_ptr(), spec.count, spec.dtype);
-      if (staged[i].defined()) ++counters.staged_tensors;
-      if (pinned[i]) ++counters.pinned_tensors;
-    }
+    refs = layers->refs();
     if (state_layers)
       refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
     bound = true;
-    ++counters.binds;
   }
 
-  /// Waits for the copies enqueued on the devices of the staged tensors.
-  void wait_for_copies() const {
-    for (const ::torch::Device& d : devices) synchronize(d);
-  }
-
-  /// Copies every staged tensor into its host buffer: asynchronously into page-locked
-  /// buffers, then one wait per device before the core reads them.
+  /// Gives the window's layers the module's values (and the optimizer's state, when it is
+  /// inherited) before the core reads them.
   void stage_in() {
-    ::torch::NoGradGuard no_grad;
-    bool any = false;
-    for (std::size_t i = 0; i < staged.size(); ++i) {
-      if (!staged[i].defined()) continue;
-      staged[i].copy_(current.tensors[i].detach(), /*non_blocking=*/pinned[i]);
-      ++counters.device_to_host;
-      any = true;
-    }
-    wait_for_copies();
-    if (any) ++counters.stage_passes;
-    if (state_layers) state_layers->capture(optimizer(), current.tensors);
+    layers->to_layers();
+    if (state_layers) state_layers->capture(optimizer(), layers->tensors());
   }
 
-  /// Copies the host buffers (the rebirth's result) back into the staged tensors.
-  void stage_out() {
-    for (std::size_t i = 0; i < staged.size(); ++i) {
-      if (!staged[i].defined()) continue;
-      current.tensors[i].detach().copy_(staged[i], /*non_blocking=*/pinned[i]);
-      ++counters.host_to_device;
+  /// Writes the window's layers (a rebirth's mix, a loaded checkpoint) into the module and
+  /// bumps its tensors' autograd versions; drops their gradients if @p clear_gradients.
+  void take_layers(bool clear_gradients) {
+    ::torch::NoGradGuard no_grad;
+    layers->from_layers();
+    for (const ::torch::Tensor& t : layers->tensors()) {
+      t.unsafeGetTensorImpl()->bump_version();
+      if (clear_gradients && t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
     }
-    // Before the optimizer or the user's callback touch the tensors, and before the next
-    // step may overwrite the buffers (even from another stream).
-    wait_for_copies();
   }
 
   /// Checkpoints (docs/checkpoints.md): the optimizer's whole state (torch's own archive:
   /// per parameter e.g. Adam's step and moments, and the parameter groups' options) rides in
-  /// the blob "optimizer"; the staging buffers are refreshed before a save and copied back
-  /// into the module after a load.
+  /// the blob "optimizer"; the window's layers are refreshed from the module before a save
+  /// and written into it after a load.
   CheckpointHooks checkpoint_hooks() {
     CheckpointHooks h;
     h.save = [this] {
-      stage_in();  // the buffers the save reads hold the module's current values
+      stage_in();  // the layers the save reads hold the module's current values
       ::torch::serialize::OutputArchive archive;
       optimizer().save(archive);
       std::ostringstream out;
@@ -374,18 +314,11 @@ struct TorchAgent::Impl {
       return std::vector<CheckpointBlob>{CheckpointBlob{.name = "optimizer", .bytes = out.str()}};
     };
     h.load = [this](const std::vector<CheckpointBlob>& blobs, bool reborn) {
-      {
-        ::torch::NoGradGuard no_grad;
-        stage_out();
-        for (::torch::Tensor& t : current.tensors) {
-          t.unsafeGetTensorImpl()->bump_version();
-          if (t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
-        }
-      }
+      take_layers(/*clear_gradients=*/true);
       if (builder) build_optimizer();
       if (reborn) {
         // A new agent reborn from a donor starts with a fresh optimizer, as on a rebirth.
-        if (!builder) states_reset += reset_optimizer_state(*borrowed, current.tensors);
+        if (!builder) states_reset += reset_optimizer_state(*borrowed, layers->tensors());
         return;
       }
       for (const CheckpointBlob& b : blobs) {
@@ -400,19 +333,12 @@ struct TorchAgent::Impl {
   }
 
   void on_rebirth(const StepEvent& event, std::span<const LayerRef> params) {
-    {
-      ::torch::NoGradGuard no_grad;
-      stage_out();
-      for (::torch::Tensor& t : current.tensors) {
-        t.unsafeGetTensorImpl()->bump_version();
-        if (options.clear_gradients && t.grad().defined()) t.mutable_grad() = ::torch::Tensor();
-      }
-    }
+    take_layers(options.clear_gradients);
     if (builder) build_optimizer();
     if (state_layers) {
-      states_inherited += state_layers->restore(optimizer(), current.tensors);
+      states_inherited += state_layers->restore(optimizer(), layers->tensors());
     } else if (!builder && options.reset_optimizer_state) {
-      states_reset += reset_optimizer_state(*borrowed, current.tensors);
+      states_reset += reset_optimizer_state(*borrowed, layers->tensors());
     }
     if (hyper) hyper->apply(optimizer(), event.hyper);
     if (user_on_rebirth) {
@@ -432,30 +358,33 @@ struct TorchAgent::Impl {
 
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
-  impl_->create(comm, std::move(agent_options), window_options);
+  impl_->create(comm, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuilder builder,
                        AgentOptions agent_options, TorchAgentOptions options,
-                       const WindowOptions& window_options)
+                       const WindowOptions& window_options, const std::source_location& site)
     : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
-  impl_->create(comm, std::move(agent_options), window_options);
+  impl_->create(comm, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        ::torch::optim::Optimizer& optimizer, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::borrowing(module, optimizer, std::move(options))) {
-  impl_->create(groups, std::move(agent_options), window_options);
+  impl_->create(groups, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
                        OptimizerBuilder builder, AgentOptions agent_options,
-                       TorchAgentOptions options, const WindowOptions& window_options)
+                       TorchAgentOptions options, const WindowOptions& window_options,
+                       const std::source_location& site)
     : impl_(Impl::owning(module, std::move(builder), std::move(options))) {
-  impl_->create(groups, std::move(agent_options), window_options);
+  impl_->create(groups, std::move(agent_options), window_options, site);
 }
 
 TorchAgent::TorchAgent(TorchAgent&&) noexcept = default;
@@ -577,7 +506,7 @@ const std::vector<std::string>& TorchAgent::skipped() const { return live().skip
 std::uint64_t TorchAgent::optimizers_built() const { return live().built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return live().states_reset; }
 std::uint64_t TorchAgent::optimizer_states_inherited() const { return live().states_inherited; }
-const TorchStagingStats& TorchAgent::staging_stats() const { return live().counters; }
+const TorchStagingStats& TorchAgent::staging_stats() const { return live().layers->stats(); }
 
 void TorchAgent::close() {
   if (!impl_) return;  // moved from: the agent it moved to closes (as ParameterWindow::close)

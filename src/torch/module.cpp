@@ -11,10 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "device_staging.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::torch {
 namespace {
+
+using detail::needs_staging;
 
 std::string shape_text(std::span<const std::size_t> shape) {
   std::string s = "[";
@@ -41,11 +44,6 @@ bool is_exchangeable_type(::torch::ScalarType type) {
 
 [[noreturn]] void fail(const std::string& message) {
   throw InvalidArgument("paramwin::torch: " + message);
-}
-
-/// Device tensors, or every tensor when forced, go through a host copy.
-bool needs_staging(const ::torch::Tensor& t, const ModuleOptions& options) {
-  return options.stage_through_host || !t.device().is_cpu();
 }
 
 /// The window memory of layer @p i of a live window.

@@ -94,4 +94,39 @@ std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const Layer
   return bind_impl(layout, refs, operation);
 }
 
+std::vector<std::size_t> identity_order(std::size_t n) {
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  return order;
+}
+
+namespace {
+
+template <class Ref>
+BoundLayers<Ref> bind_ordered(const Layout& layout, std::span<const Ref> refs,
+                              std::string_view caller) {
+  const std::string op(caller);
+  const std::vector<std::size_t> order = bind_impl(layout, refs, op.c_str());
+  std::vector<Ref> ordered;
+  ordered.reserve(order.size());
+  for (const std::size_t i : order) ordered.push_back(refs[i]);
+  return BoundLayersAccess::make(std::move(ordered), layout.fingerprint());
+}
+
+}  // namespace
+
 }  // namespace paramwin::detail
+
+namespace paramwin {
+
+BoundLayers<LayerRef> bind(const Layout& layout, std::span<const LayerRef> refs,
+                           std::string_view caller) {
+  return detail::bind_ordered(layout, refs, caller);
+}
+
+BoundLayers<ConstLayerRef> bind(const Layout& layout, std::span<const ConstLayerRef> refs,
+                                std::string_view caller) {
+  return detail::bind_ordered(layout, refs, caller);
+}
+
+}  // namespace paramwin

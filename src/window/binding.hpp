@@ -2,12 +2,14 @@
 // The one ref binder: matches the caller's layer refs (by name, or by position when none is
 // named) to a layout, checking count, dtype, contiguity, view shape and element order, and
 // data pointer of every layer.
-// Used by publish, pull and the agents; its error messages are part of the contract.
+// Used by publish, pull and bind() (BoundLayers, what the agents bind once per call); its
+// error messages are part of the contract.
 
 #include <cstddef>
 #include <span>
 #include <vector>
 
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
 
@@ -21,5 +23,7 @@ std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const Const
                                      const char* operation);
 std::vector<std::size_t> bind_layers(const Layout& layout, std::span<const LayerRef> refs,
                                      const char* operation);
+/// The order of refs already bound (BoundLayers): 0, 1, ..., @p n - 1.
+std::vector<std::size_t> identity_order(std::size_t n);
 
 }  // namespace paramwin::detail

@@ -18,15 +18,17 @@
 
 namespace paramwin::detail {
 
-PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp) {
+PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp,
+                                  bool bound) {
   const double t0 = MPI_Wtime();
   const bool live = options_.exposure == Exposure::live;
   if (layers.empty() && !live && !layout_.empty()) {
     throw InvalidArgument("paramwin: publish() without layers is only for Exposure::live "
                           "windows; pass the parameters to publish");
   }
-  const std::vector<std::size_t> order =
-      layers.empty() ? std::vector<std::size_t>{} : bind_layers(layout_, layers, "publish");
+  const std::vector<std::size_t> order = layers.empty() ? std::vector<std::size_t>{}
+                                         : bound        ? identity_order(layers.size())
+                                                        : bind_layers(layout_, layers, "publish");
   SegmentHeader& h = header();
   const std::uint64_t p = version_ + 1;
   const std::size_t slot = live ? 0 : (p & 1U);

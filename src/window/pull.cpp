@@ -15,16 +15,17 @@
 namespace paramwin::detail {
 
 PullResult WindowImpl::pull(std::span<const int> donors, std::span<const LayerRef> out,
-                            const PullOptions& options) {
-  return PullEngine(*this, PullPort{rma_win_.get(), graveyard_, scratch_}, donors, out, options)
+                            const PullOptions& options, bool bound) {
+  return PullEngine(*this, PullPort{rma_win_.get(), graveyard_, scratch_}, donors, out, options,
+                    bound)
       .run();
 }
 
 PullEngine::PullEngine(const WindowImpl& w, PullPort port, std::span<const int> donors,
-                       std::span<const LayerRef> out, const PullOptions& options)
+                       std::span<const LayerRef> out, const PullOptions& options, bool bound)
     : w_(w), port_(port), out_(out), options_(options) {
   validate(donors);
-  order_ = bind_layers(w.layout(), out, "pull");
+  order_ = bound ? identity_order(out.size()) : bind_layers(w.layout(), out, "pull");
   for (std::size_t i = 0; i < donors.size(); ++i) {
     Donor d;
     d.rank = donors[i];

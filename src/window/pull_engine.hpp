@@ -93,8 +93,9 @@ struct Chunk {
 
 class PullEngine {
  public:
+  /// @p bound: @p out is already in layout order and checked (BoundLayers).
   PullEngine(const WindowImpl& w, PullPort port, std::span<const int> donors,
-             std::span<const LayerRef> out, const PullOptions& options);
+             std::span<const LayerRef> out, const PullOptions& options, bool bound = false);
   PullEngine(const PullEngine&) = delete;
   PullEngine& operator=(const PullEngine&) = delete;
   PullEngine(PullEngine&&) = delete;

@@ -138,41 +138,58 @@ std::uint64_t name_hash(std::string_view name) noexcept {
   return h;
 }
 
+/// The window's identity as one word: its name, or where it was created when it has none
+/// (the site does not count for a named window, which the ranks may create anywhere).
+std::uint64_t identity_hash(const std::string& name, const std::string& site) noexcept {
+  return name.empty() ? name_hash("unnamed window created at " + site) : name_hash(name);
+}
+
 /// What every rank must share, in the order of the agreement's allreduce.
-enum Agreed : std::size_t { kVerify, kLayoutCheck, kName, kCreation, kAgreed };
+enum Agreed : std::size_t { kVerify, kLayoutCheck, kIdentity, kCreation, kAgreed };
 
 /// One rank's agreed fields, as exchanged to explain a disagreement.
 struct Identity {
   bool verify = true;
   std::uint64_t layout_check = 0;
   std::uint64_t creation = 0;
+  std::string site;
   std::string name;
 
-  /// "verify layout_check creation\nname" (the name last: it may hold any byte).
+  /// "verify layout_check creation site_size\nsite name" (the strings last: a name may
+  /// hold any byte).
   [[nodiscard]] std::string encode() const {
     return std::to_string(verify ? 1 : 0) + " " + std::to_string(layout_check) + " " +
-           std::to_string(creation) + "\n" + name;
+           std::to_string(creation) + " " + std::to_string(site.size()) + "\n" + site + name;
   }
   static Identity decode(const std::string& text) {
     Identity id;
     const std::size_t nl = text.find('\n');
     std::istringstream head(text.substr(0, nl));
     int verify = 1;
-    head >> verify >> id.layout_check >> id.creation;
+    std::size_t site_size = 0;
+    head >> verify >> id.layout_check >> id.creation >> site_size;
     id.verify = verify != 0;
-    id.name = nl == std::string::npos ? std::string() : text.substr(nl + 1);
+    const std::string rest = nl == std::string::npos ? std::string() : text.substr(nl + 1);
+    id.site = rest.substr(0, std::min(site_size, rest.size()));
+    id.name = rest.substr(id.site.size());
     return id;
   }
-  /// "window 'A' (#2 created on this communicator)" or "an unnamed window (#2 ...)".
+  /// Whether @p other is another window: another name, or (both unnamed) another site,
+  /// or another position on the communicator.
+  [[nodiscard]] bool differs_from(const Identity& other) const {
+    return name != other.name || creation != other.creation || (name.empty() && site != other.site);
+  }
+  /// "window 'A' (#2 created on this communicator)" or "an unnamed window created at
+  /// f.cpp:12:7 (#2 ...)".
   [[nodiscard]] std::string window() const {
-    return (name.empty() ? std::string("an unnamed window") : "window '" + name + "'") + " (#" +
-           std::to_string(creation + 1) + " created on this communicator)";
+    return (name.empty() ? "an unnamed window created at " + site : "window '" + name + "'") +
+           " (#" + std::to_string(creation + 1) + " created on this communicator)";
   }
 };
 
 std::string layout_check_name(std::uint64_t value) {
-  const std::string_view name = enum_name(static_cast<LayoutCheck>(value));
-  return name != "invalid" && value <= 0xff ? std::string(name)
+  const auto check = static_cast<LayoutCheck>(value);
+  return value <= 0xff && enum_valid(check) ? std::string(enum_name(check))
                                             : "out of range (" + std::to_string(value) + ")";
 }
 
@@ -263,7 +280,7 @@ bool WindowImpl::agree_on_creation(const std::string& local_error) {
   const WindowOptions& o = options_;
   const std::array<std::uint64_t, kAgreed> mine = {o.verify ? 1U : 0U,
                                                    static_cast<std::uint64_t>(o.layout_check),
-                                                   name_hash(o.name), creation_};
+                                                   identity_hash(o.name, site_), creation_};
   // One allreduce (max): the lowest failing rank as size - rank (0: none), then each field
   // and its complement (max of ~v is ~min of v: a field agrees iff its max and min are
   // equal). Both hold whether MPI orders the words as unsigned or as signed numbers: MPICH
@@ -299,7 +316,7 @@ bool WindowImpl::agree_on_creation(const std::string& local_error) {
   }
   // Every rank saw the same disagreement, so every rank takes this path: exchange the values
   // and explain them, rank 0 against the lowest rank that differs.
-  const Identity me{o.verify, static_cast<std::uint64_t>(o.layout_check), creation_, o.name};
+  const Identity me{o.verify, static_cast<std::uint64_t>(o.layout_check), creation_, site_, o.name};
   std::vector<Identity> ids;
   for (const std::string& text : allgather_text(comm_.get(), me.encode())) {
     ids.push_back(Identity::decode(text));
@@ -322,15 +339,16 @@ bool WindowImpl::agree_on_creation(const std::string& local_error) {
                 [](const Identity& id) { return layout_check_name(id.layout_check); });
   }
   std::string message;
-  if (differs[kName] || differs[kCreation]) {
-    const int r = first_other(ids, [](const Identity& a, const Identity& b) {
-      return a.name != b.name || a.creation != b.creation;
-    });
+  if (differs[kIdentity] || differs[kCreation]) {
+    const int r =
+        first_other(ids, [](const Identity& a, const Identity& b) { return a.differs_from(b); });
     message = "paramwin: ranks are creating different windows: rank 0 creates " +
               ids.front().window() + ", rank " + std::to_string(r) + " creates " +
               ids[static_cast<std::size_t>(r)].window() +
               "; windows must be created in the same order on every rank (creation is "
-              "collective and pairs windows by their order)";
+              "collective and pairs windows by their order), and an unnamed window at the "
+              "same place in the code on every rank (name windows that the ranks create from "
+              "different places)";
     if (!options_text.empty()) {
       message += "; their WindowOptions differ too: " + options_text;
     }

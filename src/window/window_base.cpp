@@ -1,13 +1,16 @@
 // ParameterWindow's non-template part: forwards to WindowImpl, guards moved-from use.
 #include "paramwin/detail/window_base.hpp"
 
+#include <string>
+
 #include "paramwin/error.hpp"
 #include "window/window_impl.hpp"
 
 namespace paramwin::detail {
 
-WindowBase::WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options)
-    : impl_(std::make_unique<WindowImpl>(comm, std::move(layout), options)) {}
+WindowBase::WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options,
+                       const std::source_location& site)
+    : impl_(std::make_unique<WindowImpl>(comm, std::move(layout), options, site)) {}
 
 WindowBase::WindowBase(WindowBase&& other) noexcept = default;
 
@@ -46,6 +49,7 @@ int WindowBase::size() const { return impl().size(); }
 MPI_Comm WindowBase::comm() const { return impl().comm(); }
 const Layout& WindowBase::layout() const { return impl().layout(); }
 const WindowOptions& WindowBase::options() const { return impl().options(); }
+const std::string& WindowBase::site() const { return impl().site(); }
 Transport WindowBase::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t WindowBase::version() const { return impl().version(); }
 void WindowBase::continue_versions(std::uint64_t next) { impl().continue_versions(next); }
@@ -59,6 +63,29 @@ PublishResult WindowBase::publish_host(std::span<const ConstLayerRef> layers, st
 PullResult WindowBase::pull_host(std::span<const int> donors, std::span<const LayerRef> out,
                                  const PullOptions& options) {
   return impl().pull(donors, out, options);
+}
+
+namespace {
+
+void check_bound(const Layout& layout, std::uint64_t layout_fingerprint, const char* op) {
+  if (layout_fingerprint != layout.fingerprint()) {
+    throw InvalidArgument(std::string("paramwin: ") + op +
+                          ": the layers were bound to another layout than this window's");
+  }
+}
+
+}  // namespace
+
+PublishResult WindowBase::publish_bound(std::span<const ConstLayerRef> ordered,
+                                        std::uint64_t layout_fingerprint, std::uint64_t stamp) {
+  check_bound(impl().layout(), layout_fingerprint, "publish");
+  return impl().publish(ordered, stamp, true);
+}
+
+PullResult WindowBase::pull_bound(std::span<const int> donors, std::span<const LayerRef> ordered,
+                                  std::uint64_t layout_fingerprint, const PullOptions& options) {
+  check_bound(impl().layout(), layout_fingerprint, "pull");
+  return impl().pull(donors, ordered, options, true);
 }
 
 void* WindowBase::live_layer(std::size_t layer) const { return impl().live_layer(layer); }

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <source_location>
 #include <span>
 #include <string>
 #include <thread>
@@ -39,7 +41,8 @@ using ByteView =
 // NOLINTNEXTLINE(cppcoreguidelines-virtual-class-destructor): see above
 class WindowImpl final : public FinalizeClient {
  public:
-  WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options);
+  WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options,
+             const std::source_location& site);
   WindowImpl(const WindowImpl&) = delete;
   WindowImpl& operator=(const WindowImpl&) = delete;
   WindowImpl(WindowImpl&&) = delete;
@@ -65,6 +68,8 @@ class WindowImpl final : public FinalizeClient {
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
   [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
   [[nodiscard]] const WindowOptions& options() const noexcept { return options_; }
+  /// Where the window was created: "file:line:column".
+  [[nodiscard]] const std::string& site() const noexcept { return site_; }
   [[nodiscard]] std::uint64_t version() const noexcept { return version_; }
   /// Checkpoint resume: the next publish gets version @p next when it is ahead of the
   /// version the next publish would get anyway (never backwards).
@@ -80,9 +85,13 @@ class WindowImpl final : public FinalizeClient {
   /// Throws InvalidArgument unless @p rank is a rank of the window.
   void check_rank(int rank, const char* what) const;
 
-  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp);
+  /// @p bound: @p layers are already in layout order and checked (BoundLayers), so they are
+  /// not bound again.
+  PublishResult publish(std::span<const ConstLayerRef> layers, std::uint64_t stamp,
+                        bool bound = false);
+  /// @p bound: as for publish().
   PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
-                  const PullOptions& options);
+                  const PullOptions& options, bool bound = false);
 
   /// @p timeout_seconds > 0 bounds the RMA reads (TimeoutError past it; 0: no bound).
   [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
@@ -139,6 +148,10 @@ class WindowImpl final : public FinalizeClient {
   void verify();
   void check_layouts_strict(std::uint64_t slot_fingerprint);
   void release() noexcept;
+  /// The destructor runs during stack unwinding: says so on stderr before the collective
+  /// free (which rank, which window, that the others must free it too), then aborts the
+  /// job under WindowOptions::abort_on_unwind.
+  void report_unwinding() const noexcept;
   /// The one freeing path (close(), the destructor, MPI_Finalize): stops the progress
   /// thread, completes abandoned reads, unlocks and frees both windows and both
   /// communicators, each handle exactly once (null afterwards even if its free failed).
@@ -166,6 +179,11 @@ class WindowImpl final : public FinalizeClient {
   std::uint64_t creation_ = 0;  // windows created on the caller's communicator before this one
   Layout layout_;
   WindowOptions options_;
+  std::string site_;  // "file:line:column" of the creation: an unnamed window's identity
+  // Exceptions in flight when the window was created: more at destruction means that the
+  // destructor runs because an exception unwinds this rank past the window.
+  int uncaught_at_creation_ = std::uncaught_exceptions();
+  bool abort_on_unwind_ = false;  // options_.abort_on_unwind or PARAMWIN_ABORT_ON_UNWIND
   SlotLayout slots_;
   ByteView segment_;                  // this rank's segment: header page + two slots
   std::vector<std::byte*> shm_base_;  // per comm rank: segment base if on this node

@@ -77,3 +77,17 @@ def test_options_string_pause_and_closed_agent(comm):
         assert "closed" in str(e)
     else:
         raise AssertionError("step on a closed agent must raise")
+
+
+def test_option_keys_come_from_the_library_table(comm):
+    keys = {k: (aliases, value, doc) for k, aliases, value, doc in paramwin.option_keys()}
+    assert {"seed", "selection", "k", "checkpoint_every", "explore.NAME"} <= set(keys)
+    assert keys["worst_fraction"][0] == "fraction"
+    assert all(doc for _, _, doc in keys.values()), "every key has a one-line doc"
+    try:
+        paramwin.Agent(LAYOUT, comm, no_such_key=1)
+    except paramwin.InvalidArgument as e:
+        # The unknown-key message lists the table's keys, on every rank.
+        assert "unknown option 'no_such_key'" in str(e) and "checkpoint_async" in str(e)
+    else:
+        raise AssertionError("an unknown option must raise")

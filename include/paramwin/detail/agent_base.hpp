@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "paramwin/agent_options.hpp"
+#include "paramwin/bound_layers.hpp"
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
@@ -25,8 +26,6 @@
 namespace paramwin {
 
 class Policy;
-class LayerRef;
-class ConstLayerRef;
 
 namespace detail {
 
@@ -49,9 +48,9 @@ class WindowAccess {
   [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
   [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) const = 0;
   virtual void set_status(const AgentStatus& status) = 0;
-  virtual PublishResult publish(std::span<const ConstLayerRef> layers,
+  virtual PublishResult publish(const BoundLayers<ConstLayerRef>& layers,
                                 const Hyperparameters& hyper) = 0;
-  virtual PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
+  virtual PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
                           const PullOptions& options) = 0;
   /// Lets MPI progress once (serves RMA readers, completes their pin releases).
   virtual void progress() = 0;
@@ -75,11 +74,11 @@ class WindowAccessOf final : public WindowAccess {
     return w_.roster_all(timeout_seconds);
   }
   void set_status(const AgentStatus& status) override { w_.set_status(status); }
-  PublishResult publish(std::span<const ConstLayerRef> layers,
+  PublishResult publish(const BoundLayers<ConstLayerRef>& layers,
                         const Hyperparameters& hyper) override {
     return w_.publish(layers, hyper);
   }
-  PullResult pull(std::span<const int> donors, std::span<const LayerRef> out,
+  PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
                   const PullOptions& options) override {
     return w_.pull(donors, out, options);
   }

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paramwin/hyper.hpp"
@@ -22,7 +24,8 @@ class WindowImpl;  // NOLINT(cppcoreguidelines-virtual-class-destructor): final;
 /// Everything a ParameterWindow does on host memory. Move-only; see ParameterWindow.
 class WindowBase {
  public:
-  WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options);
+  WindowBase(MPI_Comm comm, Layout layout, const WindowOptions& options,
+             const std::source_location& site);
   WindowBase(const WindowBase&) = delete;
   WindowBase& operator=(const WindowBase&) = delete;
   WindowBase(WindowBase&& other) noexcept;
@@ -38,6 +41,7 @@ class WindowBase {
   [[nodiscard]] MPI_Comm comm() const;
   [[nodiscard]] const Layout& layout() const;
   [[nodiscard]] const WindowOptions& options() const;
+  [[nodiscard]] const std::string& site() const;
   [[nodiscard]] Transport transport_for(int rank) const;
   [[nodiscard]] std::uint64_t version() const;
   void continue_versions(std::uint64_t next);
@@ -47,6 +51,14 @@ class WindowBase {
   PublishResult publish_host(std::span<const ConstLayerRef> layers, std::uint64_t stamp = 0);
   PullResult pull_host(std::span<const int> donors, std::span<const LayerRef> out,
                        const PullOptions& options);
+  /// publish_host of layers already in layout order and checked (BoundLayers): not bound
+  /// again. @p layout_fingerprint: the layout they were bound to (InvalidArgument unless it
+  /// is this window's).
+  PublishResult publish_bound(std::span<const ConstLayerRef> ordered,
+                              std::uint64_t layout_fingerprint, std::uint64_t stamp = 0);
+  /// pull_host into layers already in layout order and checked (see publish_bound).
+  PullResult pull_bound(std::span<const int> donors, std::span<const LayerRef> ordered,
+                        std::uint64_t layout_fingerprint, const PullOptions& options);
 
   [[nodiscard]] void* live_layer(std::size_t layer) const;
   void progress() const;

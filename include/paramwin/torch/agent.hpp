@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,10 @@ struct TorchStagingStats {
 /// With WindowOptions::exposure == Exposure::live the module's exchanged tensors are moved
 /// into the window memory at construction (bind_live) and given their own memory back when
 /// the agent is destroyed or closed.
+///
+/// Every constructor's last argument, `site` (leave the default: the caller's line), is the
+/// window's creation site, forwarded to Agent or GroupAgent: an unnamed window's identity
+/// (see ParameterWindow's constructor).
 class TorchAgent {
  public:
   /// Borrows @p optimizer (which must outlive the agent); on a rebirth its state for the
@@ -89,14 +94,16 @@ class TorchAgent {
   /// @note Collective over @p comm.
   TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, ::torch::optim::Optimizer& optimizer,
              AgentOptions agent_options = {}, TorchAgentOptions options = {},
-             const WindowOptions& window_options = {});
+             const WindowOptions& window_options = {},
+             const std::source_location& site = std::source_location::current());
 
   /// Owns its optimizer: @p builder makes it now and makes a fresh one on every rebirth.
   /// Call optimizer() each step (a rebirth replaces the object).
   /// @note Collective over @p comm.
   TorchAgent(MPI_Comm comm, ::torch::nn::Module& module, OptimizerBuilder builder,
              AgentOptions agent_options = {}, TorchAgentOptions options = {},
-             const WindowOptions& window_options = {});
+             const WindowOptions& window_options = {},
+             const std::source_location& site = std::source_location::current());
 
   /// A rank of an agent made of several ranks (data-parallel replicas of @p module, see
   /// GroupAgent): the module's tensors are exchanged shard by shard through a GroupAgent.
@@ -105,12 +112,14 @@ class TorchAgent {
   /// @note Collective over @p groups.training_comm().
   TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module,
              ::torch::optim::Optimizer& optimizer, AgentOptions agent_options = {},
-             TorchAgentOptions options = {}, const WindowOptions& window_options = {});
+             TorchAgentOptions options = {}, const WindowOptions& window_options = {},
+             const std::source_location& site = std::source_location::current());
   /// A rank of a grouped agent that owns its optimizer (see the two constructors above).
   /// @note Collective over @p groups.training_comm().
   TorchAgent(const AgentGroups& groups, ::torch::nn::Module& module, OptimizerBuilder builder,
              AgentOptions agent_options = {}, TorchAgentOptions options = {},
-             const WindowOptions& window_options = {});
+             const WindowOptions& window_options = {},
+             const std::source_location& site = std::source_location::current());
   TorchAgent(const TorchAgent&) = delete;
   TorchAgent& operator=(const TorchAgent&) = delete;
   /// Moves the agent; the source is left empty.

@@ -306,7 +306,7 @@ TEST(CallbackFault, ThrowingResetKeepsTheDeathPending) {
 
 // Run only by the CTest entry faults_mpi_test.watchdog (PARAMWIN_WATCHDOG_SELFTEST=1): rank 0
 // never enters the barrier the others wait in — the classic MPI hang — and the watchdog of
-// tests/main_mpi.cpp must abort the job naming this test.
+// tests/common/main_mpi.cpp must abort the job naming this test.
 TEST(WatchdogSelfTest, HangIsTurnedIntoANamedFailure) {
   if (std::getenv("PARAMWIN_WATCHDOG_SELFTEST") == nullptr) {
     GTEST_SKIP() << "set PARAMWIN_WATCHDOG_SELFTEST=1 to hang on purpose";

@@ -2,7 +2,7 @@
 // bit-exact publish/adopt round trips (direct, adapter-staged, core-staged, live), donor
 // averages landing in the right tensors, optimizer reset and rebuild on rebirth, and clear
 // errors (unsupported dtypes, non-contiguous and reshaped parameters, layouts that differ
-// across ranks).
+// across ranks), and the staging unit (device_staging.hpp) on CPU tensors.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@
 #include "mpi_test_util.hpp"
 #include "paramwin/torch/agent.hpp"
 #include "paramwin/torch/module.hpp"
+#include "torch/device_staging.hpp"
 #include "torch_test_util.hpp"
 
 namespace pw = paramwin;
@@ -785,6 +786,88 @@ TEST(TorchStaging, ReplacedParameterIsBoundOnTheNextStep) {
     EXPECT_NE(msg.find("'extra'"), std::string::npos) << msg;
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+// --- the staging unit (detail::DeviceStaging, the TorchAgent's LayerSource) ----------------
+
+/// Whether layer @p ref holds exactly the bytes of @p t.
+bool same_bytes(const pw::LayerRef& ref, const torch::Tensor& t) {
+  return std::memcmp(ref.data(), t.data_ptr(), t.nbytes()) == 0;
+}
+
+TEST(TorchDeviceStaging, CpuTensorsAreLayersInPlaceAndNeverCopied) {
+  Net model;
+  const pwt::ModuleOptions o{.buffers = true};
+  fill_exact(*model, world_rank(), o);
+  const pwt::ModuleTensors mt = pwt::collect(*model, o);
+  pwt::detail::DeviceStaging staging(o);
+  staging.bind(pwt::collect(*model, o));
+  ASSERT_EQ(staging.refs().size(), mt.tensors.size());
+  EXPECT_FALSE(staging.copies());
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    EXPECT_FALSE(pwt::detail::needs_staging(mt.tensors[i], o)) << mt.names[i];
+    EXPECT_EQ(staging.refs()[i].data(), mt.tensors[i].data_ptr()) << mt.names[i] << ": a copy";
+    EXPECT_EQ(staging.refs()[i].name(), mt.names[i]);
+    EXPECT_EQ(staging.refs()[i].count(), static_cast<std::size_t>(mt.tensors[i].numel()));
+  }
+  staging.to_layers();
+  staging.from_layers();
+  const pwt::TorchStagingStats& s = staging.stats();
+  EXPECT_EQ(s.device_to_host, 0U);
+  EXPECT_EQ(s.host_to_device, 0U);
+  EXPECT_EQ(s.stage_passes, 0U);
+  EXPECT_EQ(s.staged_tensors, 0U);
+  EXPECT_EQ(s.pinned_tensors, 0U);
+  EXPECT_EQ(s.binds, 1U);
+}
+
+TEST(TorchDeviceStaging, ForcedStagingCopiesIntoLayersAndBackOnlyWhenAsked) {
+  Net model;
+  const pwt::ModuleOptions o{.buffers = true, .stage_through_host = true};
+  fill_exact(*model, world_rank(), o);
+  const pwt::ModuleTensors mt = pwt::collect(*model, o);
+  const std::size_t n = mt.tensors.size();
+  pwt::detail::DeviceStaging staging(o);
+  staging.bind(pwt::collect(*model, o));
+  EXPECT_TRUE(staging.copies());
+  EXPECT_EQ(staging.stats().staged_tensors, n);
+  EXPECT_EQ(staging.stats().pinned_tensors, 0U);  // CPU tensors: pageable buffers
+  std::vector<void*> buffers;
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(pwt::detail::needs_staging(mt.tensors[i], o)) << mt.names[i];
+    EXPECT_NE(staging.refs()[i].data(), mt.tensors[i].data_ptr()) << mt.names[i] << ": aliased";
+    buffers.push_back(staging.refs()[i].data());
+  }
+  staging.to_layers();
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(same_bytes(staging.refs()[i], mt.tensors[i])) << mt.names[i] << ": not staged";
+  }
+  // What the window writes into the layers (a pull) reaches the module only by from_layers().
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < n; ++i) {
+    const torch::Tensor& t = mt.tensors[i];
+    torch::from_blob(staging.refs()[i].data(), t.sizes(),
+                     torch::TensorOptions().dtype(t.scalar_type()))
+        .fill_(static_cast<double>(world_rank() + 7));
+    EXPECT_FALSE(same_bytes(staging.refs()[i], t)) << mt.names[i] << ": written through";
+  }
+  staging.from_layers();
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(same_bytes(staging.refs()[i], mt.tensors[i])) << mt.names[i] << ": not copied";
+    EXPECT_EQ(mt.tensors[i].detach().to(torch::kDouble).min().item<double>(), world_rank() + 7.0);
+  }
+  EXPECT_EQ(staging.stats().device_to_host, n);
+  EXPECT_EQ(staging.stats().host_to_device, n);
+  EXPECT_EQ(staging.stats().stage_passes, 1U);
+
+  // A new binding (a parameter given new memory) keeps the buffers: the layout fixes them.
+  model->wide.set_data(torch::full({2, 3}, 0.5, torch::kDouble));
+  staging.bind(pwt::collect(*model, o));
+  EXPECT_EQ(staging.stats().binds, 2U);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(staging.refs()[i].data(), buffers[i]);
+  staging.to_layers();
+  EXPECT_TRUE(same_bytes(staging.refs()[1], model->wide)) << "the new memory is staged";
+  EXPECT_EQ(staging.stats().device_to_host, 2 * n);
 }
 
 // --- errors -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-// checkpoint_resume_torch: tests/checkpoint_resume_test.cmake's run for TorchAgent. A small
-// MLP trained with Adam; agents step one at a time in rank order (deterministic). Writes every
-// module parameter and the sums of Adam's moments and its step counts (%a) per rank, so that a
-// resume that lost the optimizer's state shows.
+// checkpoint_resume_torch: tests/checkpoint/checkpoint_resume_test.cmake's run for TorchAgent.
+// A small MLP trained with Adam; agents step one at a time in rank order (deterministic). Writes
+// every module parameter and the sums of Adam's moments and its step counts (%a) per rank, so
+// that a resume that lost the optimizer's state shows.
 //
 //   mpiexec -n P checkpoint_resume_torch --steps S --out DIR --tag T [--save-at N] [--resume FILE]
 #include <mpi.h>

@@ -3,7 +3,7 @@
 // the options, and every bad checkpoint of docs/reliability.md's table (missing, truncated,
 // bit-flipped, other layout, other library version, fewer agent groups than agents): a
 // CheckpointError on every rank, parameters and agent unchanged. The resume across processes
-// is tests/checkpoint_resume_test.cmake.
+// is tests/checkpoint/checkpoint_resume_test.cmake.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>

@@ -6,7 +6,7 @@
 // metric; a file of one-rank Agents read by agents of 2 ranks), more agents (reborn from
 // donors, on the follower ranks too), bad checkpoints and bad parameters refused on every
 // rank with nothing changed, and checkpoint options that differ across ranks. The resume
-// across processes is group_checkpoint_resume (tests/checkpoint_resume_test.cmake).
+// across processes is group_checkpoint_resume (tests/checkpoint/checkpoint_resume_test.cmake).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>

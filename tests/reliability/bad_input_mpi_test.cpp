@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -337,12 +338,166 @@ TEST(WindowIdentity, OppositeOrdersFailOnEveryRankThenTheSameOrderWorks) {
   // Names alike, an unnamed window on one rank: still refused, naming the count (#4).
   const std::string unnamed = message_of<pw::InvalidArgument>(
       [&] { pw::ParameterWindow<> c(comm, layout, {.name = rank == 0 ? "" : "C"}); });
-  EXPECT_TRUE(contains(unnamed, "rank 0 creates an unnamed window (#4 created on this "
-                                "communicator), rank 1 creates window 'C' (#4"))
+  EXPECT_TRUE(contains(unnamed, "rank 0 creates an unnamed window created at "));
+  EXPECT_TRUE(contains(unnamed, "bad_input_mpi_test.cpp:"));
+  EXPECT_TRUE(contains(unnamed, " (#4 created on this communicator), rank 1 creates window 'C' "
+                                "(#4"))
       << unnamed;
   a.close();
   b.close();
   MPI_Comm_free(&comm);
+}
+
+/// Publishes rank-specific values (@p base + rank) on @p win and checks that a pull from the
+/// next rank returns that rank's values: the window is paired with itself on every rank.
+void expect_paired(pw::ParameterWindow<>& win, float base) {
+  const int rank = pw::test::world_rank();
+  const int donor = (rank + 1) % pw::test::world_size();
+  std::vector<float> mine(16, base + static_cast<float>(rank));
+  (void)win.publish({mine});
+  MPI_Barrier(win.comm());
+  std::vector<float> out(16, -1.0F);
+  (void)win.pull({donor}, {out});
+  EXPECT_EQ(out, std::vector<float>(16, base + static_cast<float>(donor)));
+  MPI_Barrier(win.comm());
+}
+
+TEST(WindowIdentity, UnnamedWindowsInOppositeOrdersFailOnEveryRankNamingBothSites) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});  // one layout: the layout check cannot tell them apart
+  // Two places in the program that each create an unnamed window.
+  auto create_a = [&] { return pw::ParameterWindow<>(comm, layout); };
+  auto create_b = [&] { return pw::ParameterWindow<>(comm, layout); };
+
+  // The same order on every rank (two sites, #1 and #2): each window pairs with itself.
+  std::string site_a;
+  std::string site_b;
+  {
+    pw::ParameterWindow<> a = create_a();
+    pw::ParameterWindow<> b = create_b();
+    site_a = a.site();
+    site_b = b.site();
+    EXPECT_NE(site_a, site_b);
+    EXPECT_TRUE(contains(site_a, "bad_input_mpi_test.cpp:")) << site_a;
+    expect_paired(a, 100.0F);
+    expect_paired(b, 200.0F);
+  }
+
+  // Opposite orders: they used to pair crosswise (a pull from A returned B's data) and hang
+  // when freed. Now the first creation (#3) throws on every rank, naming both sites.
+  const std::string msg = message_of<pw::InvalidArgument>([&] {
+    if (rank == 0) {
+      pw::ParameterWindow<> a = create_a();
+      pw::ParameterWindow<> b = create_b();
+    } else {
+      pw::ParameterWindow<> b = create_b();
+      pw::ParameterWindow<> a = create_a();
+    }
+  });
+  EXPECT_TRUE(contains(msg, "ranks are creating different windows: rank 0 creates an unnamed "
+                            "window created at " +
+                                site_a +
+                                " (#3 created on this communicator), rank 1 creates an "
+                                "unnamed window created at " +
+                                site_b + " (#3 created on this communicator)"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "windows must be created in the same order on every rank")) << msg;
+
+  // Nothing was left behind: the next window (#4) is created, pairs and is freed as usual.
+  pw::ParameterWindow<> again = create_a();
+  expect_paired(again, 300.0F);
+  again.close();
+  MPI_Comm_free(&comm);
+}
+
+TEST(WindowIdentity, UnnamedWindowsCreatedInALoopPairByTheirOrder) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});
+  std::vector<pw::ParameterWindow<>> windows;
+  for (int i = 0; i < 3; ++i) {
+    // One site for all three: they are told apart by their creation count alone.
+    windows.push_back(pw::ParameterWindow<>(MPI_COMM_WORLD, layout));
+  }
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    EXPECT_EQ(windows[i].site(), windows.front().site());
+    expect_paired(windows[i], 1000.0F * static_cast<float>(i + 1));
+  }
+  // A named window's identity is its name: the ranks may create it at different sites.
+  const std::string name = "anywhere";
+  auto named = pw::test::world_rank() == 0
+                   ? pw::ParameterWindow<>(MPI_COMM_WORLD, layout, {.name = name})
+                   : pw::ParameterWindow<>(MPI_COMM_WORLD, layout, {.name = name});
+  expect_paired(named, 5000.0F);
+  // Agent forwards its caller's site to its window (so the caller's line is the identity).
+  pw::AgentOptions options;
+  options.selection.k = 1;
+  pw::Agent<> agent(MPI_COMM_WORLD, layout, options);
+  EXPECT_TRUE(contains(agent.window().site(), "bad_input_mpi_test.cpp:")) << agent.window().site();
+  // So does GroupAgent to its shard window (agents of one rank: every rank is an agent).
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
+  pw::GroupAgent group_agent(groups, layout, options);
+  EXPECT_TRUE(contains(group_agent.window().site(), "bad_input_mpi_test.cpp:"))
+      << group_agent.window().site();
+}
+
+TEST(WindowLifetime, AnExceptionUnwindingPastAWindowIsReportedBeforeTheCollectiveFree) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});
+  // Every rank throws past its window, so every rank reaches the free and nothing hangs;
+  // each must say so on stderr before it waits there.
+  std::string site;
+  ::testing::internal::CaptureStderr();
+  try {
+    pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.name = "unwound"});
+    site = win.site();
+    throw std::runtime_error("training failed");
+  } catch (const std::runtime_error&) {
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(
+      contains(err,
+               "paramwin: rank " + std::to_string(rank) + " of " + std::to_string(n) +
+                   " (world rank " + std::to_string(rank) +
+                   ") leaves window 'unwound' created at " + site +
+                   " with an exception in flight (its destructor runs during stack unwinding); "
+                   "freeing a window is collective, so this rank now waits until "
+                   "the other " +
+                   std::to_string(n - 1) + " rank(s) of its communicator free it too"))
+      << err;
+  EXPECT_TRUE(contains(err, "PARAMWIN_ABORT_ON_UNWIND=1")) << err;
+
+  // An unnamed window is named by its creation site.
+  ::testing::internal::CaptureStderr();
+  try {
+    pw::ParameterWindow<> win(MPI_COMM_WORLD, layout);
+    site = win.site();
+    throw std::runtime_error("training failed");
+  } catch (const std::runtime_error&) {
+  }
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(
+      contains(err, "leaves an unnamed window created at " + site + " with an exception in flight"))
+      << err;
+
+  // No exception in flight (a window freed at the end of its scope, or one created and
+  // freed inside a handler): nothing is printed.
+  ::testing::internal::CaptureStderr();
+  try {
+    throw std::runtime_error("handled");
+  } catch (const std::runtime_error&) {
+    pw::ParameterWindow<> in_handler(MPI_COMM_WORLD, layout);
+  }
+  { pw::ParameterWindow<> plain(MPI_COMM_WORLD, layout); }
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(contains(err, "paramwin:")) << err;
 }
 
 TEST(WindowCreation, OptionsThatMustAgreeAreCheckedOnEveryRank) {

@@ -1,5 +1,5 @@
 // checkpoint_resume: a deterministic population run for the resume tests
-// (tests/checkpoint_resume_test.cmake), of one-rank Agents or (--ranks-per-agent G) of
+// (tests/checkpoint/checkpoint_resume_test.cmake), of one-rank Agents or (--ranks-per-agent G) of
 // GroupAgents of G ranks. Agents step one at a time in agent order (a barrier between turns),
 // every rank of an agent training its replica identically, so two runs with the same seed read
 // the same donor versions (stamps) and end with the same bits; the test compares a run of S
