@@ -55,6 +55,9 @@ done < <(if [ ${#only[@]} -gt 0 ]; then printf '%s\n' "${only[@]}"; else
            git ls-files -- 'src/*.cpp' | grep -v '^src/torch/' | sort; fi)
 [ ${#files[@]} -gt 0 ] || { echo "tidy.sh: no library source of $db found under $root/src" >&2; exit 2; }
 
+# clang 14 lacks __builtin_source_location, so GCC 12's <source_location> is empty for it:
+# scripts/tidy/source_location.hpp supplies std::source_location (a no-op for clang >= 15).
+shim=(--extra-arg-before=-include --extra-arg-before="$root/scripts/tidy/source_location.hpp")
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 start=$(date +%s)
@@ -69,7 +72,8 @@ for f in "${files[@]}"; do
   i=$((i + 1))
   running=$((running + 1))
   ( rc=0
-    "$clang_tidy" -p "$build_dir" --quiet --warnings-as-errors='*' "$f" >"$logs/$i.log" 2>&1 || rc=$?
+    "$clang_tidy" -p "$build_dir" --quiet --warnings-as-errors='*' "${shim[@]}" "$f" \
+      >"$logs/$i.log" 2>&1 || rc=$?
     echo "$rc" >"$logs/$i.rc" ) &
 done
 wait

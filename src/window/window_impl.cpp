@@ -66,7 +66,7 @@ constexpr int kAbortPauseMs = 200;
 /// PARAMWIN_ABORT_ON_UNWIND set to anything but "" or "0".
 bool abort_on_unwind_from_environment() {
   const char* value = std::getenv("PARAMWIN_ABORT_ON_UNWIND");
-  return value != nullptr && std::string_view(value) != "" && std::string_view(value) != "0";
+  return value != nullptr && !std::string_view(value).empty() && std::string_view(value) != "0";
 }
 
 }  // namespace
