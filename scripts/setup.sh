@@ -37,9 +37,10 @@ while [ $# -gt 0 ]; do
 done
 
 # doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test;
-# python3-matplotlib: scripts/lineage.py (the pbt example and the lineage_script test).
+# python3-matplotlib: scripts/lineage.py (the pbt example and the lineage_script test);
+# clang-tidy: scripts/tidy.sh and the clang_tidy test (Debian 12's is clang-tidy 14).
 packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
-          libbenchmark-dev gnuplot-nox doxygen clang-format python3-matplotlib)
+          libbenchmark-dev gnuplot-nox doxygen clang-format python3-matplotlib clang-tidy)
 if [ "$mpi" = mpich ]; then
   # libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
   packages+=(mpich libmpich-dev libhdf5-mpich-dev libxxhash-dev)

@@ -68,8 +68,10 @@ class ConstLayerRef {
  public:
   /// From any contiguous range of float, double, bfloat16 or float16.
   template <std::ranges::contiguous_range R>
-  requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>> ConstLayerRef(
-      R&& range)  // NOLINT(google-explicit-constructor): spans convert implicitly
+  // Implicit on purpose: a span or vector passes where a layer is expected. ConstLayerRef is
+  // not a contiguous range, so the constraint keeps copy and move constructors visible.
+  // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
+  requires Element<std::remove_cvref_t<std::ranges::range_value_t<R>>> ConstLayerRef(R&& range)
       : ConstLayerRef({}, std::forward<R>(range)) {}
 
   /// Named: binds to the layer called @p name.
@@ -97,8 +99,9 @@ class ConstLayerRef {
 
   /// Unnamed Kokkos view.
   template <class T, class... P>
+  // NOLINTNEXTLINE(google-explicit-constructor): converts implicitly, like the ranges above
   requires Element<typename Kokkos::View<T, P...>::non_const_value_type> ConstLayerRef(
-      const Kokkos::View<T, P...>& view)  // NOLINT(google-explicit-constructor)
+      const Kokkos::View<T, P...>& view)
       : ConstLayerRef(std::string_view{}, view) {}
 
   /// From a raw pointer, element count and dtype (for adapters).
@@ -148,7 +151,9 @@ class LayerRef {
   template <std::ranges::contiguous_range R>
   requires Element<std::ranges::range_value_t<R>> &&
       (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>)
-          LayerRef(R&& range)  // NOLINT(google-explicit-constructor)
+      // Implicit on purpose, and LayerRef is not a range (see ConstLayerRef's).
+      // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
+      LayerRef(R&& range)
       : LayerRef({}, std::forward<R>(range)) {}
 
   /// Named: binds to the layer called @p name.

@@ -166,7 +166,7 @@ void read_agent(hid_t g, const std::string& where, const Layout& layout, Checkpo
   const H5Id extra =
       h5_check(H5Gopen2(g, "extra", H5P_DEFAULT), H5Gclose, path, "opening " + where + "/extra");
   for (const std::string& blob : split_lines(read_attr_str(g, "extras", path))) {
-    const std::string bwhere = where + "/extra/" + blob;
+    const std::string bwhere = std::string(where).append("/extra/").append(blob);
     const std::string dname = h5_escape(blob);
     if (H5Lexists(extra.get(), dname.c_str(), H5P_DEFAULT) <= 0) bad(path, bwhere + " missing");
     out.extras.push_back(CheckpointBlob{.name = blob, .bytes = {}});

@@ -254,7 +254,9 @@ std::uint32_t copy_check_plain(void* dst, const void* src, std::size_t bytes, st
 // GCC 12's AVX-512 headers start these conversions from _mm512_undefined_epi32(), which its
 // -Wmaybe-uninitialized reports as uninitialised (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang (and clang-tidy) has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // 16 elements (one line out) / 8 elements (half a line), each for its own target (a lambda
 // would not inherit the target).
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline void widen16_avx512(

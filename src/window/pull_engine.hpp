@@ -46,9 +46,9 @@
 
 namespace paramwin::detail {
 
-inline constexpr std::size_t kShmChunkBytes = 32 * 1024;
+inline constexpr std::size_t kShmChunkBytes = std::size_t{32} * 1024;
 // Few round trips over RMA: each costs the target a trip through MPI progress.
-inline constexpr std::size_t kRmaChunkBytes = 4 * 1024 * 1024;
+inline constexpr std::size_t kRmaChunkBytes = std::size_t{4} * 1024 * 1024;
 inline constexpr unsigned kMaxPinTries = 1U << 20;
 inline constexpr std::size_t kLine1 = offsetof(HeadWords, version);  // version .. stamp
 inline constexpr std::size_t kLine1Bytes = offsetof(HeadWords, pad1) - kLine1;

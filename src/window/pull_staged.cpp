@@ -210,6 +210,9 @@ void PullEngine::pass() {
   // Reads that land in the scratch may still be in flight if this pass ends early (deadline,
   // error, torn donor): the scratch then goes to the graveyard with them.
   struct RetireScratch {
+    explicit RetireScratch(PullPort& p) : port(p) {}
+    RetireScratch(const RetireScratch&) = delete;
+    RetireScratch& operator=(const RetireScratch&) = delete;
     PullPort& port;
     bool armed = false;
     bool done = false;

@@ -83,8 +83,8 @@ std::vector<std::pair<std::size_t, std::size_t>> split_pieces(std::size_t bytes,
 /// for together, optionally against an absolute deadline (MPI_Wtime).
 class RmaBatch {
  public:
-  RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr, std::shared_ptr<RmaArena> arena = nullptr,
-           double deadline = 0.0)
+  explicit RmaBatch(MPI_Win win, Graveyard* graveyard = nullptr,
+                    std::shared_ptr<RmaArena> arena = nullptr, double deadline = 0.0)
       : win_(win), graveyard_(graveyard), arena_(std::move(arena)), deadline_(deadline) {}
   RmaBatch(const RmaBatch&) = delete;
   RmaBatch& operator=(const RmaBatch&) = delete;

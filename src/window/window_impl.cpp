@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +25,7 @@ namespace {
 
 void* align_page(void* p) {
   const auto u = reinterpret_cast<std::uintptr_t>(p);
-  return reinterpret_cast<void*>(round_up(u, kPage));
+  return static_cast<std::byte*>(p) + (round_up(u, kPage) - u);
 }
 
 /// The attribute key under which a communicator counts the windows created on it (created
@@ -47,6 +48,7 @@ std::uint64_t count_creation(MPI_Comm comm) {
   int found = 0;
   check_mpi(MPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");
   const std::uintptr_t before = found != 0 ? reinterpret_cast<std::uintptr_t>(value) : 0;
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): the value is the count, never dereferenced
   check_mpi(MPI_Comm_set_attr(comm, keyval, reinterpret_cast<void*>(before + 1)),
             "MPI_Comm_set_attr");
   return before;
@@ -64,7 +66,7 @@ constexpr int kAbortPauseMs = 200;
 /// PARAMWIN_ABORT_ON_UNWIND set to anything but "" or "0".
 bool abort_on_unwind_from_environment() {
   const char* value = std::getenv("PARAMWIN_ABORT_ON_UNWIND");
-  return value != nullptr && std::string_view(value) != "" && std::string_view(value) != "0";
+  return value != nullptr && !std::string_view(value).empty() && std::string_view(value) != "0";
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ namespace paramwin::detail {
 using ByteView =
     Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// Final, so never a base; owned and deleted as WindowImpl (FinalizeClient's destructor is
+// protected): its destructor need not be virtual.
+// NOLINTNEXTLINE(cppcoreguidelines-virtual-class-destructor): see above
 class WindowImpl final : public FinalizeClient {
  public:
   WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options,

@@ -19,7 +19,7 @@
 
 namespace paramwin::detail {
 
-class WindowImpl;
+class WindowImpl;  // NOLINT(cppcoreguidelines-virtual-class-destructor): final; window_impl.hpp
 
 /// Everything a ParameterWindow does on host memory. Move-only; see ParameterWindow.
 class WindowBase {
