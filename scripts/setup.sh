@@ -44,6 +44,8 @@ packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
 if [ "$mpi" = mpich ]; then
   # libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
   packages+=(mpich libmpich-dev libhdf5-mpich-dev libxxhash-dev)
+  # python3-torch: checkpoint_h5py loads a checkpoint into a torch model (runs in this pass).
+  packages+=(python3-torch)
   mpi_bin_pkg=mpich
   cmake_mpi=MPICH
 else
