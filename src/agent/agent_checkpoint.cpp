@@ -28,8 +28,9 @@ namespace {
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
 
 // Throws InvalidArgument naming @p caller unless every layer of @p ordered is in host memory.
-void check_host(const BoundLayers<ConstLayerRef>& ordered, const std::string& caller) {
-  for (const ConstLayerRef& r : ordered.refs()) {
+template <class Ref>
+void check_host(const BoundLayers<Ref>& ordered, const std::string& caller) {
+  for (const Ref& r : ordered.refs()) {
     if (!r.host_accessible()) {
       throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
                             "' is not host-accessible (checkpoints read and write the "
@@ -205,12 +206,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
   std::string error;
   try {
     ordered = bind_step_params(ex.layout(), params, caller);
-    for (const LayerRef& r : ordered.refs()) {
-      if (!r.host_accessible()) {
-        throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
-                              "' is not host-accessible");
-      }
-    }
+    check_host(ordered, caller);
   } catch (const Error& e) {
     error = e.what();
   }

@@ -49,6 +49,19 @@ struct Params {
   std::vector<pw::LayerRef> refs() { return {w1, b1, scale, w2, empty, w3}; }
 };
 
+/// Layers "a" (10 floats) and "b" (20): rank r publishes a = r, b = r + 100.
+pw::Layout ab_layout() {
+  pw::Layout layout;
+  layout.add("a", std::size_t{10}).add("b", std::size_t{20});
+  return layout;
+}
+
+/// @p oa and @p ob hold what rank @p donor published on an ab_layout() window.
+void expect_ab_of(int donor, const std::vector<float>& oa, const std::vector<float>& ob) {
+  EXPECT_EQ(oa, std::vector<float>(10, static_cast<float>(donor)));
+  EXPECT_EQ(ob, std::vector<float>(20, static_cast<float>(donor + 100)));
+}
+
 class WindowTest : public ::testing::TestWithParam<pw::Transport> {};
 
 TEST_P(WindowTest, MeanOfDonorsIsExact) {
@@ -135,8 +148,7 @@ TEST_P(WindowTest, WeightsAndMomentumAreExact) {
 
 TEST_P(WindowTest, NamedLayersBindInAnyOrder) {
   PARAMWIN_REQUIRE_RANKS(2);
-  pw::Layout layout;
-  layout.add("a", std::size_t{10}).add("b", std::size_t{20});
+  const pw::Layout layout = ab_layout();
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
   std::vector<float> a(10, static_cast<float>(win.rank())),
       b(20, static_cast<float>(win.rank() + 100));
@@ -145,15 +157,13 @@ TEST_P(WindowTest, NamedLayersBindInAnyOrder) {
   const int donor = (win.rank() + 1) % win.size();
   std::vector<float> oa(10), ob(20);
   (void)win.pull({donor}, {pw::LayerRef("b", ob), pw::LayerRef("a", oa)});
-  EXPECT_EQ(oa, std::vector<float>(10, static_cast<float>(donor)));
-  EXPECT_EQ(ob, std::vector<float>(20, static_cast<float>(donor + 100)));
+  expect_ab_of(donor, oa, ob);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_P(WindowTest, LayersBoundOnceArePublishedAndPulledWithoutRebinding) {
   PARAMWIN_REQUIRE_RANKS(2);
-  pw::Layout layout;
-  layout.add("a", std::size_t{10}).add("b", std::size_t{20});
+  const pw::Layout layout = ab_layout();
   pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
   std::vector<float> a(10, static_cast<float>(win.rank())),
       b(20, static_cast<float>(win.rank() + 100));
@@ -171,8 +181,7 @@ TEST_P(WindowTest, LayersBoundOnceArePublishedAndPulledWithoutRebinding) {
   const pw::BoundLayers<pw::LayerRef> bout = pw::bind(win.layout(), out, "test");
   const pw::PullResult r = win.pull(std::vector<int>{donor}, bout);
   EXPECT_EQ(r.donors.at(0).version, 3U);
-  EXPECT_EQ(oa, std::vector<float>(10, static_cast<float>(donor)));
-  EXPECT_EQ(ob, std::vector<float>(20, static_cast<float>(donor + 100)));
+  expect_ab_of(donor, oa, ob);
 
   // Bad refs are refused by bind(), naming the caller; layers bound to another layout are
   // refused by the window, with nothing published or written.
