@@ -6,6 +6,7 @@ Run from anywhere with Debian's /usr/bin/python3 (standard library only):
     /usr/bin/python3 scripts/check_docs.py                 # every doc, the option table
     /usr/bin/python3 scripts/check_docs.py --option-keys keys.tsv
     /usr/bin/python3 scripts/check_docs.py --docs some.md  # only these files (the self-test)
+    /usr/bin/python3 scripts/check_docs.py --update-counts # write the counts into the docs
 
 Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: ...").
 
@@ -48,12 +49,30 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    every row's key must be in FILE. The test suite makes FILE with the program
    paramwin_option_keys (tests/agent/option_keys_main.cpp), which prints the library's option key
    table (agent_option_keys(), src/agent/option_keys.cpp). Without it the table is not checked.
+
+4. Counts. A number in a doc that a test prints or that the sources determine is written
+   between markers, ``<!-- count:NAME -->138<!-- /count -->``, and compared with its source:
+
+   * computed here from the repository: ``gtest_definitions`` (``TEST``, ``TEST_F`` and
+     ``TEST_P`` definitions in tests/, recursively), ``pytest_functions`` (``def test_`` in
+     tests/python/), ``faults_rows`` (the rows of docs/reliability.md's table after the heading
+     "## Faults injected");
+   * read from ``--counts-dir DIR`` (files ``NAME.tsv`` holding ``NAME<TAB>VALUE`` lines,
+     written by the tests themselves: ``bad_inputs_np2`` and ``bad_inputs_np4`` by
+     bad_input_table_mpi_test when ``PARAMWIN_DOC_COUNTS_DIR`` is set);
+   * ``--ctest-count NAME`` with ``--ctest-dir DIR``: the number of tests ``ctest -N`` lists in
+     that build (``ctest_tests_mpich``, ``ctest_tests_openmpi``).
+
+   A marker whose NAME has no source in this run is reported as not checked (another build
+   checks it); one whose NAME no source can ever give is a problem. ``--update-counts`` writes
+   the sources' values into the markers instead of checking them (how a count gets into a doc).
 """
 
 import argparse
 import glob
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -266,10 +285,101 @@ def check_table(doc, expected, source):
     return problems
 
 
+COUNT = re.compile(r"<!-- count:([a-z0-9_]+) -->([^<]*)<!-- /count -->")
+# Names a test writes or a build's ctest gives (checked only where that source is present).
+RUN_COUNTS = {"bad_inputs_np2", "bad_inputs_np4", "ctest_tests_mpich", "ctest_tests_openmpi"}
+GTEST_DEF = re.compile(r"^\s*(?:TEST|TEST_F|TEST_P)\(", re.M)
+
+
+def table_rows_after(doc, heading):
+    """Data rows of the first Markdown table after the line ``heading``."""
+    with open(doc, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if heading not in lines:
+        return None
+    rows, seen_table = 0, False
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("|"):
+            seen_table = True
+            if not re.match(r"^\|\s*-", line):
+                rows += 1
+        elif seen_table:
+            break
+    return max(0, rows - 1)  # the header row
+
+
+def computed_counts():
+    counts = {}
+    sources = glob.glob(os.path.join(ROOT, "tests", "**", "*.cpp"), recursive=True)
+    counts["gtest_definitions"] = sum(
+        len(GTEST_DEF.findall(open(p, encoding="utf-8").read())) for p in sources)
+    counts["pytest_functions"] = sum(
+        len(re.findall(r"^def test_", open(p, encoding="utf-8").read(), re.M))
+        for p in glob.glob(os.path.join(ROOT, "tests", "python", "*.py")))
+    faults = table_rows_after(os.path.join(ROOT, "docs", "reliability.md"), "## Faults injected")
+    if faults is not None:
+        counts["faults_rows"] = faults
+    return counts
+
+
+def run_counts(counts_dir, ctest, ctest_dir, ctest_name):
+    counts = {}
+    for path in sorted(glob.glob(os.path.join(counts_dir, "*.tsv"))) if counts_dir else []:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, _, value = line.strip().partition("\t")
+                if name and value:
+                    counts[name] = int(value)
+    if ctest_name:
+        out = subprocess.run([ctest, "-N"], cwd=ctest_dir, check=True, capture_output=True,
+                             text=True).stdout
+        found = re.search(r"Total Tests: (\d+)", out)
+        if not found:
+            raise SystemExit(f"docs_check: no 'Total Tests:' line from {ctest} -N in {ctest_dir}")
+        counts[ctest_name] = int(found.group(1))
+    return counts
+
+
+def check_counts(docs, counts, update):
+    """Problems with count markers; with update, rewrites them from counts instead."""
+    problems, unchecked = [], set()
+    for doc in docs:
+        with open(doc, encoding="utf-8") as f:
+            text = f.read()
+        shown = os.path.relpath(doc, ROOT)
+
+        def replace(match, text=text, shown=shown):
+            name, value = match.group(1), match.group(2).strip()
+            line = text.count("\n", 0, match.start()) + 1
+            if name in counts:
+                if update:
+                    return f"<!-- count:{name} -->{counts[name]}<!-- /count -->"
+                if value != str(counts[name]):
+                    problems.append(f"{shown}:{line}: count '{name}' says {value}, its source "
+                                    f"says {counts[name]} (scripts/check_docs.py --update-counts)")
+            elif name in RUN_COUNTS:
+                unchecked.add(name)
+            else:
+                problems.append(f"{shown}:{line}: count '{name}' has no source")
+            return match.group(0)
+
+        new = COUNT.sub(replace, text)
+        if update and new != text:
+            with open(doc, "w", encoding="utf-8") as f:
+                f.write(new)
+    return problems, unchecked
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", nargs="+", help="check only these files (paths only)")
     parser.add_argument("--option-keys", help="the library's option keys: key<TAB>aliases<TAB>doc")
+    parser.add_argument("--counts-dir", help="NAME.tsv files the tests wrote (NAME<TAB>VALUE)")
+    parser.add_argument("--ctest", default="ctest", help="the ctest program (--ctest-count)")
+    parser.add_argument("--ctest-dir", default=".", help="the build that --ctest-count counts")
+    parser.add_argument("--ctest-count", help="count name for that build's ctest -N total")
+    parser.add_argument("--update-counts", action="store_true",
+                        help="write the counts into the docs' markers instead of checking")
     args = parser.parse_args()
 
     docs = [os.path.abspath(d) for d in args.docs] if args.docs else default_docs()
@@ -282,6 +392,11 @@ def main():
         if args.option_keys:
             problems += check_table(agent_md, keys_from_file(args.option_keys), args.option_keys)
             checked += ", option keys"
+    counts = computed_counts()
+    counts.update(run_counts(args.counts_dir, args.ctest, args.ctest_dir, args.ctest_count))
+    count_problems, unchecked = check_counts(docs, counts, args.update_counts)
+    problems += count_problems
+    checked += ", counts" + (f" (not here: {', '.join(sorted(unchecked))})" if unchecked else "")
     for p in problems:
         print(p)
     if problems:

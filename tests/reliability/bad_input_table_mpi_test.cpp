@@ -15,6 +15,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -120,9 +122,15 @@ int& rows_checked() {
 class RowCount : public testing::Environment {
  public:
   void TearDown() override {
-    if (pw::test::world_rank() == 0) {
-      std::printf("[ table   ] %d bad inputs tried, each with its error and no state change\n",
-                  rows_checked());
+    if (pw::test::world_rank() != 0) return;
+    std::printf("[ table   ] %d bad inputs tried, each with its error and no state change\n",
+                rows_checked());
+    // The docs quote this count (docs/reliability.md); the suite's docs_check compares them
+    // with the file written here (scripts/check_docs.py, "Counts").
+    if (const char* dir = std::getenv("PARAMWIN_DOC_COUNTS_DIR"); dir != nullptr && *dir) {
+      const std::string name = "bad_inputs_np" + std::to_string(pw::test::world_size());
+      std::ofstream(std::string(dir) + "/" + name + ".tsv") << name << '\t' << rows_checked()
+                                                          << '\n';
     }
   }
 };
