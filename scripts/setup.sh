@@ -54,6 +54,9 @@ else
   # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
   packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
             python3-h5py)
+  # The Fashion-MNIST population benchmark (benchmarks/pbt_fashion, its short version is a
+  # test of this pass): the dataset (never downloaded) and Optuna, one of its baselines.
+  packages+=(dataset-fashion-mnist python3-optuna)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi

@@ -392,7 +392,24 @@ StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::in
   } catch (const InvalidArgument& e) {
     bad = e.what();
   }
-  StepEvent event = run_step(ex, iteration, metric, params, ordered, bad);
+  const std::int64_t steps_before = counters_.steps;
+  StepEvent event;
+  try {
+    event = run_step(ex, iteration, metric, params, ordered, bad);
+  } catch (...) {
+    // A callback threw after the step was counted (on_rebirth keeps the rebirth): the other
+    // agents may already wait in this step's collective save, so join it before leaving.
+    // A step that was undone (a throwing custom trigger, bad parameters) saves on its retry.
+    if (counters_.steps != steps_before) {
+      try {
+        checkpoint_if_due(ex, c, ordered);
+      } catch (...) {
+        // The callback's exception is the one this rank reports; a failed save was agreed,
+        // so the other ranks throw that one themselves.
+      }
+    }
+    throw;
+  }
   checkpoint_if_due(ex, c, ordered);
   return event;
 }

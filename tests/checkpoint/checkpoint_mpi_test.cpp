@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,53 @@ TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
                                });
   }
   EXPECT_EQ(pw::checkpoint_path("x-{step}.h5", 42), "x-000000000042.h5");
+}
+
+// A callback that throws after its step was counted (on_rebirth keeps the rebirth) on a step
+// where a save is due: the throwing rank still joins the collective save before the exception
+// leaves step(), so the other ranks do not hang in it, and the file holds every agent.
+TEST(Checkpoint, ARebirthCallbackThrowingOnASavingStepStillJoinsTheSave) {
+  const std::string dir = fresh_dir("throwing_on_rebirth");
+  const int rank = pw::test::world_rank();
+  const int size = pw::test::world_size();
+  if (size < 2) GTEST_SKIP() << "needs a donor";
+  const bool thrower = rank == size - 1;
+  pw::AgentOptions o;
+  o.seed = 5;
+  o.triggers.age.enabled = false;
+  o.triggers.custom = [thrower](const pw::TriggerContext& t) { return thrower && t.step == 3; };
+  o.selection.k = 1;
+  o.selection.shortfall = pw::Shortfall::clamp;
+  o.on_rebirth = [](const pw::StepEvent&, std::span<const pw::LayerRef>) {
+    throw std::runtime_error("on_rebirth failed");
+  };
+  o.checkpoint.every = 3;
+  o.checkpoint.path = dir + "/pop-{step}.h5";
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  (void)a.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 2; ++i) (void)a.step(i, 1.0, p.refs());
+  if (thrower) {
+    EXPECT_THROW((void)a.step(2, 1.0, p.refs()), std::runtime_error);
+  } else {
+    EXPECT_FALSE(a.step(2, 1.0, p.refs()).died);
+  }
+  EXPECT_EQ(a.steps(), 3);
+  EXPECT_EQ(a.generation(), thrower ? 1U : 0U);  // the rebirth stands
+  const std::string path = pw::checkpoint_path(o.checkpoint.path, 3);
+  EXPECT_TRUE(fs::is_regular_file(path));
+  // Every agent is in the file, the reborn one as reborn, and the population steps on.
+  Params q;
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
+  EXPECT_EQ(l.agents, size);
+  EXPECT_EQ(b.steps(), 3);
+  EXPECT_EQ(b.generation(), thrower ? 1U : 0U);
+  EXPECT_EQ(q.w, p.w);
+  (void)a.step(3, 1.0, p.refs());
+  EXPECT_EQ(a.steps(), 4);
 }
 
 // --- asynchronous saves (CheckpointOptions::async) ------------------------------------------

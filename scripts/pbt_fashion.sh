@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The Fashion-MNIST population benchmark (issue 26, docs/pbt-fashion.md): every method of
+# benchmarks/pbt_fashion/ on 4 agents (one MPI rank each, one thread each), 5 seeds, the same
+# step and wall-clock budget; then the table and the plot.
+#   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
+#                          [--methods a,b,...] [--out DIR] [--quick] [--no-report]
+# --quick: the suite's short version (6,000 training and 2,000 test images, 400 steps, one
+# seed, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
+# build-openmpi) and Debian's dataset-fashion-mnist and python3-optuna (setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=build-openmpi
+seeds=5
+steps=6000
+interval=250
+ranks=4
+methods=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
+out=out/pbt_fashion
+extra=()
+report=1
+quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --interval) interval=$2; shift 2 ;;
+    --methods) methods=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --no-report) report=0; shift ;;
+    *) echo "pbt_fashion.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+if [ "$quick" = 1 ]; then
+  seeds=1; steps=400; interval=50
+  extra=(--train-subset 6000 --test-subset 2000 --val-limit 1000)
+fi
+[ -d "$build_dir/python/paramwin" ] || {
+  echo "pbt_fashion.sh: no Python package in $build_dir/python (scripts/setup.sh --mpi openmpi)" >&2
+  exit 1
+}
+launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
+[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
+[ "$ranks" -gt "$(nproc)" ] && launcher+=(--oversubscribe)
+mkdir -p "$out"
+rm -f "$out"/*.jsonl "$out"/*.journal
+rm -rf "$out"/ckpt-*
+{ date -Is; git rev-parse --short HEAD; cat /proc/loadavg; } > "$out/run.txt"
+IFS=, read -r -a method_list <<< "$methods"
+for seed in $(seq 1 "$seeds"); do
+  for m in "${method_list[@]}"; do
+    t0=$(date +%s)
+    PYTHONPATH="$PWD/$build_dir/python" "${launcher[@]}" /usr/bin/python3 \
+      benchmarks/pbt_fashion/run.py --method "$m" --seed "$seed" --steps "$steps" \
+      --interval "$interval" --out "$out" "${extra[@]}"
+    echo "pbt_fashion: $m seed $seed: $(($(date +%s) - t0)) s"
+  done
+done
+cat /proc/loadavg >> "$out/run.txt"
+if [ "$report" = 1 ]; then
+  args=(--runs "$out" --check --methods "$methods" --seeds "$seeds")
+  [ "$quick" = 0 ] && args+=(--png docs/img/pbt_fashion.png --markdown "$out/table.md")
+  /usr/bin/python3 benchmarks/pbt_fashion/report.py "${args[@]}"
+fi
