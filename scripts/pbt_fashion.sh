@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-openmpi
 seeds=5
-steps=6000
-interval=250
+steps=2000
+interval=100
 ranks=4
 methods=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
 out=out/pbt_fashion

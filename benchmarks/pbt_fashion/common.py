@@ -1,0 +1,116 @@
+"""What every method shares: the clock that leaves the held-out evaluations out, the record
+writer, the polite collectives (ranks outnumber cores here) and the explore step of the
+checkpoint-file baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+import torch
+
+import model as M
+
+
+class Clock:
+    """Seconds since start, minus the time spent measuring held-out accuracy (which no
+    method needs; it is the benchmark's instrument, not part of the training)."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._excluded = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self._start - self._excluded
+
+    def exclude(self, seconds: float) -> None:
+        self._excluded += seconds
+
+
+def polite_wait(request) -> None:
+    """Waits for an mpi4py request, sleeping between tests (MPI busy-polls otherwise)."""
+    while not request.Test():
+        time.sleep(0.0005)
+
+
+def polite_barrier(comm) -> None:
+    polite_wait(comm.Ibarrier())
+
+
+def polite_allgather(comm, value) -> List[Any]:
+    """An allgather of a small Python value that sleeps while the others arrive (a polite
+    barrier first: mpi4py 3.1 has no nonblocking object collectives)."""
+    polite_barrier(comm)
+    return comm.allgather(value)
+
+
+@dataclass
+class Context:
+    comm: Any
+    rank: int
+    size: int
+    seed: int
+    method: str
+    steps: int           # training steps per agent (the equal-steps budget)
+    budget_seconds: float  # wall-clock budget per run (training clock)
+    interval: int        # steps between evaluations / PBT decisions
+    val_limit: int       # validation images the metric uses
+    data: Any
+    out_dir: str
+    clock: Clock = field(default_factory=Clock)
+
+    def __post_init__(self) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, f"{self.method}-seed{self.seed}-rank{self.rank}.jsonl")
+        self._file = open(path, "w")
+
+    def agent_seed(self, salt: int = 0) -> int:
+        return self.seed * 1000 + self.rank * 17 + salt
+
+    def out_of_budget(self, step: int) -> bool:
+        return step >= self.steps or self.clock.now() >= self.budget_seconds
+
+    def evaluate(self, net: torch.nn.Module) -> float:
+        """The validation accuracy the methods rank and prune on (counted in the clock)."""
+        return M.accuracy(net, self.data.validation, self.val_limit)
+
+    def record(self, step: int, val: float, net: torch.nn.Module, hyper: Dict[str, float],
+               **extra: Any) -> None:
+        """Measures held-out (test) accuracy outside the clock and writes one record."""
+        t0 = time.perf_counter()
+        test = M.accuracy(net, self.data.test)
+        self.clock.exclude(time.perf_counter() - t0)
+        row = {"method": self.method, "seed": self.seed, "rank": self.rank, "step": step,
+               "clock": self.clock.now(), "val": val, "test": test,
+               "hyper": {k: float(v) for k, v in hyper.items()}}
+        row.update(extra)
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def pbt_counts(n: int, quantile: float) -> int:
+    """Ray Tune's PBT: ceil(quantile * n) agents in each tail, at most n / 2."""
+    return min(math.ceil(quantile * n), n // 2)
+
+
+def explore(hyper: Dict[str, float], rng: torch.Generator, resample_probability: float = 0.25,
+            factors=(0.8, 1.2)) -> Dict[str, float]:
+    """Ray Tune PBT's explore for continuous hyperparameters: each one is resampled from its
+    distribution (log-uniform over model.SPACE) with the given probability, else multiplied by
+    one of the factors (not clamped)."""
+    out = {}
+    for name, value in hyper.items():
+        lo, hi = M.SPACE[name]
+        if float(torch.rand(1, generator=rng)) < resample_probability:
+            u = float(torch.rand(1, generator=rng))
+            out[name] = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+        else:
+            out[name] = value * factors[int(torch.randint(len(factors), (1,), generator=rng))]
+    return out

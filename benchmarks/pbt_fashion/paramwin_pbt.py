@@ -1,0 +1,70 @@
+"""paramwin's PBT (asynchronous and synchronous) and PB2, through paramwin.torch.TorchAgent.
+
+Every agent calls ``step`` once per interval with its validation accuracy: the population
+ranks on it, the bottom quantile is reborn from a top-quantile donor's parameters read
+one-sidedly from its window (the donor keeps training), and explores the donor's
+hyperparameters (PBT: perturb or resample; PB2: a GP bandit's choice). The cost of each rebirth
+is the time of the ``step`` call that did it, recorded as ``rebirth_seconds``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict
+
+import torch
+
+import model as M
+from common import Context, polite_allgather
+
+from paramwin.torch import TorchAgent
+
+# The options of each paramwin method on top of the shared ones (see options()).
+METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
+    "paramwin_pbt": {"preset": "pbt"},
+    "paramwin_pbt_sync": {"preset": "pbt", "pbt_sync": True},
+    "paramwin_pb2": {"preset": "pbt", "explore_kind": "pb2"},
+}
+
+
+def options(ctx: Context) -> Dict[str, Any]:
+    opts = {"seed": ctx.seed, "direction": "higher_is_better",
+            "event_log": os.path.join(ctx.out_dir, f"events-{ctx.method}-seed{ctx.seed}-{{rank}}.jsonl")}
+    for name, (lo, hi) in M.SPACE.items():
+        opts[f"explore.{name}"] = f"log_uniform:{lo!r}..{hi!r}"
+    opts.update(METHOD_OPTIONS[ctx.method])
+    return opts
+
+
+def run(ctx: Context) -> None:
+    hyper = M.initial_hyper(torch.Generator().manual_seed(ctx.agent_seed()))
+    net = M.make_model(ctx.agent_seed(1))
+    opt = M.make_optimizer(net, hyper)
+    batches = M.Batches(ctx.data.train, ctx.agent_seed(2))
+    with TorchAgent(net, opt, ctx.comm, hyperparameters=hyper, **options(ctx)) as agent:
+        agent.publish()
+        step = 0
+        while True:
+            M.train_step(net, opt, *batches.next())
+            step += 1
+            if step % ctx.interval:
+                continue
+            val = ctx.evaluate(net)
+            last = ctx.out_of_budget(step)
+            if ctx.method.endswith("_sync"):
+                # The synchronous mode's step is collective: everyone stops at one boundary.
+                last = any(polite_allgather(ctx.comm, last))
+            t0 = time.perf_counter()
+            event = agent.step(step // ctx.interval, val)
+            seconds = time.perf_counter() - t0
+            hyper = dict(agent.hyperparameters)
+            extra: Dict[str, Any] = {"step_seconds": seconds}
+            if event.died:
+                M.apply_hyper(agent.optimizer, hyper)  # lr is TorchAgent's; weight decay ours
+                extra.update({"died": True, "rebirth_seconds": seconds, "val_before": val,
+                              "donors": list(event.donors)})
+            ctx.record(step, val, net, hyper, **extra)
+            if last:
+                agent.agent.leave()  # a finished agent is no donor and no death candidate
+                break

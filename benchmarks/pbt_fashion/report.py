@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Tables and plots the Fashion-MNIST runs of scripts/pbt_fashion.sh.
+
+    /usr/bin/python3 benchmarks/pbt_fashion/report.py --runs out/pbt_fashion \
+        [--png docs/img/pbt_fashion.png] [--markdown FILE] [--check]
+
+For every method and seed, the population's held-out accuracy at a time t is the test accuracy
+of the agent (or trial) with the best validation accuracy among the latest evaluations made
+by t (model selection on validation, never on test). The table gives, per method, the mean and
+the spread over seeds at the end of the equal step budget and at the equal wall-clock time T
+(the earliest time by which every method's every seed has finished), the median agent's
+accuracy at the end, the rebirths and the exploit cost per rebirth. --check exits non-zero
+when a run is missing or incomplete (the suite's short version uses it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from typing import Dict, List
+
+ORDER = ["random_search", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt", "paramwin_pbt_sync",
+         "paramwin_pb2"]
+
+
+def load(runs: str) -> Dict[str, Dict[int, List[dict]]]:
+    by = defaultdict(lambda: defaultdict(list))
+    for path in sorted(glob.glob(os.path.join(runs, "*-seed*-rank*.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                by[row["method"]][row["seed"]].append(row)
+    return by
+
+
+def best_at(rows: List[dict], t: float) -> float:
+    """Test accuracy of the best-by-validation latest evaluation of each agent/trial by t."""
+    latest = {}
+    for r in rows:
+        if r["clock"] <= t:
+            key = (r["rank"], r.get("trial"))
+            if key not in latest or latest[key]["step"] <= r["step"]:
+                latest[key] = r
+    if not latest:
+        return float("nan")
+    return max(latest.values(), key=lambda r: (r["val"], -r["rank"]))["test"]
+
+
+def final_agents(rows: List[dict]) -> List[float]:
+    """Each agent's (rank's) test accuracy at its last evaluation."""
+    last = {}
+    for r in rows:
+        if r["rank"] not in last or (last[r["rank"]]["clock"], last[r["rank"]]["step"]) <= (
+                r["clock"], r["step"]):
+            last[r["rank"]] = r
+    return [r["test"] for r in last.values()]
+
+
+def summary(by) -> List[dict]:
+    end_times = [max(r["clock"] for r in rows) for m in by for rows in by[m].values()]
+    t_equal = min(end_times)
+    out = []
+    for m in [m for m in ORDER if m in by] + sorted(set(by) - set(ORDER)):
+        seeds = sorted(by[m])
+        finals = [best_at(by[m][s], float("inf")) for s in seeds]
+        at_t = [best_at(by[m][s], t_equal) for s in seeds]
+        medians = [statistics.median(final_agents(by[m][s])) for s in seeds]
+        rows = [r for s in seeds for r in by[m][s]]
+        rebirths = [r for r in rows if r.get("died")]
+        cost = [r["rebirth_seconds"] for r in rebirths if "rebirth_seconds" in r]
+        loads = [r["load_seconds"] for r in rebirths if "load_seconds" in r]
+        saves = [r["save_seconds"] for r in rows if "save_seconds" in r]
+        if loads:  # the checkpoint path: a rebirth costs the donor's save and the load
+            cost = [l + statistics.median(saves) for l in loads]
+        out.append({
+            "method": m, "seeds": seeds, "final": finals, "at_t": at_t, "median_agent": medians,
+            "end_clock": statistics.median(max(r["clock"] for r in by[m][s]) for s in seeds),
+            "rebirths": len(rebirths) / max(1, len(seeds)),
+            "cost_ms": 1e3 * statistics.median(cost) if cost else None,
+            "t_equal": t_equal,
+        })
+    return out
+
+
+def fmt(values: List[float]) -> str:
+    pct = [100 * v for v in values]
+    mean = statistics.fmean(pct)
+    sd = statistics.stdev(pct) if len(pct) > 1 else 0.0
+    return f"{mean:.2f} ± {sd:.2f} ({min(pct):.2f}–{max(pct):.2f})"
+
+
+def markdown(rows: List[dict]) -> str:
+    t = rows[0]["t_equal"]
+    lines = [
+        f"| method | best held-out accuracy, end (%) | at equal wall-clock T = {t:.0f} s (%) | "
+        "median agent, end (%) | run time (s, median) | rebirths per run | exploit cost per "
+        "rebirth (ms, median) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        cost = "—" if r["cost_ms"] is None else f"{r['cost_ms']:.2f}"
+        lines.append(f"| {r['method']} | {fmt(r['final'])} | {fmt(r['at_t'])} | "
+                     f"{fmt(r['median_agent'])} | {r['end_clock']:.0f} | {r['rebirths']:.1f} | "
+                     f"{cost} |")
+    lines.append("")
+    lines.append("Accuracy cells: mean ± standard deviation over seeds (min–max).")
+    return "\n".join(lines)
+
+
+def plot(by, png: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    horizon = max(r["clock"] for m in by for rows in by[m].values() for r in rows)
+    grid = [horizon * i / 60 for i in range(1, 61)]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for m in [m for m in ORDER if m in by]:
+        curves = [[best_at(by[m][s], t) for t in grid] for s in sorted(by[m])]
+        mid = [statistics.median(c[i] for c in curves) * 100 for i in range(len(grid))]
+        lo = [min(c[i] for c in curves) * 100 for i in range(len(grid))]
+        hi = [max(c[i] for c in curves) * 100 for i in range(len(grid))]
+        ax.plot(grid, mid, label=m)
+        ax.fill_between(grid, lo, hi, alpha=0.15)
+    ax.set_xlabel("wall-clock seconds (training; held-out evaluations excluded)")
+    ax.set_ylabel("held-out accuracy of the best-by-validation agent (%)")
+    ax.set_title("Fashion-MNIST, 4 agents: median over seeds, band min–max")
+    ax.set_ylim(bottom=70)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", default="out/pbt_fashion")
+    p.add_argument("--png", default="")
+    p.add_argument("--markdown", default="")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--methods", default=",".join(ORDER))
+    p.add_argument("--seeds", type=int, default=0, help="seeds every method must have (--check)")
+    o = p.parse_args()
+    by = load(o.runs)
+    if o.check:
+        bad = [m for m in o.methods.split(",") if m not in by or len(by[m]) < max(1, o.seeds)]
+        if bad:
+            print(f"report: missing runs for {bad}", file=sys.stderr)
+            return 1
+    rows = summary(by)
+    text = markdown(rows)
+    print(text)
+    if o.markdown:
+        with open(o.markdown, "w") as f:
+            f.write(text + "\n")
+    if o.png:
+        plot(by, o.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""One run of one method on Fashion-MNIST: every MPI rank is one agent.
+
+    mpiexec -n 4 /usr/bin/python3 benchmarks/pbt_fashion/run.py --method paramwin_pbt --seed 1
+
+(Open MPI, Debian's mpi4py: ``mpiexec.openmpi``, as root with ``--allow-run-as-root``, with
+more ranks than cores ``--oversubscribe``.) Writes one JSON-lines file per rank into --out;
+scripts/pbt_fashion.sh runs every method and seed and benchmarks/pbt_fashion/report.py tables
+and plots them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import checkpoint_pbt  # noqa: E402
+import data as D  # noqa: E402
+import optuna_tpe  # noqa: E402
+import random_search  # noqa: E402
+from common import Context, polite_barrier  # noqa: E402
+
+METHODS = {
+    "random_search": random_search.run,
+    "optuna_tpe": optuna_tpe.run,
+    "checkpoint_pbt": checkpoint_pbt.run,
+}
+PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--method", required=True, choices=sorted(METHODS) + list(PARAMWIN_METHODS))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=2000, help="training steps per agent (2000)")
+    p.add_argument("--budget-seconds", type=float, default=3600.0,
+                   help="wall-clock cap per run, training clock (3600)")
+    p.add_argument("--interval", type=int, default=100, help="steps per PBT interval (100)")
+    p.add_argument("--val-limit", type=int, default=2000,
+                   help="validation images the metric uses (2000)")
+    p.add_argument("--train-subset", type=int, default=0, help="training images (0: all 50,000)")
+    p.add_argument("--test-subset", type=int, default=0, help="test images (0: all 10,000)")
+    p.add_argument("--out", default="out/pbt_fashion")
+    o = p.parse_args()
+    if min(o.steps, o.interval, o.val_limit) < 1 or o.budget_seconds <= 0:
+        p.error("--steps, --interval, --val-limit and --budget-seconds must be positive")
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    data = D.load(train_subset=o.train_subset, test_subset=o.test_subset)
+    polite_barrier(comm)  # every agent starts its clock together
+    ctx = Context(comm, comm.Get_rank(), comm.Get_size(), o.seed, o.method, o.steps,
+                  o.budget_seconds, o.interval, o.val_limit, data, o.out)
+    if o.method in PARAMWIN_METHODS:
+        import paramwin_pbt  # only these need paramwin
+        paramwin_pbt.run(ctx)
+    else:
+        METHODS[o.method](ctx)
+    ctx.close()
+    polite_barrier(comm)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
