@@ -86,8 +86,8 @@ inline constexpr EnumName<SelectionKind> kSelectionNames[] = {{SelectionKind::un
                                                               {SelectionKind::truncation,
                                                                "truncation"},
                                                               {SelectionKind::custom, "custom"}};
-inline constexpr EnumName<SelectionKind> kSelectionAliases[] = {{SelectionKind::truncation,
-                                                                 "top_quantile"}};
+inline constexpr EnumName<SelectionKind> kSelectionAliases[] = {
+    {SelectionKind::truncation, "top_quantile"}};
 inline constexpr EnumName<MixingKind> kMixingNames[] = {{MixingKind::mean, "mean"},
                                                         {MixingKind::weighted, "weighted"},
                                                         {MixingKind::best, "best"},

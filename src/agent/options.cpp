@@ -154,12 +154,12 @@ void check_selection_mixing(const AgentOptions& o, int population) {
           "fraction 0): the top quantile is empty, no donor could ever be chosen");
     }
     const std::size_t top = quantile_count(static_cast<std::size_t>(population), q);
-    if (s.shortfall != Shortfall::clamp && population >= 2 &&
-        static_cast<std::size_t>(s.k) > top) {
+    if (s.shortfall != Shortfall::clamp && population >= 2 && static_cast<std::size_t>(s.k) > top) {
       bad("selection.k = " + std::to_string(s.k) + " but the top quantile " + num(q) +
           " of a population of " + std::to_string(population) + " holds only " +
-          std::to_string(top) + " agent(s) (lower k, raise selection.quantile, or set "
-                                "selection.shortfall = Shortfall::clamp)");
+          std::to_string(top) +
+          " agent(s) (lower k, raise selection.quantile, or set "
+          "selection.shortfall = Shortfall::clamp)");
     }
   }
   if (!(m.momentum >= 0.0 && m.momentum < 1.0)) {

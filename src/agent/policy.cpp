@@ -210,8 +210,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       else if (bound > 0.0 && staleness_seconds(e, now) > bound) {
         reason = "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
                  " s > max_staleness_seconds " + std::to_string(bound) + ")";
-      } else if (std::find(outside_top.begin(), outside_top.end(), e.rank) !=
-                 outside_top.end()) {
+      } else if (std::find(outside_top.begin(), outside_top.end(), e.rank) != outside_top.end()) {
         reason = "not in the top quantile";
       }
       if (!reason.empty()) {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "agent/rebirth_plan.hpp"
-#include "paramwin/error.hpp"
 #include "paramwin/bound_layers.hpp"
+#include "paramwin/error.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"

@@ -39,8 +39,7 @@ std::size_t quantile_count(std::size_t n, double fraction) {
   if (n < 2 || fraction == 0.0) return 0;
   // The tolerance keeps products that are integers in exact arithmetic (0.3 * 10) from
   // rounding up to the next count.
-  const auto count =
-      static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) - 1e-9));
+  const auto count = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) - 1e-9));
   return std::min(count, n / 2);
 }
 
@@ -97,8 +96,7 @@ std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, dou
 }
 
 std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
-                            std::uint64_t fingerprint, MetricDirection direction,
-                            double fraction) {
+                            std::uint64_t fingerprint, MetricDirection direction, double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
     throw InvalidArgument("paramwin: best_ranks: fraction " + std::to_string(fraction) +
                           " is outside [0, 1]");

@@ -19,9 +19,8 @@ std::vector<RosterEntry> SoloExecutor::agree_ranking(double metric, AgentState s
                                               static_cast<std::int64_t>(w_.version()),
                                               std::bit_cast<std::int64_t>(fingerprint())};
   std::vector<std::int64_t> all(static_cast<std::size_t>(n) * kWords);
-  check_mpi(
-      MPI_Allgather(mine.data(), kWords, MPI_INT64_T, all.data(), kWords, MPI_INT64_T, comm),
-      "MPI_Allgather(synchronous ranking)");
+  check_mpi(MPI_Allgather(mine.data(), kWords, MPI_INT64_T, all.data(), kWords, MPI_INT64_T, comm),
+            "MPI_Allgather(synchronous ranking)");
   std::vector<RosterEntry> out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
     const std::size_t at = static_cast<std::size_t>(r) * kWords;
@@ -35,7 +34,9 @@ std::vector<RosterEntry> SoloExecutor::agree_ranking(double metric, AgentState s
   return out;
 }
 
-void SoloExecutor::sync_barrier() { check_mpi(MPI_Barrier(w_.comm()), "MPI_Barrier(synchronous PBT)"); }
+void SoloExecutor::sync_barrier() {
+  check_mpi(MPI_Barrier(w_.comm()), "MPI_Barrier(synchronous PBT)");
+}
 
 std::uint64_t SoloExecutor::fingerprint() {
   if (!fingerprint_) fingerprint_ = w_.roster(w_.rank()).fingerprint;

@@ -186,8 +186,8 @@ TEST(PbtFidelity, AsyncRebirthsReplaceTheBottomWithUniformCopiesOfTheTop) {
 // --- synchronous --------------------------------------------------------------------------
 
 struct SyncRun {
-  std::vector<double> metric;       // per step index, what this agent passed to step()
-  std::vector<double> w0;           // per step index, its w[0] passed to step()
+  std::vector<double> metric;                // per step index, what this agent passed to step()
+  std::vector<double> w0;                    // per step index, its w[0] passed to step()
   std::map<std::int64_t, double> reborn_w0;  // policy step -> w[0] right after the pull
 };
 

@@ -77,13 +77,13 @@ TEST(QuantileCount, CeilCappedAtHalfAsRayTune) {
     double q;
     std::size_t want;
   };
-  const std::array rows{
-      Row{0, 0.25, 0}, Row{1, 0.25, 0}, Row{2, 0.25, 1}, Row{3, 0.25, 1},  Row{4, 0.25, 1},
-      Row{5, 0.25, 2}, Row{8, 0.25, 2}, Row{9, 0.25, 3}, Row{10, 0.25, 3}, Row{2, 0.01, 1},
-      Row{3, 0.5, 1},  Row{7, 0.5, 3},  Row{4, 1.0, 2},  Row{5, 1.0, 2},   Row{8, 0.0, 0},
-      // Products that are integers in exact arithmetic do not round up: 0.3 * 10 is
-      // 3.0000000000000004 in binary, and the count is 3, not 4.
-      Row{10, 0.3, 3}, Row{10, 0.2, 2}, Row{20, 0.15, 3}};
+  const std::array rows{Row{0, 0.25, 0}, Row{1, 0.25, 0}, Row{2, 0.25, 1}, Row{3, 0.25, 1},
+                        Row{4, 0.25, 1}, Row{5, 0.25, 2}, Row{8, 0.25, 2}, Row{9, 0.25, 3},
+                        Row{10, 0.25, 3}, Row{2, 0.01, 1}, Row{3, 0.5, 1}, Row{7, 0.5, 3},
+                        Row{4, 1.0, 2}, Row{5, 1.0, 2}, Row{8, 0.0, 0},
+                        // Products that are integers in exact arithmetic do not round up: 0.3 * 10
+                        // is 3.0000000000000004 in binary, and the count is 3, not 4.
+                        Row{10, 0.3, 3}, Row{10, 0.2, 2}, Row{20, 0.15, 3}};
   for (const Row& r : rows) {
     EXPECT_EQ(pw::quantile_count(r.n, r.q), r.want) << "n " << r.n << " q " << r.q;
   }
@@ -98,15 +98,21 @@ TEST(WorstFractionTrigger, FiresWithTwoAndThreeAgentsAndAfterAgentsLeft) {
   {
     pw::Policy p(o, 1, 2);
     const std::vector<pw::RosterEntry> r = ranked_population(2);
-    EXPECT_EQ(p.decide(1, 1.0, [&] { return r; }, kFp), pw::DeathReason::worst_fraction);
+    EXPECT_EQ(p.decide(
+                  1, 1.0, [&] { return r; }, kFp),
+              pw::DeathReason::worst_fraction);
     pw::Policy best(o, 0, 2);
-    EXPECT_EQ(best.decide(1, 0.0, [&] { return r; }, kFp), pw::DeathReason::none);
+    EXPECT_EQ(best.decide(
+                  1, 0.0, [&] { return r; }, kFp),
+              pw::DeathReason::none);
   }
   // Three agents.
   {
     pw::Policy p(o, 2, 3);
     const std::vector<pw::RosterEntry> r = ranked_population(3);
-    EXPECT_EQ(p.decide(1, 2.0, [&] { return r; }, kFp), pw::DeathReason::worst_fraction);
+    EXPECT_EQ(p.decide(
+                  1, 2.0, [&] { return r; }, kFp),
+              pw::DeathReason::worst_fraction);
   }
   // Four agents, of which one finished (left) with the worst metric: three remain ranked, and
   // the worst of those dies; the agent that left is skipped.
@@ -114,7 +120,9 @@ TEST(WorstFractionTrigger, FiresWithTwoAndThreeAgentsAndAfterAgentsLeft) {
     std::vector<pw::RosterEntry> r = ranked_population(4);
     r[3].status.state = pw::AgentState::left;
     pw::Policy p(o, 2, 4);
-    EXPECT_EQ(p.decide(1, 2.0, [&] { return r; }, kFp), pw::DeathReason::worst_fraction);
+    EXPECT_EQ(p.decide(
+                  1, 2.0, [&] { return r; }, kFp),
+              pw::DeathReason::worst_fraction);
     EXPECT_EQ(pw::worst_ranks(r, 2, 2.0, kFp, pw::MetricDirection::lower_is_better, 0.25),
               std::vector<int>{2});
   }
@@ -201,8 +209,7 @@ TEST(CustomSelection, SeesTheCandidatesBestFirstAndChooses) {
     return std::vector<int>{1, 2};  // the best and the worst candidates
   };
   pw::Policy p(o, 3, 4);
-  const std::vector<pw::RosterEntry> r{entry(0, 1.0), entry(1, 2.0), entry(2, 0.5),
-                                       entry(3, 9.0)};
+  const std::vector<pw::RosterEntry> r{entry(0, 1.0), entry(1, 2.0), entry(2, 0.5), entry(3, 9.0)};
   const pw::DonorChoice c = p.select_donors(r, kFp);
   EXPECT_EQ(c.ranks, (std::vector<int>{2, 1}));  // returned best first
   EXPECT_EQ(c.metrics, (std::vector<double>{0.5, 2.0}));
@@ -266,8 +273,8 @@ TEST(PbtPreset, EqualsRayTuneDefaults) {
 }
 
 TEST(PbtPreset, StringFormAppliesThePresetFirstThenOverrides) {
-  for (const char* text : {"preset=pbt k=1 worst_every=4 sync=true",
-                           "worst_every=4 sync=true preset=pbt"}) {
+  for (const char* text :
+       {"preset=pbt k=1 worst_every=4 sync=true", "worst_every=4 sync=true preset=pbt"}) {
     const pw::AgentOptions o = pw::parse_agent_options(text);
     EXPECT_EQ(o.selection.kind, pw::SelectionKind::truncation) << text;
     EXPECT_FALSE(o.triggers.age.enabled) << text;

@@ -576,8 +576,8 @@ std::vector<Row<Table>> table_rows() {
       {"Agent()", "selection.quantile 1.5", Kind::invalid_argument,
        "selection.quantile 1.500000 is outside [0, 1]",
        bad_options([](pw::AgentOptions& o) { o.selection.quantile = 1.5; })},
-      {"Agent()", "truncation with quantile 0", Kind::invalid_argument,
-       "the top quantile is empty", bad_options([](pw::AgentOptions& o) {
+      {"Agent()", "truncation with quantile 0", Kind::invalid_argument, "the top quantile is empty",
+       bad_options([](pw::AgentOptions& o) {
          o.selection.kind = pw::SelectionKind::truncation;
          o.triggers.worst_fraction.fraction = 0.0;
        })},
@@ -597,7 +597,8 @@ std::vector<Row<Table>> table_rows() {
          o.triggers.worst_fraction.synchronous = true;
        })},
       {"Agent()", "synchronous on rank 0 only", Kind::invalid_argument,
-       "differ across ranks; synchronous PBT", [](Table& c) {
+       "differ across ranks; synchronous PBT",
+       [](Table& c) {
          pw::AgentOptions o = pw::AgentOptions::pbt();
          o.triggers.worst_fraction.synchronous = c.rank == 0;
          pw::Agent<> a(MPI_COMM_WORLD, layout(), o);
