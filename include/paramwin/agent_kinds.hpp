@@ -30,6 +30,11 @@ enum class SelectionKind : std::uint8_t {
   uniform = 0,     ///< k distinct donors uniformly at random
   fittest = 1,     ///< the k best by roster metric
   tournament = 2,  ///< k tournaments of size t, each won by its best entrant
+  /// k distinct donors uniformly at random from the top quantile of the ranked population
+  /// (PBT's truncation selection, Ray Tune's random.choice(upper_quantile));
+  /// SelectionOptions::quantile, else the worst-fraction trigger's fraction
+  truncation = 3,
+  custom = 4,  ///< the user's SelectionOptions::custom function chooses
 };
 
 /// How the donors' parameters become the reborn agent's parameters.
@@ -77,7 +82,12 @@ inline constexpr EnumName<DeathReason> kReasonNames[] = {{DeathReason::none, "no
 inline constexpr EnumName<SelectionKind> kSelectionNames[] = {{SelectionKind::uniform, "uniform"},
                                                               {SelectionKind::fittest, "fittest"},
                                                               {SelectionKind::tournament,
-                                                               "tournament"}};
+                                                               "tournament"},
+                                                              {SelectionKind::truncation,
+                                                               "truncation"},
+                                                              {SelectionKind::custom, "custom"}};
+inline constexpr EnumName<SelectionKind> kSelectionAliases[] = {
+    {SelectionKind::truncation, "top_quantile"}};
 inline constexpr EnumName<MixingKind> kMixingNames[] = {{MixingKind::mean, "mean"},
                                                         {MixingKind::weighted, "weighted"},
                                                         {MixingKind::best, "best"},
@@ -104,7 +114,8 @@ inline constexpr EnumTable<DeathReason> enum_table<DeathReason>{"trigger", detai
 /// Names of SelectionKind.
 template <>
 inline constexpr EnumTable<SelectionKind> enum_table<SelectionKind>{"selection",
-                                                                    detail::kSelectionNames};
+                                                                    detail::kSelectionNames,
+                                                                    detail::kSelectionAliases};
 /// Names of MixingKind.
 template <>
 inline constexpr EnumTable<MixingKind> enum_table<MixingKind>{"mixing", detail::kMixingNames};
@@ -130,7 +141,7 @@ inline constexpr EnumTable<PausedDeaths> enum_table<PausedDeaths>{"paused-deaths
 [[nodiscard]] constexpr std::string_view reason_name(DeathReason reason) noexcept {
   return enum_name(reason);
 }
-/// Lower-case name of @p kind ("uniform", "fittest", "tournament").
+/// Lower-case name of @p kind ("uniform", "fittest", "tournament", "truncation", "custom").
 [[nodiscard]] constexpr std::string_view selection_name(SelectionKind kind) noexcept {
   return enum_name(kind);
 }
@@ -159,7 +170,8 @@ inline constexpr EnumTable<PausedDeaths> enum_table<PausedDeaths>{"paused-deaths
 /// Parses a trigger name ("age", "threshold", "worst_fraction", "custom"); throws
 /// InvalidArgument listing the valid names ("none" is not a trigger).
 [[nodiscard]] DeathReason parse_trigger(std::string_view name);
-/// Parses "uniform", "fittest" or "tournament"; throws InvalidArgument otherwise.
+/// Parses "uniform", "fittest", "tournament", "truncation" (also "top_quantile") or "custom";
+/// throws InvalidArgument otherwise.
 [[nodiscard]] inline SelectionKind parse_selection(std::string_view name) {
   return parse_enum<SelectionKind>(name);
 }

@@ -39,12 +39,26 @@ struct ThresholdTrigger {
   double value = 0.0;    ///< the threshold, in the metric's units
 };
 
-/// Worst-fraction trigger: every @c every steps the agent reads all rosters one-sidedly and
-/// dies if it is among the floor(fraction * n) worst of the n ranked agents.
+/// Worst-fraction trigger (PBT's "bottom quantile"): every @c every steps the agent ranks
+/// the population and dies if it is among the quantile_count(n, fraction) worst of the n
+/// ranked agents: ceil(fraction * n), capped at n / 2 (Ray Tune's PBT), so that it fires
+/// with 2 or 3 agents too. Ranked: agents active or mid-rebirth with this agent's layout;
+/// agents that left, are paused or never stepped are not (a population shrinks as agents
+/// finish). Enabled with fraction 0, or in a population of 1, it could never fire: validate()
+/// rejects both.
 struct WorstFractionTrigger {
   bool enabled = false;     ///< off by default
-  double fraction = 0.2;    ///< in [0, 1]
-  std::int64_t every = 10;  ///< check cadence in steps, >= 1
+  double fraction = 0.2;    ///< in [0, 1]; above 0.5 acts as 0.5 (the cap)
+  std::int64_t every = 10;  ///< check cadence in steps, >= 1 (PBT's perturbation interval)
+  /// Asynchronous (false, the default): the ranking comes from one-sided roster reads, each
+  /// agent on its own; other agents are seen as of their latest step. Synchronous (true,
+  /// Ray Tune's synch=True): at every @c every-th step all agents publish, agree on one
+  /// ranking (one MPI_Allgather of their metrics) and the worst are reborn from it before
+  /// any agent goes on (a barrier after the pulls), so that runs with the same seeds make
+  /// the same decisions. Collective: every agent must call step() the same number of times
+  /// (an agent that leaves early blocks the others at the next interval); only this trigger
+  /// may be on; one-rank Agents only (GroupAgent refuses it). See docs/agent.md, "PBT".
+  bool synchronous = false;
 };
 
 /// What a custom trigger sees.
@@ -79,6 +93,29 @@ struct TriggerOptions {
 /// snapshot stops spreading within a minute.
 inline constexpr double kDefaultMaxStalenessSeconds = 60.0;
 
+/// One agent a custom selection may choose (SelectionContext::candidates).
+struct SelectionCandidate {
+  int rank = -1;        ///< the agent's rank
+  double metric = 0.0;  ///< its metric as ranked (roster, or the synchronous ranking)
+};
+
+/// What a custom selection function sees. Read-only; valid during the call only.
+struct SelectionContext {
+  int rank = -1;                                                 ///< the dying agent
+  int population = 0;                                            ///< agents in the window
+  MetricDirection direction = MetricDirection::lower_is_better;  ///< metric direction
+  std::size_t want = 1;  ///< donors wanted: k, or fewer when clamped (shortfall clamp)
+  /// The eligible donors (SelectionOptions::shortfall already applied: at least @c want),
+  /// best first (ties: lower rank first).
+  std::span<const SelectionCandidate> candidates{};
+  std::uint64_t seed = 0;  ///< from the agent's selection stream (reproducible per seed)
+};
+
+/// A custom selection: returns between 1 and context.want distinct ranks, each one of the
+/// candidates (anything else throws InvalidArgument from step()); an empty result keeps the
+/// death pending (no donor now, retried on the next step).
+using SelectionFunction = std::function<std::vector<int>(const SelectionContext& context)>;
+
 /// How donors are chosen.
 struct SelectionOptions {
   SelectionKind kind = SelectionKind::uniform;  ///< selection rule
@@ -96,6 +133,11 @@ struct SelectionOptions {
   /// ranks: exact on one node; across nodes it needs MPI_WTIME_IS_GLOBAL or synchronised
   /// clocks.
   double max_staleness_seconds = kDefaultMaxStalenessSeconds;
+  /// SelectionKind::truncation: donors come from the best quantile_count(n, quantile) of the
+  /// n ranked agents. In [0, 1]; 0: the worst-fraction trigger's fraction (PBT's one
+  /// quantile_fraction for both ends).
+  double quantile = 0.0;
+  SelectionFunction custom{};  ///< SelectionKind::custom: the user's choice (required there)
 };
 
 /// How donors are mixed.
@@ -206,6 +248,15 @@ struct AgentOptions {
   std::string event_log{};
   /// Checkpoints saved by step() (docs/checkpoints.md); off by default.
   CheckpointOptions checkpoint{};
+
+  /// Population-based training as Ray Tune's PopulationBasedTraining does it by default:
+  /// age trigger off, worst-fraction trigger on (fraction 0.25 = quantile_fraction, every 10
+  /// steps = perturbation_interval, asynchronous), truncation selection of one donor from
+  /// the top quantile (the same 0.25), copy mixing (MixingKind::best), hyperparameters
+  /// inherited from the donor and explored (resample probability 0.25, factors 0.8 / 1.2,
+  /// no clamp). Everything else is the default; override fields after. The string form:
+  /// "preset=pbt" (docs/agent.md).
+  [[nodiscard]] static AgentOptions pbt();
 };
 
 /// Checks @p options for a population of @p population agents; throws InvalidArgument
@@ -213,6 +264,9 @@ struct AgentOptions {
 /// k > population - 1 without clamping, weights not matching k, momentum outside [0, 1),
 /// reset without a callback, negative publish cadence, bad explore options, ...).
 void validate(const AgentOptions& options, int population);
+/// The quantile truncation selection draws donors from: selection.quantile, or the
+/// worst-fraction trigger's fraction when that is 0.
+[[nodiscard]] double selection_quantile(const AgentOptions& options) noexcept;
 /// The landing an agent configured with @p options gives its rebirth pulls (resolves
 /// ReadOptions::landing = automatic, see there).
 [[nodiscard]] Landing rebirth_landing(const AgentOptions& options) noexcept;
@@ -221,6 +275,7 @@ void validate(const AgentOptions& options, int population, const Layout& layout)
 
 /// Builds options from string key/value pairs (see docs/agent.md for the keys), e.g.
 /// {"triggers", "age,worst_fraction"}, {"age", "50..150"}, {"selection", "tournament"}.
+/// A "preset" key is applied first, whatever its place; the other keys override it.
 /// Unknown keys, unknown policy names and malformed numbers throw InvalidArgument.
 [[nodiscard]] AgentOptions parse_agent_options(
     const std::map<std::string, std::string, std::less<>>& config);
@@ -238,7 +293,9 @@ struct OptionKey {
 /// the parser, its "unknown option" message and the Python binding).
 [[nodiscard]] std::span<const OptionKey> agent_option_keys() noexcept;
 /// Sets the option @p key (a key or alias of agent_option_keys()) of @p options from its
-/// string form @p value; InvalidArgument for an unknown key or a malformed value.
+/// string form @p value; InvalidArgument for an unknown key or a malformed value. The key
+/// "preset" replaces every field of @p options (callbacks included) with the preset's: set it
+/// first.
 void set_agent_option(AgentOptions& options, std::string_view key, std::string_view value);
 
 }  // namespace paramwin

@@ -96,11 +96,19 @@ inline constexpr EnumTable<HyperDistribution>
 struct HyperRule {
   std::string name;                                          ///< a declared hyperparameter
   HyperDistribution distribution = HyperDistribution::none;  ///< resampled from
-  /// Range of the distribution, and bounds every explored value is clamped to (where finite).
+  /// Range of the distribution that resampling draws from. A rule without a distribution
+  /// (perturb only) has no range: there lo/hi are clamp bounds, as clamp_lo/clamp_hi.
+  /// Perturbations of a rule with a distribution are not clamped to this range (Ray Tune's
+  /// PBT: 1e-4 * 0.8 = 8e-5 even when the distribution starts at 1e-4); set clamp_lo/clamp_hi
+  /// for that.
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();  ///< see lo
   std::vector<double> choices{};                        ///< for HyperDistribution::choice
   HyperScale scale = HyperScale::linear;                ///< mixing space (log_uniform implies log)
+  /// Bounds every explored value (perturbed or resampled) is clamped to, where finite;
+  /// unbounded by default (no clamp).
+  double clamp_lo = -std::numeric_limits<double>::infinity();
+  double clamp_hi = std::numeric_limits<double>::infinity();  ///< see clamp_lo
 };
 
 /// What a user explore function sees.
@@ -131,7 +139,8 @@ struct ExploreOptions {
 
 /// Checks what needs no layout (InvalidArgument naming the field): factors, probability,
 /// ranges (lo > hi, non-positive log bounds, unbounded uniform ranges, non-integral int
-/// ranges, empty or non-finite choices), duplicate rule names, enums out of range.
+/// ranges, empty or non-finite choices), clamp bounds (NaN, clamp_lo > clamp_hi), duplicate
+/// rule names, enums out of range.
 void validate(const ExploreOptions& options);
 /// Also checks the rules against @p layout's hyperparameters: every rule names a declared
 /// one, and its distribution fits the type (uniform and log_uniform: float64; int_range:
@@ -148,7 +157,8 @@ void validate(const ExploreOptions& options, const Layout& layout);
 /// The built-in explore step on @p hyper, in place, drawing from @p rng: for each rule in
 /// order, resample (probability resample_probability, rules with a distribution) or
 /// perturb (a factor drawn from perturb_factors; int64 rounded; a choice moves one step
-/// down for a factor < 1, up otherwise), then clamp to the rule's finite bounds.
+/// down for a factor < 1, up otherwise), then clamp to the rule's finite clamp bounds
+/// (clamp_lo/clamp_hi, and lo/hi for a rule without a distribution).
 void explore_hyperparameters(const ExploreOptions& options, Hyperparameters& hyper,
                              std::mt19937_64& rng);
 

@@ -31,14 +31,27 @@ namespace paramwin {
 /// Seconds between @p entry's latest publish and @p now (0 when it never published).
 [[nodiscard]] double staleness_seconds(const RosterEntry& entry, double now) noexcept;
 
-/// The worst floor(@p fraction * n) of the n ranked agents, worst first. Ranked: state
-/// active or rebirth (a dying agent still counts with its last metric; fresh, left and
-/// paused agents do not), same @p fingerprint;
+/// How many agents a quantile of @p fraction holds among @p n ranked agents, at either end:
+/// ceil(fraction * n), capped at n / 2 (floor), as Ray Tune's PBT counts them; 0 when
+/// n < 2 or fraction is 0. E.g. fraction 0.25: n = 2, 3, 4 → 1; n = 5..8 → 2. InvalidArgument
+/// for a fraction outside [0, 1].
+[[nodiscard]] std::size_t quantile_count(std::size_t n, double fraction);
+
+/// The worst quantile_count(n, @p fraction) of the n ranked agents, worst first. Ranked:
+/// state active or rebirth (a dying agent still counts with its last metric; fresh, left and
+/// paused agents do not, nor agents whose roster read did not answer), same @p fingerprint;
 /// @p self is ranked with @p own_metric whatever its roster says. Ties: the higher rank is
 /// worse; NaN is worst.
 [[nodiscard]] std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self,
                                            double own_metric, std::uint64_t fingerprint,
                                            MetricDirection direction, double fraction);
+
+/// The best quantile_count(n, @p fraction) of the n agents worst_ranks() ranks (the same
+/// ranking, @p self with @p own_metric), best first: the top quantile of truncation
+/// selection. May hold @p self.
+[[nodiscard]] std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self,
+                                          double own_metric, std::uint64_t fingerprint,
+                                          MetricDirection direction, double fraction);
 
 /// Positive weights summing to 1 for donors given best first (by @p metrics), larger for
 /// better donors (equal metrics: equal weights). NaN metrics count as the worst.
@@ -78,6 +91,9 @@ class Policy {
   /// error → DonorError; clamp → all there are; defer → empty ranks. Never picks self.
   /// @p exclude lists ranks to leave out (e.g. a donor whose pull just failed). @p now
   /// (MPI_Wtime seconds) judges staleness when selection.max_staleness_seconds > 0.
+  /// Truncation: the eligible agents of the top quantile (best_ranks(), this agent ranked
+  /// with its roster metric); custom: the user's function (InvalidArgument when it returns
+  /// a rank that is no candidate, a rank twice, or more than wanted).
   [[nodiscard]] DonorChoice select_donors(std::span<const RosterEntry> rosters,
                                           std::uint64_t fingerprint,
                                           std::span<const int> exclude = {}, double now = 0.0);
@@ -129,6 +145,11 @@ class Policy {
 
  private:
   [[nodiscard]] std::int64_t draw_max_age();
+  /// SelectionKind::custom: calls the user's function on @p eligible (want of them) and
+  /// checks what it returns.
+  [[nodiscard]] std::vector<int> custom_choice(std::vector<int> eligible, std::size_t want,
+                                               const std::function<double(int)>& metric_of,
+                                               const std::function<bool(int, int)>& better);
   [[nodiscard]] DeathReason decide_now(std::int64_t iteration, double metric,
                                        const RosterReader& rosters, std::uint64_t fingerprint);
 

@@ -102,7 +102,26 @@ AgentCore AgentCore::create_collective(MPI_Comm comm, AgentOptions options, cons
   // window creation alone.
   agree_or_throw<InvalidArgument>(comm, error);
   check_same_checkpoint_options(comm, core->policy().options().checkpoint);
+  check_same_sync_options(comm, core->policy().options());
   return std::move(*core);
+}
+
+void check_same_sync_options(MPI_Comm comm, const AgentOptions& o) {
+  // Synchronous PBT is collective at every interval, and every agent marks the same worst
+  // agents: the cadence, the fraction and the direction must agree (asynchronous agents
+  // contribute 0 and need not).
+  const WorstFractionTrigger& w = o.triggers.worst_fraction;
+  std::uint64_t h = 0;
+  if (w.synchronous) {
+    h = static_cast<std::uint64_t>(w.every) * 0x9e3779b97f4a7c15ULL + 1;
+    h ^= std::bit_cast<std::uint64_t>(w.fraction) + (h << 6U) + (h >> 2U);
+    h ^= static_cast<std::uint64_t>(o.direction) + (h << 6U) + (h >> 2U);
+  }
+  if (!same_on_all_ranks(comm, h)) {
+    throw InvalidArgument("paramwin: AgentOptions: triggers.worst_fraction.synchronous, every, "
+                          "fraction or direction differ across ranks; synchronous PBT needs the "
+                          "same on every agent");
+  }
 }
 
 void check_same_checkpoint_options(MPI_Comm comm, const CheckpointOptions& c) {
@@ -209,6 +228,21 @@ double AgentCore::roster_timeout() const {
   return own > 0.0 ? std::min(own, left) : left;
 }
 
+std::vector<RosterEntry> AgentCore::agreed_ranking(RebirthExecutor& ex, double metric,
+                                                   bool paused) {
+  std::vector<RosterEntry> all =
+      ex.agree_ranking(metric, paused ? AgentState::paused : AgentState::active);
+  const AgentOptions& o = policy_.options();
+  const std::vector<int> worst = worst_ranks(all, ex.agent_id(), metric, ex.fingerprint(),
+                                             o.direction, o.triggers.worst_fraction.fraction);
+  for (RosterEntry& e : all) {
+    if (std::find(worst.begin(), worst.end(), e.rank) != worst.end()) {
+      e.status.state = AgentState::rebirth;
+    }
+  }
+  return all;
+}
+
 RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                             std::span<const int> exclude) {
   RebirthPlan plan;
@@ -237,8 +271,13 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
                                  .hold_deaths = paused_ && policy_.options().paused_deaths ==
                                                                PausedDeaths::defer,
                                  .exclude = exclude,
-                                 .rosters = [&ex, this] { return ex.roster_all(roster_timeout()); },
-                                 .now = [] { return MPI_Wtime(); }});
+                                 .rosters =
+                                     [&ex, this] {
+                                       // Synchronous PBT: the interval's agreed ranking.
+                                       return agreed_ ? *agreed_ : ex.roster_all(roster_timeout());
+                                     },
+                                 // The agreed rosters carry no publish time: none is stale.
+                                 .now = [this] { return agreed_ ? 0.0 : MPI_Wtime(); }});
     } catch (const std::exception& e) {
       error = std::current_exception();
       plan = RebirthPlan{.action = PlanAction::error,
@@ -441,6 +480,21 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
   std::string note;
   bool died = false;
   bool due = false;
+  bool publish_pending = in.any_publish_pending;
+  // Synchronous PBT: at every interval step each agent publishes, then all agree on one
+  // ranking, the worst are reborn from it, and a barrier keeps every donor from publishing
+  // newer parameters before every pull of the interval is done.
+  const WorstFractionTrigger& wf = policy_.options().triggers.worst_fraction;
+  const bool sync_step = wf.synchronous && (policy_.steps() + 1) % wf.every == 0;
+  agreed_.reset();
+  if (sync_step) {
+    if (!in.paused) {
+      ex.advance_stamp();
+      publish_step(ex, ordered, event, /*reborn=*/true);
+      publish_pending = publish_pending_;
+    }
+    agreed_ = agreed_ranking(ex, in.metric, in.paused);
+  }
   try {
     PullOutcome pulled;
     died = attempts(ex, params, ordered, event, note, due, pulled);
@@ -469,12 +523,22 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
     // Never stay advertised as mid-rebirth after an error (others would skip us forever);
     // an error before that (a throwing trigger: the policy undid the step) changes nothing.
     if (advertised_ == AgentState::rebirth) set_status(ex, resting_state(), iteration, in.metric);
+    agreed_.reset();
+    if (sync_step) {
+      // The others wait in the interval's barrier: meet them, then report this error.
+      try {
+        ex.sync_barrier();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the step's own error is the one to report
+      }
+    }
     throw;
   }
+  agreed_.reset();
+  if (sync_step) ex.sync_barrier();
   // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
   // throwing callback included), they are published by this step or the next. A paused
   // agent holds every publish (the rebirth's too) for its first step after resume().
-  const bool owed = died || in.any_publish_pending || due;
+  const bool owed = died || publish_pending || due;
   const bool publish = owed && !in.paused;
   if (owed) publish_pending_ = true;
   if (died && in.paused) append_note(note, "paused: the republish waits for resume()");

@@ -71,6 +71,11 @@ struct CheckpointComms {
 /// same files. @note Collective over @p comm.
 void check_same_checkpoint_options(MPI_Comm comm, const CheckpointOptions& c);
 
+/// Throws InvalidArgument on every rank of @p comm when the synchronous-PBT settings of
+/// @p o (triggers.worst_fraction: synchronous, every, fraction; direction) differ across
+/// ranks where any rank is synchronous. @note Collective over @p comm.
+void check_same_sync_options(MPI_Comm comm, const AgentOptions& o);
+
 class RebirthExecutor;  // src/agent/rebirth_executor.hpp
 struct PullOutcome;     // src/agent/rebirth_executor.hpp
 struct RebirthPlan;     // src/agent/rebirth_plan.hpp
@@ -182,6 +187,11 @@ class AgentCore {
   [[nodiscard]] double time_left() const;
   /// The bound of a roster read now: read.roster_timeout_seconds within the time left.
   [[nodiscard]] double roster_timeout() const;
+  /// Synchronous PBT at an interval step: every agent's roster from one collective
+  /// (RebirthExecutor::agree_ranking), the agreed worst quantile marked mid-rebirth so that
+  /// no agent chooses a dying agent as a donor. @note Collective over every agent.
+  [[nodiscard]] std::vector<RosterEntry> agreed_ranking(RebirthExecutor& ex, double metric,
+                                                        bool paused);
   /// Calls AgentOptions::prepare_params once per step()/publish() (tracked by
   /// params_prepared_), adding its time to @p seconds.
   void prepare_params(double& seconds);
@@ -200,6 +210,9 @@ class AgentCore {
   Clock::time_point last_publish_{};
   double deadline_ = 0.0;  // this step's MPI_Wtime deadline for waiting on others (0: none)
   Hyperparameters hyper_;  // published with every publish; replaced by a rebirth
+  // Synchronous PBT: this interval step's agreed rosters, which the plan ranks and chooses
+  // donors from instead of reading rosters (empty outside such a step).
+  std::optional<std::vector<RosterEntry>> agreed_;
   CheckpointHooks hooks_{};
   Clock::time_point last_checkpoint_ = Clock::now();  // for checkpoint.every_seconds
   // The writer of asynchronous saves (CheckpointOptions::async), made at the first one.

@@ -35,9 +35,15 @@ bool log_scale(const HyperRule& r) {
   return r.scale == HyperScale::log || r.distribution == HyperDistribution::log_uniform;
 }
 
+// The clamp bounds: clamp_lo/clamp_hi; a rule without a distribution has no range to
+// resample from, and its lo/hi clamp too (as they always did).
 double clamp_to(const HyperRule& r, double v) {
-  if (std::isfinite(r.lo)) v = std::max(v, r.lo);
-  if (std::isfinite(r.hi)) v = std::min(v, r.hi);
+  if (std::isfinite(r.clamp_lo)) v = std::max(v, r.clamp_lo);
+  if (std::isfinite(r.clamp_hi)) v = std::min(v, r.clamp_hi);
+  if (r.distribution == HyperDistribution::none) {
+    if (std::isfinite(r.lo)) v = std::max(v, r.lo);
+    if (std::isfinite(r.hi)) v = std::min(v, r.hi);
+  }
   return v;
 }
 
@@ -110,6 +116,14 @@ void validate(const ExploreOptions& o) {
     }
     if (r.lo > r.hi) {
       throw InvalidArgument(where(r) + "lo " + num(r.lo) + " > hi " + num(r.hi));
+    }
+    if (std::isnan(r.clamp_lo) || std::isnan(r.clamp_hi)) {
+      throw InvalidArgument(where(r) + "clamp_lo and clamp_hi must be numbers (infinite: no "
+                                       "clamp)");
+    }
+    if (r.clamp_lo > r.clamp_hi) {
+      throw InvalidArgument(where(r) + "clamp_lo " + num(r.clamp_lo) + " > clamp_hi " +
+                            num(r.clamp_hi));
     }
     const bool ranged = r.distribution == HyperDistribution::uniform ||
                         r.distribution == HyperDistribution::log_uniform ||

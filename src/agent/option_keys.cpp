@@ -152,6 +152,17 @@ void set_age(AgentOptions& o, std::string_view key, std::string_view v) {
       to_int<std::int64_t>(key, v.substr(sep + (dots != std::string_view::npos ? 2 : 1)));
 }
 
+// preset = pbt | default: every field replaced by the preset's.
+void set_preset(AgentOptions& o, std::string_view key, std::string_view v) {
+  if (v == "pbt") {
+    o = AgentOptions::pbt();
+  } else if (v == "default") {
+    o = AgentOptions{};
+  } else {
+    bad_value(key, v, "a preset (pbt, default)");
+  }
+}
+
 /// One key of the string form with what it sets.
 struct KeyRow {
   OptionKey key;
@@ -162,6 +173,8 @@ using K = std::string_view;
 // The string form of AgentOptions, one row per key, in docs/agent.md's order. A key ending
 // in ".NAME" is a prefix: "explore.lr" sets the rule of hyperparameter "lr".
 constexpr KeyRow kKeys[] = {
+    {{"preset", "", "pbt|default", "starts from a preset (applied before every other key)"},
+     set_preset},
     {{"seed", "", "integer", "seeds every per-agent random stream (with the rank)"},
      [](AgentOptions& o, K k, K v) { o.seed = to_int<std::uint64_t>(k, v); }},
     {{"direction", "", "lower_is_better|higher_is_better", "which way the metric improves"},
@@ -182,16 +195,21 @@ constexpr KeyRow kKeys[] = {
      [](AgentOptions& o, K k, K v) {
        o.triggers.worst_fraction.every = to_int<std::int64_t>(k, v);
      }},
+    {{"sync", "synch", "boolean", "worst-fraction trigger: synchronous (one agreed ranking)"},
+     [](AgentOptions& o, K k, K v) { o.triggers.worst_fraction.synchronous = to_bool(k, v); }},
     {{"warmup", "", "integer", "no deaths during the first N steps"},
      [](AgentOptions& o, K k, K v) { o.triggers.warmup = to_int<std::int64_t>(k, v); }},
     {{"cooldown", "", "integer", "no death within N steps after a rebirth"},
      [](AgentOptions& o, K k, K v) { o.triggers.cooldown = to_int<std::int64_t>(k, v); }},
-    {{"selection", "", "uniform|fittest|tournament", "how donors are chosen"},
+    {{"selection", "", "uniform|fittest|tournament|truncation|custom", "how donors are chosen"},
      [](AgentOptions& o, K k, K v) { o.selection.kind = enum_value<SelectionKind>(k, v); }},
     {{"k", "", "integer", "donors per rebirth"},
      [](AgentOptions& o, K k, K v) { o.selection.k = to_int<int>(k, v); }},
     {{"tournament_size", "", "integer", "entrants per tournament"},
      [](AgentOptions& o, K k, K v) { o.selection.tournament_size = to_int<int>(k, v); }},
+    {{"selection_quantile", "", "number in [0, 1]",
+      "truncation: the top quantile donors come from (0: worst_fraction's)"},
+     [](AgentOptions& o, K k, K v) { o.selection.quantile = to_double(k, v); }},
     {{"max_staleness_seconds", "max_staleness", "seconds",
       "donors published longer ago are skipped (0: no bound)"},
      [](AgentOptions& o, K k, K v) { o.selection.max_staleness_seconds = to_double(k, v); }},
@@ -227,6 +245,11 @@ constexpr KeyRow kKeys[] = {
     {{"explore_scale.NAME", "", "linear|log", "the mixing scale of hyperparameter NAME"},
      [](AgentOptions& o, K k, K v) {
        rule_named(o.explore, k.substr(14)).scale = enum_value<HyperScale>(k, v);
+     }},
+    {{"explore_clamp.NAME", "", "lo..hi", "bounds explored values of NAME are clamped to"},
+     [](AgentOptions& o, K k, K v) {
+       HyperRule& r = rule_named(o.explore, k.substr(14));
+       std::tie(r.clamp_lo, r.clamp_hi) = to_range(k, v);
      }},
     {{"publish_every", "", "integer", "publish every N steps (0: not by steps)"},
      [](AgentOptions& o, K k, K v) { o.publish.every = to_int<std::int64_t>(k, v); }},
@@ -312,7 +335,12 @@ void set_agent_option(AgentOptions& options, std::string_view key, std::string_v
 
 AgentOptions parse_agent_options(const std::map<std::string, std::string, std::less<>>& config) {
   AgentOptions o;
-  for (const auto& [key, value] : config) set_agent_option(o, key, value);
+  // The preset first, whatever the keys' order: the other keys override its fields.
+  const auto preset = config.find("preset");
+  if (preset != config.end()) set_agent_option(o, preset->first, preset->second);
+  for (const auto& [key, value] : config) {
+    if (key != "preset") set_agent_option(o, key, value);
+  }
   return o;
 }
 

@@ -93,6 +93,30 @@ void check_triggers(const TriggerOptions& t) {
   }
 }
 
+// A worst-fraction trigger that can never fire is refused rather than left silent.
+void check_worst_fraction(const TriggerOptions& t, int population) {
+  const WorstFractionTrigger& w = t.worst_fraction;
+  if (w.enabled && w.fraction == 0.0) {
+    bad("triggers.worst_fraction is enabled with fraction 0: it can never fire (the worst "
+        "ceil(0 * n) agents are none); give a fraction > 0 or disable it");
+  }
+  if (w.enabled && population < 2) {
+    bad("triggers.worst_fraction is enabled in a population of " + std::to_string(population) +
+        ": it ranks at least 2 agents, so it can never fire");
+  }
+  if (w.synchronous) {
+    if (!w.enabled) {
+      bad("triggers.worst_fraction.synchronous needs the worst-fraction trigger enabled (its "
+          "'every' is the interval the agents agree at)");
+    }
+    if (t.age.enabled || t.threshold.enabled || t.custom) {
+      bad("triggers.worst_fraction.synchronous: only the worst-fraction trigger may be on (age, "
+          "threshold and custom deaths would happen between the agreed intervals); disable "
+          "the others");
+    }
+  }
+}
+
 void check_selection_mixing(const AgentOptions& o, int population) {
   const SelectionOptions& s = o.selection;
   if (s.k <= 0) {
@@ -102,7 +126,18 @@ void check_selection_mixing(const AgentOptions& o, int population) {
     bad("selection.tournament_size must be >= 1, got " + std::to_string(s.tournament_size));
   }
   if (!enum_valid(s.shortfall)) bad("selection.shortfall is out of range");
+  if (!enum_valid(s.kind)) bad("selection.kind is out of range");
   check_non_negative("selection.max_staleness_seconds", s.max_staleness_seconds);
+  if (!(s.quantile >= 0.0 && s.quantile <= 1.0)) {
+    bad("selection.quantile " + num(s.quantile) + " is outside [0, 1]");
+  }
+  if (s.kind == SelectionKind::custom && !s.custom) {
+    bad("selection 'custom' needs a selection function (SelectionOptions::custom)");
+  }
+  if (s.kind != SelectionKind::custom && s.custom) {
+    bad("selection.custom is set but selection is '" + std::string(selection_name(s.kind)) +
+        "' (set selection to custom to use it)");
+  }
 
   const MixingOptions& m = o.mixing;
   if (m.kind != MixingKind::reset && any_trigger(o.triggers) && s.shortfall != Shortfall::clamp &&
@@ -110,6 +145,22 @@ void check_selection_mixing(const AgentOptions& o, int population) {
     bad("selection.k = " + std::to_string(s.k) + " but only " + std::to_string(population - 1) +
         " other agent(s) can donate in a population of " + std::to_string(population) +
         " (lower k, or set selection.shortfall = Shortfall::clamp)");
+  }
+  if (s.kind == SelectionKind::truncation && m.kind != MixingKind::reset &&
+      any_trigger(o.triggers)) {
+    const double q = selection_quantile(o);
+    if (q == 0.0) {
+      bad("selection 'truncation' with quantile 0 (selection.quantile 0 and worst-fraction "
+          "fraction 0): the top quantile is empty, no donor could ever be chosen");
+    }
+    const std::size_t top = quantile_count(static_cast<std::size_t>(population), q);
+    if (s.shortfall != Shortfall::clamp && population >= 2 && static_cast<std::size_t>(s.k) > top) {
+      bad("selection.k = " + std::to_string(s.k) + " but the top quantile " + num(q) +
+          " of a population of " + std::to_string(population) + " holds only " +
+          std::to_string(top) +
+          " agent(s) (lower k, raise selection.quantile, or set "
+          "selection.shortfall = Shortfall::clamp)");
+    }
   }
   if (!(m.momentum >= 0.0 && m.momentum < 1.0)) {
     bad("mixing.momentum " + num(m.momentum) + " is outside [0, 1)");
@@ -174,11 +225,16 @@ void validate(const AgentOptions& o, int population) {
     bad("population must be >= 1, got " + std::to_string(population));
   }
   check_triggers(o.triggers);
+  check_worst_fraction(o.triggers, population);
   check_selection_mixing(o, population);
   check_publish_checkpoint(o.publish, o.checkpoint);
   check_read_serve(o);
   if (!enum_valid(o.paused_deaths)) bad("paused_deaths is out of range");
   validate(o.explore);
+}
+
+double selection_quantile(const AgentOptions& o) noexcept {
+  return o.selection.quantile > 0.0 ? o.selection.quantile : o.triggers.worst_fraction.fraction;
 }
 
 Landing rebirth_landing(const AgentOptions& o) noexcept {

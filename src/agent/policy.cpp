@@ -1,5 +1,6 @@
 // Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <string>
 
@@ -113,6 +114,43 @@ DeathReason Policy::decide_now(std::int64_t iteration, double metric, const Rost
   return reason;
 }
 
+std::vector<int> Policy::custom_choice(std::vector<int> eligible, std::size_t want,
+                                       const std::function<double(int)>& metric_of,
+                                       const std::function<bool(int, int)>& better) {
+  std::sort(eligible.begin(), eligible.end(), better);
+  std::vector<SelectionCandidate> candidates;
+  candidates.reserve(eligible.size());
+  for (const int r : eligible) candidates.push_back({.rank = r, .metric = metric_of(r)});
+  // Drawn whatever the function does with it, so that later draws do not depend on it.
+  const std::uint64_t seed = select_rng_();
+  const SelectionContext context{.rank = rank_,
+                                 .population = population_,
+                                 .direction = options_.direction,
+                                 .want = want,
+                                 .candidates = candidates,
+                                 .seed = seed};
+  std::vector<int> chosen = options_.selection.custom(context);
+  if (chosen.size() > want) {
+    throw InvalidArgument("paramwin: selection.custom returned " + std::to_string(chosen.size()) +
+                          " donors; at most " + std::to_string(want) + " were wanted");
+  }
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    const int r = chosen[i];
+    if (std::find(eligible.begin(), eligible.end(), r) == eligible.end()) {
+      std::string valid;
+      for (const int c : eligible) valid += (valid.empty() ? "" : ", ") + std::to_string(c);
+      throw InvalidArgument("paramwin: selection.custom returned rank " + std::to_string(r) +
+                            ", which is not a candidate (candidates: " + valid + ")");
+    }
+    if (std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(i), r) !=
+        chosen.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw InvalidArgument("paramwin: selection.custom returned rank " + std::to_string(r) +
+                            " twice");
+    }
+  }
+  return chosen;
+}
+
 DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uint64_t fingerprint,
                                   std::span<const int> exclude, double now) {
   const double bound = options_.selection.max_staleness_seconds;
@@ -135,9 +173,25 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
     return a < b;
   };
 
+  const SelectionOptions& s = options_.selection;
+  // Truncation: only the eligible agents of the top quantile are candidates.
+  std::vector<int> outside_top;
+  if (s.kind == SelectionKind::truncation) {
+    double own = std::nan("");
+    for (const RosterEntry& e : rosters) {
+      if (e.rank == rank_) own = e.status.metric;
+    }
+    const std::vector<int> top = best_ranks(rosters, rank_, own, fingerprint, options_.direction,
+                                            selection_quantile(options_));
+    std::erase_if(eligible, [&](int r) {
+      if (std::find(top.begin(), top.end(), r) != top.end()) return false;
+      outside_top.push_back(r);
+      return true;
+    });
+  }
+
   DonorChoice choice;
   choice.candidates = eligible.size();
-  const SelectionOptions& s = options_.selection;
   auto want = static_cast<std::size_t>(s.k);
   if (eligible.size() < want) {
     std::string why = "need " + std::to_string(s.k) + " donor(s) but only " +
@@ -156,6 +210,8 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       else if (bound > 0.0 && staleness_seconds(e, now) > bound) {
         reason = "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
                  " s > max_staleness_seconds " + std::to_string(bound) + ")";
+      } else if (std::find(outside_top.begin(), outside_top.end(), e.rank) != outside_top.end()) {
+        reason = "not in the top quantile";
       }
       if (!reason.empty()) {
         skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(e.rank) +
@@ -176,6 +232,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
   std::vector<int> chosen;
   chosen.reserve(want);
   switch (s.kind) {
+    case SelectionKind::truncation:  // uniform among the top quantile's eligible agents
     case SelectionKind::uniform: {
       std::vector<int> pool = eligible;
       for (std::size_t i = 0; i < want; ++i) {
@@ -208,6 +265,15 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
       }
       break;
     }
+    case SelectionKind::custom:
+      if (want > 0) {
+        chosen = custom_choice(eligible, want, metric_of, better);
+        if (chosen.empty()) {
+          choice.shortfall = "the custom selection chose no donor";
+          return choice;
+        }
+      }
+      break;
   }
   std::sort(chosen.begin(), chosen.end(), better);
   choice.ranks = chosen;

@@ -14,6 +14,7 @@
 
 #include "agent/rebirth_plan.hpp"
 #include "paramwin/bound_layers.hpp"
+#include "paramwin/error.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -124,6 +125,26 @@ class RebirthExecutor {
   /// rethrows it) with nothing shared.
   virtual AgentCounters share_rebirth(const AgentCounters& leader_counters, Hyperparameters& hyper,
                                       std::exception_ptr leader_error) = 0;
+
+  /// Synchronous PBT (WorstFractionTrigger::synchronous): every agent's roster as far as the
+  /// ranking and donor eligibility need it (rank, version, fingerprint, metric, state; no
+  /// publish time, so nobody is stale), in agent order, from one collective over the
+  /// agents: each passes its @p metric and @p state. Every agent gets the same list.
+  /// The base refuses (only a one-rank Agent implements it; GroupAgent refuses the option at
+  /// construction). @note Collective over every agent.
+  [[nodiscard]] virtual std::vector<RosterEntry> agree_ranking(double /*metric*/,
+                                                               AgentState /*state*/) {
+    throw InvalidArgument("paramwin: " + std::string(kind()) +
+                          ": synchronous PBT (triggers.worst_fraction.synchronous) needs one-rank "
+                          "agents");
+  }
+  /// Synchronous PBT: returns once every agent reached it, i.e. once every pull of the
+  /// interval is done. @note Collective over every agent.
+  virtual void sync_barrier() {
+    throw InvalidArgument("paramwin: " + std::string(kind()) +
+                          ": synchronous PBT (triggers.worst_fraction.synchronous) needs one-rank "
+                          "agents");
+  }
 
   /// Fixes the stamp of the agent's next publish once a publish is decided, before any
   /// callback runs (so callbacks see it as version()); a no-op where the window numbers

@@ -31,24 +31,37 @@ std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
   return out;
 }
 
-std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
-                             std::uint64_t fingerprint, MetricDirection direction,
-                             double fraction) {
+std::size_t quantile_count(std::size_t n, double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument("paramwin: worst_ranks: fraction " + std::to_string(fraction) +
+    throw InvalidArgument("paramwin: quantile_count: fraction " + std::to_string(fraction) +
                           " is outside [0, 1]");
   }
-  struct Ranked {
-    int rank;
-    double metric;
-  };
+  if (n < 2 || fraction == 0.0) return 0;
+  // The tolerance keeps products that are integers in exact arithmetic (0.3 * 10) from
+  // rounding up to the next count.
+  const auto count = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) - 1e-9));
+  return std::min(count, n / 2);
+}
+
+namespace {
+
+struct Ranked {
+  int rank;
+  double metric;
+};
+
+// The ranked agents, worst first; equal metrics: the higher rank is worse, so every reader
+// orders the same roster the same way.
+std::vector<Ranked> rank_worst_first(std::span<const RosterEntry> rosters, int self,
+                                     double own_metric, std::uint64_t fingerprint,
+                                     MetricDirection direction) {
   std::vector<Ranked> ranked;
   bool self_seen = false;
   for (const RosterEntry& e : rosters) {
     if (e.rank == self) {
       ranked.push_back({self, own_metric});
       self_seen = true;
-    } else if (e.fingerprint == fingerprint &&
+    } else if (e.answered && e.fingerprint == fingerprint &&
                (e.status.state == AgentState::active || e.status.state == AgentState::rebirth)) {
       ranked.push_back({e.rank, e.status.metric});
     }
@@ -56,20 +69,44 @@ std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, dou
   if (!self_seen) {
     ranked.push_back({self, own_metric});
   }
-  // Worst first; equal metrics: the higher rank is worse, so every reader orders the same
-  // roster the same way.
   std::sort(ranked.begin(), ranked.end(), [direction](const Ranked& a, const Ranked& b) {
     if (is_better(direction, b.metric, a.metric)) return true;
     if (is_better(direction, a.metric, b.metric)) return false;
     return a.rank > b.rank;
   });
-  const auto count =
-      static_cast<std::size_t>(std::floor(fraction * static_cast<double>(ranked.size()) + 1e-9));
+  return ranked;
+}
+
+}  // namespace
+
+std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
+                             std::uint64_t fingerprint, MetricDirection direction,
+                             double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    throw InvalidArgument("paramwin: worst_ranks: fraction " + std::to_string(fraction) +
+                          " is outside [0, 1]");
+  }
+  const std::vector<Ranked> ranked =
+      rank_worst_first(rosters, self, own_metric, fingerprint, direction);
+  const std::size_t count = quantile_count(ranked.size(), fraction);
   std::vector<int> out;
   out.reserve(count);
-  for (std::size_t i = 0; i < count && i < ranked.size(); ++i) {
-    out.push_back(ranked[i].rank);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(ranked[i].rank);
+  return out;
+}
+
+std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
+                            std::uint64_t fingerprint, MetricDirection direction, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    throw InvalidArgument("paramwin: best_ranks: fraction " + std::to_string(fraction) +
+                          " is outside [0, 1]");
   }
+  const std::vector<Ranked> ranked =
+      rank_worst_first(rosters, self, own_metric, fingerprint, direction);
+  const std::size_t count = quantile_count(ranked.size(), fraction);
+  std::vector<int> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(ranked[ranked.size() - 1 - i].rank);
   return out;
 }
 

@@ -1,9 +1,42 @@
 // SoloExecutor: a one-rank agent's rebirth (see solo_executor.hpp).
 #include "agent/solo_executor.hpp"
 
+#include <array>
+#include <bit>
+
+#include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
+
+std::vector<RosterEntry> SoloExecutor::agree_ranking(double metric, AgentState state) {
+  const MPI_Comm comm = w_.comm();
+  int n = 0;
+  check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
+  constexpr int kWords = 4;  // metric, state, version, fingerprint
+  const std::array<std::int64_t, kWords> mine{std::bit_cast<std::int64_t>(metric),
+                                              static_cast<std::int64_t>(state),
+                                              static_cast<std::int64_t>(w_.version()),
+                                              std::bit_cast<std::int64_t>(fingerprint())};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(n) * kWords);
+  check_mpi(MPI_Allgather(mine.data(), kWords, MPI_INT64_T, all.data(), kWords, MPI_INT64_T, comm),
+            "MPI_Allgather(synchronous ranking)");
+  std::vector<RosterEntry> out(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * kWords;
+    RosterEntry& e = out[static_cast<std::size_t>(r)];
+    e.rank = r;
+    e.status.metric = std::bit_cast<double>(all[at]);
+    e.status.state = static_cast<AgentState>(all[at + 1]);
+    e.version = static_cast<std::uint64_t>(all[at + 2]);
+    e.fingerprint = std::bit_cast<std::uint64_t>(all[at + 3]);
+  }
+  return out;
+}
+
+void SoloExecutor::sync_barrier() {
+  check_mpi(MPI_Barrier(w_.comm()), "MPI_Barrier(synchronous PBT)");
+}
 
 std::uint64_t SoloExecutor::fingerprint() {
   if (!fingerprint_) fingerprint_ = w_.roster(w_.rank()).fingerprint;

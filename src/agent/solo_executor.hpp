@@ -44,6 +44,9 @@ class SoloExecutor final : public RebirthExecutor {
     return leader_counters;
   }
 
+  [[nodiscard]] std::vector<RosterEntry> agree_ranking(double metric, AgentState state) override;
+  void sync_barrier() override;
+
   void advance_stamp() override {}
   PublishResult publish(const BoundLayers<ConstLayerRef>& ordered,
                         const Hyperparameters& hyper) override {

@@ -62,6 +62,11 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
       throw InvalidArgument("paramwin: GroupAgent: Exposure::live is not supported: each rank's "
                             "window holds one shard while the trainer holds the full replica");
     }
+    if (options.triggers.worst_fraction.synchronous) {
+      throw InvalidArgument("paramwin: GroupAgent: synchronous PBT "
+                            "(triggers.worst_fraction.synchronous) is not supported for sharded "
+                            "agents; use the asynchronous mode or one-rank Agents");
+    }
     s_ = std::make_unique<State>(groups, std::move(layout), std::move(options));
   } catch (const Error& e) {
     error = e.what();

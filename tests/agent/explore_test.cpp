@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -170,13 +171,25 @@ TEST(Explore, ResampleProbabilityIsHonouredWithinStatisticalBounds) {
     pw::Hyperparameters h = values(1.0, 1);
     pw::explore_hyperparameters(o, h, rng);
     const double lr = h.get("lr");
-    if (lr >= 10.0 && lr <= 20.0 && lr != 10.0) {
+    if (lr >= 10.0 && lr <= 20.0) {
       ++resampled;  // drawn from [10, 20]
     } else {
-      EXPECT_EQ(lr, 10.0);  // 0.8 or 1.2 clamped up to lo
+      // Perturbed, and not clamped to the distribution's range (Ray Tune's PBT).
+      EXPECT_TRUE(lr == 0.8 || lr == 1.2) << lr;
     }
   }
   EXPECT_NEAR(resampled, trials / 4, 250);
+  // With clamp bounds, perturbations are clamped (resampled values too).
+  o.rules[0].clamp_lo = 10.0;
+  o.rules[0].clamp_hi = 15.0;
+  for (int t = 0; t < 200; ++t) {
+    pw::Hyperparameters h = values(1.0, 1);
+    pw::explore_hyperparameters(o, h, rng);
+    EXPECT_GE(h.get("lr"), 10.0);
+    EXPECT_LE(h.get("lr"), 15.0);
+  }
+  o.rules[0].clamp_lo = -std::numeric_limits<double>::infinity();
+  o.rules[0].clamp_hi = std::numeric_limits<double>::infinity();
   o.resample_probability = 0.0;
   o.rules[0].lo = 0.0;
   for (int t = 0; t < 100; ++t) {

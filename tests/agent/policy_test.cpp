@@ -157,9 +157,11 @@ TEST(WorstRanks, RanksByMetricTiesByRankNanWorst) {
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 0.5), (std::vector<int>{3, 1}));
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::higher_is_better, 0.5), (std::vector<int>{0, 2}));
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 0.0), std::vector<int>{});
-  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 1.0).size(), 4U);
-  // floor(0.3 * 4) = 1
-  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 0.3), std::vector<int>{3});
+  // ceil(fraction * n), capped at n / 2 (Ray Tune's PBT): fraction 1 kills half.
+  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 1.0).size(), 2U);
+  // ceil(0.3 * 4) = 2; ceil(0.2 * 4) = 1 (floor would kill nobody at 0.2).
+  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 0.3), (std::vector<int>{3, 1}));
+  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, D::lower_is_better, 0.2), std::vector<int>{3});
   // The caller's own metric overrides its (possibly stale) roster entry.
   EXPECT_EQ(pw::worst_ranks(r, 0, 9.0, kFp, D::lower_is_better, 0.25), std::vector<int>{0});
   // NaN is the worst, in either direction.
@@ -180,9 +182,17 @@ TEST(WorstRanks, OnlyRanksActiveOrRebirthAgentsOfTheSameLayout) {
                                  entry(4, 6.0, 1, pw::AgentState::rebirth),
                                  entry(5, 2.0),
                                  entry(6, 99.0, 1, pw::AgentState::paused)};
-  // Ranked: 0 (1.0), 4 (6.0, mid-rebirth counts with its last metric), 5 (2.0).
+  // Ranked: 0 (1.0), 4 (6.0, mid-rebirth counts with its last metric), 5 (2.0): n = 3, one
+  // at each end. Any of the others ranked would be the worst (7.0 and more).
   EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, pw::MetricDirection::lower_is_better, 1.0),
-            (std::vector<int>{4, 5, 0}));
+            (std::vector<int>{4}));
+  EXPECT_EQ(pw::best_ranks(r, 0, 1.0, kFp, pw::MetricDirection::lower_is_better, 1.0),
+            (std::vector<int>{0}));
+  // An agent whose roster read did not answer is not ranked either.
+  r[5].answered = false;
+  r[5].status.metric = 100.0;
+  EXPECT_EQ(pw::worst_ranks(r, 0, 1.0, kFp, pw::MetricDirection::lower_is_better, 0.5),
+            (std::vector<int>{4}));
 }
 
 TEST(WorstFractionTrigger, ReadsRostersOnlyOnItsCadence) {
@@ -591,7 +601,7 @@ TEST(ParseOptions, ReadsEveryKey) {
   for (const char* name : {"mean", "weighted", "best", "reset"}) {
     EXPECT_EQ(pw::mixing_name(pw::parse_mixing(name)), name);
   }
-  for (const char* name : {"uniform", "fittest", "tournament"}) {
+  for (const char* name : {"uniform", "fittest", "tournament", "truncation", "custom"}) {
     EXPECT_EQ(pw::selection_name(pw::parse_selection(name)), name);
   }
   for (const char* name : {"age", "threshold", "worst_fraction", "custom"}) {
@@ -610,7 +620,8 @@ void expect_parse_error(std::string_view text, const std::string& needle) {
 
 TEST(ParseOptions, UnknownNamesAndMalformedValuesAreClearErrors) {
   expect_parse_error("selection=uniformly",
-                     "unknown selection 'uniformly' (valid: uniform, fittest, tournament)");
+                     "unknown selection 'uniformly' (valid: uniform, fittest, tournament, "
+                     "truncation, custom");
   expect_parse_error("mixing=average", "unknown mixing 'average'");
   expect_parse_error("triggers=age,oldness", "unknown trigger 'oldness'");
   expect_parse_error("triggers=custom", "needs a callable");

@@ -577,6 +577,40 @@ std::vector<Row<Table>> table_rows() {
        bad_options([](pw::AgentOptions& o) {
          o.triggers.worst_fraction = {.enabled = true, .fraction = 1.5, .every = 1};
        })},
+      {"Agent()", "worst fraction 0 (enabled)", Kind::invalid_argument, "can never fire",
+       bad_options([](pw::AgentOptions& o) {
+         o.triggers.worst_fraction = {.enabled = true, .fraction = 0.0, .every = 1};
+       })},
+      {"Agent()", "selection.quantile 1.5", Kind::invalid_argument,
+       "selection.quantile 1.500000 is outside [0, 1]",
+       bad_options([](pw::AgentOptions& o) { o.selection.quantile = 1.5; })},
+      {"Agent()", "truncation with quantile 0", Kind::invalid_argument, "the top quantile is empty",
+       bad_options([](pw::AgentOptions& o) {
+         o.selection.kind = pw::SelectionKind::truncation;
+         o.triggers.worst_fraction.fraction = 0.0;
+       })},
+      {"Agent()", "custom selection without a function", Kind::invalid_argument,
+       "needs a selection function",
+       bad_options([](pw::AgentOptions& o) { o.selection.kind = pw::SelectionKind::custom; })},
+      {"Agent()", "selection function with another kind", Kind::invalid_argument,
+       "selection.custom is set", bad_options([](pw::AgentOptions& o) {
+         o.selection.custom = [](const pw::SelectionContext&) { return std::vector<int>{}; };
+       })},
+      {"Agent()", "synchronous without the worst-fraction trigger", Kind::invalid_argument,
+       "synchronous needs the worst-fraction trigger enabled",
+       bad_options([](pw::AgentOptions& o) { o.triggers.worst_fraction.synchronous = true; })},
+      {"Agent()", "synchronous with the age trigger", Kind::invalid_argument,
+       "only the worst-fraction trigger may be on", bad_options([](pw::AgentOptions& o) {
+         o.triggers.worst_fraction.enabled = true;
+         o.triggers.worst_fraction.synchronous = true;
+       })},
+      {"Agent()", "synchronous on rank 0 only", Kind::invalid_argument,
+       "differ across ranks; synchronous PBT",
+       [](Table& c) {
+         pw::AgentOptions o = pw::AgentOptions::pbt();
+         o.triggers.worst_fraction.synchronous = c.rank == 0;
+         pw::Agent<> a(MPI_COMM_WORLD, layout(), o);
+       }},
       {"Agent()", "momentum 1", Kind::invalid_argument, "mixing.momentum",
        bad_options([](pw::AgentOptions& o) { o.mixing.momentum = 1.0; })},
       {"Agent()", "weights count != k", Kind::invalid_argument, "mixing.weights has 3 entries",
@@ -651,6 +685,10 @@ std::vector<Row<Table>> table_rows() {
       {"Agent()", "explore rule for an undeclared hyperparameter", Kind::invalid_argument,
        "no such hyperparameter in the layout (declared: none)",
        bad_options([](pw::AgentOptions& o) { o.explore.rules = {{.name = "lr"}}; })},
+      {"Agent()", "explore clamp_lo > clamp_hi", Kind::invalid_argument,
+       "clamp_lo 2.000000 > clamp_hi 1.000000", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.rules = {{.name = "lr", .clamp_lo = 2, .clamp_hi = 1}};
+       })},
       {"Agent()", "explore rule lo > hi", Kind::invalid_argument, "lo 2.000000 > hi 1.000000",
        bad_hyper_options([](pw::AgentOptions& o) {
          o.explore.rules = {
@@ -853,6 +891,12 @@ pw::AgentOptions bad_k() {
   return o;
 }
 
+pw::AgentOptions sync_pbt() {
+  pw::AgentOptions o = pw::AgentOptions::pbt();
+  o.triggers.worst_fraction.synchronous = true;
+  return o;
+}
+
 /// A row that constructs AgentGroups and a GroupAgent over them (collective).
 std::function<void(World&)> group_agent(pw::GroupOptions go, pw::AgentOptions o,
                                         pw::WindowOptions wo) {
@@ -885,6 +929,8 @@ std::vector<Row<World>> group_rows() {
        group_agent({}, k1(), {.exposure = pw::Exposure::live})},
       {"GroupAgent()", "invalid options (k = 0)", Kind::invalid_argument, "selection.k",
        group_agent({}, bad_k(), {})},
+      {"GroupAgent()", "synchronous PBT", Kind::invalid_argument,
+       "not supported for sharded agents", group_agent({}, sync_pbt(), {})},
       {"PopulationReport::write_json", "unwritable path", Kind::invalid_argument, "cannot open",
        [](World&) { pw::PopulationReport{}.write_json("/nonexistent-dir/r.json"); }},
   };
