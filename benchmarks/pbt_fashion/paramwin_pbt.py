@@ -21,10 +21,11 @@ from common import Context, polite_allgather
 from paramwin.torch import TorchAgent
 
 # The options of each paramwin method on top of the shared ones (see options()).
+# ``step`` is called once per interval, so the worst-fraction check runs at every call.
 METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
-    "paramwin_pbt": {"preset": "pbt"},
-    "paramwin_pbt_sync": {"preset": "pbt", "pbt_sync": True},
-    "paramwin_pb2": {"preset": "pbt", "explore_kind": "pb2"},
+    "paramwin_pbt": {"preset": "pbt", "worst_every": 1},
+    "paramwin_pbt_sync": {"preset": "pbt", "worst_every": 1, "sync": True},
+    "paramwin_pb2": {"preset": "pbt", "worst_every": 1, "explore_kind": "pb2"},
 }
 
 
@@ -63,7 +64,7 @@ def run(ctx: Context) -> None:
             if event.died:
                 M.apply_hyper(agent.optimizer, hyper)  # lr is TorchAgent's; weight decay ours
                 extra.update({"died": True, "rebirth_seconds": seconds, "val_before": val,
-                              "donors": list(event.donors)})
+                              "donors": [d.rank for d in event.donors]})
             ctx.record(step, val, net, hyper, **extra)
             if last:
                 agent.agent.leave()  # a finished agent is no donor and no death candidate

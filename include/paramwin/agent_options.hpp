@@ -1,8 +1,8 @@
 #pragma once
 /// @file agent_options.hpp
-/// Everything an agent is configured with (AgentOptions: triggers, selection, mixing,
-/// explore, publishing, reads, serving, callbacks, checkpoints), its validation, its string
-/// form, and the table of its option keys.
+/// Everything an agent is configured with (AgentOptions: triggers (triggers.hpp), selection
+/// (selection_options.hpp), mixing, explore, publishing, reads, serving, callbacks,
+/// checkpoints), its validation, its string form, and the table of its option keys.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,127 +18,14 @@
 #include "paramwin/explore.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/pull.hpp"
+#include "paramwin/selection_options.hpp"
+#include "paramwin/triggers.hpp"
 
 namespace paramwin {
 
 class Layout;
 class LayerRef;
 struct StepEvent;
-
-/// Age trigger: the maximum age is drawn uniformly from [lo, hi] (steps since birth), redrawn
-/// after each death, from a per-agent stream seeded by (seed, rank).
-struct AgeTrigger {
-  bool enabled = true;    ///< on by default (the seed systems' default mode)
-  std::int64_t lo = 50;   ///< smallest maximum age, >= 1
-  std::int64_t hi = 150;  ///< largest maximum age, >= lo
-};
-
-/// Threshold trigger: dies when the metric is worse than @c value (strictly; NaN is worse).
-struct ThresholdTrigger {
-  bool enabled = false;  ///< off by default
-  double value = 0.0;    ///< the threshold, in the metric's units
-};
-
-/// Worst-fraction trigger (PBT's "bottom quantile"): every @c every steps the agent ranks
-/// the population and dies if it is among the quantile_count(n, fraction) worst of the n
-/// ranked agents: ceil(fraction * n), capped at n / 2 (Ray Tune's PBT), so that it fires
-/// with 2 or 3 agents too. Ranked: agents active or mid-rebirth with this agent's layout;
-/// agents that left, are paused or never stepped are not (a population shrinks as agents
-/// finish). Enabled with fraction 0, or in a population of 1, it could never fire: validate()
-/// rejects both.
-struct WorstFractionTrigger {
-  bool enabled = false;     ///< off by default
-  double fraction = 0.2;    ///< in [0, 1]; above 0.5 acts as 0.5 (the cap)
-  std::int64_t every = 10;  ///< check cadence in steps, >= 1 (PBT's perturbation interval)
-  /// Asynchronous (false, the default): the ranking comes from one-sided roster reads, each
-  /// agent on its own; other agents are seen as of their latest step. Synchronous (true,
-  /// Ray Tune's synch=True): at every @c every-th step all agents publish, agree on one
-  /// ranking (one MPI_Allgather of their metrics) and the worst are reborn from it before
-  /// any agent goes on (a barrier after the pulls), so that runs with the same seeds make
-  /// the same decisions. Collective: every agent must call step() the same number of times
-  /// (an agent that leaves early blocks the others at the next interval); only this trigger
-  /// may be on; one-rank Agents only (GroupAgent refuses it). See docs/agent.md, "PBT".
-  bool synchronous = false;
-};
-
-/// What a custom trigger sees.
-struct TriggerContext {
-  int rank = -1;                 ///< this agent's rank in its window
-  int population = 0;            ///< number of agents in the window
-  std::int64_t iteration = 0;    ///< the trainer's iteration passed to step()
-  std::int64_t step = 0;         ///< number of step() calls so far, this one included
-  std::int64_t age = 0;          ///< steps since (re)birth, this one included
-  std::int64_t max_age = 0;      ///< the drawn maximum age in force
-  double metric = 0.0;           ///< the metric passed to step()
-  std::uint64_t generation = 0;  ///< times reborn
-};
-
-/// A custom death predicate: returns true when the agent should die now.
-using CustomTrigger = std::function<bool(const TriggerContext&)>;
-
-/// The composable death triggers, with warm-up and cooldown. Any enabled trigger that fires
-/// kills; the reported reason is the first that fired in the order age, threshold,
-/// worst_fraction, custom.
-struct TriggerOptions {
-  AgeTrigger age{};                       ///< maximum-age trigger
-  ThresholdTrigger threshold{};           ///< metric threshold trigger
-  WorstFractionTrigger worst_fraction{};  ///< population-rank trigger (reads rosters)
-  CustomTrigger custom{};                 ///< enabled when set
-  std::int64_t warmup = 0;                ///< no deaths during the first @c warmup steps, >= 0
-  std::int64_t cooldown = 0;  ///< no death within @c cooldown steps after a rebirth, >= 0
-};
-
-/// Default SelectionOptions::max_staleness_seconds: far longer than the gap between two
-/// publishes of a trainer that publishes every step, short enough that a dead agent's last
-/// snapshot stops spreading within a minute.
-inline constexpr double kDefaultMaxStalenessSeconds = 60.0;
-
-/// One agent a custom selection may choose (SelectionContext::candidates).
-struct SelectionCandidate {
-  int rank = -1;        ///< the agent's rank
-  double metric = 0.0;  ///< its metric as ranked (roster, or the synchronous ranking)
-};
-
-/// What a custom selection function sees. Read-only; valid during the call only.
-struct SelectionContext {
-  int rank = -1;                                                 ///< the dying agent
-  int population = 0;                                            ///< agents in the window
-  MetricDirection direction = MetricDirection::lower_is_better;  ///< metric direction
-  std::size_t want = 1;  ///< donors wanted: k, or fewer when clamped (shortfall clamp)
-  /// The eligible donors (SelectionOptions::shortfall already applied: at least @c want),
-  /// best first (ties: lower rank first).
-  std::span<const SelectionCandidate> candidates{};
-  std::uint64_t seed = 0;  ///< from the agent's selection stream (reproducible per seed)
-};
-
-/// A custom selection: returns between 1 and context.want distinct ranks, each one of the
-/// candidates (anything else throws InvalidArgument from step()); an empty result keeps the
-/// death pending (no donor now, retried on the next step).
-using SelectionFunction = std::function<std::vector<int>(const SelectionContext& context)>;
-
-/// How donors are chosen.
-struct SelectionOptions {
-  SelectionKind kind = SelectionKind::uniform;  ///< selection rule
-  int k = 2;                                    ///< donors per rebirth, >= 1
-  int tournament_size = 2;                      ///< entrants per tournament, >= 1
-  /// Too few eligible donors at a death. With defer or error, k > population - 1 is rejected
-  /// at construction; with clamp it is allowed.
-  Shortfall shortfall = Shortfall::defer;
-  /// Staleness bound, in seconds: an agent whose latest publish is older than this (the
-  /// reader's MPI_Wtime minus the roster's publish_time) is not eligible as a donor, e.g. a
-  /// trainer that hangs, stopped publishing, or whose process died without MPI_Finalize
-  /// (over shared memory its last snapshot stays readable and its roster still says active).
-  /// On by default (kDefaultMaxStalenessSeconds); 0: no bound. Raise it for trainers whose
-  /// publishes are further apart (long steps, evaluation phases). Compares clocks of two
-  /// ranks: exact on one node; across nodes it needs MPI_WTIME_IS_GLOBAL or synchronised
-  /// clocks.
-  double max_staleness_seconds = kDefaultMaxStalenessSeconds;
-  /// SelectionKind::truncation: donors come from the best quantile_count(n, quantile) of the
-  /// n ranked agents. In [0, 1]; 0: the worst-fraction trigger's fraction (PBT's one
-  /// quantile_fraction for both ends).
-  double quantile = 0.0;
-  SelectionFunction custom{};  ///< SelectionKind::custom: the user's choice (required there)
-};
 
 /// How donors are mixed.
 struct MixingOptions {
