@@ -129,8 +129,8 @@ class RowCount : public testing::Environment {
     // with the file written here (scripts/check_docs.py, "Counts").
     if (const char* dir = std::getenv("PARAMWIN_DOC_COUNTS_DIR"); dir != nullptr && *dir) {
       const std::string name = "bad_inputs_np" + std::to_string(pw::test::world_size());
-      std::ofstream(std::string(dir) + "/" + name + ".tsv") << name << '\t' << rows_checked()
-                                                          << '\n';
+      std::ofstream(std::string(dir) + "/" + name + ".tsv")
+          << name << '\t' << rows_checked() << '\n';
     }
   }
 };
