@@ -160,8 +160,8 @@ GpKernel fit_kernel(const GpData& data) {
   for (const double l : kGpLengthscales) {
     const Matrix se = (-d2.array() / (2.0 * l * l)).exp().matrix();
     for (const double eps : kGpEpsilons) {
-      const Matrix corr =
-          eps == 0.0 ? se : se.cwiseProduct((dt.array() * (0.5 * std::log1p(-eps))).exp().matrix());
+      Matrix corr = se;
+      if (eps != 0.0) corr.array() *= (dt.array() * (0.5 * std::log1p(-eps))).exp();
       for (const double g : kGpNoiseRatios) {
         Matrix r = corr;
         r.diagonal().array() += g + kJitter;
