@@ -91,6 +91,10 @@ class Policy {
   /// call it with every roster read of a step (worst-fraction checks, donor selection); a
   /// custom loop calls it with its own reads. @p fingerprint is this agent's.
   void observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint);
+  /// Tells explore.kind pb2 that this agent was just reborn (call after reborn()) at trainer
+  /// iteration @p iteration with the values @p hyper, starting from a copy of a donor whose
+  /// roster metric was @p metric: its next interval starts there. No-op for other kinds.
+  void observe_rebirth(std::int64_t iteration, double metric, const Hyperparameters& hyper);
   /// PB2 observations held now (0 for other kinds).
   [[nodiscard]] std::size_t pb2_observations() const noexcept;
   /// What the latest exploit_explore's explore did, for the event's note: PB2's GP path

@@ -92,7 +92,8 @@ void validate_pb2(const ExploreOptions& o) {
                           "hyperparameters it chooses, with their bounds lo..hi)");
   }
   for (const HyperRule& r : o.rules) {
-    if (r.distribution != HyperDistribution::choice && !(std::isfinite(r.lo) && std::isfinite(r.hi))) {
+    if (r.distribution != HyperDistribution::choice &&
+        !(std::isfinite(r.lo) && std::isfinite(r.hi))) {
       throw InvalidArgument(where(r) + "explore.kind pb2 needs finite bounds lo..hi (got " +
                             num(r.lo) + ".." + num(r.hi) + ")");
     }

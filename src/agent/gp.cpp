@@ -51,8 +51,8 @@ void check_data(const GpData& d) {
 
 void check_kernel(const GpKernel& k) {
   if (!(k.lengthscale > 0.0 && std::isfinite(k.lengthscale)) ||
-      !(k.variance > 0.0 && std::isfinite(k.variance)) ||
-      !(k.epsilon >= 0.0 && k.epsilon < 1.0) || !(k.noise > 0.0 && std::isfinite(k.noise))) {
+      !(k.variance > 0.0 && std::isfinite(k.variance)) || !(k.epsilon >= 0.0 && k.epsilon < 1.0) ||
+      !(k.noise > 0.0 && std::isfinite(k.noise))) {
     throw InvalidArgument("paramwin: GP: kernel needs lengthscale, variance, noise > 0 and "
                           "epsilon in [0, 1)");
   }
@@ -105,8 +105,8 @@ TimeVaryingGp::TimeVaryingGp(GpData data, GpKernel kernel) {
   }
   const Eigen::Map<const Vector> y(data.y.data(), ni);
   impl->alpha = impl->llt.solve(y);
-  impl->lml = -0.5 * y.dot(impl->alpha) - 0.5 * log_det(impl->llt) -
-              0.5 * static_cast<double>(n) * kLog2Pi;
+  impl->lml =
+      -0.5 * y.dot(impl->alpha) - 0.5 * log_det(impl->llt) - 0.5 * static_cast<double>(n) * kLog2Pi;
   impl->data = std::move(data);
   impl->kernel = kernel;
   impl_ = std::move(impl);
@@ -122,8 +122,7 @@ TimeVaryingGp::Prediction TimeVaryingGp::predict(double t, std::span<const doubl
   const GpData& data = impl_->data;
   if (x.size() != data.dim) {
     throw InvalidArgument("paramwin: GP: predict at a point of dimension " +
-                          std::to_string(x.size()) + ", the data's is " +
-                          std::to_string(data.dim));
+                          std::to_string(x.size()) + ", the data's is " + std::to_string(data.dim));
   }
   const std::size_t n = data.size();
   Vector ks(static_cast<Eigen::Index>(n));

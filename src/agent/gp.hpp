@@ -11,7 +11,8 @@
 namespace paramwin::detail {
 
 /// Hyperparameters of the time-varying kernel
-///   k((t, x), (t', x')) = variance * exp(-|x - x'|^2 / (2 lengthscale^2)) * (1 - epsilon)^(|t - t'| / 2)
+///   k((t, x), (t', x')) = variance * exp(-|x - x'|^2 / (2 lengthscale^2)) * (1 - epsilon)^(|t -
+///   t'| / 2)
 /// plus noise on the diagonal of the training covariance.
 struct GpKernel {
   double lengthscale = 1.0;  ///< > 0, in the units of x

@@ -233,9 +233,7 @@ constexpr KeyRow kKeys[] = {
     {{"pb2_window", "", "integer", "PB2: observations kept (the most recent)"},
      [](AgentOptions& o, K k, K v) { o.explore.pb2.window = to_int<std::size_t>(k, v); }},
     {{"pb2_min_observations", "", "integer", "PB2: fewer observations fall back to pbt's explore"},
-     [](AgentOptions& o, K k, K v) {
-       o.explore.pb2.min_observations = to_int<std::size_t>(k, v);
-     }},
+     [](AgentOptions& o, K k, K v) { o.explore.pb2.min_observations = to_int<std::size_t>(k, v); }},
     {{"pb2_candidates", "", "integer", "PB2: random candidates of the acquisition's search"},
      [](AgentOptions& o, K k, K v) { o.explore.pb2.candidates = to_int<std::size_t>(k, v); }},
     {{"publish_every", "", "integer", "publish every N steps (0: not by steps)"},

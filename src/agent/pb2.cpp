@@ -48,8 +48,7 @@ std::string fmt(double v) {
   return buf;
 }
 
-double acquisition(const TimeVaryingGp& gp, double t, double sqrt_beta,
-                   std::span<const double> z) {
+double acquisition(const TimeVaryingGp& gp, double t, double sqrt_beta, std::span<const double> z) {
   const TimeVaryingGp::Prediction p = gp.predict(t, z);
   return p.mean + sqrt_beta * std::sqrt(p.variance);
 }
@@ -185,16 +184,27 @@ void Pb2Explorer::observe(std::span<const RosterEntry> rosters, std::uint64_t fi
       if (same && now.iteration == before.iteration) continue;  // nothing new
       if (same && now.iteration > before.iteration) {
         const auto span = static_cast<double>(now.iteration - before.iteration);
-        window_.push_back(Pb2Observation{.rank = e.rank,
-                                         .time = static_cast<double>(now.iteration),
-                                         .span = span,
-                                         .z = now.z,
-                                         .improvement = sign * (now.metric - before.metric) / span});
+        window_.push_back(
+            Pb2Observation{.rank = e.rank,
+                           .time = static_cast<double>(now.iteration),
+                           .span = span,
+                           .z = now.z,
+                           .improvement = sign * (now.metric - before.metric) / span});
         while (window_.size() > options_.window) window_.pop_front();
       }
     }
     last_[e.rank] = std::move(now);
   }
+}
+
+void Pb2Explorer::start_interval(int rank, std::uint64_t generation, std::int64_t iteration,
+                                 double metric, const Hyperparameters& hyper) {
+  std::optional<std::vector<double>> z = normalised(rules_, hyper);
+  if (!z || !std::isfinite(metric)) return;
+  last_[rank] = Reading{.generation = generation,
+                        .iteration = iteration,
+                        .metric = metric,
+                        .z = std::move(*z)};
 }
 
 Pb2Result Pb2Explorer::explore(Hyperparameters& hyper, std::mt19937_64& rng) const {
@@ -239,12 +249,14 @@ Pb2Result Pb2Explorer::explore(Hyperparameters& hyper, std::mt19937_64& rng) con
     const TimeVaryingGp gp(std::move(data), kernel);
     const double beta = pb2_beta(n);
     double value = 0.0;
-    const std::vector<double> z = ucb_argmax(gp, 0.0, beta, options_.candidates, *start, rng, value);
+    const std::vector<double> z =
+        ucb_argmax(gp, 0.0, beta, options_.candidates, *start, rng, value);
     for (std::size_t r = 0; r < dim; ++r) {
       const HyperRule& rule = rules_[r];
       const std::size_t i = hyper.index_of(rule.name);
       double v = pb2_denormalize(rule, z[r]);
-      if (rule.distribution == HyperDistribution::choice) v = rule.choices[nearest(rule.choices, v)];
+      if (rule.distribution == HyperDistribution::choice)
+        v = rule.choices[nearest(rule.choices, v)];
       if (hyper.spec(i).type == HyperType::int64) {
         // Rounded into the bounds (validate() requires integral bounds for int64 rules).
         v = std::clamp(std::round(v), std::ceil(bounds_of(rule).first),
@@ -270,8 +282,7 @@ Pb2Result Pb2Explorer::explore(Hyperparameters& hyper, std::mt19937_64& rng) con
 namespace paramwin::detail {
 
 Pb2Slot::Pb2Slot() noexcept = default;
-Pb2Slot::Pb2Slot(std::unique_ptr<Pb2Explorer> explorer) noexcept
-    : explorer_(std::move(explorer)) {}
+Pb2Slot::Pb2Slot(std::unique_ptr<Pb2Explorer> explorer) noexcept : explorer_(std::move(explorer)) {}
 Pb2Slot::Pb2Slot(const Pb2Slot& other)
     : explorer_(other.explorer_ ? std::make_unique<Pb2Explorer>(*other.explorer_) : nullptr) {}
 Pb2Slot& Pb2Slot::operator=(const Pb2Slot& other) {

@@ -36,8 +36,7 @@ namespace paramwin::detail {
 /// best five refined by a coordinate pattern search (step 0.1 halved down to 1e-3) inside
 /// the box. Ties go to the earlier point. @p value receives the acquisition there.
 [[nodiscard]] std::vector<double> ucb_argmax(const TimeVaryingGp& gp, double t, double beta,
-                                             std::size_t candidates,
-                                             std::span<const double> start,
+                                             std::size_t candidates, std::span<const double> start,
                                              std::mt19937_64& rng, double& value);
 
 /// One observation: over an interval ending at @p time (the agent's iteration), an agent
@@ -74,14 +73,20 @@ class Pb2Explorer {
   /// new interval. Readings at the same iteration change nothing.
   void observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint);
 
+  /// This agent (@p rank) was just reborn: its new interval starts now, at @p iteration, with
+  /// generation @p generation, the values @p hyper and the metric @p metric (its best donor's:
+  /// a reborn agent starts from a copy, as Ray's PB2 records it). Without it the interval
+  /// would start only at the next roster read, and an agent reborn at every check would
+  /// never observe its own values. A non-finite metric or a missing value starts nothing.
+  void start_interval(int rank, std::uint64_t generation, std::int64_t iteration, double metric,
+                      const Hyperparameters& hyper);
+
   /// Chooses every rule's value of @p hyper (the inherited values; the start point of the
   /// search) by GP-UCB when there are at least min_observations observations; otherwise
   /// leaves @p hyper and @p rng untouched (used_gp false, the note says why).
   [[nodiscard]] Pb2Result explore(Hyperparameters& hyper, std::mt19937_64& rng) const;
 
-  [[nodiscard]] const std::deque<Pb2Observation>& observations() const noexcept {
-    return window_;
-  }
+  [[nodiscard]] const std::deque<Pb2Observation>& observations() const noexcept { return window_; }
 
  private:
   struct Reading {

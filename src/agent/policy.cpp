@@ -45,13 +45,20 @@ Policy::Policy(AgentOptions options, int rank, int population)
   explore_rng_ = stream(options_.seed, rank_, 4);
   max_age_ = draw_max_age();
   if (options_.explore.kind == ExploreKind::pb2) {
-    pb2_ = detail::Pb2Slot(std::make_unique<detail::Pb2Explorer>(
-        options_.explore.rules, options_.explore.pb2, options_.direction));
+    pb2_ = detail::Pb2Slot(std::make_unique<detail::Pb2Explorer>(options_.explore.rules,
+                                                                 options_.explore.pb2,
+                                                                 options_.direction));
   }
 }
 
 void Policy::observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint) {
   if (pb2_.get() != nullptr) pb2_.get()->observe(rosters, fingerprint);
+}
+
+void Policy::observe_rebirth(std::int64_t iteration, double metric, const Hyperparameters& hyper) {
+  if (pb2_.get() != nullptr) {
+    pb2_.get()->start_interval(rank_, generation_, iteration, metric, hyper);
+  }
 }
 
 std::size_t Policy::pb2_observations() const noexcept {

@@ -58,9 +58,9 @@ TEST(Pb2EndToEnd, RebirthsExploreByGpWithinBoundsOnceEnoughObservationsExist) {
   o.mixing.kind = pw::MixingKind::best;
   o.explore.kind = pw::ExploreKind::pb2;
   o.explore.pb2.min_observations = 4;
-  o.explore.rules = {
-      {.name = "lr", .distribution = pw::HyperDistribution::log_uniform, .lo = kLrLo, .hi = kLrHi},
-      {.name = "batch", .distribution = pw::HyperDistribution::int_range, .lo = 16, .hi = 256}};
+  o.explore.rules =
+      {{.name = "lr", .distribution = pw::HyperDistribution::log_uniform, .lo = kLrLo, .hi = kLrHi},
+       {.name = "batch", .distribution = pw::HyperDistribution::int_range, .lo = 16, .hi = 256}};
   o.event_log = log_path;
 
   pw::Layout layout = pw::test::formula_layout(kW, kB);
@@ -82,6 +82,9 @@ TEST(Pb2EndToEnd, RebirthsExploreByGpWithinBoundsOnceEnoughObservationsExist) {
       p.b[0] -= rate(agent.hyperparameters().get("lr"));
       const pw::StepEvent e = agent.step(s, p.b[0], p.refs());
       if (e.died) deaths.push_back(e);
+      // Steps of equal length, as trainers' steps: without it one oversubscribed rank may run
+      // all its steps before the others publish their first.
+      MPI_Barrier(MPI_COMM_WORLD);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -128,8 +131,8 @@ TEST(Pb2EndToEnd, RebirthsExploreByGpWithinBoundsOnceEnoughObservationsExist) {
   int totals[2] = {0, 0};
   MPI_Allreduce(counts, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("[ pb2     ] %d rebirths by GP-UCB, %d by the fallback over %d agents\n",
-                totals[0], totals[1], n);
+    std::printf("[ pb2     ] %d rebirths by GP-UCB, %d by the fallback over %d agents\n", totals[0],
+                totals[1], n);
   }
   // The first rebirths have too few observations; later ones take the GP path.
   EXPECT_GE(totals[1], 1);

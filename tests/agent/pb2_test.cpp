@@ -76,8 +76,8 @@ void expect_posterior(const pd::GpKernel& k, double lml, const Expected (&expect
 TEST(Pb2Gp, PosteriorAndLikelihoodMatchNumpy) {
   expect_posterior({.lengthscale = 0.3, .variance = 1.5, .epsilon = 0.1, .noise = 0.05},
                    kTimeVaryingLml, kTimeVarying);
-  expect_posterior({.lengthscale = 0.3, .variance = 1.5, .epsilon = 0.0, .noise = 0.05},
-                   kStaticLml, kStatic);
+  expect_posterior({.lengthscale = 0.3, .variance = 1.5, .epsilon = 0.0, .noise = 0.05}, kStaticLml,
+                   kStatic);
 }
 
 TEST(Pb2Gp, TimeVaryingKernelForgetsByTheTimeBetween) {
@@ -97,14 +97,14 @@ TEST(Pb2Gp, TimeVaryingKernelForgetsByTheTimeBetween) {
   d.t = {-10.0, 0.0};
   d.x = {0.5, 0.5};
   d.y = {1.0, -1.0};
-  const double still = pd::TimeVaryingGp(d, {.lengthscale = 0.3, .variance = 1.0, .epsilon = 0.0,
-                                             .noise = 0.01})
-                           .predict(0.0, std::vector<double>{0.5})
-                           .mean;
-  const double forgets = pd::TimeVaryingGp(d, {.lengthscale = 0.3, .variance = 1.0,
-                                               .epsilon = 0.5, .noise = 0.01})
-                             .predict(0.0, std::vector<double>{0.5})
-                             .mean;
+  const double still =
+      pd::TimeVaryingGp(d, {.lengthscale = 0.3, .variance = 1.0, .epsilon = 0.0, .noise = 0.01})
+          .predict(0.0, std::vector<double>{0.5})
+          .mean;
+  const double forgets =
+      pd::TimeVaryingGp(d, {.lengthscale = 0.3, .variance = 1.0, .epsilon = 0.5, .noise = 0.01})
+          .predict(0.0, std::vector<double>{0.5})
+          .mean;
   EXPECT_NEAR(still, 0.0, 1e-6);  // both count alike
   // 0.5^(10/2) = 1/32 of the old one's covariance is left: y = (1, -1) is an eigenvector
   // of K with eigenvalue 1.01 - 1/32, so the mean is (1/32 - 1) / (1.01 - 1/32).
@@ -209,12 +209,12 @@ TEST(Pb2Ucb, PicksTheMaximumOfAWellObservedFunction) {
     d.x.push_back(x);
     d.y.push_back(1.0 - 8.0 * (x - 0.7) * (x - 0.7));
   }
-  const pd::TimeVaryingGp gp(d, {.lengthscale = 0.3, .variance = 1.0, .epsilon = 0.0,
-                                 .noise = 1e-4});
+  const pd::TimeVaryingGp gp(d,
+                             {.lengthscale = 0.3, .variance = 1.0, .epsilon = 0.0, .noise = 1e-4});
   std::mt19937_64 rng(7);
   double value = 0.0;
-  const std::vector<double> x = pd::ucb_argmax(gp, 0.0, 0.01, 64, std::vector<double>{0.1}, rng,
-                                               value);
+  const std::vector<double> x =
+      pd::ucb_argmax(gp, 0.0, 0.01, 64, std::vector<double>{0.1}, rng, value);
   ASSERT_EQ(x.size(), 1U);
   EXPECT_NEAR(x[0], 0.7, 0.02);
   double at = 0.0;
@@ -234,12 +234,12 @@ TEST(Pb2Ucb, PicksTheRegionOfHighestUncertaintyWhenTheMeanIsFlat) {
     d.x.push_back(i * 0.05);
     d.y.push_back(0.0);
   }
-  const pd::TimeVaryingGp gp(d, {.lengthscale = 0.2, .variance = 1.0, .epsilon = 0.0,
-                                 .noise = 1e-2});
+  const pd::TimeVaryingGp gp(d,
+                             {.lengthscale = 0.2, .variance = 1.0, .epsilon = 0.0, .noise = 1e-2});
   std::mt19937_64 rng(3);
   double value = 0.0;
-  const std::vector<double> x = pd::ucb_argmax(gp, 0.0, 4.0, 32, std::vector<double>{0.2}, rng,
-                                               value);
+  const std::vector<double> x =
+      pd::ucb_argmax(gp, 0.0, 4.0, 32, std::vector<double>{0.2}, rng, value);
   double at = 0.0;
   const double best = grid_best(gp, 4.0, at);
   EXPECT_GE(x[0], 0.99);
@@ -247,16 +247,16 @@ TEST(Pb2Ucb, PicksTheRegionOfHighestUncertaintyWhenTheMeanIsFlat) {
 }
 
 TEST(Pb2Ucb, SameSeedSameChoiceAndAFixedNumberOfDraws) {
-  const pd::TimeVaryingGp gp(reference_data(), {.lengthscale = 0.3, .variance = 1.5,
-                                                .epsilon = 0.1, .noise = 0.05});
+  const pd::TimeVaryingGp gp(reference_data(),
+                             {.lengthscale = 0.3, .variance = 1.5, .epsilon = 0.1, .noise = 0.05});
   std::mt19937_64 a(11);
   std::mt19937_64 b(11);
   double va = 0.0;
   double vb = 0.0;
-  const std::vector<double> xa = pd::ucb_argmax(gp, 0.0, 1.0, 100, std::vector<double>{0.5, 0.5},
-                                                a, va);
-  const std::vector<double> xb = pd::ucb_argmax(gp, 0.0, 1.0, 100, std::vector<double>{0.5, 0.5},
-                                                b, vb);
+  const std::vector<double> xa =
+      pd::ucb_argmax(gp, 0.0, 1.0, 100, std::vector<double>{0.5, 0.5}, a, va);
+  const std::vector<double> xb =
+      pd::ucb_argmax(gp, 0.0, 1.0, 100, std::vector<double>{0.5, 0.5}, b, vb);
   EXPECT_EQ(xa, xb);
   EXPECT_EQ(va, vb);
   for (const double z : xa) {
@@ -280,8 +280,7 @@ struct Population {
     layout.add_hyperparameter("batch", pw::HyperType::int64);
   }
   [[nodiscard]] pw::RosterEntry entry(int rank, std::int64_t iteration, double metric, double lr,
-                                      std::int64_t batch = 32,
-                                      std::uint64_t generation = 0) const {
+                                      std::int64_t batch = 32, std::uint64_t generation = 0) const {
     pw::RosterEntry e;
     e.rank = rank;
     e.version = 1;
@@ -298,7 +297,10 @@ struct Population {
 };
 
 std::vector<pw::HyperRule> rules() {
-  return {{.name = "lr", .distribution = pw::HyperDistribution::log_uniform, .lo = 1e-4, .hi = 1e-1},
+  return {{.name = "lr",
+           .distribution = pw::HyperDistribution::log_uniform,
+           .lo = 1e-4,
+           .hi = 1e-1},
           {.name = "batch", .distribution = pw::HyperDistribution::int_range, .lo = 16, .hi = 256}};
 }
 
@@ -320,11 +322,9 @@ TEST(Pb2Observe, ImprovementPerIterationBetweenSuccessiveReadsOfOneInterval) {
   EXPECT_DOUBLE_EQ(x.observations()[1].improvement, -0.05);  // loss rose
   // Same iteration: nothing new. A rebirth (generation 1) and a changed value start new
   // intervals; a reader that is not eligible adds nothing.
-  x.observe(std::vector{p.entry(0, 20, 3.0, 1e-2), p.entry(1, 30, 4.0, 1e-3, 32, 1)},
-            kFingerprint);
+  x.observe(std::vector{p.entry(0, 20, 3.0, 1e-2), p.entry(1, 30, 4.0, 1e-3, 32, 1)}, kFingerprint);
   EXPECT_EQ(x.observations().size(), 2U);
-  x.observe(std::vector{p.entry(0, 30, 3.0, 2e-2), p.entry(1, 40, 3.0, 1e-3, 32, 1)},
-            kFingerprint);
+  x.observe(std::vector{p.entry(0, 30, 3.0, 2e-2), p.entry(1, 40, 3.0, 1e-3, 32, 1)}, kFingerprint);
   ASSERT_EQ(x.observations().size(), 3U);
   EXPECT_EQ(x.observations()[2].rank, 1);
   EXPECT_DOUBLE_EQ(x.observations()[2].improvement, 0.1);
@@ -336,6 +336,25 @@ TEST(Pb2Observe, ImprovementPerIterationBetweenSuccessiveReadsOfOneInterval) {
   pw::RosterEntry nan = p.entry(1, 50, NAN, 1e-3, 32, 1);
   x.observe(std::vector{nan}, kFingerprint);
   EXPECT_EQ(x.observations().size(), 3U);
+}
+
+TEST(Pb2Observe, ARebirthStartsTheAgentsOwnIntervalFromItsDonorsMetric) {
+  const Population p;
+  pd::Pb2Explorer x(rules(), {}, pw::MetricDirection::lower_is_better);
+  x.observe(std::vector{p.entry(0, 10, 8.0, 1e-3)}, kFingerprint);
+  // Reborn at iteration 12 from a donor at loss 5, with lr 2e-3 (generation 1).
+  x.start_interval(0, 1, 12, 5.0, p.entry(0, 0, 0.0, 2e-3).hyper);
+  // The roster still reports the old metric at iteration 12: nothing new.
+  x.observe(std::vector{p.entry(0, 12, 8.0, 2e-3, 32, 1)}, kFingerprint);
+  EXPECT_TRUE(x.observations().empty());
+  x.observe(std::vector{p.entry(0, 16, 4.0, 2e-3, 32, 1)}, kFingerprint);
+  ASSERT_EQ(x.observations().size(), 1U);
+  EXPECT_DOUBLE_EQ(x.observations()[0].improvement, 0.25);  // (5 - 4) / (16 - 12)
+  EXPECT_NEAR(x.observations()[0].z[0], pd::pb2_normalize(rules()[0], 2e-3), 1e-15);
+  // A non-finite donor metric starts nothing: the next reading is a new baseline.
+  x.start_interval(0, 2, 20, NAN, p.entry(0, 0, 0.0, 3e-3).hyper);
+  x.observe(std::vector{p.entry(0, 24, 3.0, 3e-3, 32, 2)}, kFingerprint);
+  EXPECT_EQ(x.observations().size(), 1U);
 }
 
 TEST(Pb2Observe, HigherIsBetterAndTheWindowKeepsTheLatest) {
@@ -414,7 +433,9 @@ TEST(Pb2Explore, GpPathChoosesWithinBoundsTowardsTheBestRegionDeterministically)
 TEST(Pb2Explore, ChoiceRulesSnapToAChoice) {
   const Population p;
   std::vector<pw::HyperRule> rs = rules();
-  rs[1] = {.name = "batch", .distribution = pw::HyperDistribution::choice, .choices = {16, 64, 256}};
+  rs[1] = {.name = "batch",
+           .distribution = pw::HyperDistribution::choice,
+           .choices = {16, 64, 256}};
   pd::Pb2Explorer x(rs, {}, pw::MetricDirection::lower_is_better);
   for (int step = 0; step <= 2; ++step) {
     x.observe(std::vector{p.entry(0, step, 10.0 - step, 1e-3, 16),
