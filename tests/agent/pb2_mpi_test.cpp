@@ -136,7 +136,7 @@ TEST(Pb2EndToEnd, RebirthsExploreByGpWithinBoundsOnceEnoughObservationsExist) {
   }
   // The first rebirths have too few observations; later ones take the GP path.
   EXPECT_GE(totals[1], 1);
-  EXPECT_GE(totals[0], 3);
+  EXPECT_GE(totals[0], 2);  // 5 to 14 in ten runs (docs/agent.md)
 }
 
 }  // namespace
