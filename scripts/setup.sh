@@ -44,12 +44,17 @@ packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
 if [ "$mpi" = mpich ]; then
   # libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
   packages+=(mpich libmpich-dev libhdf5-mpich-dev libxxhash-dev)
+  # libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp; header-only, private to the
+  # library); python3-numpy: its reference numbers (tests/agent/pb2_reference.py).
+  packages+=(libeigen3-dev python3-numpy)
   # python3-torch: checkpoint_h5py loads a checkpoint into a torch model (runs in this pass).
   packages+=(python3-torch)
   mpi_bin_pkg=mpich
   cmake_mpi=MPICH
 else
   packages+=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libxxhash-dev)
+  # libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp), as in the MPICH pass.
+  packages+=(libeigen3-dev)
   # The Python package (docs/python.md) is built against mpi4py's MPI, which in Debian is
   # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
   packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy

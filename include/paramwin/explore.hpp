@@ -5,9 +5,11 @@
 /// weighted mix), then explores them (perturb by a factor, resample from a declared
 /// distribution with a probability, clamp to bounds, a user function). Defaults follow Ray
 /// Tune's PopulationBasedTraining: copy the best, perturb by 0.8 or 1.2, resample with
-/// probability 0.25. MPI-free; Policy::exploit_explore drives it from the agent's seeded
-/// streams.
+/// probability 0.25. ExploreKind::pb2 chooses the values with PB2's time-varying GP bandit
+/// instead (docs/agent.md, "Explore: PB2"). MPI-free; Policy::exploit_explore drives it from
+/// the agent's seeded streams.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -47,7 +49,16 @@ enum class HyperDistribution : std::uint8_t {
   choice = 4,       ///< one of `choices`, uniformly; a perturbation moves to a neighbour
 };
 
+/// How a reborn agent's inherited hyperparameters are explored.
+enum class ExploreKind : std::uint8_t {
+  pbt = 0,  ///< perturb or resample each rule (Ray Tune's PopulationBasedTraining)
+  pb2 = 1,  ///< PB2: a time-varying GP-UCB bandit over the population's recent improvements
+            ///< chooses every rule's value within lo..hi (Parker-Holder et al., NeurIPS 2020)
+};
+
 namespace detail {
+inline constexpr EnumName<ExploreKind> kExploreKindNames[] = {{ExploreKind::pbt, "pbt"},
+                                                              {ExploreKind::pb2, "pb2"}};
 inline constexpr EnumName<HyperInherit> kHyperInheritNames[] = {{HyperInherit::best, "best"},
                                                                 {HyperInherit::mix, "mix"},
                                                                 {HyperInherit::keep, "keep"}};
@@ -64,6 +75,10 @@ inline constexpr EnumName<HyperDistribution> kHyperDistributionAliases[] =
      {HyperDistribution::int_range, "int_range"},
      {HyperDistribution::int_range, "randint"}};
 }  // namespace detail
+/// Names of ExploreKind.
+template <>
+inline constexpr EnumTable<ExploreKind> enum_table<ExploreKind>{"explore kind",
+                                                                detail::kExploreKindNames};
 /// Names of HyperInherit.
 template <>
 inline constexpr EnumTable<HyperInherit> enum_table<HyperInherit>{"hyperparameter inheritance",
@@ -125,6 +140,19 @@ struct ExploreContext {
 /// change them (Ray Tune's custom_explore_fn).
 using ExploreFunction = std::function<void(const ExploreContext& context, Hyperparameters& hyper)>;
 
+/// PB2's settings (ExploreKind::pb2; docs/agent.md, "Explore: PB2").
+struct Pb2Options {
+  /// Observations kept (the most recent; one per agent per interval between two roster reads
+  /// of it), in [2, 1000]: the GP's fit costs O(window^3) per rebirth.
+  std::size_t window = 100;
+  /// Fewer observations than this at a rebirth: PBT's perturb / resample explore instead
+  /// (the event's note says so); in [2, window].
+  std::size_t min_observations = 4;
+  /// Random candidates of the acquisition's search (the best few are refined locally),
+  /// in [1, 100000].
+  std::size_t candidates = 256;
+};
+
 /// The exploit / explore policy of an agent (AgentOptions::explore). Only acts when the
 /// layout declares hyperparameters.
 struct ExploreOptions {
@@ -135,12 +163,16 @@ struct ExploreOptions {
   /// Chance, in [0, 1], that a rule with a distribution resamples instead of perturbing.
   double resample_probability = 0.25;
   ExploreFunction custom{};  ///< optional, after the built-in explore
+  /// pbt: perturb / resample (above); pb2: the GP bandit within every rule's finite lo..hi.
+  ExploreKind kind = ExploreKind::pbt;
+  Pb2Options pb2{};  ///< PB2's settings (kind pb2)
 };
 
 /// Checks what needs no layout (InvalidArgument naming the field): factors, probability,
 /// ranges (lo > hi, non-positive log bounds, unbounded uniform ranges, non-integral int
 /// ranges, empty or non-finite choices), clamp bounds (NaN, clamp_lo > clamp_hi), duplicate
-/// rule names, enums out of range.
+/// rule names, enums out of range; for kind pb2 also its settings, at least one rule, and
+/// finite bounds on every rule.
 void validate(const ExploreOptions& options);
 /// Also checks the rules against @p layout's hyperparameters: every rule names a declared
 /// one, and its distribution fits the type (uniform and log_uniform: float64; int_range:

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -18,6 +19,25 @@
 #include "paramwin/roster.hpp"
 
 namespace paramwin {
+
+namespace detail {
+class Pb2Explorer;  // src/agent/pb2.hpp
+/// A Policy's PB2 state (explore.kind pb2), owned with value semantics: copies copy it.
+class Pb2Slot {
+ public:
+  Pb2Slot() noexcept;
+  explicit Pb2Slot(std::unique_ptr<Pb2Explorer> explorer) noexcept;
+  Pb2Slot(const Pb2Slot& other);
+  Pb2Slot& operator=(const Pb2Slot& other);
+  Pb2Slot(Pb2Slot&& other) noexcept;
+  Pb2Slot& operator=(Pb2Slot&& other) noexcept;
+  ~Pb2Slot();
+  [[nodiscard]] Pb2Explorer* get() const noexcept { return explorer_.get(); }
+
+ private:
+  std::unique_ptr<Pb2Explorer> explorer_;
+};
+}  // namespace detail
 
 /// Rank of each agent that may donate to @p self: published (version > 0), not mid-rebirth,
 /// not left, not paused, same fingerprint as @p fingerprint, not @p self, and — when
@@ -79,6 +99,21 @@ class Policy {
   /// Reads every agent's roster when the worst-fraction trigger needs it.
   using RosterReader = std::function<std::vector<RosterEntry>()>;
 
+  /// Feeds explore.kind pb2 one roster read (every agent's metric, iteration, generation and
+  /// hyperparameters; see docs/agent.md, "Explore: PB2"); no-op for other kinds. The agents
+  /// call it with every roster read of a step (worst-fraction checks, donor selection); a
+  /// custom loop calls it with its own reads. @p fingerprint is this agent's.
+  void observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint);
+  /// Tells explore.kind pb2 that this agent was just reborn (call after reborn()) at trainer
+  /// iteration @p iteration with the values @p hyper, starting from a copy of a donor whose
+  /// roster metric was @p metric: its next interval starts there. No-op for other kinds.
+  void observe_rebirth(std::int64_t iteration, double metric, const Hyperparameters& hyper);
+  /// PB2 observations held now (0 for other kinds).
+  [[nodiscard]] std::size_t pb2_observations() const noexcept;
+  /// What the latest exploit_explore's explore did, for the event's note: PB2's GP path
+  /// (its kernel and beta) or its fallback to perturb/resample and why; empty for pbt.
+  [[nodiscard]] const std::string& explore_note() const noexcept { return explore_note_; }
+
   /// Advances one step (age and step count) and returns why this agent dies now, or none.
   /// A death stays pending (returned again) until reborn() is called. If the custom trigger
   /// or @p rosters throws, the step is undone (age and step count unchanged) and the
@@ -108,8 +143,9 @@ class Policy {
   /// A seed for the reset callback, from its own per-agent stream.
   [[nodiscard]] std::uint64_t next_reset_seed();
   /// The rebirth's hyperparameters: inherit from @p donors (best first, normalised
-  /// @p weights) per options().explore, explore them from the agent's explore stream, then
-  /// the user's explore function. Call before reborn() (the context's generation is the
+  /// @p weights) per options().explore, explore them from the agent's explore stream (kind
+  /// pb2: GP-UCB when enough observations exist, else perturb / resample), then the user's
+  /// explore function. Call before reborn() (the context's generation is the
   /// one after the rebirth). @p own is returned unchanged when no hyperparameter is declared.
   [[nodiscard]] Hyperparameters exploit_explore(const Hyperparameters& own,
                                                 std::span<const Hyperparameters> donors,
@@ -127,6 +163,7 @@ class Policy {
   [[nodiscard]] bool death_allowed() const noexcept;
 
   /// Everything a Policy changes as it runs (population checkpoints, docs/checkpoints.md).
+  /// PB2's observations are not part of it: a restored agent gathers them again.
   struct State {
     std::string streams{};          ///< the four random streams as std::mt19937_64 writes them
     std::int64_t steps = 0;         ///< decide() calls
@@ -166,6 +203,8 @@ class Policy {
   std::int64_t rebirth_step_ = 0;
   std::uint64_t generation_ = 0;
   DeathReason pending_ = DeathReason::none;
+  detail::Pb2Slot pb2_{};
+  std::string explore_note_{};
 };
 
 }  // namespace paramwin

@@ -507,7 +507,12 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
       if (ex.leader()) {
         try {
           next = policy_.exploit_explore(hyper_, pulled.donor_hyper, pulled.donor_weights);
+          append_note(note, policy_.explore_note());  // PB2: the GP path or its fallback
           policy_.reborn();
+          // PB2: the reborn agent's next interval starts from its best donor's metric.
+          if (!event.donors.empty()) {
+            policy_.observe_rebirth(iteration, event.donors.front().metric, next);
+          }
         } catch (...) {
           explore_error = std::current_exception();
         }

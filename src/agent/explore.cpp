@@ -73,6 +73,39 @@ const HyperRule* rule_for(const ExploreOptions& o, std::string_view name) {
   return nullptr;
 }
 
+// PB2 (kind pb2): its settings, and a finite box for every rule to normalise by.
+void validate_pb2(const ExploreOptions& o) {
+  if (o.kind > ExploreKind::pb2) {
+    throw InvalidArgument("paramwin: explore.kind is out of range (pbt, pb2)");
+  }
+  if (o.kind != ExploreKind::pb2) return;
+  const Pb2Options& p = o.pb2;
+  if (p.window < 2 || p.window > 1000) {
+    throw InvalidArgument("paramwin: explore.pb2.window " + std::to_string(p.window) +
+                          " is outside [2, 1000] (the GP's fit costs O(window^3))");
+  }
+  if (p.min_observations < 2 || p.min_observations > p.window) {
+    throw InvalidArgument("paramwin: explore.pb2.min_observations " +
+                          std::to_string(p.min_observations) + " is outside [2, window " +
+                          std::to_string(p.window) + "]");
+  }
+  if (p.candidates < 1 || p.candidates > 100000) {
+    throw InvalidArgument("paramwin: explore.pb2.candidates " + std::to_string(p.candidates) +
+                          " is outside [1, 100000]");
+  }
+  if (o.rules.empty()) {
+    throw InvalidArgument("paramwin: explore.kind pb2 needs at least one explore rule (the "
+                          "hyperparameters it chooses, with their bounds lo..hi)");
+  }
+  for (const HyperRule& r : o.rules) {
+    if (r.distribution != HyperDistribution::choice &&
+        !(std::isfinite(r.lo) && std::isfinite(r.hi))) {
+      throw InvalidArgument(where(r) + "explore.kind pb2 needs finite bounds lo..hi (got " +
+                            num(r.lo) + ".." + num(r.hi) + ")");
+    }
+  }
+}
+
 }  // namespace
 
 void validate(const ExploreOptions& o) {
@@ -156,6 +189,7 @@ void validate(const ExploreOptions& o) {
                             std::string(distribution_name(r.distribution)) + " (use choice)");
     }
   }
+  validate_pb2(o);
 }
 
 void validate(const ExploreOptions& o, const Layout& layout) {

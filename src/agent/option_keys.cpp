@@ -251,6 +251,14 @@ constexpr KeyRow kKeys[] = {
        HyperRule& r = rule_named(o.explore, k.substr(14));
        std::tie(r.clamp_lo, r.clamp_hi) = to_range(k, v);
      }},
+    {{"explore_kind", "", "pbt|pb2", "explore by perturb/resample (pbt) or PB2's GP bandit"},
+     [](AgentOptions& o, K k, K v) { o.explore.kind = enum_value<ExploreKind>(k, v); }},
+    {{"pb2_window", "", "integer", "PB2: observations kept (the most recent)"},
+     [](AgentOptions& o, K k, K v) { o.explore.pb2.window = to_int<std::size_t>(k, v); }},
+    {{"pb2_min_observations", "", "integer", "PB2: fewer observations fall back to pbt's explore"},
+     [](AgentOptions& o, K k, K v) { o.explore.pb2.min_observations = to_int<std::size_t>(k, v); }},
+    {{"pb2_candidates", "", "integer", "PB2: random candidates of the acquisition's search"},
+     [](AgentOptions& o, K k, K v) { o.explore.pb2.candidates = to_int<std::size_t>(k, v); }},
     {{"publish_every", "", "integer", "publish every N steps (0: not by steps)"},
      [](AgentOptions& o, K k, K v) { o.publish.every = to_int<std::int64_t>(k, v); }},
     {{"publish_interval_ms", "", "milliseconds", "publish when this long passed (0: off)"},

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <string>
 
+#include "agent/pb2.hpp"
 #include "agent/random.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
@@ -44,6 +45,25 @@ Policy::Policy(AgentOptions options, int rank, int population)
   reset_rng_ = stream(options_.seed, rank_, 3);
   explore_rng_ = stream(options_.seed, rank_, 4);
   max_age_ = draw_max_age();
+  if (options_.explore.kind == ExploreKind::pb2) {
+    pb2_ = detail::Pb2Slot(std::make_unique<detail::Pb2Explorer>(options_.explore.rules,
+                                                                 options_.explore.pb2,
+                                                                 options_.direction));
+  }
+}
+
+void Policy::observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint) {
+  if (pb2_.get() != nullptr) pb2_.get()->observe(rosters, fingerprint);
+}
+
+void Policy::observe_rebirth(std::int64_t iteration, double metric, const Hyperparameters& hyper) {
+  if (pb2_.get() != nullptr) {
+    pb2_.get()->start_interval(rank_, generation_, iteration, metric, hyper);
+  }
+}
+
+std::size_t Policy::pb2_observations() const noexcept {
+  return pb2_.get() != nullptr ? pb2_.get()->observations().size() : 0;
 }
 
 std::int64_t Policy::draw_max_age() {
@@ -348,10 +368,17 @@ std::uint64_t Policy::next_reset_seed() { return reset_rng_(); }
 Hyperparameters Policy::exploit_explore(const Hyperparameters& own,
                                         std::span<const Hyperparameters> donors,
                                         std::span<const double> weights) {
+  explore_note_.clear();
   if (own.empty()) return own;
   const ExploreOptions& x = options_.explore;
   Hyperparameters out = inherit_hyperparameters(x, own, donors, weights);
-  explore_hyperparameters(x, out, explore_rng_);
+  bool explored = false;
+  if (pb2_.get() != nullptr) {
+    const detail::Pb2Result r = pb2_.get()->explore(out, explore_rng_);
+    explore_note_ = r.note;
+    explored = r.used_gp;
+  }
+  if (!explored) explore_hyperparameters(x, out, explore_rng_);
   // Drawn whether or not a custom function is set: the built-in draws that follow do not
   // depend on it.
   const std::uint64_t seed = explore_rng_();

@@ -44,8 +44,9 @@ double staleness_of(std::span<const RosterEntry> rosters, int rank, double now) 
   return 0.0;
 }
 
-void choose_donors(Policy& policy, const PlanInput& in, RebirthPlan& plan) {
-  const std::vector<RosterEntry> rosters = in.rosters();
+void choose_donors(Policy& policy, const PlanInput& in, const Policy::RosterReader& read,
+                   RebirthPlan& plan) {
+  const std::vector<RosterEntry> rosters = read();
   const double now = in.now();
   const DonorChoice choice = policy.select_donors(rosters, in.fingerprint, in.exclude, now);
   if (choice.ranks.empty()) {
@@ -146,10 +147,18 @@ RebirthPlan RebirthPlan::from_wire(std::span<const std::int64_t> words) {
 }
 
 RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in) {
+  // Every roster read of the step also feeds the policy's model-based explore (PB2).
+  Policy::RosterReader read;
+  if (in.rosters) {
+    read = [&policy, &in] {
+      std::vector<RosterEntry> rosters = in.rosters();
+      policy.observe(rosters, in.fingerprint);
+      return rosters;
+    };
+  }
   RebirthPlan plan;
-  plan.reason = in.first_attempt
-                    ? policy.decide(in.iteration, in.metric, in.rosters, in.fingerprint)
-                    : policy.pending();
+  plan.reason = in.first_attempt ? policy.decide(in.iteration, in.metric, read, in.fingerprint)
+                                 : policy.pending();
   plan.publish_due = in.first_attempt && in.publish_due;
   plan.counters = AgentCounters{.steps = policy.steps(),
                                 .age = policy.age(),
@@ -167,7 +176,7 @@ RebirthPlan plan_rebirth(Policy& policy, const PlanInput& in) {
     plan.reset_seed = policy.next_reset_seed();
     return plan;
   }
-  choose_donors(policy, in, plan);
+  choose_donors(policy, in, read, plan);
   return plan;
 }
 

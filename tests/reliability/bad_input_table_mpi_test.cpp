@@ -751,6 +751,36 @@ std::vector<Row<Table>> table_rows() {
        "explore.inherit is out of range", bad_hyper_options([](pw::AgentOptions& o) {
          o.explore.inherit = static_cast<pw::HyperInherit>(7);
        })},
+      {"Agent()", "out-of-range explore kind", Kind::invalid_argument,
+       "explore.kind is out of range", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.kind = static_cast<pw::ExploreKind>(7);
+       })},
+      {"Agent()", "pb2 without explore rules", Kind::invalid_argument,
+       "needs at least one explore rule",
+       bad_hyper_options([](pw::AgentOptions& o) { o.explore.kind = pw::ExploreKind::pb2; })},
+      {"Agent()", "pb2 rule without finite bounds", Kind::invalid_argument,
+       "explore.kind pb2 needs finite bounds", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.kind = pw::ExploreKind::pb2;
+         o.explore.rules = {{.name = "lr", .lo = 0.0}};
+       })},
+      {"Agent()", "pb2 window 1", Kind::invalid_argument,
+       "explore.pb2.window 1 is outside [2, 1000]", bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.kind = pw::ExploreKind::pb2;
+         o.explore.pb2.window = 1;
+       })},
+      {"Agent()", "pb2 min_observations > window", Kind::invalid_argument,
+       "explore.pb2.min_observations 20 is outside [2, window 10]",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.kind = pw::ExploreKind::pb2;
+         o.explore.pb2.window = 10;
+         o.explore.pb2.min_observations = 20;
+       })},
+      {"Agent()", "pb2 candidates 0", Kind::invalid_argument,
+       "explore.pb2.candidates 0 is outside [1, 100000]",
+       bad_hyper_options([](pw::AgentOptions& o) {
+         o.explore.kind = pw::ExploreKind::pb2;
+         o.explore.pb2.candidates = 0;
+       })},
       {"Agent::set_hyperparameters", "other declarations", Kind::invalid_argument,
        "set_hyperparameters",
        [](Table& c) { c.hyper_agent.set_hyperparameters(c.win.hyperparameters()); }},
@@ -762,6 +792,10 @@ std::vector<Row<Table>> table_rows() {
        [](Table&) { (void)pw::parse_agent_options("explore_scale.lr=cubic"); }},
       {"parse_agent_options", "unknown hyper_inherit", Kind::invalid_argument, "best, mix, keep",
        [](Table&) { (void)pw::parse_agent_options("hyper_inherit=worst"); }},
+      {"parse_agent_options", "unknown explore kind", Kind::invalid_argument, "pbt, pb2",
+       [](Table&) { (void)pw::parse_agent_options("explore_kind=pb3"); }},
+      {"parse_agent_options", "malformed pb2 window", Kind::invalid_argument, "is not an integer",
+       [](Table&) { (void)pw::parse_agent_options("pb2_window=big"); }},
       {"parse_agent_options", "malformed perturb factor", Kind::invalid_argument, "is not a number",
        [](Table&) { (void)pw::parse_agent_options("perturb_factors=0.8,x"); }},
       {"parse_agent_options", "malformed resample probability", Kind::invalid_argument,
