@@ -149,8 +149,8 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
       const double m = median(t);
       const double bound = (k + 1) / 2.0 * d2d;
       result("rebirth_device", size_text, k, m,
-             "bound_ms=" + std::to_string(bound * 1e3) + " ratio_to_bound=" +
-                 std::to_string(m / bound));
+             "bound_ms=" + std::to_string(bound * 1e3) +
+                 " ratio_to_bound=" + std::to_string(m / bound));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -171,10 +171,12 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
         std::vector<double> t;
         for (int r = 0; r < args.reps + 1; ++r) {
           const double t0 = MPI_Wtime();
-          check(cudaMemcpyAsync(pinned, out, bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy), "d2h");
+          check(cudaMemcpyAsync(pinned, out, bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy),
+                "d2h");
           check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
           (void)host.pull(donors, {std::span<float>(pinned, n)});
-          check(cudaMemcpyAsync(out, pinned, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy), "h2d");
+          check(cudaMemcpyAsync(out, pinned, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy),
+                "h2d");
           check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
           if (r > 0) t.push_back(MPI_Wtime() - t0);
         }

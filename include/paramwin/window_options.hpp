@@ -62,8 +62,7 @@ inline constexpr EnumName<WireFormat> kWireFormatNames[] = {{WireFormat::native,
                                                             {WireFormat::float16, "float16"}};
 inline constexpr EnumName<Exposure> kExposureNames[] = {{Exposure::snapshot, "snapshot"},
                                                         {Exposure::live, "live"}};
-inline constexpr EnumName<Memory> kMemoryNames[] = {{Memory::host, "host"},
-                                                    {Memory::cuda, "cuda"}};
+inline constexpr EnumName<Memory> kMemoryNames[] = {{Memory::host, "host"}, {Memory::cuda, "cuda"}};
 inline constexpr EnumName<LayoutCheck> kLayoutCheckNames[] = {{LayoutCheck::strict, "strict"},
                                                               {LayoutCheck::per_donor,
                                                                "per_donor"}};

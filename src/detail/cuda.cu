@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "detail/cuda.hpp"
@@ -98,7 +99,9 @@ struct Elem<F16> {
     const std::uint32_t exp = o & 0x0f800000U;
     o += 0x38000000U;
     if (exp == 0x0f800000U) o += 0x38000000U;
-    if (exp == 0) o = __float_as_uint(__fsub_rn(__uint_as_float(o + 0x00800000U), __uint_as_float(0x38800000U)));
+    if (exp == 0)
+      o = __float_as_uint(
+          __fsub_rn(__uint_as_float(o + 0x00800000U), __uint_as_float(0x38800000U)));
     return __uint_as_float(o | ((h & 0x8000U) << 16U));
   }
   // As the host's to_float16: round to nearest even, overflow to infinity.
@@ -132,13 +135,18 @@ __global__ void convert_kernel(To* __restrict__ dst, const From* __restrict__ sr
                                unsigned long long* bad, unsigned long long layer1) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   bool any = false;
-  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       base < n; base += stride * kUnroll) {
+  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; base < n;
+       base += stride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::size_t i = base + u * stride;
       if (i < n) {
-        const To v = Elem<To>::narrow(Elem<From>::widen(src[i]));
+        To v;
+        if constexpr (std::is_same_v<To, From>) {
+          v = src[i];  // a copy keeps every bit (NaN payloads too)
+        } else {
+          v = Elem<To>::narrow(Elem<From>::widen(src[i]));
+        }
         any = any || Elem<To>::non_finite(v);
         dst[i] = v;
       }
@@ -217,8 +225,8 @@ __global__ void mix_kernel(Out* __restrict__ out, Sources s, int k, std::size_t 
   // Weights and pointers stay in the parameter space (constant cache, broadcast to the warp).
   const Acc w0 = static_cast<Acc>(s.weight[0]);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       base < n; base += stride * kUnroll) {
+  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; base < n;
+       base += stride * kUnroll) {
     Acc v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -257,8 +265,8 @@ __global__ void commit_kernel(Out* __restrict__ out, const Acc* __restrict__ acc
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    out[i] = blend ? Elem<Out>::narrow(add(mul(m, static_cast<Acc>(Elem<Out>::widen(out[i]))),
-                                           mul(keep, acc[i])))
+    out[i] = blend ? Elem<Out>::narrow(
+                         add(mul(m, static_cast<Acc>(Elem<Out>::widen(out[i]))), mul(keep, acc[i])))
                    : Elem<Out>::narrow(acc[i]);
   }
 }
@@ -375,9 +383,11 @@ Device::Device(int ordinal, void* stream, std::size_t slot_bytes) : s_(std::make
     (void)cudaMemGetInfo(&free_bytes, &total);
     (void)cudaGetLastError();
     fail("cudaMalloc", e,
-         "a device window needs " + std::to_string(slot_bytes) + " bytes of GPU memory for its "
-         "two snapshot slots on device " + std::to_string(s_->ordinal) + ", which has " +
-         std::to_string(free_bytes) + " bytes free of " + std::to_string(total));
+         "a device window needs " + std::to_string(slot_bytes) +
+             " bytes of GPU memory for its "
+             "two snapshot slots on device " +
+             std::to_string(s_->ordinal) + ", which has " + std::to_string(free_bytes) +
+             " bytes free of " + std::to_string(total));
   }
   s_->slots = static_cast<std::byte*>(p);
   try {
@@ -466,16 +476,20 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
       if (words != 0) {
         switch (it.to) {
           case DType::float32:
-            copy_check_kernel<float><<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
+            copy_check_kernel<float>
+                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
           case DType::float64:
-            copy_check_kernel<double><<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
+            copy_check_kernel<double>
+                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
           case DType::bfloat16:
-            copy_check_kernel<Bf16><<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
+            copy_check_kernel<Bf16>
+                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
           case DType::float16:
-            copy_check_kernel<F16><<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
+            copy_check_kernel<F16>
+                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
         }
       }
@@ -486,16 +500,28 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
         const auto* st = static_cast<const std::byte*>(it.src) + words * 16;
         switch (it.to) {
           case DType::float32:
-            convert_kernel<float, float><<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<float*>(dt), reinterpret_cast<const float*>(st), n, s_->bad, layer1);
+            convert_kernel<float, float>
+                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<float*>(dt),
+                                                 reinterpret_cast<const float*>(st), n, s_->bad,
+                                                 layer1);
             break;
           case DType::float64:
-            convert_kernel<double, double><<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<double*>(dt), reinterpret_cast<const double*>(st), n, s_->bad, layer1);
+            convert_kernel<double, double>
+                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<double*>(dt),
+                                                 reinterpret_cast<const double*>(st), n, s_->bad,
+                                                 layer1);
             break;
           case DType::bfloat16:
-            convert_kernel<Bf16, Bf16><<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<Bf16*>(dt), reinterpret_cast<const Bf16*>(st), n, s_->bad, layer1);
+            convert_kernel<Bf16, Bf16>
+                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<Bf16*>(dt),
+                                                 reinterpret_cast<const Bf16*>(st), n, s_->bad,
+                                                 layer1);
             break;
           case DType::float16:
-            convert_kernel<F16, F16><<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<F16*>(dt), reinterpret_cast<const F16*>(st), n, s_->bad, layer1);
+            convert_kernel<F16, F16>
+                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<F16*>(dt),
+                                                 reinterpret_cast<const F16*>(st), n, s_->bad,
+                                                 layer1);
             break;
         }
       }
@@ -503,22 +529,39 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
       const unsigned g = blocks_for(it.count);
       switch (it.to) {
         case DType::float32:
-          convert_kernel<float, float><<<g, kThreads, 0, s_->stream>>>(static_cast<float*>(it.dst), static_cast<const float*>(it.src), it.count, s_->bad, layer1);
+          convert_kernel<float, float>
+              <<<g, kThreads, 0, s_->stream>>>(static_cast<float*>(it.dst),
+                                               static_cast<const float*>(it.src), it.count, s_->bad,
+                                               layer1);
           break;
         case DType::float64:
-          convert_kernel<double, double><<<g, kThreads, 0, s_->stream>>>(static_cast<double*>(it.dst), static_cast<const double*>(it.src), it.count, s_->bad, layer1);
+          convert_kernel<double, double>
+              <<<g, kThreads, 0, s_->stream>>>(static_cast<double*>(it.dst),
+                                               static_cast<const double*>(it.src), it.count,
+                                               s_->bad, layer1);
           break;
         case DType::bfloat16:
-          convert_kernel<Bf16, Bf16><<<g, kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst), static_cast<const Bf16*>(it.src), it.count, s_->bad, layer1);
+          convert_kernel<Bf16, Bf16>
+              <<<g, kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
+                                               static_cast<const Bf16*>(it.src), it.count, s_->bad,
+                                               layer1);
           break;
         case DType::float16:
-          convert_kernel<F16, F16><<<g, kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst), static_cast<const F16*>(it.src), it.count, s_->bad, layer1);
+          convert_kernel<F16, F16><<<g, kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
+                                                                   static_cast<const F16*>(it.src),
+                                                                   it.count, s_->bad, layer1);
           break;
       }
     } else if (it.from == DType::float32 && it.to == DType::bfloat16) {
-      convert_kernel<Bf16, float><<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst), static_cast<const float*>(it.src), it.count, s_->bad, layer1);
+      convert_kernel<Bf16, float>
+          <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
+                                                              static_cast<const float*>(it.src),
+                                                              it.count, s_->bad, layer1);
     } else if (it.from == DType::float32 && it.to == DType::float16) {
-      convert_kernel<F16, float><<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst), static_cast<const float*>(it.src), it.count, s_->bad, layer1);
+      convert_kernel<F16, float>
+          <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
+                                                              static_cast<const float*>(it.src),
+                                                              it.count, s_->bad, layer1);
     } else {
       throw Error("paramwin: device publish: unsupported conversion");
     }
@@ -569,15 +612,26 @@ void Device::commit(void* out, DType out_dtype, const void* acc, std::size_t cou
   const unsigned g = blocks_for(count) * kUnroll;
   cudaStream_t st = s_->stream;
   if (out_dtype == DType::float64) {
-    commit_kernel<double, double><<<g, kThreads, 0, st>>>(static_cast<double*>(out), static_cast<const double*>(acc), count, momentum, 1.0 - momentum, blend);
+    commit_kernel<double, double><<<g, kThreads, 0, st>>>(static_cast<double*>(out),
+                                                          static_cast<const double*>(acc), count,
+                                                          momentum, 1.0 - momentum, blend);
   } else {
     const auto m = static_cast<float>(momentum);
     const float keep = 1.0F - m;
     const auto* a = static_cast<const float*>(acc);
     switch (out_dtype) {
-      case DType::float32: commit_kernel<float, float><<<g, kThreads, 0, st>>>(static_cast<float*>(out), a, count, m, keep, blend); break;
-      case DType::bfloat16: commit_kernel<Bf16, float><<<g, kThreads, 0, st>>>(static_cast<Bf16*>(out), a, count, m, keep, blend); break;
-      case DType::float16: commit_kernel<F16, float><<<g, kThreads, 0, st>>>(static_cast<F16*>(out), a, count, m, keep, blend); break;
+      case DType::float32:
+        commit_kernel<float, float>
+            <<<g, kThreads, 0, st>>>(static_cast<float*>(out), a, count, m, keep, blend);
+        break;
+      case DType::bfloat16:
+        commit_kernel<Bf16, float>
+            <<<g, kThreads, 0, st>>>(static_cast<Bf16*>(out), a, count, m, keep, blend);
+        break;
+      case DType::float16:
+        commit_kernel<F16, float>
+            <<<g, kThreads, 0, st>>>(static_cast<F16*>(out), a, count, m, keep, blend);
+        break;
       case DType::float64: break;
     }
   }
@@ -604,8 +658,6 @@ std::byte* Device::scratch(std::size_t bytes) {
   return s_->scratch;
 }
 
-void Device::synchronize() {
-  check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize");
-}
+void Device::synchronize() { check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize"); }
 
 }  // namespace paramwin::detail::cuda

@@ -258,8 +258,8 @@ struct TorchAgent::Impl {
   /// Chooses, alike on every rank of @p comm (collective), between a device window and host
   /// staging (TorchAgentOptions::device_windows); returns the window options to create the
   /// agent with and installs the matching LayerSource.
-  WindowOptions choose_window(MPI_Comm comm, const AgentOptions& agent_options,
-                              WindowOptions wo, bool grouped) {
+  WindowOptions choose_window(MPI_Comm comm, const AgentOptions& agent_options, WindowOptions wo,
+                              bool grouped) {
     const bool required =
         wo.memory == Memory::cuda || options.device_windows == DeviceWindows::always;
     if (!required && options.device_windows == DeviceWindows::never) return wo;
@@ -300,8 +300,8 @@ struct TorchAgent::Impl {
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
     const WindowOptions chosen = choose_window(comm, agent_options, window_options, false);
-    auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
-                                          chosen, site);
+    auto solo =
+        std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options), chosen, site);
     if (live) bind_live(solo->window(), *module, options.module);
     solo->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(solo);

@@ -16,11 +16,11 @@ void DeviceLayers::bind(ModuleTensors tensors) {
   for (std::size_t i = 0; i < tensors.tensors.size(); ++i) {
     const ::torch::Tensor& t = tensors.tensors[i];
     if (!t.is_cuda() || t.device().index() != device_) {
-      throw InvalidArgument("paramwin::torch: '" + tensors.names[i] + "' is on " +
-                            t.device().str() + ", but this TorchAgent's window is a device window on "
-                            "cuda:" +
-                            std::to_string(device_) +
-                            " (keep the module there, or use DeviceWindows::never)");
+      throw InvalidArgument(
+          "paramwin::torch: '" + tensors.names[i] + "' is on " + t.device().str() +
+          ", but this TorchAgent's window is a device window on "
+          "cuda:" +
+          std::to_string(device_) + " (keep the module there, or use DeviceWindows::never)");
     }
   }
   current_ = std::move(tensors);

@@ -52,11 +52,9 @@ void check_memory_of(const WindowImpl& w, std::span<const Ref> refs,
                             "its GPU");
     }
     if (info.ordinal != device->ordinal()) {
-      throw InvalidArgument(where + spec.describe() + " is on GPU " +
-                            std::to_string(info.ordinal) +
+      throw InvalidArgument(where + spec.describe() + " is on GPU " + std::to_string(info.ordinal) +
                             ", but this rank's device window is on GPU " +
-                            std::to_string(device->ordinal()) +
-                            " (WindowOptions::cuda_device)");
+                            std::to_string(device->ordinal()) + " (WindowOptions::cuda_device)");
     }
   }
 }

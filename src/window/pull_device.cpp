@@ -33,9 +33,9 @@ void PullEngine::run_device_direct() {
     sources.clear();
     for (const Donor& d : donors_) {
       if (!d.skipped) {
-        sources.push_back({w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) +
-                               e.offset,
-                           d.weight});
+        sources.push_back(
+            {w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) + e.offset,
+             d.weight});
       }
     }
     if (sources.size() == 1 && options_.momentum == 0.0 && e.wire == layout[l].dtype) {
@@ -61,9 +61,9 @@ void PullEngine::pass_device() {
     sources.clear();
     for (const Donor& d : donors_) {
       if (!d.skipped) {
-        sources.push_back({w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) +
-                               e.offset,
-                           d.weight});
+        sources.push_back(
+            {w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) + e.offset,
+             d.weight});
       }
     }
     dev.mix(acc_ + acc_offset_[l], layout[l].dtype, sources, e.wire, e.count, 0.0, true);

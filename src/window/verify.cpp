@@ -39,8 +39,7 @@ constexpr std::size_t kWords = 2 * kVerifyWords;  // per peer: head pattern, tai
 constexpr std::uint64_t kSalt = kMagic;
 
 bool sane(const HeadWords& head) {
-  return head.stride != 0 && head.stride % kPage == 0 && head.exposure <= 1 &&
-         head.host_slots <= 2;
+  return head.stride != 0 && head.stride % kPage == 0 && head.exposure <= 1 && head.host_slots <= 2;
 }
 
 std::size_t tail_of(const HeadWords& head) {

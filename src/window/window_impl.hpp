@@ -220,13 +220,13 @@ class WindowImpl final : public FinalizeClient {
   int uncaught_at_creation_ = std::uncaught_exceptions();
   bool abort_on_unwind_ = false;  // options_.abort_on_unwind or PARAMWIN_ABORT_ON_UNWIND
   SlotLayout slots_;
-  ByteView segment_;                  // this rank's segment: header page + two slots
-  std::vector<std::byte*> shm_base_;  // per comm rank: segment base if on this node
-  std::vector<int> node_to_comm_;     // per node rank: its rank in comm_
-  std::size_t host_slots_ = 2;        // slots in the host segment (host_slot_count())
+  ByteView segment_;                      // this rank's segment: header page + two slots
+  std::vector<std::byte*> shm_base_;      // per comm rank: segment base if on this node
+  std::vector<int> node_to_comm_;         // per node rank: its rank in comm_
+  std::size_t host_slots_ = 2;            // slots in the host segment (host_slot_count())
   std::unique_ptr<cuda::Device> device_;  // device windows: this rank's GPU side
   std::vector<std::byte*> device_base_;   // per comm rank: device slots if on this node
-  bool device_setup_ = false;  // create_device_slots() began (on every rank alike)
+  bool device_setup_ = false;             // create_device_slots() began (on every rank alike)
   std::uint64_t version_ = 0;
   bool rma_readers_ = false;
   AgentStatus status_;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,12 +40,12 @@ int devices_everywhere() {
   return min;
 }
 
-#define PARAMWIN_REQUIRE_GPU()                                                              \
-  do {                                                                                      \
-    if (devices_everywhere() == 0) {                                                        \
+#define PARAMWIN_REQUIRE_GPU()                                                                \
+  do {                                                                                        \
+    if (devices_everywhere() == 0) {                                                          \
       GTEST_SKIP() << "no CUDA device on some rank (cudaGetDeviceCount): device windows are " \
-                      "tested on a GPU machine (scripts/gpu_check.sh)";                     \
-    }                                                                                       \
+                      "tested on a GPU machine (scripts/gpu_check.sh)";                       \
+    }                                                                                         \
   } while (0)
 
 void cuda_ok(cudaError_t e, const char* what) {
@@ -61,7 +62,9 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { (void)cudaFree(p_); }
   [[nodiscard]] void* get() const { return p_; }
-  void upload(const void* host) const { (void)cudaMemcpy(p_, host, bytes_, cudaMemcpyHostToDevice); }
+  void upload(const void* host) const {
+    (void)cudaMemcpy(p_, host, bytes_, cudaMemcpyHostToDevice);
+  }
   void download(void* host) const { (void)cudaMemcpy(host, p_, bytes_, cudaMemcpyDeviceToHost); }
 
  private:
@@ -180,7 +183,8 @@ TEST(DeviceWindow, RoundTripOfEveryDtypeIsBitExact) {
   DeviceLayers mine(layout, host_values(layout, rank));
   pw::Hyperparameters hyper = layout.make_hyperparameters();
   hyper.set("lr", 0.5 + rank);
-  const pw::PublishResult pub = win.publish(mine.crefs, hyper, 100 + static_cast<std::uint64_t>(rank));
+  const pw::PublishResult pub =
+      win.publish(mine.crefs, hyper, 100 + static_cast<std::uint64_t>(rank));
   ASSERT_TRUE(pub.published);
   MPI_Barrier(MPI_COMM_WORLD);
   const int donor = (rank + 1) % n;
@@ -255,14 +259,15 @@ TEST_P(DeviceMean, MatchesTheHostPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, DeviceMean,
-    ::testing::Values(MeanCase{pw::WireFormat::native, pw::ReadMode::automatic, pw::Transport::automatic},
-                      MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::automatic, pw::Transport::automatic},
-                      MeanCase{pw::WireFormat::float16, pw::ReadMode::automatic, pw::Transport::automatic},
-                      MeanCase{pw::WireFormat::native, pw::ReadMode::optimistic, pw::Transport::automatic},
-                      MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::pinned, pw::Transport::automatic},
-                      // Readers over RMA read the host copy and commit through a bounce buffer.
-                      MeanCase{pw::WireFormat::native, pw::ReadMode::automatic, pw::Transport::rma},
-                      MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::automatic, pw::Transport::rma}));
+    ::testing::Values(
+        MeanCase{pw::WireFormat::native, pw::ReadMode::automatic, pw::Transport::automatic},
+        MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::automatic, pw::Transport::automatic},
+        MeanCase{pw::WireFormat::float16, pw::ReadMode::automatic, pw::Transport::automatic},
+        MeanCase{pw::WireFormat::native, pw::ReadMode::optimistic, pw::Transport::automatic},
+        MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::pinned, pw::Transport::automatic},
+        // Readers over RMA read the host copy and commit through a bounce buffer.
+        MeanCase{pw::WireFormat::native, pw::ReadMode::automatic, pw::Transport::rma},
+        MeanCase{pw::WireFormat::bfloat16, pw::ReadMode::automatic, pw::Transport::rma}));
 
 TEST(DeviceWindow, NonFiniteDonorIsRefusedOrSkipped) {
   PARAMWIN_REQUIRE_GPU();
@@ -319,8 +324,8 @@ TEST(DeviceWindow, WrongMemoryIsRefusedAndChangesNothing) {
   EXPECT_NE(e.find("is host memory, but the window is a device window"), std::string::npos) << e;
   // Host memory tagged as device memory.
   e = message([&] {
-    (void)dev.publish({pw::ConstLayerRef("", v.data(), v.size(), pw::DType::float32,
-                                         pw::device_memory)});
+    (void)dev.publish(
+        {pw::ConstLayerRef("", v.data(), v.size(), pw::DType::float32, pw::device_memory)});
   });
   EXPECT_NE(e.find("CUDA does not know it as GPU memory"), std::string::npos) << e;
   // Device memory declared as host memory on a host window.
@@ -444,9 +449,9 @@ TEST(DeviceWindow, BusyDonorIsReadWhileItsKernelRuns) {
   DeviceBuffer buf(kCount * 4);
   std::vector<float> host(kCount, static_cast<float>(rank + 1));
   buf.upload(host.data());
-  ASSERT_TRUE(win.publish({pw::ConstLayerRef("", buf.get(), kCount, pw::DType::float32,
-                                             pw::device_memory)})
-                  .published);
+  ASSERT_TRUE(
+      win.publish({pw::ConstLayerRef("", buf.get(), kCount, pw::DType::float32, pw::device_memory)})
+          .published);
   MPI_Barrier(MPI_COMM_WORLD);
   const pw::LayerRef out("", buf.get(), kCount, pw::DType::float32, pw::device_memory);
   auto time_pulls = [&](double seconds, long& count) {

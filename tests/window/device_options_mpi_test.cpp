@@ -45,8 +45,8 @@ TEST(DeviceWindowOptions, LiveExposureIsRefusedOnEveryRank) {
 }
 
 TEST(DeviceWindowOptions, StageThroughHostIsRefusedOnEveryRank) {
-  const std::string e = creation_error<pw::InvalidArgument>(
-      {.stage_through_host = true, .memory = pw::Memory::cuda});
+  const std::string e =
+      creation_error<pw::InvalidArgument>({.stage_through_host = true, .memory = pw::Memory::cuda});
   EXPECT_NE(e.find("stage_through_host"), std::string::npos) << e;
 }
 
@@ -57,8 +57,7 @@ TEST(DeviceWindowOptions, NegativeDeviceOrdinalIsRefusedOnEveryRank) {
 }
 
 TEST(DeviceWindowOptions, OutOfRangeMemoryIsRefusedOnEveryRank) {
-  const std::string e =
-      creation_error<pw::InvalidArgument>({.memory = static_cast<pw::Memory>(7)});
+  const std::string e = creation_error<pw::InvalidArgument>({.memory = static_cast<pw::Memory>(7)});
   EXPECT_NE(e.find("out-of-range enumerator"), std::string::npos) << e;
 }
 

@@ -29,7 +29,6 @@ namespace paramwin::torch {
 using OptimizerBuilder =
     std::function<std::unique_ptr<::torch::optim::Optimizer>(::torch::nn::Module& module)>;
 
-/// What a TorchAgent does besides the Agent's own options.
 /// Whether a TorchAgent keeps a CUDA module's snapshots on the GPU (a device window,
 /// WindowOptions::memory = Memory::cuda, docs/gpu.md) or stages them through host memory.
 enum class DeviceWindows : std::uint8_t {
@@ -42,6 +41,14 @@ enum class DeviceWindows : std::uint8_t {
   never = 2,   ///< host staging (page-locked buffers), as before device windows
 };
 
+namespace detail {
+inline constexpr EnumName<DeviceWindows> kDeviceWindowsNames[] = {{DeviceWindows::automatic,
+                                                                   "auto"},
+                                                                  {DeviceWindows::always, "always"},
+                                                                  {DeviceWindows::never, "never"}};
+}  // namespace detail
+
+/// What a TorchAgent does besides the Agent's own options.
 struct TorchAgentOptions {
   ModuleOptions module{};  ///< which tensors are exchanged, forced staging
   /// With a borrowed optimizer: on a rebirth, erase the optimizer's per-parameter state
@@ -249,3 +256,10 @@ std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
     ::torch::optim::Optimizer& optimizer, const ::torch::Tensor& param);
 
 }  // namespace paramwin::torch
+
+namespace paramwin {
+/// Names of torch::DeviceWindows.
+template <>
+inline constexpr EnumTable<torch::DeviceWindows>
+    enum_table<torch::DeviceWindows>{"device windows", torch::detail::kDeviceWindowsNames};
+}  // namespace paramwin
