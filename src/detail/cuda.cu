@@ -17,6 +17,14 @@
 namespace paramwin::detail::cuda {
 namespace {
 
+// DType's values (paramwin/dtype.hpp; device_memory.cpp checks that they agree).
+constexpr DType kFloat32 = static_cast<DType>(1);
+constexpr DType kFloat64 = static_cast<DType>(2);
+constexpr DType kBfloat16 = static_cast<DType>(3);
+constexpr DType kFloat16 = static_cast<DType>(4);
+
+constexpr std::size_t dtype_size(DType d) { return d == kFloat64 ? 8 : d == kFloat32 ? 4 : 2; }
+
 [[noreturn]] void fail(const char* what, cudaError_t e, const std::string& detail = {}) {
   throw Error(std::string("paramwin: CUDA ") + what + " failed: " + cudaGetErrorString(e) + " (" +
               cudaGetErrorName(e) + ")" + (detail.empty() ? "" : "; " + detail));
@@ -291,10 +299,10 @@ template <class Out>
 void launch_mix_float(cudaStream_t stream, void* out, const Sources& s, int k, DType wire,
                       std::size_t n, double momentum) {
   switch (wire) {
-    case DType::float32: return launch_mix<float, float, Out>(stream, out, s, k, n, momentum);
-    case DType::bfloat16: return launch_mix<float, Bf16, Out>(stream, out, s, k, n, momentum);
-    case DType::float16: return launch_mix<float, F16, Out>(stream, out, s, k, n, momentum);
-    case DType::float64: break;
+    case kFloat32: return launch_mix<float, float, Out>(stream, out, s, k, n, momentum);
+    case kBfloat16: return launch_mix<float, Bf16, Out>(stream, out, s, k, n, momentum);
+    case kFloat16: return launch_mix<float, F16, Out>(stream, out, s, k, n, momentum);
+    case kFloat64: break;
   }
   throw Error("paramwin: device mix: float64 wire for a non-float64 layer");
 }
@@ -475,19 +483,19 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
       const auto* sw = static_cast<const uint4*>(it.src);
       if (words != 0) {
         switch (it.to) {
-          case DType::float32:
+          case kFloat32:
             copy_check_kernel<float>
                 <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
-          case DType::float64:
+          case kFloat64:
             copy_check_kernel<double>
                 <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
-          case DType::bfloat16:
+          case kBfloat16:
             copy_check_kernel<Bf16>
                 <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
-          case DType::float16:
+          case kFloat16:
             copy_check_kernel<F16>
                 <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
             break;
@@ -499,25 +507,25 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
         auto* dt = static_cast<std::byte*>(it.dst) + words * 16;
         const auto* st = static_cast<const std::byte*>(it.src) + words * 16;
         switch (it.to) {
-          case DType::float32:
+          case kFloat32:
             convert_kernel<float, float>
                 <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<float*>(dt),
                                                  reinterpret_cast<const float*>(st), n, s_->bad,
                                                  layer1);
             break;
-          case DType::float64:
+          case kFloat64:
             convert_kernel<double, double>
                 <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<double*>(dt),
                                                  reinterpret_cast<const double*>(st), n, s_->bad,
                                                  layer1);
             break;
-          case DType::bfloat16:
+          case kBfloat16:
             convert_kernel<Bf16, Bf16>
                 <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<Bf16*>(dt),
                                                  reinterpret_cast<const Bf16*>(st), n, s_->bad,
                                                  layer1);
             break;
-          case DType::float16:
+          case kFloat16:
             convert_kernel<F16, F16>
                 <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<F16*>(dt),
                                                  reinterpret_cast<const F16*>(st), n, s_->bad,
@@ -528,36 +536,36 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
     } else if (it.to == it.from) {
       const unsigned g = blocks_for(it.count);
       switch (it.to) {
-        case DType::float32:
+        case kFloat32:
           convert_kernel<float, float>
               <<<g, kThreads, 0, s_->stream>>>(static_cast<float*>(it.dst),
                                                static_cast<const float*>(it.src), it.count, s_->bad,
                                                layer1);
           break;
-        case DType::float64:
+        case kFloat64:
           convert_kernel<double, double>
               <<<g, kThreads, 0, s_->stream>>>(static_cast<double*>(it.dst),
                                                static_cast<const double*>(it.src), it.count,
                                                s_->bad, layer1);
           break;
-        case DType::bfloat16:
+        case kBfloat16:
           convert_kernel<Bf16, Bf16>
               <<<g, kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
                                                static_cast<const Bf16*>(it.src), it.count, s_->bad,
                                                layer1);
           break;
-        case DType::float16:
+        case kFloat16:
           convert_kernel<F16, F16><<<g, kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
                                                                    static_cast<const F16*>(it.src),
                                                                    it.count, s_->bad, layer1);
           break;
       }
-    } else if (it.from == DType::float32 && it.to == DType::bfloat16) {
+    } else if (it.from == kFloat32 && it.to == kBfloat16) {
       convert_kernel<Bf16, float>
           <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
                                                               static_cast<const float*>(it.src),
                                                               it.count, s_->bad, layer1);
-    } else if (it.from == DType::float32 && it.to == DType::float16) {
+    } else if (it.from == kFloat32 && it.to == kFloat16) {
       convert_kernel<F16, float>
           <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
                                                               static_cast<const float*>(it.src),
@@ -589,16 +597,16 @@ void Device::mix(void* out, DType out_dtype, std::span<const DeviceSource> sourc
   }
   const int k = static_cast<int>(sources.size());
   cudaStream_t st = s_->stream;
-  if (out_dtype == DType::float64) {
+  if (out_dtype == kFloat64) {
     launch_mix<double, double, double>(st, out, s, k, count, acc_out ? 0.0 : momentum);
   } else if (acc_out) {
     launch_mix_float<float>(st, out, s, k, wire, count, 0.0);
   } else {
     switch (out_dtype) {
-      case DType::float32: launch_mix_float<float>(st, out, s, k, wire, count, momentum); break;
-      case DType::bfloat16: launch_mix_float<Bf16>(st, out, s, k, wire, count, momentum); break;
-      case DType::float16: launch_mix_float<F16>(st, out, s, k, wire, count, momentum); break;
-      case DType::float64: break;
+      case kFloat32: launch_mix_float<float>(st, out, s, k, wire, count, momentum); break;
+      case kBfloat16: launch_mix_float<Bf16>(st, out, s, k, wire, count, momentum); break;
+      case kFloat16: launch_mix_float<F16>(st, out, s, k, wire, count, momentum); break;
+      case kFloat64: break;
     }
   }
   check(cudaGetLastError(), "kernel launch (pull)");
@@ -611,7 +619,7 @@ void Device::commit(void* out, DType out_dtype, const void* acc, std::size_t cou
   const bool blend = momentum != 0.0;
   const unsigned g = blocks_for(count) * kUnroll;
   cudaStream_t st = s_->stream;
-  if (out_dtype == DType::float64) {
+  if (out_dtype == kFloat64) {
     commit_kernel<double, double><<<g, kThreads, 0, st>>>(static_cast<double*>(out),
                                                           static_cast<const double*>(acc), count,
                                                           momentum, 1.0 - momentum, blend);
@@ -620,19 +628,19 @@ void Device::commit(void* out, DType out_dtype, const void* acc, std::size_t cou
     const float keep = 1.0F - m;
     const auto* a = static_cast<const float*>(acc);
     switch (out_dtype) {
-      case DType::float32:
+      case kFloat32:
         commit_kernel<float, float>
             <<<g, kThreads, 0, st>>>(static_cast<float*>(out), a, count, m, keep, blend);
         break;
-      case DType::bfloat16:
+      case kBfloat16:
         commit_kernel<Bf16, float>
             <<<g, kThreads, 0, st>>>(static_cast<Bf16*>(out), a, count, m, keep, blend);
         break;
-      case DType::float16:
+      case kFloat16:
         commit_kernel<F16, float>
             <<<g, kThreads, 0, st>>>(static_cast<F16*>(out), a, count, m, keep, blend);
         break;
-      case DType::float64: break;
+      case kFloat64: break;
     }
   }
   check(cudaGetLastError(), "kernel launch (pull commit)");

@@ -15,7 +15,12 @@
 #include <span>
 #include <string>
 
-#include "paramwin/dtype.hpp"
+namespace paramwin {
+// The layers' element type (paramwin/dtype.hpp), declared opaquely: cuda.cu is compiled by
+// nvcc, whose front end does not take all of the C++20 headers (enum_names.hpp); it names
+// the values itself (checked against dtype.hpp in device_memory.cpp).
+enum class DType : std::uint8_t;
+}  // namespace paramwin
 
 namespace paramwin::detail::cuda {
 
@@ -41,9 +46,9 @@ struct PointerInfo {
 /// @p to at @p dst (a device slot).
 struct CopyItem {
   void* dst = nullptr;
-  DType to = DType::float32;
+  DType to{};
   const void* src = nullptr;
-  DType from = DType::float32;
+  DType from{};
   std::size_t count = 0;
 };
 

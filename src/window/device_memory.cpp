@@ -12,6 +12,10 @@
 namespace paramwin::detail {
 namespace {
 
+// cuda.cu names DType's values itself (nvcc does not compile dtype.hpp).
+static_assert(static_cast<int>(DType::float32) == 1 && static_cast<int>(DType::float64) == 2 &&
+              static_cast<int>(DType::bfloat16) == 3 && static_cast<int>(DType::float16) == 4);
+
 std::atomic<bool> g_device_windows{false};
 
 template <class Ref>
