@@ -491,7 +491,9 @@ TEST(DeviceWindow, BusyDonorIsReadWhileItsKernelRuns) {
                 "%.1f us while its kernel runs (%ld pulls in 1.5 s)\n",
                 idle * 1e6, idle_pulls, busy * 1e6, busy_pulls);
   }
-  if (rank != 0) EXPECT_GT(busy_pulls, 0);
+  if (rank != 0) {
+    EXPECT_GT(busy_pulls, 0);
+  }
 }
 
 }  // namespace
