@@ -27,7 +27,8 @@ class LayerRef;
 
 /// Tag of a layer reference over device (GPU) memory, for the raw-pointer constructors:
 /// `LayerRef(name, ptr, count, dtype, paramwin::device_memory)`. A device window
-/// (Memory::cuda) takes only such references; a host window stages them through host memory.
+/// (Memory::cuda, docs/gpu.md) takes only such references (and Kokkos views of a device
+/// memory space).
 struct DeviceMemoryTag {
   explicit constexpr DeviceMemoryTag() = default;
 };

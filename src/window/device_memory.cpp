@@ -36,8 +36,7 @@ void check_memory_of(const WindowImpl& w, std::span<const Ref> refs,
         throw InvalidArgument(where + spec.describe() +
                               " is device (GPU) memory, but the window holds host memory: "
                               "create a device window (WindowOptions::memory = Memory::cuda), or "
-                              "pass the layer with paramwin::device_memory to stage it through "
-                              "the host");
+                              "copy the layer to host memory first");
       }
       continue;
     }
