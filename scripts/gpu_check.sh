@@ -8,7 +8,8 @@
 #   scripts/gpu_check.sh [--debs DIR] [--prefix DIR] [--torch-dir DIR] [--build-dir DIR]
 #                        [--out DIR] [--jobs N] [--bench] [--bench-filter REGEX]
 #                        [--ctest SECONDS] [--launcher-fork] [--bench-stores MODES]
-#                        [--bench-rounds N] [--bench-only]
+#                        [--bench-rounds N] [--bench-only] [--no-device]
+#                        [--device-sizes LIST] [--device-only]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
@@ -22,7 +23,13 @@
 # --bench-only: skip the LibTorch adapter's build and tests (implies --bench).
 # --ctest SECONDS: also build everything and run the CTest suite (without the multihost,
 #          install and lint labels) for at most SECONDS.
+# Device windows (issue 25, docs/gpu.md), on by default where nvcc is found (--no-device: off):
+#          device_options_mpi_test on 2 ranks, device_window_mpi_test on 1, 2 and 4 ranks sharing
+#          the GPU (fails when a GPU is present but its tests skip), then paramwin_device_bench
+#          on 4 ranks for --device-sizes (default 100M,250M float32 parameters).
+# --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
+# device_options.log, device_np{1,2,4}.log, device_bench.txt,
 # torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
 # passed.
 set -uo pipefail
@@ -40,6 +47,8 @@ ctest_seconds=0
 bench_stores=""
 bench_rounds=1
 torch_tests=1
+device=1
+device_sizes=100M,250M
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,6 +64,9 @@ while [ $# -gt 0 ]; do
     --bench-stores) bench=1; bench_stores=${2//,/ }; shift 2 ;;
     --bench-rounds) bench_rounds=$2; shift 2 ;;
     --bench-only) bench=1; torch_tests=0; shift ;;
+    --no-device) device=0; shift ;;
+    --device-sizes) device_sizes=$2; shift 2 ;;
+    --device-only) device=1; torch_tests=0; bench=0; shift ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -118,11 +130,20 @@ cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
             -DPARAMWIN_BUILD_BENCHMARKS=$([ "$bench" = 1 ] && echo ON || echo OFF)
             -DPARAMWIN_HEADER_CHECK=OFF -DPARAMWIN_FORMAT_CHECK=OFF)
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
-# A CUDA LibTorch's config looks for the CUDA toolkit (nvcc).
+# A CUDA LibTorch's config looks for the CUDA toolkit (nvcc); device windows need it too.
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
   export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}
 fi
+if [ "$device" = 1 ] && command -v nvcc >/dev/null; then
+  cmake_args+=(-DPARAMWIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+else
+  [ "$device" = 1 ] && echo "gpu_check: no nvcc, device windows are not built" | tee -a "$out/env.txt"
+  device=0
+  cmake_args+=(-DPARAMWIN_WITH_CUDA=OFF)
+fi
+# Device windows only: no LibTorch needed.
+[ "$torch_tests" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF -DPARAMWIN_WITH_PYTHON=OFF)
 torch_cuda=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 step "configure"
 if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
@@ -132,6 +153,7 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
 targets=()
+[ "$device" = 1 ] && targets+=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
 [ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test torch_pbt_mpi_test)
 [ "$bench" = 1 ] && targets+=(paramwin_bench)
 step "build ${targets[*]} (-j $jobs)"
@@ -152,6 +174,35 @@ if [ "$torch_tests" = 1 ] && [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -
     { echo "gpu_check: relink FAILED"; exit 1; }
 fi
 [ "$torch_tests" = 1 ] && ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
+
+# --- device windows (issue 25) --------------------------------------------------------------
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
+if [ "$device" = 1 ]; then
+  step "device_options_mpi_test on 2 ranks"
+  timeout 120 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/tests/device_options_mpi_test" \
+    >"$out/device_options.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/device_options.log" | sort -u
+  for np in 1 2 4; do
+    step "device_window_mpi_test on $np rank(s) sharing the GPU"
+    timeout 240 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/device_window_mpi_test" \
+      >"$out/device_np$np.log" 2>&1
+    rc=$?
+    echo "exit $rc"
+    [ "$rc" = 0 ] || status=1
+    if [ "$gpus" -gt 0 ] && grep -q "no CUDA device on some rank" "$out/device_np$np.log"; then
+      echo "gpu_check: a GPU is present but device window tests skipped"
+      status=1
+    fi
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(FAILED|SKIPPED) \]|torn-read stress|busy donor" \
+      "$out/device_np$np.log" | sort -u | head -30
+  done
+  step "paramwin_device_bench on 4 ranks sharing the GPU, sizes $device_sizes"
+  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>&1; } >"$out/device_bench.txt"
+  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/tests/paramwin_device_bench" \
+    --sizes "$device_sizes" --reps 7 >>"$out/device_bench.txt" 2>&1 || status=1
+  grep -E "RESULT|device_bench|rror" "$out/device_bench.txt"
+fi
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
 for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do

@@ -25,6 +25,16 @@ namespace paramwin {
 
 class LayerRef;
 
+/// Tag of a layer reference over device (GPU) memory, for the raw-pointer constructors:
+/// `LayerRef(name, ptr, count, dtype, paramwin::device_memory)`. A device window
+/// (Memory::cuda, docs/gpu.md) takes only such references (and Kokkos views of a device
+/// memory space).
+struct DeviceMemoryTag {
+  explicit constexpr DeviceMemoryTag() = default;
+};
+/// The DeviceMemoryTag value.
+inline constexpr DeviceMemoryTag device_memory{};
+
 namespace detail {
 template <class View>
 constexpr bool view_host_accessible =
@@ -108,6 +118,10 @@ class ConstLayerRef {
   ConstLayerRef(std::string_view name, const void* data, std::size_t count, DType dtype,
                 bool host_accessible = true) noexcept
       : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(host_accessible) {}
+  /// From a raw pointer into device (GPU) memory (see DeviceMemoryTag).
+  ConstLayerRef(std::string_view name, const void* data, std::size_t count, DType dtype,
+                DeviceMemoryTag /*tag*/) noexcept
+      : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(false) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return name_; }  ///< "" if unnamed
   [[nodiscard]] const void* data() const noexcept { return data_; }       ///< first element
@@ -192,6 +206,10 @@ class LayerRef {
   LayerRef(std::string_view name, void* data, std::size_t count, DType dtype,
            bool host_accessible = true) noexcept
       : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(host_accessible) {}
+  /// From a raw pointer into device (GPU) memory (see DeviceMemoryTag).
+  LayerRef(std::string_view name, void* data, std::size_t count, DType dtype,
+           DeviceMemoryTag /*tag*/) noexcept
+      : name_(name), data_(data), count_(count), dtype_(dtype), host_accessible_(false) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return name_; }  ///< "" if unnamed
   [[nodiscard]] void* data() const noexcept { return data_; }             ///< first element

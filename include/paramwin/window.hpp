@@ -27,7 +27,8 @@ namespace paramwin {
 
 /// One agent's parameter window. @p MemorySpace is where the caller's parameters live:
 /// host-accessible spaces are read and written directly; other spaces are staged through
-/// a host copy (Kokkos::deep_copy) on publish and pull.
+/// a host copy (Kokkos::deep_copy) on publish and pull, unless the window is a device window
+/// (WindowOptions::memory = Memory::cuda, docs/gpu.md), which takes device memory as it is.
 ///
 /// Every rank of the communicator owns one agent slot: a roster header and a versioned
 /// double buffer, in page-aligned memory shared with the ranks of its node and exposed
@@ -283,6 +284,10 @@ class ParameterWindow {
         throw InvalidArgument(msg.append(" is a view that is not contiguous"));
       }
       staging = staging || !r.host_accessible() || !kHostSpace;
+    }
+    // A device window (Memory::cuda) takes device memory as it is (it checks each layer).
+    if (base_.valid() && base_.options().memory == Memory::cuda) {
+      return false;
     }
     if (staging && !Kokkos::is_initialized()) {
       throw Error("paramwin: staging parameters through host memory needs Kokkos to be "

@@ -38,6 +38,18 @@ enum class LayoutCheck : std::uint8_t {
   per_donor = 1,  ///< layouts may differ; a pull from an incompatible donor is a DonorError
 };
 
+/// Where a window's snapshot slots live (docs/gpu.md).
+enum class Memory : std::uint8_t {
+  host = 0,  ///< host memory shared with the node's ranks (the default)
+  /// The publishing rank's GPU (a device window): publish copies device parameters into
+  /// device slots, same-node readers map them once with CUDA IPC and pull straight into
+  /// their own device memory. Needs a build with CUDA (PARAMWIN_WITH_CUDA) and a device.
+  cuda = 1,
+};
+
+/// WindowOptions::cuda_device: the device current on the creating thread.
+inline constexpr int kCurrentDevice = -1;
+
 /// Largest WindowOptions::progress_interval_us (one second).
 inline constexpr unsigned kMaxProgressIntervalUs = 1000000;
 namespace detail {
@@ -50,6 +62,7 @@ inline constexpr EnumName<WireFormat> kWireFormatNames[] = {{WireFormat::native,
                                                             {WireFormat::float16, "float16"}};
 inline constexpr EnumName<Exposure> kExposureNames[] = {{Exposure::snapshot, "snapshot"},
                                                         {Exposure::live, "live"}};
+inline constexpr EnumName<Memory> kMemoryNames[] = {{Memory::host, "host"}, {Memory::cuda, "cuda"}};
 inline constexpr EnumName<LayoutCheck> kLayoutCheckNames[] = {{LayoutCheck::strict, "strict"},
                                                               {LayoutCheck::per_donor,
                                                                "per_donor"}};
@@ -65,6 +78,9 @@ inline constexpr EnumTable<WireFormat> enum_table<WireFormat>{"wire format",
 /// Names of Exposure.
 template <>
 inline constexpr EnumTable<Exposure> enum_table<Exposure>{"exposure", detail::kExposureNames};
+/// Names of Memory.
+template <>
+inline constexpr EnumTable<Memory> enum_table<Memory>{"memory", detail::kMemoryNames};
 /// Names of LayoutCheck.
 template <>
 inline constexpr EnumTable<LayoutCheck> enum_table<LayoutCheck>{"layout check",
@@ -79,8 +95,8 @@ inline constexpr EnumTable<LayoutCheck> enum_table<LayoutCheck>{"layout check",
 ///
 /// Window creation agrees on some fields across the ranks before anything else (one
 /// MPI_Allreduce) and throws InvalidArgument on every rank when they differ: verify,
-/// layout_check and the window's identity (name, or creation site when unnamed, and creation
-/// count, see name). The others are this rank's own choice and may differ between ranks:
+/// layout_check, memory and the window's identity (name, or creation site when unnamed, and
+/// creation count, see name). The others are this rank's own choice and may differ between ranks:
 /// transport, exposure (readers learn each donor's exposure from its header),
 /// stage_through_host, progress_thread, progress_interval_us and abort_on_unwind; wire is
 /// compared with the layout (LayoutMismatch under LayoutCheck::strict, an incompatible donor
@@ -117,6 +133,19 @@ struct WindowOptions {
   /// anything but "" or "0" when the window is created turns it on too. This rank's own
   /// choice (not compared across ranks).
   bool abort_on_unwind = false;
+  /// Where the snapshot slots live: Memory::host, or Memory::cuda for a device window
+  /// (docs/gpu.md): then publish and pull take device memory (LayerRef with
+  /// paramwin::device_memory, or a Kokkos view of a CUDA space) on cuda_device, and
+  /// Exposure::live is refused. The same on every rank.
+  Memory memory = Memory::host;
+  /// Memory::cuda: the device ordinal of this rank's slots (kCurrentDevice: the device
+  /// current on the creating thread). This rank's own choice (ranks may use different GPUs).
+  int cuda_device = kCurrentDevice;
+  /// Memory::cuda: the CUDA stream (a cudaStream_t) that publish and pull enqueue their
+  /// copies and kernels on, so that they are ordered after the caller's work on it; nullptr:
+  /// the legacy default stream (ordered after every blocking stream of the device). Both
+  /// calls return only once their work on it has completed.
+  void* cuda_stream = nullptr;
 };
 
 }  // namespace paramwin

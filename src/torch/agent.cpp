@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -17,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "../detail/cuda.hpp"
 #include "../mpi/agree.hpp"
+#include "device_layers.hpp"
 #include "device_staging.hpp"
 #include "layer_source.hpp"
 #include "optimizer_hyper.hpp"
@@ -213,13 +216,92 @@ struct TorchAgent::Impl {
     return layout;
   }
 
+  /// Why this rank's agent cannot have a device window ("" if it can), and the device.
+  [[nodiscard]] std::string device_obstacle(const AgentOptions& agent_options,
+                                            const WindowOptions& wo, bool grouped, int& device,
+                                            bool& any_cuda) const {
+    const ModuleTensors mt = collect(*module, options.module);
+    std::string why;
+    for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+      const ::torch::Tensor& t = mt.tensors[i];
+      any_cuda = any_cuda || t.is_cuda();
+      if (!why.empty()) continue;
+      if (!t.is_cuda()) {
+        why = "'" + mt.names[i] + "' is on " + t.device().str();
+      } else if (device < 0) {
+        device = t.device().index();
+      } else if (t.device().index() != device) {
+        why = "the tensors are on two devices (cuda:" + std::to_string(device) + " and " +
+              t.device().str() + ")";
+      }
+    }
+    if (why.empty() && mt.tensors.empty()) why = "the module exchanges no tensors";
+    if (why.empty() && grouped) why = "grouped agents (AgentGroups) have no device windows yet";
+    if (why.empty() && options.module.stage_through_host) {
+      why = "ModuleOptions::stage_through_host is set";
+    }
+    if (why.empty() && wo.exposure == Exposure::live) why = "live exposure needs host memory";
+    if (why.empty() && options.inherit_optimizer_state) {
+      why = "inherit_optimizer_state (the optimizer's state layers are host memory)";
+    }
+    if (why.empty() &&
+        (agent_options.checkpoint.every != 0 || agent_options.checkpoint.every_seconds != 0.0)) {
+      why = "checkpoints read and write the parameters on the host";
+    }
+    if (why.empty()) {
+      std::string none;
+      if (paramwin::detail::cuda::device_count(&none) == 0) why = "no CUDA device (" + none + ")";
+    }
+    return why;
+  }
+
+  /// Chooses, alike on every rank of @p comm (collective), between a device window and host
+  /// staging (TorchAgentOptions::device_windows); returns the window options to create the
+  /// agent with and installs the matching LayerSource.
+  WindowOptions choose_window(MPI_Comm comm, const AgentOptions& agent_options, WindowOptions wo,
+                              bool grouped) {
+    const bool required =
+        wo.memory == Memory::cuda || options.device_windows == DeviceWindows::always;
+    if (!required && options.device_windows == DeviceWindows::never) return wo;
+    int device = -1;
+    bool any_cuda = false;
+    std::string why;
+    try {
+      why = device_obstacle(agent_options, wo, grouped, device, any_cuda);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    const int failing = paramwin::detail::first_failing_rank(comm, why.empty());
+    if (failing < 0) {
+      wo.memory = Memory::cuda;
+      wo.cuda_device = device;
+      layers = std::make_unique<detail::DeviceLayers>(device);
+      return wo;
+    }
+    const std::string text = paramwin::detail::failure_text(comm, failing, why);
+    if (required) {
+      throw InvalidArgument("paramwin::torch: TorchAgent cannot use a device window "
+                            "(DeviceWindows::always or Memory::cuda): " +
+                            (why.empty() ? text : why));
+    }
+    if (any_cuda) {
+      std::fprintf(stderr,
+                   "paramwin::torch: TorchAgent stages its CUDA tensors through host memory, "
+                   "no device window: %s\n",
+                   (why.empty() ? text : why).c_str());
+    }
+    wo.memory = Memory::host;
+    return wo;
+  }
+
   void create(MPI_Comm comm, AgentOptions agent_options, const WindowOptions& window_options,
               const std::source_location& site) {
     Layout layout =
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
-    auto solo = std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options),
-                                          window_options, site);
+    const WindowOptions chosen = choose_window(comm, agent_options, window_options, false);
+    auto solo =
+        std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options), chosen, site);
     if (live) bind_live(solo->window(), *module, options.module);
     solo->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(solo);
@@ -230,8 +312,10 @@ struct TorchAgent::Impl {
               const WindowOptions& window_options, const std::source_location& site) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
+    const WindowOptions chosen =
+        choose_window(groups.training_comm(), agent_options, window_options, true);
     auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
-                                              window_options, site);
+                                              chosen, site);
     group->set_checkpoint_hooks(checkpoint_hooks());
     agent = std::move(group);
     sync_hyperparameters();

@@ -1,6 +1,7 @@
 // LibTorch adapter: module tensors <-> paramwin layers (layout, publish, adopt, live binding).
 #include "paramwin/torch/module.hpp"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -157,6 +158,16 @@ void check_against(const ModuleTensors& mt, const Layout& window_layout) {
   }
 }
 
+namespace {
+
+/// Waits for the work enqueued on @p device's current stream.
+void synchronize_current(const ::torch::Device& device) {
+  const c10::impl::VirtualGuardImpl guard(device.type());
+  guard.getStream(device).synchronize();
+}
+
+}  // namespace
+
 PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& module,
                       const ModuleOptions& options) {
   const ModuleTensors mt = checked(window, module, options);
@@ -173,10 +184,16 @@ PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& modu
   std::vector<::torch::Tensor> staged;  // keeps host copies alive through the publish
   std::vector<ConstLayerRef> refs;
   refs.reserve(mt.tensors.size());
+  const bool device_window = window.options().memory == Memory::cuda;
   for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
     const ::torch::Tensor& t = mt.tensors[i];
     const LayerSpec& spec = mt.layout[i];
-    if (needs_staging(t, options)) {
+    if (device_window && t.is_cuda()) {
+      // A device window reads CUDA tensors in place (it checks their device): once the
+      // device's current stream has produced them.
+      synchronize_current(t.device());
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype, device_memory);
+    } else if (needs_staging(t, options)) {
       staged.push_back(t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
       refs.emplace_back(spec.name, staged.back().data_ptr(), spec.count, spec.dtype);
     } else {
@@ -194,10 +211,14 @@ PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
   std::vector<::torch::Tensor> staged(mt.tensors.size());
   std::vector<LayerRef> refs;
   refs.reserve(mt.tensors.size());
+  const bool device_window = window.options().memory == Memory::cuda;
   for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
     const ::torch::Tensor& t = mt.tensors[i];
     const LayerSpec& spec = mt.layout[i];
-    if (needs_staging(t, options)) {
+    if (device_window && t.is_cuda()) {
+      synchronize_current(t.device());  // momentum reads the current values
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype, device_memory);
+    } else if (needs_staging(t, options)) {
       // Current values too: momentum blends with them, and a failed pull leaves them as is.
       staged[i] = t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
       refs.emplace_back(spec.name, staged[i].data_ptr(), spec.count, spec.dtype);

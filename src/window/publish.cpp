@@ -29,6 +29,7 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
   const std::vector<std::size_t> order = layers.empty() ? std::vector<std::size_t>{}
                                          : bound        ? identity_order(layers.size())
                                                         : bind_layers(layout_, layers, "publish");
+  check_layer_memory(layers, order, "publish");
   SegmentHeader& h = header();
   const std::uint64_t p = version_ + 1;
   const std::size_t slot = live ? 0 : (p & 1U);
@@ -46,9 +47,19 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     }
   }
 
-  std::byte* dst = segment_.data() + slot_offset(p, slots_.stride, live);
   std::uint64_t bad_layer = live ? kUnknownFinite : 0;
-  for (std::size_t layer = 0; layer < order.size(); ++layer) {
+  if (device_) {
+    // A device window: the same protocol, the bytes on the GPU (device_memory.cpp). A CUDA
+    // failure leaves the version where it was (begun restored: the slot was never announced).
+    try {
+      bad_layer = publish_device(layers, order, p);
+    } catch (...) {
+      h.begun.store(version_, std::memory_order_relaxed);
+      throw;
+    }
+  }
+  std::byte* dst = segment_.data() + slot_offset(p, slots_.stride, live);
+  for (std::size_t layer = 0; !device_ && layer < order.size(); ++layer) {
     const ConstLayerRef& ref = layers[order[layer]];
     const SlotLayout::Entry& e = slots_.entries[layer];
     if (live && ref.data() == dst + e.offset) {
@@ -63,7 +74,7 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
   }
 
   // The hyperparameters ride in the slot, after the layers: same seqlock, same copy.
-  if (slots_.hyper_count != 0) {
+  if (slots_.hyper_count != 0 && !device_) {
     std::memcpy(dst + slots_.hyper_offset, hyper_.words().data(),
                 slots_.hyper_count * sizeof(std::uint64_t));
   }

@@ -26,6 +26,7 @@ PullEngine::PullEngine(const WindowImpl& w, PullPort port, std::span<const int> 
     : w_(w), port_(port), out_(out), options_(options) {
   validate(donors);
   order_ = bound ? identity_order(out.size()) : bind_layers(w.layout(), out, "pull");
+  w.check_layer_memory(out, order_, "pull");
   for (std::size_t i = 0; i < donors.size(); ++i) {
     Donor d;
     d.rank = donors[i];
@@ -40,8 +41,13 @@ PullResult PullEngine::run() {
   const double t0 = MPI_Wtime();
   deadline_ = options_.timeout_seconds > 0.0 ? t0 + options_.timeout_seconds : 0.0;
   port_.graveyard.reap(false);
+  const bool device = w_.device() != nullptr;
+  device_read_ = device && std::all_of(donors_.begin(), donors_.end(),
+                                       [](const Donor& d) { return d.shm != nullptr; });
+  // A device window never lands RMA reads in the caller's memory: MPI cannot write GPU
+  // memory here, so reads over RMA are always staged through the host (transactional).
   const bool land =
-      options_.landing == Landing::direct &&
+      options_.landing == Landing::direct && !device &&
       std::any_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.shm == nullptr; });
   read_heads(land);
   plan_chunks();
@@ -59,7 +65,11 @@ PullResult PullEngine::run() {
     return d.shm != nullptr && !d.live;
   });
   if (all_shm_snapshots && options_.read_mode != ReadMode::optimistic) {
-    run_direct();
+    if (device) {
+      run_device_direct();
+    } else {
+      run_direct();
+    }
   } else {
     run_staged();
   }

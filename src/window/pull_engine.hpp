@@ -134,6 +134,18 @@ class PullEngine {
   /// slipped in).
   void pin_shm(Donor& d);
 
+  // --- device windows (pull_device.cpp) --------------------------------------------------
+  /// The direct path of a device window: every donor on this node, pinned, mixed by one
+  /// kernel per layer from the mapped device slots into the caller's device memory.
+  void run_device_direct();
+  /// One round of the staged path on a device window whose donors are all on this node:
+  /// every donor's layers into the device scratch (acc_, device memory).
+  void pass_device();
+  /// Writes the accumulated mix into the caller's layers: host commit(), or on a device
+  /// window the device commit (device scratch) or a host commit through a bounce buffer
+  /// (donors read over RMA into the host scratch).
+  void commit_out();
+
   // --- direct landing (pull_landing.cpp) ---------------------------------------------------
   /// True when a pull with Landing::direct can land directly (no live donor).
   [[nodiscard]] bool can_land() const;
@@ -182,6 +194,9 @@ class PullEngine {
   std::byte* acc_ = nullptr;
   bool any_rma_ = false;
   bool written_ = false;  // Landing::direct wrote into the caller's memory
+  // A device window whose donors are all on this node: their device slots are read (else
+  // the host copies, over RMA or shared memory).
+  bool device_read_ = false;
   Landing landing_ = Landing::transactional;
   double deadline_ = 0.0;  // absolute MPI_Wtime, 0: none
   // Destination of every RMA read of this pull; shared with the window's graveyard when a

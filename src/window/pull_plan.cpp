@@ -77,6 +77,11 @@ void PullEngine::validate(std::span<const int> donors) const {
     throw InvalidArgument(where + "Landing::direct reads pinned slots; ReadMode::optimistic "
                                   "never pins first (use ReadMode::automatic or pinned)");
   }
+  if (w_.device() != nullptr) {
+    if (const std::string e = cuda::device_donor_limit_error(donors.size()); !e.empty()) {
+      throw InvalidArgument(where + e);
+    }
+  }
   if (!std::isfinite(options_.timeout_seconds) || options_.timeout_seconds < 0.0) {
     throw InvalidArgument(where + "timeout_seconds " + std::to_string(options_.timeout_seconds) +
                           " must be finite and >= 0 (0: no deadline)");
@@ -242,6 +247,16 @@ std::size_t PullEngine::data_offset(const Donor& d, const Chunk& c) const {
 void PullEngine::copy_shm_hyper(Donor& d) const {
   const std::size_t nh = w_.slots().hyper_count;
   if (nh == 0 || d.shm == nullptr || d.skipped) return;
+  if (device_read_) {
+    // A device window: the words ride in the device slot (the host may hold no copy).
+    cuda::Device& dev = *w_.device();
+    dev.copy(d.hyper,
+             w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) +
+                 w_.slots().hyper_offset,
+             nh * sizeof(std::uint64_t));
+    dev.synchronize();
+    return;
+  }
   std::memcpy(d.hyper,
               w_.shm_segment(d.rank) + slot_offset(d.version, w_.slots().stride, d.live) +
                   w_.slots().hyper_offset,

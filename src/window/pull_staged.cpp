@@ -28,17 +28,17 @@ void PullEngine::run_staged() {
     }
     normalise_weights();
     begin_reads(optimistic);
-    pass();
+    if (device_read_) {
+      pass_device();
+    } else {
+      pass();
+    }
     end_reads();
     if (settle()) {
       break;
     }
   }
-  const Layout& layout = w_.layout();
-  for (std::size_t l = 0; l < layout.size(); ++l) {
-    const LayerRef& ref = out_[order_[l]];
-    commit(ref.data(), ref.dtype(), acc_ + acc_offset_[l], layout[l].count, options_.momentum);
-  }
+  commit_out();
 }
 
 void PullEngine::begin_reads(unsigned optimistic) {

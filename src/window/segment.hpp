@@ -42,6 +42,8 @@ struct alignas(64) SegmentHeader {
   std::atomic<std::uint64_t> slot_bytes;   // payload bytes of one slot
   std::atomic<std::uint64_t> slot_stride;  // distance between slot 0 and slot 1
   std::atomic<std::uint64_t> exposure;     // Exposure: snapshot (two slots) or live (one)
+  std::atomic<std::uint64_t> host_slots;   // slots in this segment (host_slot_count())
+  std::atomic<std::uint64_t> memory;       // Memory: where the slots readers map live
 
   // line 1: publish seqlock, written by the owner only
   alignas(64) std::atomic<std::uint64_t> version;  // completed publishes; latest in slot version%2
@@ -93,7 +95,7 @@ inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};
 
 /// Header lines 0 and 1 as plain words: what remote readers fetch in one MPI_Get.
 struct HeadWords {
-  std::uint64_t magic, fingerprint, slot_bytes, stride, exposure, pad0[3];
+  std::uint64_t magic, fingerprint, slot_bytes, stride, exposure, host_slots, memory, pad0[1];
   std::uint64_t version, begun, publish_time, bad_layer[2], stamp[2], pad1[1];
 };
 static_assert(sizeof(HeadWords) == 128);
@@ -130,16 +132,34 @@ struct SlotLayout {
   return exposure == Exposure::live ? 1 : 2;
 }
 
-/// Total segment bytes: header page plus the slots.
+/// Number of slots a segment holds in host memory: all of them for a host window; for a
+/// device window (Memory::cuda, whose slots live on the GPU) a host copy of both only when
+/// some rank reads this window over RMA (@p rma_readers, WindowImpl::has_rma_readers()),
+/// which cannot map GPU memory; none otherwise.
+[[nodiscard]] constexpr std::size_t host_slot_count(Exposure exposure, Memory memory,
+                                                    bool rma_readers) noexcept {
+  if (memory == Memory::cuda) {
+    return rma_readers ? slot_count(exposure) : 0;
+  }
+  return slot_count(exposure);
+}
+
+/// Total segment bytes: header page plus @p host_slots slots.
 [[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots,
-                                                  Exposure exposure) noexcept {
-  return kPage + slot_count(exposure) * slots.stride;
+                                                  std::size_t host_slots) noexcept {
+  return kPage + host_slots * slots.stride;
 }
 
 /// Byte offset, inside a segment, of the slot holding @p version.
 [[nodiscard]] constexpr std::size_t slot_offset(std::uint64_t version, std::size_t stride,
                                                 bool live) noexcept {
   return kPage + (live ? 0 : (version & 1U) * stride);
+}
+
+/// Byte offset, inside a device window's device slots, of the slot holding @p version.
+[[nodiscard]] constexpr std::size_t device_slot_offset(std::uint64_t version,
+                                                       std::size_t stride) noexcept {
+  return (version & 1U) * stride;
 }
 
 }  // namespace paramwin::detail

@@ -39,11 +39,11 @@ constexpr std::size_t kWords = 2 * kVerifyWords;  // per peer: head pattern, tai
 constexpr std::uint64_t kSalt = kMagic;
 
 bool sane(const HeadWords& head) {
-  return head.stride != 0 && head.stride % kPage == 0 && head.exposure <= 1;
+  return head.stride != 0 && head.stride % kPage == 0 && head.exposure <= 1 && head.host_slots <= 2;
 }
 
 std::size_t tail_of(const HeadWords& head) {
-  return kPage + slot_count(static_cast<Exposure>(head.exposure)) * head.stride - kVerifyWords * 8;
+  return kPage + head.host_slots * head.stride - kVerifyWords * 8;
 }
 
 /// The peers a rank checks: all of them up to 64 ranks, four otherwise.
@@ -366,7 +366,7 @@ void WindowImpl::check_memory() const {
       slots_.payload_bytes > kMax - kPage
           ? kMax
           : round_up(std::max<std::size_t>(slots_.payload_bytes, 1), kPage);
-  const std::uint64_t slots = slot_count(options_.exposure);
+  const std::uint64_t slots = host_slots_;
   const std::uint64_t mine = add_sat(add_sat(kPage, mul_sat(slots, slot_bytes)), kPage);
   const int node_size = node_comm_.size();
   std::vector<std::uint64_t> on_node(static_cast<std::size_t>(node_size));
@@ -394,7 +394,9 @@ void WindowImpl::check_memory() const {
           " cannot be allocated: this rank's segment needs " + human_bytes(mine) + " (" +
           std::to_string(mine) + " bytes: the layers take " + human_bytes(slots_.payload_bytes) +
           " in wire format, held " +
-          (slots == 2 ? "twice for the two snapshot slots" : "once (live exposure)") +
+          (slots == 2   ? "twice for the two snapshot slots"
+           : slots == 1 ? "once (live exposure)"
+                        : "on the GPU (a device window without RMA readers)") +
           ", plus a header page)";
       if (node_size > 1) {
         what += " and the " + std::to_string(node_size) + " ranks on this node need " +

@@ -104,12 +104,29 @@ WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& option
 void WindowImpl::check_options() const {
   const WindowOptions& o = options_;
   if (o.transport > Transport::rma || o.wire > WireFormat::float16 ||
-      o.layout_check > LayoutCheck::per_donor || o.exposure > Exposure::live) {
+      o.layout_check > LayoutCheck::per_donor || o.exposure > Exposure::live ||
+      o.memory > Memory::cuda) {
     throw InvalidArgument("paramwin: WindowOptions holds an out-of-range enumerator");
   }
   if (o.exposure == Exposure::live && o.wire != WireFormat::native) {
     throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own memory, so its "
                           "wire format must be WireFormat::native");
+  }
+  if (o.memory == Memory::cuda) {
+    if (o.exposure == Exposure::live) {
+      throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own host memory; a "
+                            "device window (Memory::cuda) publishes snapshots only");
+    }
+    if (o.stage_through_host) {
+      throw InvalidArgument("paramwin: stage_through_host stages device memory through a host "
+                            "window; a device window (Memory::cuda) takes device memory as it "
+                            "is: use one or the other");
+    }
+    if (o.cuda_device < kCurrentDevice) {
+      throw InvalidArgument("paramwin: WindowOptions::cuda_device " +
+                            std::to_string(o.cuda_device) +
+                            " is not a device ordinal (>= 0, or kCurrentDevice)");
+    }
   }
   if (o.progress_thread) {
     int provided = MPI_THREAD_SINGLE;
@@ -138,6 +155,13 @@ void WindowImpl::create(MPI_Comm comm) {
     options_error = e.what();
   }
   const bool any_rma = agree_on_creation(options_error);
+  // Every rank's slots live in the same kind of memory: a reader maps or reads its donors'
+  // slots as it keeps its own.
+  if (!same_on_all_ranks(comm_.get(), static_cast<std::uint64_t>(options_.memory))) {
+    throw InvalidArgument("paramwin: WindowOptions::memory differs across ranks (this rank: " +
+                          std::string(enum_name(options_.memory)) +
+                          "); every rank of a window must create it with the same memory");
+  }
 
   slots_ = make_slot_layout(layout_, options_.wire);
   if (options_.layout_check == LayoutCheck::strict) {
@@ -147,6 +171,7 @@ void WindowImpl::create(MPI_Comm comm) {
   // Whether anyone reads this rank over RMA (its owner must then let MPI progress): a rank
   // on another node, or a rank whose transport is rma (transports may differ across ranks).
   rma_readers_ = size_ > 1 && (any_rma || node_comm_.size() < size_);
+  host_slots_ = host_slot_count(options_.exposure, options_.memory, rma_readers_);
   check_memory();
   create_windows();
   // What follows the collective creations is local until verify(): a rank that fails here
@@ -159,6 +184,9 @@ void WindowImpl::create(MPI_Comm comm) {
     local_error = std::current_exception();
   }
   agree_or_rethrow<VerificationError>(comm_.get(), local_error);
+  if (options_.memory == Memory::cuda) {
+    create_device_slots();
+  }
 
   if (options_.verify) {
     verify();
@@ -171,7 +199,7 @@ void WindowImpl::create(MPI_Comm comm) {
 }
 
 void WindowImpl::create_windows() {
-  const std::size_t bytes = segment_bytes(slots_, options_.exposure);
+  const std::size_t bytes = segment_bytes(slots_, host_slots_);
   const Info info = Info::shared_noncontig();
   void* raw = nullptr;
   // One spare page: MPICH does not always hand out page-aligned segments (seen with one
@@ -222,6 +250,8 @@ void WindowImpl::init_segment() {
   h->slot_bytes.store(slots_.payload_bytes, std::memory_order_relaxed);
   h->slot_stride.store(slots_.stride, std::memory_order_relaxed);
   h->exposure.store(static_cast<std::uint64_t>(options_.exposure), std::memory_order_relaxed);
+  h->host_slots.store(host_slots_, std::memory_order_relaxed);
+  h->memory.store(static_cast<std::uint64_t>(options_.memory), std::memory_order_relaxed);
   h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
 
   shm_win_.lock_all(MPI_MODE_NOCHECK);
@@ -245,6 +275,7 @@ void WindowImpl::map_node_segments() {
   const int translated = MPI_Group_translate_ranks(node_group.get(), node_size, node_ranks.data(),
                                                    world_group.get(), comm_ranks.data());
   check_mpi(translated, "MPI_Group_translate_ranks");
+  node_to_comm_ = comm_ranks;
   for (int i = 0; i < node_size; ++i) {
     MPI_Aint seg_size = 0;
     void* ptr = shm_win_.shared_query(i, &seg_size);
@@ -256,6 +287,59 @@ void WindowImpl::map_node_segments() {
     shm_base_[static_cast<std::size_t>(comm_ranks[static_cast<std::size_t>(i)])] =
         static_cast<std::byte*>(align_page(ptr));
   }
+}
+
+// --- device slots (Memory::cuda) ------------------------------------------------------------
+
+void WindowImpl::create_device_slots() {
+  // Reached by every rank together (the agreements before it throw on all ranks alike), so
+  // the collective free_device_slots() runs on every rank or on none.
+  device_setup_ = true;
+  device_base_.assign(static_cast<std::size_t>(size_), nullptr);
+  const int node_size = node_comm_.size();
+  std::exception_ptr error;
+  cuda::IpcHandle mine{};
+  try {
+    device_ = std::make_unique<cuda::Device>(options_.cuda_device, options_.cuda_stream,
+                                             slot_count(options_.exposure) * slots_.stride);
+    if (node_size > 1) {
+      mine = device_->export_slots();
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_or_rethrow<Error>(comm_.get(), error);
+  note_device_window();
+  std::vector<cuda::IpcHandle> handles(static_cast<std::size_t>(node_size));
+  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(cuda::kIpcHandleBytes), MPI_BYTE,
+                          handles.data(), static_cast<int>(cuda::kIpcHandleBytes), MPI_BYTE,
+                          node_comm_.get()),
+            "MPI_Allgather(device slot handles)");
+  try {
+    for (int i = 0; i < node_size; ++i) {
+      const int r = node_to_comm_[static_cast<std::size_t>(i)];
+      device_base_[static_cast<std::size_t>(r)] =
+          r == rank_ ? device_->slots() : device_->map_peer(handles[static_cast<std::size_t>(i)]);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_or_rethrow<Error>(comm_.get(), error);
+}
+
+MpiStatus WindowImpl::free_device_slots() noexcept {
+  MpiStatus status;
+  if (device_) {
+    device_->unmap_peers();
+  }
+  // A rank frees its slots only once no peer maps them any more.
+  if (device_setup_ && node_comm_) {
+    status.note(MPI_Barrier(node_comm_.get()), "MPI_Barrier(device slots)");
+  }
+  device_setup_ = false;
+  device_.reset();
+  std::fill(device_base_.begin(), device_base_.end(), nullptr);
+  return status;
 }
 
 // --- progress ---------------------------------------------------------------------------
@@ -295,6 +379,7 @@ MpiStatus WindowImpl::free_mpi() noexcept {
   // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
   graveyard_.reap(true);
   MpiStatus first;
+  first.note(free_device_slots());
   first.note(rma_win_.free_noexcept());
   first.note(shm_win_.free_noexcept());
   first.note(node_comm_.free_noexcept());
@@ -308,6 +393,8 @@ void WindowImpl::release() noexcept {
     // MPI is gone. Windows alive at MPI_Finalize were freed by the registry
     // (free_at_finalize); the handles left only forget themselves, without MPI calls.
     stop_progress_thread();
+    if (device_) device_->unmap_peers();
+    device_.reset();
     (void)rma_win_.free_noexcept();
     (void)shm_win_.free_noexcept();
     (void)node_comm_.free_noexcept();

@@ -14,12 +14,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "detail/cuda.hpp"
 #include "mpi/finalize_registry.hpp"
 #include "mpi/handles.hpp"
 #include "paramwin/hyper.hpp"
@@ -35,6 +37,10 @@ namespace paramwin::detail {
 
 using ByteView =
     Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// Records that this process created a device window: from then on host windows check that
+/// the layers they are given as host memory are not device memory (device_memory.cpp).
+void note_device_window() noexcept;
 
 // Final, so never a base; owned and deleted as WindowImpl (FinalizeClient's destructor is
 // protected): its destructor need not be virtual.
@@ -120,6 +126,25 @@ class WindowImpl final : public FinalizeClient {
     return shm_base_[static_cast<std::size_t>(rank)];
   }
 
+  // --- device windows (Memory::cuda, docs/gpu.md) -----------------------------------------
+  /// This rank's GPU side (slots, stream, kernels); nullptr for a host window.
+  [[nodiscard]] cuda::Device* device() const noexcept { return device_.get(); }
+  /// The device slots of the same-node rank @p rank as mapped here (nullptr if on another
+  /// node or a host window).
+  [[nodiscard]] const std::byte* device_slots(int rank) const noexcept {
+    return device_base_.empty() ? nullptr : device_base_[static_cast<std::size_t>(rank)];
+  }
+  /// Slots held in this rank's host segment (host_slot_count()).
+  [[nodiscard]] std::size_t host_slots() const noexcept { return host_slots_; }
+  /// Throws InvalidArgument, naming the layer, unless every layer of @p refs (in layout
+  /// order through @p order) is memory this window can take: device memory on this
+  /// window's GPU for a device window; for a host window, not device memory declared as
+  /// host memory (checked once a device window exists in this process).
+  void check_layer_memory(std::span<const ConstLayerRef> refs, std::span<const std::size_t> order,
+                          const char* operation) const;
+  void check_layer_memory(std::span<const LayerRef> refs, std::span<const std::size_t> order,
+                          const char* operation) const;
+
  private:
   // FinalizeClient: MPI_Finalize frees the window while MPI still works; it then stays an
   // empty shell. Never throw; a failing MPI call is recorded in finalize_error().
@@ -145,6 +170,16 @@ class WindowImpl final : public FinalizeClient {
   void init_segment();
   /// shm_base_: every comm rank on this node mapped to its segment.
   void map_node_segments();
+  /// Device windows: allocates this rank's device slots, exchanges their IPC handles within
+  /// the node and maps the peers' (collective; Error on every rank when a rank fails).
+  void create_device_slots();
+  /// Device windows: unmaps the peers, waits for the node's ranks to have done so, frees this
+  /// rank's device slots (collective over the node; never throws).
+  MpiStatus free_device_slots() noexcept;
+  /// Publish of a device window: the layers (device memory) into the device slot of
+  /// version @p p, and into the host copy when there is one. Returns the finiteness record.
+  std::uint64_t publish_device(std::span<const ConstLayerRef> layers,
+                               std::span<const std::size_t> order, std::uint64_t p);
   void verify();
   void check_layouts_strict(std::uint64_t slot_fingerprint);
   void release() noexcept;
@@ -185,8 +220,13 @@ class WindowImpl final : public FinalizeClient {
   int uncaught_at_creation_ = std::uncaught_exceptions();
   bool abort_on_unwind_ = false;  // options_.abort_on_unwind or PARAMWIN_ABORT_ON_UNWIND
   SlotLayout slots_;
-  ByteView segment_;                  // this rank's segment: header page + two slots
-  std::vector<std::byte*> shm_base_;  // per comm rank: segment base if on this node
+  ByteView segment_;                      // this rank's segment: header page + two slots
+  std::vector<std::byte*> shm_base_;      // per comm rank: segment base if on this node
+  std::vector<int> node_to_comm_;         // per node rank: its rank in comm_
+  std::size_t host_slots_ = 2;            // slots in the host segment (host_slot_count())
+  std::unique_ptr<cuda::Device> device_;  // device windows: this rank's GPU side
+  std::vector<std::byte*> device_base_;   // per comm rank: device slots if on this node
+  bool device_setup_ = false;             // create_device_slots() began (on every rank alike)
   std::uint64_t version_ = 0;
   bool rma_readers_ = false;
   AgentStatus status_;

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "detail/cuda.hpp"
 #include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
@@ -529,4 +530,58 @@ TEST(Detail, ViewRefsCarryShapeAndOrderAndBindingChecksThem) {
   const pw::LayerRef column(Kokkos::subview(two_cols, Kokkos::ALL(), 0));
   EXPECT_FALSE(column.contiguous());
   EXPECT_FALSE(column.as_const().contiguous());
+}
+
+// Device windows (docs/gpu.md): the host segment keeps the slots only where RMA readers need
+// a host copy; the device slots alternate like the host ones; a device pull's donor limit.
+TEST(Detail, DeviceWindowsKeepHostSlotsOnlyForRmaReaders) {
+  using pw::Exposure;
+  using pw::Memory;
+  EXPECT_EQ(pd::host_slot_count(Exposure::snapshot, Memory::host, false), 2U);
+  EXPECT_EQ(pd::host_slot_count(Exposure::snapshot, Memory::host, true), 2U);
+  EXPECT_EQ(pd::host_slot_count(Exposure::live, Memory::host, false), 1U);
+  EXPECT_EQ(pd::host_slot_count(Exposure::snapshot, Memory::cuda, false), 0U);
+  EXPECT_EQ(pd::host_slot_count(Exposure::snapshot, Memory::cuda, true), 2U);
+  pd::SlotLayout slots;
+  slots.stride = 3 * pd::kPage;
+  EXPECT_EQ(pd::segment_bytes(slots, 0), pd::kPage);
+  EXPECT_EQ(pd::segment_bytes(slots, 2), 7 * pd::kPage);
+  // Version v lives in slot v % 2, on the device as in the host segment (after its header).
+  EXPECT_EQ(pd::device_slot_offset(4, slots.stride), 0U);
+  EXPECT_EQ(pd::device_slot_offset(5, slots.stride), slots.stride);
+  EXPECT_EQ(pd::slot_offset(5, slots.stride, false) - pd::kPage,
+            pd::device_slot_offset(5, slots.stride));
+}
+
+TEST(Detail, DevicePullsMixAtMost32Donors) {
+  EXPECT_TRUE(pd::cuda::device_donor_limit_error(1).empty());
+  EXPECT_TRUE(pd::cuda::device_donor_limit_error(pd::cuda::kMaxDeviceSources).empty());
+  const std::string e = pd::cuda::device_donor_limit_error(pd::cuda::kMaxDeviceSources + 1);
+  EXPECT_NE(e.find("at most 32 donors in one pull"), std::string::npos) << e;
+  EXPECT_NE(e.find("got 33"), std::string::npos) << e;
+}
+
+TEST(Detail, DeviceMemoryTagMarksRefsAsNotHostAccessible) {
+  float x[4] = {};
+  const pw::LayerRef r("w", x, 4, pw::DType::float32, pw::device_memory);
+  EXPECT_FALSE(r.host_accessible());
+  EXPECT_FALSE(r.as_const().host_accessible());
+  const pw::ConstLayerRef c("w", x, 4, pw::DType::float32, pw::device_memory);
+  EXPECT_FALSE(c.host_accessible());
+  EXPECT_EQ(c.count(), 4U);
+}
+
+// Without a device (CI, this machine) CUDA reports none, with its reason; a build without
+// CUDA says so.
+TEST(Detail, CudaReportsItsDevicesAndWhyThereAreNone) {
+  std::string why;
+  const int n = pd::cuda::device_count(&why);
+  if (n > 0) GTEST_SKIP() << n << " CUDA device(s) here";
+  EXPECT_FALSE(why.empty());
+  if (!pd::cuda::built()) {
+    EXPECT_NE(why.find("without CUDA"), std::string::npos) << why;
+  }
+  // Host memory is never device memory (CUDA does not know it, or there is no CUDA).
+  float x = 0.0F;
+  EXPECT_FALSE(pd::cuda::classify(&x).device);
 }

@@ -1014,7 +1014,9 @@ TEST(TorchDevice, CudaAgentCopiesOnlyWhenDataMoves) {
   ao.triggers.age.enabled = false;
   ao.selection.k = 1;
   ao.publish.every = 4;
-  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao));
+  // Host staging asked for: without it a CUDA module gets a device window (below).
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao),
+                        {.device_windows = pwt::DeviceWindows::never});
   (void)agent.publish();
   EXPECT_EQ(agent.staging_stats().pinned_tensors, 3U);
   std::uint64_t publishes = 0;
@@ -1044,7 +1046,8 @@ TEST(TorchDevice, CudaRebirthResetsAdamAndRebindsAfterMoves) {
   // Learning rate 0: Adam keeps moments for every parameter but the values stay exact, so
   // the reborn module must equal its donor's fill_exact bit for bit.
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.0));
-  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(3));
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(3),
+                        {.device_windows = pwt::DeviceWindows::never});
   (void)agent.publish();
   EXPECT_EQ(agent.staging_stats().pinned_tensors, 3U);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -1087,6 +1090,69 @@ TEST(TorchDevice, CudaRebirthResetsAdamAndRebindsAfterMoves) {
   EXPECT_EQ(agent.staging_stats().pinned_tensors, 3U);
   MPI_Barrier(MPI_COMM_WORLD);
   expect_neighbour_reads(agent, flat(*model), "cuda after moves");
+}
+
+// A CUDA module gets a device window by default (docs/gpu.md): nothing is staged, a rebirth
+// lands the donor's values in the CUDA tensors bit for bit, and the neighbour reads back what
+// the module published (with a CUDA probe: a device window takes device memory only). Moving
+// the module off its GPU is refused with a message naming the tensor.
+TEST(TorchDevice, CudaAgentUsesADeviceWindow) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); device windows are "
+                    "tested on a GPU (tests/cuda/device_window_mpi_test.cpp)";
+  }
+  const int rank = world_rank();
+  Tiny model;
+  fill_exact(*model, rank);
+  model->to(torch::kCUDA);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, rank0_dies_at(3));
+  EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
+  (void)agent.publish();
+  EXPECT_TRUE(agent.staging_stats().device_window);
+  EXPECT_EQ(agent.staging_stats().staged_tensors, 0U);
+  MPI_Barrier(MPI_COMM_WORLD);
+  int rebirths = 0;
+  for (int step = 0; step < 5; ++step) {
+    const pw::StepEvent ev = agent.step(step, 1.0);
+    if (!ev.died) continue;
+    ++rebirths;
+    ASSERT_EQ(ev.donors.size(), 1U);
+    for (const torch::Tensor& p : model->parameters()) EXPECT_TRUE(p.is_cuda());
+    Tiny expected;
+    fill_exact(*expected, ev.donors[0].rank);
+    EXPECT_EQ(flat(*model), flat(*expected)) << "the donor's values did not land on the GPU";
+  }
+  EXPECT_EQ(rebirths, rank == 0 ? 1 : 0);
+  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
+  EXPECT_EQ(agent.staging_stats().host_to_device, 0U);
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The neighbour reads what this module holds (published by the last step or publish).
+  (void)agent.publish();
+  const std::vector<double> mine = flat(*model);
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(world_size()));
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD);
+  const int donor = (rank + 1) % world_size();
+  Tiny probe;
+  probe->to(torch::kCUDA);
+  (void)pwt::adopt(agent.agent().window(), std::vector<int>{donor}, *probe);
+  const std::vector<double> got = flat(*probe);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], all[static_cast<std::size_t>(donor) * mine.size() + i]) << "element " << i;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Off the GPU: refused, naming the tensor.
+  model->to(torch::kCPU);
+  try {
+    (void)agent.publish();
+    ADD_FAILURE() << "a CPU module was published through a device window";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("device window on cuda:"), std::string::npos) << e.what();
+  }
+  model->to(torch::kCUDA);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // --- checkpoints of a grouped agent -----------------------------------------------------------

@@ -29,6 +29,25 @@ namespace paramwin::torch {
 using OptimizerBuilder =
     std::function<std::unique_ptr<::torch::optim::Optimizer>(::torch::nn::Module& module)>;
 
+/// Whether a TorchAgent keeps a CUDA module's snapshots on the GPU (a device window,
+/// WindowOptions::memory = Memory::cuda, docs/gpu.md) or stages them through host memory.
+enum class DeviceWindows : std::uint8_t {
+  /// A device window when it can be one on every rank (every exchanged tensor on one CUDA
+  /// device, a build with CUDA, a solo agent, snapshot exposure, no ModuleOptions::
+  /// stage_through_host, no inherit_optimizer_state, no checkpoints); else host staging, and
+  /// a rank with CUDA tensors says why on stderr once.
+  automatic = 0,
+  always = 1,  ///< a device window, or InvalidArgument on every rank saying why not
+  never = 2,   ///< host staging (page-locked buffers), as before device windows
+};
+
+namespace detail {
+inline constexpr EnumName<DeviceWindows> kDeviceWindowsNames[] = {{DeviceWindows::automatic,
+                                                                   "auto"},
+                                                                  {DeviceWindows::always, "always"},
+                                                                  {DeviceWindows::never, "never"}};
+}  // namespace detail
+
 /// What a TorchAgent does besides the Agent's own options.
 struct TorchAgentOptions {
   ModuleOptions module{};  ///< which tensors are exchanged, forced staging
@@ -57,6 +76,9 @@ struct TorchAgentOptions {
   /// On a rebirth, drop the replaced parameters' gradients (they belong to the parameters
   /// that died).
   bool clear_gradients = true;
+  /// Device window or host staging for CUDA modules (a WindowOptions::memory of Memory::cuda
+  /// given to the constructor counts as DeviceWindows::always).
+  DeviceWindows device_windows = DeviceWindows::automatic;
 };
 
 /// What a TorchAgent copied between the module's tensors and its host staging buffers, and
@@ -73,6 +95,9 @@ struct TorchStagingStats {
   std::uint64_t binds = 0;
   std::size_t staged_tensors = 0;  ///< tensors exchanged through a host buffer (last binding)
   std::size_t pinned_tensors = 0;  ///< of those, with a page-locked buffer (CUDA tensors)
+  /// The agent's window is a device window: the tensors are read and written in place on
+  /// the GPU, nothing is staged.
+  bool device_window = false;
 };
 
 /// One member of a population training a LibTorch module. Owns one agent, held as an
@@ -231,3 +256,10 @@ std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
     ::torch::optim::Optimizer& optimizer, const ::torch::Tensor& param);
 
 }  // namespace paramwin::torch
+
+namespace paramwin {
+/// Names of torch::DeviceWindows.
+template <>
+inline constexpr EnumTable<torch::DeviceWindows>
+    enum_table<torch::DeviceWindows>{"device windows", torch::detail::kDeviceWindowsNames};
+}  // namespace paramwin
