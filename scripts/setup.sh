@@ -54,6 +54,9 @@ else
   # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
   packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
             python3-h5py)
+  # python3-venv, python3-pip, python3-build: `pip install .` and `python -m build --wheel` of
+  # the package into a virtual environment, offline (docs/python.md; tests python.venv_*).
+  packages+=(python3-venv python3-pip python3-build)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi
