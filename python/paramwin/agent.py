@@ -22,7 +22,7 @@ OptionValue = Any  # see paramwin._options: bool, int, float, str, enum, (lo, hi
 
 @dataclass
 class ExploreContext:
-    """What an ``explore`` callable sees (C++ ExploreContext): the agent (``rank``: its rank
+    """What a ``custom_explore`` callable sees (C++ ExploreContext): the agent (``rank``: its rank
     or agent id), ``generation`` (this rebirth included), ``before`` (its hyperparameters
     before the rebirth), ``donors`` (the donors' published hyperparameters, best first),
     ``weights`` (their normalised mixing weights), ``seed`` (from the agent's explore
@@ -56,9 +56,9 @@ def _guard(hook: str, fn: Optional[Callable[..., Any]]) -> Optional[Callable[...
     return call
 
 
-def _hooks(on_rebirth, reset, custom_trigger, explore, prepare) -> Dict[str, Any]:
+def _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare) -> Dict[str, Any]:
     trigger = _guard("custom_trigger", custom_trigger)
-    user_explore = _guard("explore", explore)
+    user_explore = _guard("custom_explore", custom_explore)
 
     def explore_call(ctx: tuple, values: Dict[str, Any]) -> Dict[str, Any]:
         assert user_explore is not None
@@ -71,7 +71,7 @@ def _hooks(on_rebirth, reset, custom_trigger, explore, prepare) -> Dict[str, Any
         "on_rebirth": _guard("on_rebirth", on_rebirth),
         "reset": _guard("reset", reset),
         "custom_trigger": None if trigger is None else (lambda ctx: bool(trigger(ctx))),
-        "explore": None if user_explore is None else explore_call,
+        "custom_explore": None if user_explore is None else explore_call,
         "prepare_params": prepare,
     }
 
@@ -282,8 +282,9 @@ class Agent(_Member):
     selection=fittest")``). Callables (each runs with the GIL, only while it runs; one that
     raises makes the call raise CallbackError): ``on_rebirth(event)``, ``reset(seed)`` (for
     ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
-    ``explore(ctx: ExploreContext, values: dict) -> dict | None`` (after the built-in explore:
-    return the new values, or change ``values`` in place), ``prepare_params()``. Window
+    ``custom_explore(ctx: ExploreContext, values: dict) -> dict | None`` (after the built-in
+    explore: return the new values, or change ``values`` in place), ``prepare_params()``.
+    (The ``explore`` keyword is the option: ``explore={"lr": "log_uniform:1e-4..1e-1"}``.) Window
     options: ``transport``, ``verify``, ``name`` (name the window when several share a
     communicator: see ParameterWindow). Creation, close() and the checkpoint calls are
     collective, and so is a step() that saves a checkpoint (``checkpoint_*`` keys); otherwise
@@ -298,15 +299,15 @@ class Agent(_Member):
                  on_rebirth: Optional[Callable[["_core.StepEvent"], None]] = None,
                  reset: Optional[Callable[[int], None]] = None,
                  custom_trigger: Optional[Callable[["_core.TriggerContext"], bool]] = None,
-                 explore: Optional[Callable[[ExploreContext, Dict[str, Any]],
-                                            Optional[Dict[str, Any]]]] = None,
+                 custom_explore: Optional[Callable[[ExploreContext, Dict[str, Any]],
+                                                   Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
                  **keywords: OptionValue):
         config = agent_config(options, **keywords)
         prepare = self._init_member(prepare_params)
         self._agent = _core.Agent(comm, layout, config,
-                                  _hooks(on_rebirth, reset, custom_trigger, explore, prepare),
+                                  _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare),
                                   str(transport), verify, name)
 
     def __enter__(self) -> "Agent":

@@ -72,7 +72,7 @@ class CheckpointError(Error):
 
 
 class CallbackError(Error):
-    """A Python callable given to an agent (``hook``: "custom_trigger", "explore",
+    """A Python callable given to an agent (``hook``: "custom_trigger", "custom_explore",
     "on_rebirth", "reset", "prepare_params", "checkpoint_save", "checkpoint_load") raised;
     the exception it raised is ``__cause__``. The agent is left as the C++ library leaves it
     for a throwing callback (a throwing custom trigger undoes the step: docs/agent.md)."""

@@ -91,7 +91,7 @@ class GroupAgent(_Member):
     """One rank of an agent made of several ranks (``groups``: an AgentGroups; only agent
     ranks construct one). Every rank holds the full replica of the parameters; each exposes
     one shard; a rebirth pulls every shard from the matching rank of each donor agent. Options
-    and callables are Agent's (the leader runs ``custom_trigger`` and ``explore``; if one
+    and callables are Agent's (the leader runs ``custom_trigger`` and ``custom_explore``; if one
     raises, the leader raises CallbackError and the agent's other ranks raise Error saying the
     leader failed to decide, nothing changed). Collective: creation, close() and the
     checkpoint calls over all training ranks; step() over the agent's ranks; publish, leave,
@@ -104,8 +104,8 @@ class GroupAgent(_Member):
                  on_rebirth: Optional[Callable[["_core.StepEvent"], None]] = None,
                  reset: Optional[Callable[[int], None]] = None,
                  custom_trigger: Optional[Callable[["_core.TriggerContext"], bool]] = None,
-                 explore: Optional[Callable[[ExploreContext, Dict[str, Any]],
-                                            Optional[Dict[str, Any]]]] = None,
+                 custom_explore: Optional[Callable[[ExploreContext, Dict[str, Any]],
+                                                   Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
                  **keywords: OptionValue):
@@ -116,8 +116,8 @@ class GroupAgent(_Member):
         prepare = self._init_member(prepare_params)
         self.groups = groups
         self._agent = _core.GroupAgent(groups._groups, layout, config,
-                                       _hooks(on_rebirth, reset, custom_trigger, explore,
-                                              prepare),
+                                       _hooks(on_rebirth, reset, custom_trigger,
+                                              custom_explore, prepare),
                                        str(transport), verify, name)
         groups._agents.add(self)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch as _torch
@@ -101,7 +102,13 @@ class TorchAgent:
             self._agent = GroupAgent(groups, layout_of(module, hyperparameters), **options)
         else:
             self._agent = Agent(layout_of(module, hyperparameters), comm, **options)
-        self._agent.set_checkpoint_hooks(self._save_blobs, self._load_blobs)
+        # Weak references: the core holds the hooks, and a cycle through the C++ object would
+        # keep this agent (and its window) alive until exit.
+        ref = weakref.ref(self)
+        self._agent.set_checkpoint_hooks(
+            lambda: ref()._save_blobs() if ref() is not None else {},
+            lambda blobs, reborn: ref()._load_blobs(blobs, reborn) if ref() is not None
+            else None)
         if hyperparameters:
             self._agent.set_hyperparameters(hyperparameters)
             self._apply_lr()

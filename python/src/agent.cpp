@@ -42,7 +42,7 @@ void bind_agent(py::module_& m) {
       "The agent option keys (key, aliases, value, doc), from the library's key table: what "
       "Agent and TorchAgent accept as keywords.");
   m.def("hook_names", &hook_names,
-        "The callables an agent takes (on_rebirth, reset, custom_trigger, explore, "
+        "The callables an agent takes (on_rebirth, reset, custom_trigger, custom_explore, "
         "prepare_params).");
   m.def(
       "check_agent_options",

@@ -63,7 +63,7 @@ const Hook kHooks[] = {
          return (*f)(c).cast<bool>();
        };
      }},
-    {"explore",
+    {"custom_explore",
      [](AgentOptions& o, const py::object& fn) {
        // Called with (context tuple, values dict); returns the new values (a dict of some
        // names) or None (unchanged).

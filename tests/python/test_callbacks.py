@@ -65,7 +65,7 @@ def test_explore_changes_the_reborn_hyperparameters(comm):
 
     w = np.zeros(4, np.float32)
     with paramwin.Agent(LAYOUT, comm, seed=9, age=(2, 2), k=1, shortfall="clamp",
-                        explore=explore) as agent:
+                        custom_explore=explore) as agent:
         agent.set_hyperparameters({"lr": 0.01 * (rank + 1)})
         agent.publish([w])
         comm.Barrier()
@@ -90,11 +90,11 @@ def test_a_raising_explore_function_is_a_callback_error(comm):
 
     w = np.zeros(4, np.float32)
     with paramwin.Agent(LAYOUT, comm, seed=9, age=(2, 2), k=1, shortfall="clamp",
-                        explore=explore) as agent:
+                        custom_explore=explore) as agent:
         agent.publish([w])
         comm.Barrier()
         agent.step(1, 0.0, [w])
-        with pytest.raises(paramwin.CallbackError, match="explore.*KeyError"):
+        with pytest.raises(paramwin.CallbackError, match="custom_explore.*KeyError"):
             agent.step(2, 0.0, [w])
         comm.Barrier()
 
