@@ -51,10 +51,11 @@ def test_typed_keywords_and_strings_give_the_same_options():
     typed = agent_config(selection=paramwin.SelectionKind.tournament, k=2, age=(5, 9),
                          clamp=True, weights=[0.75, 0.25], triggers=["age", "worst_fraction"],
                          direction=paramwin.MetricDirection.higher_is_better,
-                         explore={"lr": "log_uniform:1e-4..1e-1"}, temperature=0.5)
+                         explore={"lr": "log_uniform:1e-4..1e-1"}, temperature=0.5,
+                         mixing=paramwin.MixingKind.weighted)
     text = agent_config("selection=tournament k=2 age=5..9 clamp=true weights=0.75,0.25 "
                         "triggers=age,worst_fraction direction=higher_is_better "
-                        "explore.lr=log_uniform:1e-4..1e-1 temperature=0.5")
+                        "explore.lr=log_uniform:1e-4..1e-1 temperature=0.5 mixing=weighted")
     assert typed == text
     _core.check_agent_options(typed, 4)
     assert paramwin.SelectionKind.fittest == "fittest"  # members are their names

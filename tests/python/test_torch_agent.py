@@ -100,7 +100,7 @@ def test_param_groups_with_different_learning_rates_are_refused_with_an_lr_hyper
     # Untouched: the groups keep their own learning rates.
     assert [g["lr"] for g in sgd.param_groups] == [0.01, 0.02]
     # Without an "lr" hyperparameter the learning rates are the optimizer's business.
-    with TorchAgent(net, sgd, comm) as agent:
+    with TorchAgent(net, sgd, comm, k=1, shortfall="clamp") as agent:
         agent.step(1, 0.0)
         assert [g["lr"] for g in sgd.param_groups] == [0.01, 0.02]
         comm.Barrier()
