@@ -52,7 +52,9 @@ void bind_groups(py::module_& m) {
            })
       .def_property_readonly("valid", [](const PyGroups& g) { return g.groups != nullptr; })
       .def_property_readonly("role",
-                             [](const PyGroups& g) { return std::string(role_name(g.get().role())); })
+                             [](const PyGroups& g) {
+                               return std::string(role_name(g.get().role()));
+                             })
       .def_property_readonly("is_agent_rank",
                              [](const PyGroups& g) { return g.get().is_agent_rank(); })
       .def_property_readonly("world_rank", [](const PyGroups& g) { return g.get().world_rank(); })

@@ -22,7 +22,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("version") = PARAMWIN_VERSION;
 #ifdef OPEN_MPI
   m.attr("mpi_vendor") = "Open MPI";
-  m.attr("mpi_version") = pybind11::make_tuple(OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+  m.attr("mpi_version") =
+      pybind11::make_tuple(OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
 #elif defined(MPICH)
   m.attr("mpi_vendor") = "MPICH";
   m.attr("mpi_version") = MPICH_VERSION;
