@@ -56,6 +56,14 @@ def _guard(hook: str, fn: Optional[Callable[..., Any]]) -> Optional[Callable[...
     return call
 
 
+def _extra_hooks(keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """Takes out of ``keywords`` the hooks of the C++ hook table (``_core.hook_names()``) that
+    have no keyword of their own here (a hook added to python/src/callbacks.cpp is a keyword at
+    once), each guarded like the others."""
+    names = set(_core.hook_names())
+    return {k: _guard(k, keywords.pop(k)) for k in list(keywords) if k in names}
+
+
 def _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare) -> Dict[str, Any]:
     trigger = _guard("custom_trigger", custom_trigger)
     user_explore = _guard("custom_explore", custom_explore)
@@ -304,11 +312,12 @@ class Agent(_Member):
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
                  **keywords: OptionValue):
+        extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         prepare = self._init_member(prepare_params)
-        self._agent = _core.Agent(comm, layout, config,
-                                  _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare),
-                                  str(transport), verify, name)
+        hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
+        hooks.update(extra)
+        self._agent = _core.Agent(comm, layout, config, hooks, str(transport), verify, name)
 
     def __enter__(self) -> "Agent":
         return self

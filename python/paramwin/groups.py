@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._options import agent_config
-from .agent import ExploreContext, OptionValue, _hooks, _Member
+from .agent import ExploreContext, OptionValue, _extra_hooks, _hooks, _Member
 from .errors import InvalidArgument
 
 __all__ = ["AgentGroups", "GroupAgent"]
@@ -112,13 +112,14 @@ class GroupAgent(_Member):
         if not isinstance(groups, AgentGroups):
             raise InvalidArgument("paramwin: GroupAgent needs a paramwin.AgentGroups, got "
                                   f"{type(groups).__name__}")
+        extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         prepare = self._init_member(prepare_params)
         self.groups = groups
-        self._agent = _core.GroupAgent(groups._groups, layout, config,
-                                       _hooks(on_rebirth, reset, custom_trigger,
-                                              custom_explore, prepare),
-                                       str(transport), verify, name)
+        hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
+        hooks.update(extra)
+        self._agent = _core.GroupAgent(groups._groups, layout, config, hooks, str(transport),
+                                       verify, name)
         groups._agents.add(self)
 
     def __enter__(self) -> "GroupAgent":

@@ -124,3 +124,12 @@ def test_a_raising_trigger_on_a_group_leader_raises_on_every_rank_of_the_agent(c
 def test_a_hook_must_be_callable(comm):
     with pytest.raises(paramwin.InvalidArgument, match="custom_trigger must be callable"):
         paramwin.Agent(LAYOUT, comm, custom_trigger=3)
+
+
+def test_every_hook_of_the_cpp_table_is_a_keyword(comm):
+    # The C++ hook table (python/src/callbacks.cpp) drives the keywords: each is accepted.
+    names = paramwin._core.hook_names()
+    assert {"on_rebirth", "reset", "custom_trigger", "custom_explore", "prepare_params"} <= set(names)
+    for name in names:
+        with paramwin.Agent(LAYOUT, comm, k=1, shortfall="clamp", **{name: None}):
+            pass
