@@ -13,12 +13,13 @@ LAYOUT.add_hyperparameter("lr")
 
 
 def test_custom_trigger_kills_when_told(comm):
-    n = comm.Get_size()
+    # Rank 0's trigger fires at step 3; the others never fire, so they stay eligible donors.
+    n, rank = comm.Get_size(), comm.Get_rank()
     seen = []
 
     def trigger(ctx):
         seen.append((ctx.step, ctx.age, ctx.population))
-        return ctx.step == 3
+        return ctx.rank == 0 and ctx.step == 3
 
     w = np.zeros(4, np.float32)
     with paramwin.Agent(LAYOUT, comm, triggers="none", custom_trigger=trigger, k=1,
@@ -26,13 +27,16 @@ def test_custom_trigger_kills_when_told(comm):
         agent.publish([w])
         comm.Barrier()
         events = [agent.step(s, 0.0, [w]) for s in range(1, 5)]
+        comm.Barrier()  # every agent stays readable until all have stepped
         assert [s for s, _, _ in seen][:3] == [1, 2, 3] and seen[0][2] == n
-        assert events[2].reason == paramwin.DeathReason.custom
-        assert events[2].died or events[2].deferred
         assert not any(e.died or e.deferred for e in events[:2])
-        if n > 1:
-            assert events[2].died and agent.generation == 1
-        comm.Barrier()
+        if rank == 0:
+            assert events[2].reason == paramwin.DeathReason.custom
+            assert events[2].died or events[2].deferred
+            if n > 1:
+                assert events[2].died and agent.generation == 1
+        else:
+            assert not any(e.died or e.deferred for e in events)
 
 
 def test_a_raising_trigger_raises_on_every_rank_and_changes_nothing(comm):
@@ -55,6 +59,11 @@ def test_a_raising_trigger_raises_on_every_rank_and_changes_nothing(comm):
         comm.Barrier()
 
 
+def rank0_dies_at(step):
+    """A custom trigger: rank 0 dies at ``step``, the others never (eligible donors)."""
+    return lambda ctx: ctx.rank == 0 and ctx.step == step
+
+
 def test_explore_changes_the_reborn_hyperparameters(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     contexts = []
@@ -64,24 +73,28 @@ def test_explore_changes_the_reborn_hyperparameters(comm):
         return {"lr": 0.5 + ctx.generation}
 
     w = np.zeros(4, np.float32)
-    with paramwin.Agent(LAYOUT, comm, seed=9, age=(2, 2), k=1, shortfall="clamp",
-                        custom_explore=explore) as agent:
+    with paramwin.Agent(LAYOUT, comm, seed=9, triggers="none", custom_trigger=rank0_dies_at(2),
+                        k=1, shortfall="clamp", custom_explore=explore) as agent:
         agent.set_hyperparameters({"lr": 0.01 * (rank + 1)})
         agent.publish([w])
         comm.Barrier()
-        for s in range(1, 6):
-            event = agent.step(s, float(rank), [w])
+        died = [agent.step(s, float(rank), [w]) for s in range(1, 4)]
+        comm.Barrier()
+        for event in died:
             if event.died:
                 assert event.hyper["lr"] == 0.5 + event.generation
                 assert agent.hyperparameters["lr"] == 0.5 + event.generation
-        if n > 1:
+        if n > 1 and rank == 0:
+            assert died[1].died
             assert contexts and isinstance(contexts[0], paramwin.ExploreContext)
             assert len(contexts[0].donors) == 1 and contexts[0].weights == [1.0]
-        comm.Barrier()
+            assert contexts[0].before == {"lr": 0.01}
+        if rank != 0:
+            assert not contexts
 
 
 def test_a_raising_explore_function_is_a_callback_error(comm):
-    n = comm.Get_size()
+    n, rank = comm.Get_size(), comm.Get_rank()
     if n < 2:
         pytest.skip("needs a rebirth, so 2 ranks")
 
@@ -89,12 +102,15 @@ def test_a_raising_explore_function_is_a_callback_error(comm):
         raise KeyError("no such rule")
 
     w = np.zeros(4, np.float32)
-    with paramwin.Agent(LAYOUT, comm, seed=9, age=(2, 2), k=1, shortfall="clamp",
-                        custom_explore=explore) as agent:
+    with paramwin.Agent(LAYOUT, comm, seed=9, triggers="none", custom_trigger=rank0_dies_at(2),
+                        k=1, shortfall="clamp", custom_explore=explore) as agent:
         agent.publish([w])
         comm.Barrier()
         agent.step(1, 0.0, [w])
-        with pytest.raises(paramwin.CallbackError, match="custom_explore.*KeyError"):
+        if rank == 0:
+            with pytest.raises(paramwin.CallbackError, match="custom_explore.*KeyError"):
+                agent.step(2, 0.0, [w])
+        else:
             agent.step(2, 0.0, [w])
         comm.Barrier()
 
