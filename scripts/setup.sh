@@ -62,6 +62,9 @@ else
   # The Fashion-MNIST population benchmark (benchmarks/pbt_fashion, its short version is a
   # test of this pass): the dataset (never downloaded) and Optuna, one of its baselines.
   packages+=(dataset-fashion-mnist python3-optuna)
+  # python3-venv, python3-pip, python3-build: `pip install .` and `python -m build --wheel` of
+  # the package into a virtual environment, offline (docs/python.md; tests python.venv_*).
+  packages+=(python3-venv python3-pip python3-build)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi

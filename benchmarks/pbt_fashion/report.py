@@ -10,7 +10,8 @@ by t (model selection on validation, never on test). The table gives, per method
 the spread over seeds at the end of the equal step budget and at the equal wall-clock time T
 (the earliest time by which every method's every seed has finished), the median agent's
 accuracy at the end, the rebirths and the exploit cost per rebirth. --check exits non-zero
-when a run is missing or incomplete (the suite's short version uses it).
+when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
+an exploiting method never exploited (the suite's short version uses it).
 """
 
 from __future__ import annotations
@@ -153,6 +154,15 @@ def main() -> int:
             print(f"report: missing runs for {bad}", file=sys.stderr)
             return 1
     rows = summary(by)
+    if o.check:
+        # Training worked (the best agent learned), and every exploiting method exploited.
+        bad = [f"{r['method']}: best held-out accuracy {min(r['final']):.3f} < 0.6"
+               for r in rows if min(r["final"]) < 0.6]
+        bad += [f"{r['method']}: no rebirth" for r in rows
+                if r["method"] not in ("random_search", "optuna_tpe") and r["rebirths"] == 0]
+        if bad:
+            print("report: " + "; ".join(bad), file=sys.stderr)
+            return 1
     text = markdown(rows)
     print(text)
     if o.markdown:

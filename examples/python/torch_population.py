@@ -6,11 +6,12 @@ The same population then trains again without replacement (same seeds, same data
 control, and both are compared — the Python twin of examples/torch_population (same table,
 same CSV files, same plot).
 
-    mpiexec -n 4 python3 examples/python/torch_population.py [--steps N] [--out DIR] ...
+    mpiexec.openmpi -n 4 .venv/bin/python examples/python/torch_population.py [--steps N] [--out DIR] ...
 
 (Open MPI, whose mpi4py Debian ships: mpiexec.openmpi; as root add --allow-run-as-root, and
---oversubscribe with more ranks than cores.) PYTHONPATH must reach the paramwin package:
-<build>/python from a build tree (docs/python.md).
+--oversubscribe with more ranks than cores.) .venv is the virtual environment paramwin was
+pip-installed into (docs/python.md, "Install"); from a build tree instead, run
+/usr/bin/python3 with PYTHONPATH=<build>/python.
 """
 
 import argparse

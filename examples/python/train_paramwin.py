@@ -1,7 +1,7 @@
 """A population trainer as a torchgfn user writes it today, with paramwin's TorchAgent in
 place of the seed's spawn policy (train_seed.py); docs/python-port.md shows the diff.
 
-    mpiexec -n 4 python3 examples/python/train_paramwin.py
+    mpiexec.openmpi -n 4 .venv/bin/python examples/python/train_paramwin.py
 """
 
 import torch

@@ -2,7 +2,7 @@
 (seed_policy.py: mpi4py windows, age-based replacement). train_paramwin.py is the same loop
 on paramwin; docs/python-port.md shows the diff.
 
-    mpiexec -n 4 python3 examples/python/train_seed.py
+    mpiexec.openmpi -n 4 .venv/bin/python examples/python/train_seed.py
 """
 
 import torch

@@ -1,26 +1,54 @@
 """paramwin: population training over MPI one-sided windows, from Python.
 
-``import paramwin`` imports mpi4py.MPI (which initialises MPI). Communicators are mpi4py
-communicators; the default is ``MPI.COMM_WORLD``. See docs/python.md.
+``import paramwin`` imports mpi4py.MPI (which initialises MPI) and checks that its MPI library
+is the one this paramwin was built against (ImportError naming both otherwise).
+Communicators are mpi4py communicators; the default is ``MPI.COMM_WORLD``. See
+docs/python.md.
 """
 
-from mpi4py import MPI as _MPI  # noqa: F401 - initialises MPI before the core is used
+from mpi4py import MPI as _MPI
 
-from .errors import (DonorError, Error, InvalidArgument, LayoutMismatch, MpiError,  # noqa: I001
-                     TimeoutError, VerificationError)
-from ._core import (AgentStats, AgentStatus, DonorRead, DonorRecord, LayerSpec, Layout,
-                    PhaseSeconds, PublishResult, PullResult, RosterEntry, StepEvent,
-                    TimerSummary, TriggerContext, mpi_vendor, option_keys)
-from ._tensors import named_layout as layout_of
-from .window import ParameterWindow
-from .agent import Agent, agent_config
+from . import _build_info
+from ._mpi_check import check_mpi as _check_mpi
+
+_check_mpi(_MPI, _build_info)  # before the extension loads a second MPI library beside it
+
+from .errors import (CallbackError, CheckpointError, DonorError, Error,  # noqa: E402,I001
+                     InvalidArgument, LayoutMismatch, MpiError, TimeoutError, VerificationError)
+from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa: E402
+                    DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
+                    RosterEntry, StepEvent, TimerSummary, TriggerContext, mpi_vendor)
+from .enums import (AgentState, DeathReason, DType, Exposure,  # noqa: E402
+                    FitnessWeighting, HyperDistribution, HyperInherit, HyperScale, HyperType,
+                    Landing, LayoutCheck, MetricDirection, MixingKind, NonFinitePolicy,
+                    PausedDeaths, Phase, ReadMode, Reduction, Role, SelectionKind, Shortfall,
+                    Transport, WireFormat)
+from ._tensors import named_layout as layout_of  # noqa: E402
+from ._options import OptionKey, agent_config, option_table  # noqa: E402
+from .window import ParameterWindow  # noqa: E402
+from .agent import Agent, ExploreContext  # noqa: E402
+from .groups import AgentGroups, GroupAgent  # noqa: E402
+
+
+def option_keys():
+    """The C++ option key table as (key, aliases, value, doc) tuples (see option_table())."""
+    from . import _core
+
+    return _core.option_keys()
+
 
 __all__ = [
-    "Agent", "AgentStats", "AgentStatus", "DonorError", "DonorRead", "DonorRecord", "Error",
-    "InvalidArgument", "LayerSpec", "Layout", "LayoutMismatch", "MpiError", "ParameterWindow",
-    "PhaseSeconds", "PublishResult", "PullResult", "RosterEntry", "StepEvent", "TimeoutError",
-    "TimerSummary", "TriggerContext", "VerificationError", "agent_config", "layout_of",
-    "mpi_vendor", "option_keys",
+    "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "CallbackError",
+    "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DonorError", "DonorRead",
+    "DonorRecord", "Error", "ExploreContext", "Exposure", "FitnessWeighting", "GroupAgent",
+    "HyperDistribution", "HyperInherit", "HyperScale", "HyperType", "InvalidArgument",
+    "Landing", "LayerSpec", "Layout", "LayoutCheck", "LayoutMismatch", "MetricDirection",
+    "MixingKind", "MpiError", "NonFinitePolicy", "OptionKey", "ParameterWindow",
+    "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult", "PullResult", "ReadMode",
+    "Reduction", "Role", "RosterEntry", "SelectionKind", "Shortfall", "StepEvent",
+    "TimeoutError", "TimerSummary", "Transport", "TriggerContext", "VerificationError",
+    "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys", "option_table",
+    "__version__",
 ]
 
-__version__ = "0.1.0"
+__version__: str = _build_info.VERSION

@@ -1,83 +1,97 @@
-"""paramwin.Agent: the facade a training loop calls once per step."""
+"""paramwin.Agent: the facade a training loop calls once per step (and the calls it shares
+with paramwin.GroupAgent: steps, publishes, pauses, checkpoints, hooks)."""
 
 from __future__ import annotations
 
+import os
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._lifetime import close_after_block
+from ._options import agent_config
 from ._tensors import Layers
-from .errors import InvalidArgument
+from .errors import CallbackError
 
-__all__ = ["Agent", "agent_config"]
+__all__ = ["Agent", "ExploreContext", "agent_config"]
 
-
-def _option_text(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if key == "age" and isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise InvalidArgument(f"paramwin: option 'age' must be (lo, hi), got {value!r}")
-        return f"{int(value[0])}..{int(value[1])}"
-    if isinstance(value, (tuple, list)):
-        return ",".join(_option_text(key, v) for v in value)
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+Params = Union[Sequence[Any], Dict[str, Any]]
+OptionValue = Any  # see paramwin._options: bool, int, float, str, enum, (lo, hi), list, dict
 
 
-def agent_config(options: Union[None, str, Mapping[str, Any]] = None,
-                 **keywords: Any) -> Dict[str, str]:
-    """The key/value form of AgentOptions (docs/agent.md, "Configuration from strings") from
-    a string ``"k=2 selection=fittest"``, a mapping, or keywords (``k=2,
-    selection="fittest", age=(50, 150), triggers=["age", "worst_fraction"]``). A key given
-    twice raises InvalidArgument."""
-    config: Dict[str, str] = {}
+@dataclass
+class ExploreContext:
+    """What a ``custom_explore`` callable sees (C++ ExploreContext): the agent (``rank``: its rank
+    or agent id), ``generation`` (this rebirth included), ``before`` (its hyperparameters
+    before the rebirth), ``donors`` (the donors' published hyperparameters, best first),
+    ``weights`` (their normalised mixing weights), ``seed`` (from the agent's explore
+    stream: draw from ``random.Random(seed)`` to stay reproducible)."""
 
-    def put(key: str, value: Any) -> None:
-        if key in config:
-            raise InvalidArgument(f"paramwin: option '{key}' given twice")
-        config[key] = _option_text(key, value)
-
-    if isinstance(options, str):
-        for token in options.replace(";", " ").split():
-            key, eq, value = token.partition("=")
-            if not eq or not key:
-                raise InvalidArgument(f"paramwin: option token '{token}' is not key=value")
-            put(key, value)
-    elif options is not None:
-        for key, value in options.items():
-            put(str(key), value)
-    for key, value in keywords.items():
-        put(key, value)
-    return config
+    rank: int
+    generation: int
+    before: Dict[str, Any]
+    donors: List[Dict[str, Any]] = field(default_factory=list)
+    weights: List[float] = field(default_factory=list)
+    seed: int = 0
 
 
-class Agent:
-    """One member of a population over ``comm`` (mpi4py communicator, default COMM_WORLD).
+def _guard(hook: str, fn: Optional[Callable[..., Any]]) -> Optional[Callable[..., Any]]:
+    """``fn`` raising CallbackError (naming ``hook``, the original exception as its cause)
+    instead of whatever it raised."""
+    if fn is None:
+        return None
+    if not callable(fn):
+        from .errors import InvalidArgument
 
-    Options are those of AgentOptions in their key/value form, as keywords or a string
-    (``Agent(layout, k=2, selection="fittest")`` or ``Agent(layout, options="k=2
-    selection=fittest")``); callables: ``on_rebirth(event)``, ``reset(seed)`` (for
-    ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
-    ``prepare_params()``. Window options: ``transport``, ``verify``, ``name`` (name the
-    window when several share a communicator: see ParameterWindow). Creation and
-    close() are collective, and so is a step() that saves a checkpoint (``checkpoint_*``
-    keys); otherwise step()'s reads of other agents wait no longer than
-    ``read_timeout_seconds`` in all. A context manager (closes on exit).
-    """
+        raise InvalidArgument(f"paramwin: {hook} must be callable, got {type(fn).__name__}")
 
-    def __init__(self, layout: "_core.Layout", comm: Any = None, *,
-                 options: Union[None, str, Mapping[str, Any]] = None,
-                 on_rebirth: Optional[Callable[["_core.StepEvent"], None]] = None,
-                 reset: Optional[Callable[[int], None]] = None,
-                 custom_trigger: Optional[Callable[["_core.TriggerContext"], bool]] = None,
-                 prepare_params: Optional[Callable[[], None]] = None,
-                 transport: str = "auto", verify: bool = True, name: str = "",
-                 **keywords: Any):
-        config = agent_config(options, **keywords)
-        self._user_prepare = prepare_params
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - re-raised, named, with the cause kept
+            raise CallbackError(f"paramwin: the {hook} callable raised "
+                                f"{type(e).__name__}: {e}", hook) from e
+
+    return call
+
+
+def _extra_hooks(keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """Takes out of ``keywords`` the hooks of the C++ hook table (``_core.hook_names()``) that
+    have no keyword of their own here (a hook added to python/src/callbacks.cpp is a keyword at
+    once), each guarded like the others."""
+    names = set(_core.hook_names())
+    return {k: _guard(k, keywords.pop(k)) for k in list(keywords) if k in names}
+
+
+def _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare) -> Dict[str, Any]:
+    trigger = _guard("custom_trigger", custom_trigger)
+    user_explore = _guard("custom_explore", custom_explore)
+
+    def explore_call(ctx: tuple, values: Dict[str, Any]) -> Dict[str, Any]:
+        assert user_explore is not None
+        rank, generation, before, donors, weights, seed = ctx
+        out = user_explore(ExploreContext(rank, generation, before, donors, weights, seed),
+                           values)
+        return values if out is None else dict(out)
+
+    return {
+        "on_rebirth": _guard("on_rebirth", on_rebirth),
+        "reset": _guard("reset", reset),
+        "custom_trigger": None if trigger is None else (lambda ctx: bool(trigger(ctx))),
+        "custom_explore": None if user_explore is None else explore_call,
+        "prepare_params": prepare,
+    }
+
+
+class _Member:
+    """What Agent and GroupAgent share (AgentInterface): ``self._agent`` is the core object."""
+
+    _agent: Any
+    _what = "Agent"
+
+    def _init_member(self, prepare_params: Optional[Callable[[], None]]) -> Callable[[], None]:
+        self._user_prepare = _guard("prepare_params", prepare_params)
         self._batch: Optional[Layers] = None
         # The core holds a weak reference: no cycle through the C++ object, which Python's
         # collector cannot see into.
@@ -88,8 +102,7 @@ class Agent:
             if agent is not None:
                 agent._prepare()
 
-        self._agent = _core.Agent(comm, layout, config, on_rebirth, reset, custom_trigger,
-                                  prepare, transport, verify, name)
+        return prepare
 
     def _prepare(self) -> None:
         if self._batch is not None:
@@ -98,11 +111,11 @@ class Agent:
             self._user_prepare()
 
     # -- the step ---------------------------------------------------------------------------
-    def step(self, iteration: int, metric: float,
-             params: Union[Sequence[Any], dict]) -> "_core.StepEvent":
+    def step(self, iteration: int, metric: float, params: Params) -> "_core.StepEvent":
         """One training step: reports ``metric``, may die and be reborn from donors into
         ``params`` (written in place; zero copy for CPU arrays and tensors), publishes per the
-        cadence and returns the StepEvent. The GIL is released for the step's MPI work."""
+        cadence, saves a checkpoint when the ``checkpoint_*`` options ask for it, and returns
+        the StepEvent. The GIL is released for the step's MPI work."""
         batch = Layers(params, writable=True)
         self._batch = batch
         try:
@@ -113,10 +126,52 @@ class Agent:
             batch.write_back()
         return event
 
-    def publish(self, params: Union[Sequence[Any], dict]) -> "_core.PublishResult":
+    def publish(self, params: Params) -> "_core.PublishResult":
         """Publishes ``params`` now, outside the cadence (e.g. the initial parameters)."""
         batch = Layers(params, writable=False)
         return self._agent.publish(batch.descriptors)
+
+    # -- checkpoints (docs/checkpoints.md; the files are the C++ library's) -----------------
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"], params: Params) -> None:
+        """Saves the whole population into the parallel-HDF5 checkpoint ``path`` (every
+        agent its ``params`` and state; the same file format as C++). Collective: every
+        agent calls it with the same path. CheckpointError on every rank when one fails."""
+        batch = Layers(params, writable=False)
+        self._agent.save_checkpoint(os.fspath(path), batch.descriptors)
+
+    def load_checkpoint(self, path: Union[str, "os.PathLike[str]"],
+                        params: Params) -> "_core.CheckpointLoad":
+        """Continues from checkpoint ``path`` (written by Python or C++): fills ``params`` and
+        restores the agent's state. Collective. The file is validated entirely first:
+        CheckpointError on every rank otherwise, with the agent and ``params`` untouched."""
+        batch = Layers(params, writable=True)
+        result = self._agent.load_checkpoint(os.fspath(path), batch.descriptors)
+        batch.write_back()
+        return result
+
+    def resume_newest(self, params: Params) -> Optional["_core.CheckpointLoad"]:
+        """Loads the newest checkpoint of the ``checkpoint_path`` option's pattern, or
+        returns None (nothing changed) when there is none. Collective."""
+        batch = Layers(params, writable=True)
+        result = self._agent.resume_newest(batch.descriptors)
+        if result is not None:
+            batch.write_back()
+        return result
+
+    def wait_checkpoint(self) -> None:
+        """Waits for an asynchronous save (``checkpoint_async=True``) and raises its error on
+        every rank. Collective."""
+        self._agent.wait_checkpoint()
+
+    def set_checkpoint_hooks(self, save: Optional[Callable[[], Dict[str, bytes]]] = None,
+                             load: Optional[Callable[[Dict[str, bytes], bool], None]] = None
+                             ) -> None:
+        """Adds the owner's own state to every checkpoint of this agent: ``save()`` returns
+        blobs name -> bytes (same names, same order on every rank); ``load(blobs, reborn)``
+        receives them after a load validated the file (``reborn``: this agent was not in the
+        file and took a donor's)."""
+        self._agent.set_checkpoint_hooks(_guard("checkpoint_save", save),
+                                         _guard("checkpoint_load", load))
 
     # -- membership -------------------------------------------------------------------------
     def leave(self) -> None:
@@ -134,7 +189,7 @@ class Agent:
     @property
     def is_paused(self) -> bool:
         """Whether the agent is paused."""
-        return self._agent.is_paused
+        return bool(self._agent.is_paused)
 
     def paused(self) -> "_Paused":
         """A context manager that pauses the agent for a block (nests; resumes on exit,
@@ -154,21 +209,10 @@ class Agent:
         """True once closed."""
         return not self._agent.valid
 
-    def __enter__(self) -> "Agent":
-        return self
-
     def __exit__(self, exc_type, exc, tb) -> None:
-        close_after_block(self, "Agent", exc_type, exc, tb)
+        close_after_block(self, self._what, exc_type, exc, tb)
 
     # -- state ------------------------------------------------------------------------------
-    def roster_all(self, *, timeout_seconds: float = 0.0) -> List["_core.RosterEntry"]:
-        """Every agent's roster, indexed by rank (one-sided)."""
-        return self._agent.roster_all(timeout_seconds)
-
-    def roster(self, rank: int, *, timeout_seconds: float = 0.0) -> "_core.RosterEntry":
-        """One agent's roster (one-sided)."""
-        return self._agent.roster(rank, timeout_seconds)
-
     @property
     def hyperparameters(self) -> Dict[str, Any]:
         """This agent's hyperparameters (declared with the layout), name -> value: what its
@@ -180,33 +224,139 @@ class Agent:
         them."""
         self._agent.set_hyperparameters(dict(values))
 
-    rank = property(lambda self: self._agent.rank, doc="Rank in the agent's window.")
-    size = property(lambda self: self._agent.size, doc="Agents in the window.")
-    layout = property(lambda self: self._agent.layout, doc="The parameters' Layout.")
-    version = property(lambda self: self._agent.version, doc="Publish version of this agent.")
-    steps = property(lambda self: self._agent.steps, doc="step() calls so far.")
-    age = property(lambda self: self._agent.age, doc="Steps since (re)birth.")
-    max_age = property(lambda self: self._agent.max_age, doc="Drawn maximum age.")
-    generation = property(lambda self: self._agent.generation, doc="Rebirths so far.")
-    stats = property(lambda self: self._agent.stats, doc="Counters and phase timers (AgentStats).")
+    @property
+    def layout(self) -> "_core.Layout":
+        """The parameters' Layout."""
+        return self._agent.layout
+
+    @property
+    def steps(self) -> int:
+        """step() calls so far."""
+        return int(self._agent.steps)
+
+    @property
+    def age(self) -> int:
+        """Steps since (re)birth."""
+        return int(self._agent.age)
+
+    @property
+    def max_age(self) -> int:
+        """The drawn maximum age in force."""
+        return int(self._agent.max_age)
+
+    @property
+    def generation(self) -> int:
+        """Rebirths so far."""
+        return int(self._agent.generation)
+
+    @property
+    def stats(self) -> "_core.AgentStats":
+        """Counters and phase timers (AgentStats)."""
+        return self._agent.stats
+
+    @property
+    def event_log(self) -> str:
+        """The ``event_log`` option's path pattern ("" when there is no log); "{rank}" in it
+        is replaced by the rank (a GroupAgent: its agent id, written by the leader)."""
+        return str(self._agent.event_log)
+
+    @property
+    def event_log_path(self) -> Optional[str]:
+        """This agent's event log file, or None when there is no log."""
+        pattern = self.event_log
+        if not pattern:
+            return None
+        return pattern.replace("{rank}", str(self._log_rank()))
+
+    def _log_rank(self) -> int:
+        raise NotImplementedError
+
+    def roster_all(self, *, timeout_seconds: float = 0.0) -> List["_core.RosterEntry"]:
+        """Every agent's roster, indexed by rank (one-sided; a GroupAgent's: this rank's
+        shard window, indexed by agent id)."""
+        return self._agent.roster_all(timeout_seconds)
 
     def summary(self) -> str:
         """Counters and phase timers as text (AgentStats::write_summary)."""
         return self._agent.summary()
 
 
+class Agent(_Member):
+    """One member of a population over ``comm`` (mpi4py communicator, default COMM_WORLD).
+
+    Options are those of AgentOptions (every key of the C++ option table, docs/python.md) as
+    typed keywords, a mapping or a string (``Agent(layout, k=2,
+    selection=SelectionKind.fittest, age=(50, 150))`` or ``Agent(layout, options="k=2
+    selection=fittest")``). Callables (each runs with the GIL, only while it runs; one that
+    raises makes the call raise CallbackError): ``on_rebirth(event)``, ``reset(seed)`` (for
+    ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
+    ``custom_explore(ctx: ExploreContext, values: dict) -> dict | None`` (after the built-in
+    explore: return the new values, or change ``values`` in place), ``prepare_params()``.
+    (The ``explore`` keyword is the option: ``explore={"lr": "log_uniform:1e-4..1e-1"}``.) Window
+    options: ``transport``, ``verify``, ``name`` (name the window when several share a
+    communicator: see ParameterWindow). Creation, close() and the checkpoint calls are
+    collective, and so is a step() that saves a checkpoint (``checkpoint_*`` keys); otherwise
+    step()'s reads of other agents wait no longer than ``read_timeout_seconds`` in all. A
+    context manager (closes on exit).
+    """
+
+    _what = "Agent"
+
+    def __init__(self, layout: "_core.Layout", comm: Any = None, *,
+                 options: Union[None, str, Mapping[str, Any]] = None,
+                 on_rebirth: Optional[Callable[["_core.StepEvent"], None]] = None,
+                 reset: Optional[Callable[[int], None]] = None,
+                 custom_trigger: Optional[Callable[["_core.TriggerContext"], bool]] = None,
+                 custom_explore: Optional[Callable[[ExploreContext, Dict[str, Any]],
+                                                   Optional[Dict[str, Any]]]] = None,
+                 prepare_params: Optional[Callable[[], None]] = None,
+                 transport: str = "auto", verify: bool = True, name: str = "",
+                 **keywords: OptionValue):
+        extra = _extra_hooks(keywords)
+        config = agent_config(options, **keywords)
+        prepare = self._init_member(prepare_params)
+        hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
+        hooks.update(extra)
+        self._agent = _core.Agent(comm, layout, config, hooks, str(transport), verify, name)
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def _log_rank(self) -> int:
+        return self.rank
+
+    def roster(self, rank: int, *, timeout_seconds: float = 0.0) -> "_core.RosterEntry":
+        """One agent's roster (one-sided)."""
+        return self._agent.roster(rank, timeout_seconds)
+
+    @property
+    def rank(self) -> int:
+        """Rank in the agent's window."""
+        return int(self._agent.rank)
+
+    @property
+    def size(self) -> int:
+        """Agents in the window."""
+        return int(self._agent.size)
+
+    @property
+    def version(self) -> int:
+        """Publish version of this agent."""
+        return int(self._agent.version)
+
+
 class _Paused:
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: _Member):
         self._agent = agent
         self._owns = False
 
-    def __enter__(self) -> Agent:
+    def __enter__(self) -> Any:
         self._owns = not self._agent.is_paused
         if self._owns:
             self._agent.pause()
         return self._agent
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._owns:
             self._owns = False
             self._agent.resume()

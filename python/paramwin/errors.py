@@ -8,7 +8,10 @@
     ├── DonorError          .rank           a donor cannot serve a pull
     │   └── TimeoutError    .rank           an RMA read missed its deadline
     ├── VerificationError                   a window failed its self-check at creation
-    └── MpiError            .code .call     an MPI call returned an error code
+    ├── MpiError            .code .call     an MPI call returned an error code
+    ├── CheckpointError                     a checkpoint cannot be written or loaded
+    └── CallbackError       .hook           a Python callable given to an agent raised
+                                            (the original exception is its __cause__)
 """
 
 __all__ = [
@@ -19,6 +22,8 @@ __all__ = [
     "TimeoutError",
     "VerificationError",
     "MpiError",
+    "CheckpointError",
+    "CallbackError",
 ]
 
 
@@ -59,3 +64,19 @@ class MpiError(Error):
         super().__init__(message)
         self.code = code
         self.call = call
+
+
+class CheckpointError(Error):
+    """A checkpoint cannot be written or loaded: missing, truncated, corrupted, another
+    layout or library version, too few agents. Raised on every rank; nothing changed."""
+
+
+class CallbackError(Error):
+    """A Python callable given to an agent (``hook``: "custom_trigger", "custom_explore",
+    "on_rebirth", "reset", "prepare_params", "checkpoint_save", "checkpoint_load") raised;
+    the exception it raised is ``__cause__``. The agent is left as the C++ library leaves it
+    for a throwing callback (a throwing custom trigger undoes the step: docs/agent.md)."""
+
+    def __init__(self, message: str, hook: str = ""):
+        super().__init__(message)
+        self.hook = hook

@@ -9,7 +9,10 @@ optimizer state of the replaced parameters (or calls your ``optimizer_builder``)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import io
+import os
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch as _torch
 
@@ -17,6 +20,7 @@ from . import _core
 from ._lifetime import close_after_block
 from ._tensors import named_layout
 from .agent import Agent
+from .groups import AgentGroups, GroupAgent
 from .errors import InvalidArgument
 
 __all__ = ["TorchAgent", "layout_of"]
@@ -47,7 +51,17 @@ class TorchAgent:
     skip its ``optimizer.step()``). On a rebirth the optimizer's state of every replaced
     parameter is dropped (Adam's moments, momentum buffers: rebuilt from zero on the next
     ``optimizer.step()``), or, with ``optimizer_builder(module) -> optimizer``, the optimizer
-    is replaced by a new one (``agent.optimizer``).
+    is replaced by a new one (``agent.optimizer``). With ``groups=AgentGroups(...)`` the agent
+    is a GroupAgent (every rank of the agent holds the module; ``comm`` is then ignored).
+
+    Checkpoints: ``save_checkpoint(path)``, ``load_checkpoint(path)``, ``resume_newest()``,
+    ``wait_checkpoint()`` and the ``checkpoint_*`` options write and read the C++ library's
+    files (docs/checkpoints.md): the module's parameters and the agent's state, plus the
+    optimizer's ``state_dict()`` (torch.save) in the blob "optimizer.python". A file written
+    by the C++ TorchAgent holds LibTorch's optimizer archive (blob "optimizer") instead, which
+    Python cannot read: loading it restores the parameters and the agent, and the optimizer's
+    state of every parameter is dropped (as on a rebirth); the C++ TorchAgent likewise
+    ignores "optimizer.python".
 
     Population-based training: ``hyperparameters={"lr": 1e-3, ...}`` declares them (initial
     values) and publishes them with the parameters; a rebirth inherits and explores them per
@@ -55,24 +69,46 @@ class TorchAgent:
     and TorchAgent sets every param group's ``lr`` from ``"lr"`` (your other hyperparameters
     are in ``agent.hyperparameters`` and ``event.hyper``); each ``step`` first takes the
     optimizer's current ``lr`` (a scheduler's), so that is what gets published. Without an
-    ``"lr"`` hyperparameter the optimizer's learning rates are left alone.
+    ``"lr"`` hyperparameter the optimizer's learning rates are left alone; with one, every
+    param group must have the same learning rate (InvalidArgument otherwise, as in C++).
     """
+
+    OPTIMIZER_BLOB = "optimizer.python"
 
     def __init__(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
                  comm: Any = None, *,
                  optimizer_builder: Optional[Callable[[_torch.nn.Module],
                                                       _torch.optim.Optimizer]] = None,
                  hyperparameters: Optional[Dict[str, Any]] = None,
+                 groups: Optional[AgentGroups] = None,
                  **options: Any):
         named = _named_parameters(module)
         if not named:
             raise InvalidArgument("paramwin: the module has no parameters")
+        if hyperparameters and "lr" in hyperparameters and optimizer is not None:
+            lrs = sorted({float(g["lr"]) for g in optimizer.param_groups})
+            if len(lrs) > 1:
+                raise InvalidArgument(
+                    "paramwin: TorchAgent: the 'lr' hyperparameter sets one learning rate for "
+                    f"every param group, but the optimizer's groups have {lrs}; give them one "
+                    "learning rate, or leave 'lr' out of the hyperparameters")
         self.module = module
         self.optimizer = optimizer
         self._builder = optimizer_builder
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        self._agent = Agent(layout_of(module, hyperparameters), comm, **options)
+        self._agent: Any
+        if groups is not None:
+            self._agent = GroupAgent(groups, layout_of(module, hyperparameters), **options)
+        else:
+            self._agent = Agent(layout_of(module, hyperparameters), comm, **options)
+        # Weak references: the core holds the hooks, and a cycle through the C++ object would
+        # keep this agent (and its window) alive until exit.
+        ref = weakref.ref(self)
+        self._agent.set_checkpoint_hooks(
+            lambda: ref()._save_blobs() if ref() is not None else {},
+            lambda blobs, reborn: ref()._load_blobs(blobs, reborn) if ref() is not None
+            else None)
         if hyperparameters:
             self._agent.set_hyperparameters(hyperparameters)
             self._apply_lr()
@@ -94,6 +130,58 @@ class TorchAgent:
         if event.died:
             self._after_rebirth()
         return event
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Saves the population (the module's parameters, the agent's state, the optimizer's
+        state_dict) into checkpoint ``path``; collective (see Agent.save_checkpoint)."""
+        self._sync_lr()
+        with _torch.no_grad():
+            self._agent.save_checkpoint(path, self._data())
+
+    def load_checkpoint(self, path: Union[str, "os.PathLike[str]"]) -> "_core.CheckpointLoad":
+        """Continues from checkpoint ``path`` (Python's or C++'s): the module's parameters, the
+        agent's state and, when the file has it, the optimizer's state; collective."""
+        with _torch.no_grad():
+            result = self._agent.load_checkpoint(path, self._data())
+        self._apply_lr()
+        return result
+
+    def resume_newest(self) -> Optional["_core.CheckpointLoad"]:
+        """Loads the newest checkpoint of the ``checkpoint_path`` pattern, or returns None
+        when there is none; collective."""
+        with _torch.no_grad():
+            result = self._agent.resume_newest(self._data())
+        if result is not None:
+            self._apply_lr()
+        return result
+
+    def wait_checkpoint(self) -> None:
+        """Waits for an asynchronous save and raises its error; collective."""
+        self._agent.wait_checkpoint()
+
+    def _save_blobs(self) -> Dict[str, bytes]:
+        if self.optimizer is None:
+            return {}
+        out = io.BytesIO()
+        _torch.save(self.optimizer.state_dict(), out)
+        return {self.OPTIMIZER_BLOB: out.getvalue()}
+
+    def _load_blobs(self, blobs: Dict[str, bytes], reborn: bool) -> None:
+        for p in self._params:
+            p.grad = None
+        if self._builder is not None:
+            self.optimizer = self._builder(self.module)
+        if self.optimizer is None:
+            return
+        blob = blobs.get(self.OPTIMIZER_BLOB)
+        if blob is None or reborn:
+            # A C++ TorchAgent's file (LibTorch's archive), or an agent reborn from a donor:
+            # a fresh optimizer state, as on a rebirth.
+            for p in self._params:
+                self.optimizer.state.pop(p, None)
+            return
+        self.optimizer.load_state_dict(_torch.load(io.BytesIO(blob)))
 
     def _after_rebirth(self) -> None:
         if self._builder is not None:
@@ -134,8 +222,8 @@ class TorchAgent:
 
     # -- forwarding -------------------------------------------------------------------------
     @property
-    def agent(self) -> Agent:
-        """The underlying Agent (rosters, stats, pause, ...)."""
+    def agent(self) -> Union[Agent, GroupAgent]:
+        """The underlying Agent or GroupAgent (rosters, stats, pause, ...)."""
         return self._agent
 
     layout = property(lambda self: self._agent.layout, doc="The module's Layout.")
@@ -144,6 +232,17 @@ class TorchAgent:
     generation = property(lambda self: self._agent.generation, doc="Rebirths so far.")
     age = property(lambda self: self._agent.age, doc="Steps since (re)birth.")
     stats = property(lambda self: self._agent.stats, doc="Counters and phase timers.")
+    steps = property(lambda self: self._agent.steps, doc="step() calls so far.")
+    event_log_path = property(lambda self: self._agent.event_log_path,
+                              doc="This agent's event log file, or None.")
+
+    def pause(self) -> None:
+        """Pauses the agent (see Agent.pause)."""
+        self._agent.pause()
+
+    def resume(self) -> None:
+        """Ends a pause (see Agent.resume)."""
+        self._agent.resume()
 
     def paused(self):
         """Context manager pausing the agent for a block (see Agent.paused)."""

@@ -5,10 +5,13 @@
 #include <mpi.h>
 #include <pybind11/pybind11.h>
 
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "paramwin/agent_options.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
@@ -23,12 +26,28 @@ void bind_layout(py::module_& m);
 void bind_records(py::module_& m);
 void bind_window(py::module_& m);
 void bind_agent(py::module_& m);
+void bind_enums(py::module_& m);
+void bind_groups(py::module_& m);
+void bind_group_agent(py::module_& m);
 
 /// A hyperparameter set as a dict name -> int (int64) or float (float64).
 py::dict hyper_to_dict(const Hyperparameters& h);
 /// @p base with the values of the dict @p values (name -> number) set; None: @p base.
 /// InvalidArgument for an undeclared name, a non-number or a non-integral int64 value.
 Hyperparameters hyper_from_dict(Hyperparameters base, const py::handle& values);
+
+/// The options of an agent: @p config (the key/value form, parsed by parse_agent_options)
+/// plus the Python callables of @p hooks (a dict hook name -> callable or None; the names are
+/// those of hook_names()). Each callable runs with the GIL taken, only while it runs.
+/// InvalidArgument for an unknown hook name.
+AgentOptions make_agent_options(const std::map<std::string, std::string, std::less<>>& config,
+                                const py::dict& hooks);
+/// The hook names make_agent_options takes, in order.
+std::vector<std::string> hook_names();
+
+/// A Python callable that C++ code running without the GIL may copy and destroy anywhere:
+/// the deleter takes the GIL.
+std::shared_ptr<py::object> hold(const py::object& fn);
 
 /// "auto" (or "automatic"), "shm" or "rma"; InvalidArgument listing them otherwise.
 Transport parse_transport(std::string_view text);
@@ -39,6 +58,9 @@ void import_mpi4py_api();
 /// The MPI_Comm inside an mpi4py communicator; None means MPI_COMM_WORLD. Raises TypeError
 /// for anything else.
 MPI_Comm comm_from(const py::handle& comm);
+/// An mpi4py communicator over @p comm (not owned: the Python object never frees it), or
+/// None for MPI_COMM_NULL.
+py::object comm_to_py(MPI_Comm comm);
 
 /// Python's layer descriptors, turned into layer references once the GIL is released.
 ///

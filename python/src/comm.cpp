@@ -31,4 +31,15 @@ MPI_Comm comm_from(const py::handle& comm) {
   return *c;
 }
 
+py::object comm_to_py(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) {
+    return py::none();
+  }
+  PyObject* obj = PyMPIComm_New(comm);
+  if (obj == nullptr) {
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(obj);
+}
+
 }  // namespace paramwin::python

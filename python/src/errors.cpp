@@ -1,5 +1,6 @@
 // C++ exceptions of paramwin/error.hpp raised as the Python classes of paramwin/errors.py,
 // with the same messages (and DonorError::rank, MpiError::code/call as attributes).
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/error.hpp"
 
 #include "bindings.hpp"
@@ -10,7 +11,8 @@ namespace {
 // The classes live as long as the interpreter: leaked references, never released at exit
 // (when the module's own objects may already be gone).
 struct Classes {
-  py::handle error, invalid_argument, layout_mismatch, donor, timeout, verification, mpi;
+  py::handle error, invalid_argument, layout_mismatch, donor, timeout, verification, mpi,
+      checkpoint;
 };
 
 Classes& classes() {
@@ -34,6 +36,7 @@ void bind_errors(py::module_& /*m*/) {
   c.timeout = py::object(errors.attr("TimeoutError")).release();
   c.verification = py::object(errors.attr("VerificationError")).release();
   c.mpi = py::object(errors.attr("MpiError")).release();
+  c.checkpoint = py::object(errors.attr("CheckpointError")).release();
   py::register_exception_translator([](std::exception_ptr p) {
     const Classes& k = classes();
     try {
@@ -52,6 +55,8 @@ void bind_errors(py::module_& /*m*/) {
       raise(k.verification, k.verification(e.what()));
     } catch (const MpiError& e) {
       raise(k.mpi, k.mpi(e.what(), e.code(), e.call()));
+    } catch (const CheckpointError& e) {
+      raise(k.checkpoint, k.checkpoint(e.what()));
     } catch (const Error& e) {
       raise(k.error, k.error(e.what()));
     }

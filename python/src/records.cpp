@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/options.hpp"
@@ -145,6 +146,19 @@ void bind_records(py::module_& m) {
           "to_json", [](const StepEvent& e) { return to_json(e); },
           "One JSON object, as the event log writes.")
       .def("__repr__", [](const StepEvent& e) { return "StepEvent(" + to_json(e) + ")"; });
+
+  py::class_<CheckpointLoad>(m, "CheckpointLoad", "What a checkpoint load restored on this rank.")
+      .def_readonly("path", &CheckpointLoad::path)
+      .def_readonly("agents", &CheckpointLoad::agents)
+      .def_readonly("source", &CheckpointLoad::source)
+      .def_readonly("reborn", &CheckpointLoad::reborn)
+      .def_readonly("steps", &CheckpointLoad::steps)
+      .def("__repr__", [](const CheckpointLoad& c) {
+        return "CheckpointLoad(path='" + c.path + "', agents=" + std::to_string(c.agents) +
+               ", source=" + std::to_string(c.source) +
+               ", reborn=" + (c.reborn ? "True" : "False") + ", steps=" + std::to_string(c.steps) +
+               ")";
+      });
 
   py::class_<TimerSummary>(m, "TimerSummary", "count/min/median/max/total/mean of a timer.")
       .def_readonly("count", &TimerSummary::count)

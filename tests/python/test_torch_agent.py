@@ -85,3 +85,22 @@ def test_optimizer_builder(comm):
         assert agent.optimizer is built[-1] and len(built) == 1 + deaths
         assert (deaths > 0) == (n > 1)
         comm.Barrier()
+
+
+def test_param_groups_with_different_learning_rates_are_refused_with_an_lr_hyperparameter(comm):
+    net = Net()
+    sgd = torch.optim.SGD([{"params": [net.scale], "lr": 0.01},
+                           {"params": net.lin.parameters(), "lr": 0.02}])
+    try:
+        TorchAgent(net, sgd, comm, hyperparameters={"lr": 1e-3})
+    except paramwin.InvalidArgument as e:
+        assert "[0.01, 0.02]" in str(e)
+    else:
+        raise AssertionError("different learning rates with an 'lr' hyperparameter: refused")
+    # Untouched: the groups keep their own learning rates.
+    assert [g["lr"] for g in sgd.param_groups] == [0.01, 0.02]
+    # Without an "lr" hyperparameter the learning rates are the optimizer's business.
+    with TorchAgent(net, sgd, comm, k=1, shortfall="clamp") as agent:
+        agent.step(1, 0.0)
+        assert [g["lr"] for g in sgd.param_groups] == [0.01, 0.02]
+        comm.Barrier()

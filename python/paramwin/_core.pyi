@@ -1,0 +1,301 @@
+"""Type stubs of paramwin._core, the C++ extension (python/src). Use the paramwin package:
+its classes wrap these. tests/python/test_stubs.py checks that every name of the extension
+is declared here."""
+
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+version: str
+mpi_vendor: str
+mpi_version: Union[Tuple[int, int, int], str]
+
+Number = Union[int, float]
+Hyper = Dict[str, Number]
+Descriptor = Tuple[Optional[str], int, str, Tuple[int, ...]]
+
+def option_keys() -> List[Tuple[str, str, str, str]]:
+    """The C++ option key table: (key, aliases, value, doc) per key."""
+def hook_names() -> List[str]:
+    """The callables an agent takes."""
+def enum_tables() -> Dict[str, List[str]]:
+    """The library's enumerations: name -> value names in order."""
+def check_agent_options(config: Mapping[str, str], population: int) -> None:
+    """Parses and validates agent options (raises InvalidArgument)."""
+
+class LayerSpec:
+    """One named layer."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+
+class Layout:
+    """Ordered named layers with a fingerprint."""
+    def __init__(self) -> None: ...
+    def add(self, name: str, shape: Union[int, Tuple[int, ...]] = ..., dtype: str = ...) -> "Layout": ...
+    def add_hyperparameter(self, name: str, type: str = ...) -> "Layout": ...
+    @property
+    def hyperparameters(self) -> Dict[str, str]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: Union[int, str]) -> LayerSpec: ...
+    def __iter__(self) -> Iterator[LayerSpec]: ...
+    def __contains__(self, name: str) -> bool: ...
+    def index_of(self, name: str) -> int: ...
+    @property
+    def names(self) -> List[str]: ...
+    @property
+    def total_elements(self) -> int: ...
+    @property
+    def total_bytes(self) -> int: ...
+    @property
+    def fingerprint(self) -> int: ...
+    def serialize(self) -> str: ...
+    @staticmethod
+    def deserialize(text: str) -> "Layout": ...
+    @staticmethod
+    def first_difference(a: "Layout", b: "Layout") -> str: ...
+
+class PublishResult:
+    """What a publish did."""
+    published: bool
+    version: int
+    seconds: float
+    def __bool__(self) -> bool: ...
+
+class DonorRead:
+    """What a pull read from one donor."""
+    rank: int
+    version: int
+    stamp: int
+    transport: str
+    bytes: int
+    attempts: int
+    pinned: bool
+    skipped: bool
+    weight: float
+    metric: float
+    hyper: Hyper
+
+class PullResult:
+    """What a pull did."""
+    donors: List[DonorRead]
+    bytes: int
+    seconds: float
+
+class AgentStatus:
+    """The fields an agent sets about itself."""
+    iteration: int
+    age: int
+    metric: float
+    generation: int
+    state: str
+
+class RosterEntry:
+    """One agent's roster as read at one instant."""
+    rank: int
+    version: int
+    fingerprint: int
+    status_updates: int
+    publish_time: float
+    answered: bool
+    hyper: Hyper
+    iteration: int
+    age: int
+    metric: float
+    generation: int
+    state: str
+
+class PhaseSeconds:
+    """Seconds spent in each phase of one step."""
+    decide: float
+    pull: float
+    mix: float
+    publish: float
+    assemble: float
+    total: float
+
+class DonorRecord:
+    """One donor of a rebirth."""
+    rank: int
+    version: int
+    metric: float
+    weight: float
+    bytes: int
+    transport: str
+    skipped: bool
+    staleness_seconds: float
+
+class StepEvent:
+    """What one step did (see docs/agent.md)."""
+    rank: int
+    iteration: int
+    step: int
+    metric: float
+    died: bool
+    reason: str
+    deferred: bool
+    paused: bool
+    note: str
+    age: int
+    max_age: int
+    next_max_age: int
+    generation: int
+    mixing: str
+    donors: List[DonorRecord]
+    bytes: int
+    published: bool
+    publish_skipped: bool
+    publish_attempts: int
+    version: int
+    seconds: PhaseSeconds
+    hyper: Hyper
+    hyper_before: Hyper
+    def to_json(self) -> str: ...
+
+class CheckpointLoad:
+    """What a checkpoint load restored on this rank."""
+    path: str
+    agents: int
+    source: int
+    reborn: bool
+    steps: int
+
+class TimerSummary:
+    """count/min/median/max/total/mean of a timer."""
+    count: int
+    min: float
+    median: float
+    max: float
+    total: float
+    mean: float
+    median_exact: bool
+
+class AgentStats:
+    """Counters and phase timers over an agent's steps."""
+    steps: int
+    deaths: int
+    deferred: int
+    pulls: int
+    bytes_pulled: int
+    donors_used: int
+    publishes: int
+    publishes_skipped: int
+    rebirth_timer: TimerSummary
+    def deaths_by(self, reason: str) -> int: ...
+    def timer(self, phase: str) -> TimerSummary: ...
+
+class TriggerContext:
+    """What a custom trigger sees."""
+    rank: int
+    population: int
+    iteration: int
+    step: int
+    age: int
+    max_age: int
+    metric: float
+    generation: int
+
+class Window:
+    """ParameterWindow over host memory (see paramwin.ParameterWindow)."""
+    def __init__(self, comm: Any, layout: Layout, transport: str, wire: str, layout_check: str,
+                 verify: bool, progress_thread: bool, progress_interval_us: int,
+                 name: str) -> None: ...
+    def close(self) -> None: ...
+    valid: bool
+    rank: int
+    size: int
+    layout: Layout
+    name: str
+    version: int
+    fingerprint: int
+    wire_bytes: int
+    has_rma_readers: bool
+    pending_rma: int
+    status: AgentStatus
+    def transport_for(self, rank: int) -> str: ...
+    def progress(self) -> None: ...
+    def publish(self, layers: Sequence[Descriptor], stamp: int, hyper: Optional[Hyper]) -> PublishResult: ...
+    def pull(self, donors: List[int], layers: Sequence[Descriptor], reduction: str,
+             weights: List[float], momentum: float, non_finite: str, read_mode: str,
+             optimistic_attempts: int, chunk_bytes: int, timeout_seconds: float) -> PullResult: ...
+    def roster(self, rank: int, timeout_seconds: float) -> RosterEntry: ...
+    def roster_all(self, timeout_seconds: float) -> List[RosterEntry]: ...
+    def set_status(self, iteration: int, age: int, metric: float, generation: int,
+                   state: str) -> None: ...
+
+class _Member:
+    """The calls Agent and GroupAgent share (AgentInterface)."""
+    def step(self, iteration: int, metric: float, layers: Sequence[Descriptor]) -> StepEvent: ...
+    def publish(self, layers: Sequence[Descriptor]) -> PublishResult: ...
+    def leave(self) -> None: ...
+    def progress(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    is_paused: bool
+    def close(self) -> None: ...
+    valid: bool
+    hyperparameters: Hyper
+    def set_hyperparameters(self, values: Mapping[str, Number]) -> None: ...
+    layout: Layout
+    steps: int
+    age: int
+    max_age: int
+    generation: int
+    stats: AgentStats
+    event_log: str
+    def summary(self) -> str: ...
+    def save_checkpoint(self, path: str, layers: Sequence[Descriptor]) -> None: ...
+    def load_checkpoint(self, path: str, layers: Sequence[Descriptor]) -> CheckpointLoad: ...
+    def resume_newest(self, layers: Sequence[Descriptor]) -> Optional[CheckpointLoad]: ...
+    def wait_checkpoint(self) -> None: ...
+    def set_checkpoint_hooks(self, save: Optional[Callable[[], Dict[str, bytes]]],
+                             load: Optional[Callable[[Dict[str, bytes], bool], None]]) -> None: ...
+    def roster_all(self, timeout_seconds: float = ...) -> List[RosterEntry]: ...
+
+class Agent(_Member):
+    """Agent over host memory (see paramwin.Agent)."""
+    def __init__(self, comm: Any, layout: Layout, config: Mapping[str, str],
+                 hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
+                 verify: bool, name: str) -> None: ...
+    def roster(self, rank: int, timeout_seconds: float = ...) -> RosterEntry: ...
+    rank: int
+    size: int
+    version: int
+
+class AgentGroups:
+    """AgentGroups (see paramwin.AgentGroups)."""
+    def __init__(self, comm: Any, ranks_per_agent: int, buffer_ranks: int, coordinator: bool,
+                 assignment: List[int]) -> None: ...
+    def close(self) -> None: ...
+    valid: bool
+    role: str
+    is_agent_rank: bool
+    world_rank: int
+    world_size: int
+    agents: int
+    agent: int
+    rank_in_agent: int
+    uniform: bool
+    def agent_size(self, id: int = ...) -> int: ...
+    def agent_ranks(self, id: int) -> List[int]: ...
+    buffer_ranks: List[int]
+    coordinator_rank: int
+    agent_comm: Any
+    shard_comm: Any
+    training_comm: Any
+    role_comm: Any
+
+class GroupAgent(_Member):
+    """GroupAgent (see paramwin.GroupAgent)."""
+    def __init__(self, groups: AgentGroups, layout: Layout, config: Mapping[str, str],
+                 hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
+                 verify: bool, name: str) -> None: ...
+    agent: int
+    agents: int
+    rank_in_agent: int
+    ranks_per_agent: int
+    leader: bool
+    epoch: int
