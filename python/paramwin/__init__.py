@@ -17,8 +17,9 @@ from .errors import (CallbackError, CheckpointError, DonorError, Error,  # noqa:
                      InvalidArgument, LayoutMismatch, MpiError, TimeoutError, VerificationError)
 from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa: E402
                     DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
-                    RosterEntry, StepEvent, TimerSummary, TriggerContext, mpi_vendor)
-from .enums import (AgentState, DeathReason, DType, Exposure,  # noqa: E402
+                    RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
+                    mpi_vendor)
+from .enums import (AgentState, DeathReason, DType, ExploreKind, Exposure, Memory,  # noqa: E402
                     FitnessWeighting, HyperDistribution, HyperInherit, HyperScale, HyperType,
                     Landing, LayoutCheck, MetricDirection, MixingKind, NonFinitePolicy,
                     PausedDeaths, Phase, ReadMode, Reduction, Role, SelectionKind, Shortfall,
@@ -40,15 +41,15 @@ def option_keys():
 __all__ = [
     "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "CallbackError",
     "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DonorError", "DonorRead",
-    "DonorRecord", "Error", "ExploreContext", "Exposure", "FitnessWeighting", "GroupAgent",
-    "HyperDistribution", "HyperInherit", "HyperScale", "HyperType", "InvalidArgument",
-    "Landing", "LayerSpec", "Layout", "LayoutCheck", "LayoutMismatch", "MetricDirection",
-    "MixingKind", "MpiError", "NonFinitePolicy", "OptionKey", "ParameterWindow",
+    "DonorRecord", "Error", "ExploreContext", "ExploreKind", "Exposure", "FitnessWeighting",
+    "GroupAgent", "HyperDistribution", "HyperInherit", "HyperScale", "HyperType",
+    "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck", "LayoutMismatch", "Memory",
+    "MetricDirection", "MixingKind", "MpiError", "NonFinitePolicy", "OptionKey", "ParameterWindow",
     "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult", "PullResult", "ReadMode",
-    "Reduction", "Role", "RosterEntry", "SelectionKind", "Shortfall", "StepEvent",
-    "TimeoutError", "TimerSummary", "Transport", "TriggerContext", "VerificationError",
-    "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys", "option_table",
-    "__version__",
+    "Reduction", "Role", "RosterEntry", "SelectionContext", "SelectionKind", "Shortfall",
+    "StepEvent", "TimeoutError", "TimerSummary", "Transport", "TriggerContext",
+    "VerificationError", "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys",
+    "option_table", "__version__",
 ]
 
 __version__: str = _build_info.VERSION

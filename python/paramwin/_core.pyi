@@ -198,6 +198,15 @@ class TriggerContext:
     metric: float
     generation: int
 
+class SelectionContext:
+    """What a custom selection function sees (valid during the call)."""
+    rank: int
+    population: int
+    direction: str
+    want: int
+    candidates: List[Tuple[int, float]]
+    seed: int
+
 class Window:
     """ParameterWindow over host memory (see paramwin.ParameterWindow)."""
     def __init__(self, comm: Any, layout: Layout, transport: str, wire: str, layout_check: str,

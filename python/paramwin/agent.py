@@ -291,7 +291,9 @@ class Agent(_Member):
     raises makes the call raise CallbackError): ``on_rebirth(event)``, ``reset(seed)`` (for
     ``mixing="reset"``: re-initialise your arrays), ``custom_trigger(ctx) -> bool``,
     ``custom_explore(ctx: ExploreContext, values: dict) -> dict | None`` (after the built-in
-    explore: return the new values, or change ``values`` in place), ``prepare_params()``.
+    explore: return the new values, or change ``values`` in place),
+    ``custom_selection(ctx: SelectionContext) -> list[int]`` (the donors' ranks, chosen from
+    ``ctx.candidates``; sets ``selection="custom"`` unless given), ``prepare_params()``.
     (The ``explore`` keyword is the option: ``explore={"lr": "log_uniform:1e-4..1e-1"}``.) Window
     options: ``transport``, ``verify``, ``name`` (name the window when several share a
     communicator: see ParameterWindow). Creation, close() and the checkpoint calls are

@@ -15,7 +15,7 @@ __all__ = [
     "Shortfall", "PausedDeaths", "DType", "Phase", "HyperInherit", "HyperScale",
     "HyperDistribution", "Role", "HyperType", "ReadMode", "Landing", "Reduction",
     "NonFinitePolicy", "AgentState", "Transport", "WireFormat", "Exposure", "LayoutCheck",
-    "ENUMS",
+    "ExploreKind", "Memory", "ENUMS",
 ]
 
 
@@ -58,3 +58,5 @@ Transport = ENUMS["Transport"]
 WireFormat = ENUMS["WireFormat"]
 Exposure = ENUMS["Exposure"]
 LayoutCheck = ENUMS["LayoutCheck"]
+ExploreKind = ENUMS["ExploreKind"]
+Memory = ENUMS["Memory"]

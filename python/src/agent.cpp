@@ -28,6 +28,22 @@ void bind_agent(py::module_& m) {
       .def_readonly("max_age", &TriggerContext::max_age)
       .def_readonly("metric", &TriggerContext::metric)
       .def_readonly("generation", &TriggerContext::generation);
+  py::class_<SelectionContext>(m, "SelectionContext",
+                               "What a custom selection function sees (valid during the call).")
+      .def_readonly("rank", &SelectionContext::rank)
+      .def_readonly("population", &SelectionContext::population)
+      .def_property_readonly("direction",
+                             [](const SelectionContext& c) { return enum_name(c.direction); })
+      .def_readonly("want", &SelectionContext::want)
+      .def_property_readonly("candidates",
+                             [](const SelectionContext& c) {
+                               py::list out;  // (rank, metric), best first
+                               for (const SelectionCandidate& x : c.candidates) {
+                                 out.append(py::make_tuple(x.rank, x.metric));
+                               }
+                               return out;
+                             })
+      .def_readonly("seed", &SelectionContext::seed);
 
   m.def(
       "option_keys",

@@ -11,6 +11,7 @@
 #include "paramwin/error.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/explore.hpp"
+#include "paramwin/selection_options.hpp"
 
 namespace paramwin::python {
 
@@ -73,6 +74,15 @@ const Hook kHooks[] = {
          hyper = hyper_from_dict(hyper, out);
        };
      }},
+    {"custom_selection",
+     [](AgentOptions& o, const py::object& fn) {
+       // Called with a SelectionContext; returns the donor ranks (a list of candidates' ranks;
+       // empty: no donor now, the death stays pending).
+       o.selection.custom = [f = hold(fn)](const SelectionContext& c) {
+         const py::gil_scoped_acquire gil;
+         return (*f)(c).cast<std::vector<int>>();
+       };
+     }},
     {"prepare_params",
      [](AgentOptions& o, const py::object& fn) {
        o.prepare_params = [f = hold(fn)]() {
@@ -104,6 +114,11 @@ AgentOptions make_agent_options(const std::map<std::string, std::string, std::le
     }
     if (!fn.is_none()) {
       hook->set(o, py::reinterpret_borrow<py::object>(fn));
+      // A selection function chooses the donors unless the options named another kind
+      // (which validation then refuses), as a custom trigger is enabled by being set.
+      if (name == "custom_selection" && config.find("selection") == config.end()) {
+        o.selection.kind = SelectionKind::custom;
+      }
     }
   }
   return o;

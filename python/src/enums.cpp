@@ -52,6 +52,8 @@ void bind_enums(py::module_& m) {
         add<WireFormat>(out, "WireFormat");
         add<Exposure>(out, "Exposure");
         add<LayoutCheck>(out, "LayoutCheck");
+        add<ExploreKind>(out, "ExploreKind");
+        add<Memory>(out, "Memory");
         return out;
       },
       "The names of the library's enumerations: enum name -> its value names, in order.");

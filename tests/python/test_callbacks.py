@@ -149,3 +149,57 @@ def test_every_hook_of_the_cpp_table_is_a_keyword(comm):
     for name in names:
         with paramwin.Agent(LAYOUT, comm, k=1, shortfall="clamp", **{name: None}):
             pass
+
+
+def test_custom_selection_chooses_the_donor(comm):
+    # Rank 0 dies at step 2 and its selection function picks the worst candidate (last of the
+    # best-first list): the reborn parameters are that donor's.
+    n, rank = comm.Get_size(), comm.Get_rank()
+    if n < 2:
+        pytest.skip("needs a donor")
+    contexts = []
+
+    def select(ctx):
+        contexts.append((ctx.rank, ctx.want, list(ctx.candidates), ctx.direction))
+        return [ctx.candidates[-1][0]]
+
+    w = np.full(4, float(rank), np.float32)
+    with paramwin.Agent(LAYOUT, comm, triggers="none", custom_trigger=rank0_dies_at(2), k=1,
+                        shortfall="clamp", custom_selection=select) as agent:
+        agent.publish([w])
+        comm.Barrier()
+        events = [agent.step(s, float(rank), [w]) for s in range(1, 4)]
+        comm.Barrier()
+        if rank == 0:
+            assert events[1].died
+            dying, want, candidates, direction = contexts[0]
+            assert (dying, want, direction) == (0, 1, "lower_is_better")
+            assert [r for r, _ in candidates] == list(range(1, n))  # lower metric is better
+            assert [d.rank for d in events[1].donors] == [n - 1]
+            assert np.all(w == n - 1)
+        else:
+            assert contexts == []
+
+
+def test_a_raising_selection_raises_and_keeps_the_death_pending(comm):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    if n < 2:
+        pytest.skip("needs a donor")
+
+    def select(ctx):
+        raise KeyError("no such donor")
+
+    w = np.full(4, float(rank), np.float32)
+    with paramwin.Agent(LAYOUT, comm, triggers="none", custom_trigger=rank0_dies_at(2), k=1,
+                        shortfall="clamp", custom_selection=select) as agent:
+        agent.publish([w])
+        comm.Barrier()
+        agent.step(1, 0.0, [w])
+        if rank == 0:
+            with pytest.raises(paramwin.CallbackError, match="custom_selection.*KeyError") as info:
+                agent.step(2, 0.0, [w])
+            assert info.value.hook == "custom_selection"
+            assert agent.generation == 0 and np.all(w == 0.0)
+        else:
+            agent.step(2, 0.0, [w])
+        comm.Barrier()
