@@ -40,6 +40,7 @@ fi
   echo "pbt_fashion.sh: no Python package in $build_dir/python (scripts/setup.sh --mpi openmpi)" >&2
   exit 1
 }
+package_dir=$(cd "$build_dir/python" && pwd)
 launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 [ "$ranks" -gt "$(nproc)" ] && launcher+=(--oversubscribe)
@@ -51,7 +52,7 @@ IFS=, read -r -a method_list <<< "$methods"
 for seed in $(seq 1 "$seeds"); do
   for m in "${method_list[@]}"; do
     t0=$(date +%s)
-    PYTHONPATH="$PWD/$build_dir/python" "${launcher[@]}" /usr/bin/python3 \
+    PYTHONPATH="$package_dir" "${launcher[@]}" /usr/bin/python3 \
       benchmarks/pbt_fashion/run.py --method "$m" --seed "$seed" --steps "$steps" \
       --interval "$interval" --out "$out" "${extra[@]}"
     echo "pbt_fashion: $m seed $seed: $(($(date +%s) - t0)) s"

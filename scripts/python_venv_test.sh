@@ -2,7 +2,7 @@
 # The Python package as a user installs it (CTest python.venv_pip / python.venv_wheel,
 # docs/python.md "Install"):
 #
-#   scripts/python_venv_test.sh pip|wheel SOURCE WORK MPIEXEC
+#   scripts/python_venv_test.sh pip|wheel SOURCE WORK MPIEXEC [BUILD]
 #
 # pip:   a fresh venv (--system-site-packages: Debian's numpy, mpi4py, torch) in WORK/venv,
 #        `pip install --no-build-isolation --no-index SOURCE` (offline);
@@ -10,19 +10,23 @@
 #        venv, then `pip install --no-index` of the wheel into another fresh venv.
 # Then, from WORK (outside the source tree, no PYTHONPATH), checks that `import paramwin` is
 # the installed package and runs a 2-rank pytest subset of tests/python against it.
-# The backend builds in WORK/build (removed first: a fresh configure; ccache makes the
-# compile cheap when WORK is a sibling of a build directory of the same tree). Prints the
+# The backend builds in BUILD (default WORK/build). pip mode removes it first (a fresh
+# configure and build, as a user's first install); wheel mode keeps it, so that the wheel,
+# built after the pip test with the same BUILD, recompiles only what its own configure changes
+# (CI has no ccache: each fresh build of the library costs minutes on 2 cores). Prints the
 # seconds of each step, and "python_venv_test: MODE: ... passed" at the end.
 set -euo pipefail
 mode=$1
 src=$(cd "$2" && pwd)
 work=$3
 mpiexec=$4
+build=${5:-$work/build}
 py=/usr/bin/python3
 unset PYTHONPATH
 rm -rf "$work"
 mkdir -p "$work"
-export PARAMWIN_BUILD_DIR=$work/build
+[ "$mode" = pip ] && rm -rf "$build"
+export PARAMWIN_BUILD_DIR=$build
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 cd "$work"
 

@@ -3,8 +3,11 @@
 Every agent calls ``step`` once per interval with its validation accuracy: the population
 ranks on it, the bottom quantile is reborn from a top-quantile donor's parameters read
 one-sidedly from its window (the donor keeps training), and explores the donor's
-hyperparameters (PBT: perturb or resample; PB2: a GP bandit's choice). The cost of each rebirth
-is the time of the ``step`` call that did it, recorded as ``rebirth_seconds``.
+hyperparameters (PBT: perturb or resample; PB2: a GP bandit's choice). Each rebirth records
+``exploit_seconds`` (the step's pull phase: reading the donor's parameters into the model, the
+counterpart of the baseline's torch.save + torch.load) and ``rebirth_seconds`` (the whole
+``step`` call: ranking, selection, the pull, explore, the republish, and in the synchronous
+mode the wait for the other agents).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def run(ctx: Context) -> None:
             if event.died:
                 M.apply_hyper(agent.optimizer, hyper)  # lr is TorchAgent's; weight decay ours
                 extra.update({"died": True, "rebirth_seconds": seconds, "val_before": val,
+                              "exploit_seconds": event.seconds.pull,
                               "donors": [d.rank for d in event.donors]})
             ctx.record(step, val, net, hyper, **extra)
             if last:

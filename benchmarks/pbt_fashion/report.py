@@ -73,7 +73,8 @@ def summary(by) -> List[dict]:
         medians = [statistics.median(final_agents(by[m][s])) for s in seeds]
         rows = [r for s in seeds for r in by[m][s]]
         rebirths = [r for r in rows if r.get("died")]
-        cost = [r["rebirth_seconds"] for r in rebirths if "rebirth_seconds" in r]
+        cost = [r["exploit_seconds"] for r in rebirths if "exploit_seconds" in r]
+        step = [r["rebirth_seconds"] for r in rebirths if "rebirth_seconds" in r]
         loads = [r["load_seconds"] for r in rebirths if "load_seconds" in r]
         saves = [r["save_seconds"] for r in rows if "save_seconds" in r]
         if loads:  # the checkpoint path: a rebirth costs the donor's save and the load
@@ -83,6 +84,7 @@ def summary(by) -> List[dict]:
             "end_clock": statistics.median(max(r["clock"] for r in by[m][s]) for s in seeds),
             "rebirths": len(rebirths) / max(1, len(seeds)),
             "cost_ms": 1e3 * statistics.median(cost) if cost else None,
+            "step_ms": 1e3 * statistics.median(step) if step else None,
             "t_equal": t_equal,
         })
     return out
@@ -100,16 +102,22 @@ def markdown(rows: List[dict]) -> str:
     lines = [
         f"| method | best held-out accuracy, end (%) | at equal wall-clock T = {t:.0f} s (%) | "
         "median agent, end (%) | run time (s, median) | rebirths per run | exploit cost per "
-        "rebirth (ms, median) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "rebirth (ms, median) | rebirth step (ms, median) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        cost = "—" if r["cost_ms"] is None else f"{r['cost_ms']:.2f}"
+        cost = "—" if r["cost_ms"] is None else f"{r['cost_ms']:.3f}"
+        step = "—" if r["step_ms"] is None else f"{r['step_ms']:.2f}"
         lines.append(f"| {r['method']} | {fmt(r['final'])} | {fmt(r['at_t'])} | "
                      f"{fmt(r['median_agent'])} | {r['end_clock']:.0f} | {r['rebirths']:.1f} | "
-                     f"{cost} |")
+                     f"{cost} | {step} |")
     lines.append("")
-    lines.append("Accuracy cells: mean ± standard deviation over seeds (min–max).")
+    lines.append("Accuracy cells: mean ± standard deviation over seeds (min–max). Exploit cost: "
+                 "checkpoint_pbt, the donor's torch.save (median) + the loader's torch.load and "
+                 "load_state_dict; paramwin, the rebirth step's pull phase (the one-sided read "
+                 "of the donor into the model). Rebirth step: the whole step() call that did "
+                 "the rebirth (ranking, selection, pull, explore, republish; synchronous mode: "
+                 "also the wait for the others).")
     return "\n".join(lines)
 
 

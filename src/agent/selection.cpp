@@ -79,35 +79,41 @@ std::vector<Ranked> rank_worst_first(std::span<const RosterEntry> rosters, int s
 
 }  // namespace
 
-std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
-                             std::uint64_t fingerprint, MetricDirection direction,
-                             double fraction) {
+namespace {
+
+// The quantile_count(n, fraction) agents at one end of the ranking: the worst first, or the
+// best first (@p best).
+std::vector<int> quantile_end(const char* what, std::span<const RosterEntry> rosters, int self,
+                              double own_metric, std::uint64_t fingerprint,
+                              MetricDirection direction, double fraction, bool best) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument("paramwin: worst_ranks: fraction " + std::to_string(fraction) +
-                          " is outside [0, 1]");
+    throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
+                          std::to_string(fraction) + " is outside [0, 1]");
   }
   const std::vector<Ranked> ranked =
       rank_worst_first(rosters, self, own_metric, fingerprint, direction);
   const std::size_t count = quantile_count(ranked.size(), fraction);
   std::vector<int> out;
   out.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) out.push_back(ranked[i].rank);
+  for (std::size_t i = 0; i < count; ++i) {
+    out.push_back(ranked[best ? ranked.size() - 1 - i : i].rank);
+  }
   return out;
+}
+
+}  // namespace
+
+std::vector<int> worst_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
+                             std::uint64_t fingerprint, MetricDirection direction,
+                             double fraction) {
+  return quantile_end("worst_ranks", rosters, self, own_metric, fingerprint, direction, fraction,
+                      false);
 }
 
 std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self, double own_metric,
                             std::uint64_t fingerprint, MetricDirection direction, double fraction) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument("paramwin: best_ranks: fraction " + std::to_string(fraction) +
-                          " is outside [0, 1]");
-  }
-  const std::vector<Ranked> ranked =
-      rank_worst_first(rosters, self, own_metric, fingerprint, direction);
-  const std::size_t count = quantile_count(ranked.size(), fraction);
-  std::vector<int> out;
-  out.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) out.push_back(ranked[ranked.size() - 1 - i].rank);
-  return out;
+  return quantile_end("best_ranks", rosters, self, own_metric, fingerprint, direction, fraction,
+                      true);
 }
 
 std::vector<double> fitness_weights(std::span<const double> metrics, MetricDirection direction,
