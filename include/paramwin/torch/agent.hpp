@@ -42,6 +42,7 @@ enum class DeviceWindows : std::uint8_t {
 };
 
 namespace detail {
+/// The names of DeviceWindows, in declaration order.
 inline constexpr EnumName<DeviceWindows> kDeviceWindowsNames[] = {{DeviceWindows::automatic,
                                                                    "auto"},
                                                                   {DeviceWindows::always, "always"},
