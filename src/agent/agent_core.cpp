@@ -228,10 +228,15 @@ double AgentCore::roster_timeout() const {
   return own > 0.0 ? std::min(own, left) : left;
 }
 
-std::vector<RosterEntry> AgentCore::agreed_ranking(RebirthExecutor& ex, double metric,
-                                                   bool paused) {
+std::vector<RosterEntry> AgentCore::agreed_ranking(RebirthExecutor& ex, std::int64_t iteration,
+                                                   double metric, bool paused) {
   std::vector<RosterEntry> all =
-      ex.agree_ranking(metric, paused ? AgentState::paused : AgentState::active);
+      ex.agree_ranking(AgentStatus{.iteration = iteration,
+                                   .age = counters_.age,
+                                   .metric = metric,
+                                   .generation = counters_.generation,
+                                   .state = paused ? AgentState::paused : AgentState::active},
+                       hyper_);
   const AgentOptions& o = policy_.options();
   const std::vector<int> worst = worst_ranks(all, ex.agent_id(), metric, ex.fingerprint(),
                                              o.direction, o.triggers.worst_fraction.fraction);
@@ -493,7 +498,7 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
       publish_step(ex, ordered, event, /*reborn=*/true);
       publish_pending = publish_pending_;
     }
-    agreed_ = agreed_ranking(ex, in.metric, in.paused);
+    agreed_ = agreed_ranking(ex, iteration, in.metric, in.paused);
   }
   try {
     PullOutcome pulled;

@@ -187,11 +187,12 @@ class AgentCore {
   [[nodiscard]] double time_left() const;
   /// The bound of a roster read now: read.roster_timeout_seconds within the time left.
   [[nodiscard]] double roster_timeout() const;
-  /// Synchronous PBT at an interval step: every agent's roster from one collective
-  /// (RebirthExecutor::agree_ranking), the agreed worst quantile marked mid-rebirth so that
-  /// no agent chooses a dying agent as a donor. @note Collective over every agent.
-  [[nodiscard]] std::vector<RosterEntry> agreed_ranking(RebirthExecutor& ex, double metric,
-                                                        bool paused);
+  /// Synchronous PBT at an interval step: every agent's roster from collectives
+  /// (RebirthExecutor::agree_ranking; PB2 observes it as it observes roster reads), the
+  /// agreed worst quantile marked mid-rebirth so that no agent chooses a dying agent as a
+  /// donor. @note Collective over every agent.
+  [[nodiscard]] std::vector<RosterEntry> agreed_ranking(RebirthExecutor& ex, std::int64_t iteration,
+                                                        double metric, bool paused);
   /// Calls AgentOptions::prepare_params once per step()/publish() (tracked by
   /// params_prepared_), adding its time to @p seconds.
   void prepare_params(double& seconds);

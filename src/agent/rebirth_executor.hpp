@@ -127,13 +127,14 @@ class RebirthExecutor {
                                       std::exception_ptr leader_error) = 0;
 
   /// Synchronous PBT (WorstFractionTrigger::synchronous): every agent's roster as far as the
-  /// ranking and donor eligibility need it (rank, version, fingerprint, metric, state; no
-  /// publish time, so nobody is stale), in agent order, from one collective over the
-  /// agents: each passes its @p metric and @p state. Every agent gets the same list.
+  /// ranking, donor eligibility and PB2's observations need it (rank, version, fingerprint,
+  /// the status's metric, state, iteration and generation, the hyperparameters; no publish
+  /// time, so nobody is stale), in agent order, from collectives over the agents: each
+  /// passes its status @p mine and its @p hyper. Every agent gets the same list.
   /// The base refuses (only a one-rank Agent implements it; GroupAgent refuses the option at
   /// construction). @note Collective over every agent.
-  [[nodiscard]] virtual std::vector<RosterEntry> agree_ranking(double /*metric*/,
-                                                               AgentState /*state*/) {
+  [[nodiscard]] virtual std::vector<RosterEntry> agree_ranking(const AgentStatus& /*mine*/,
+                                                               const Hyperparameters& /*hyper*/) {
     throw InvalidArgument("paramwin: " + std::string(kind()) +
                           ": synchronous PBT (triggers.worst_fraction.synchronous) needs one-rank "
                           "agents");

@@ -1,6 +1,7 @@
 // SoloExecutor: a one-rank agent's rebirth (see solo_executor.hpp).
 #include "agent/solo_executor.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 
@@ -9,27 +10,59 @@
 
 namespace paramwin::detail {
 
-std::vector<RosterEntry> SoloExecutor::agree_ranking(double metric, AgentState state) {
+std::vector<RosterEntry> SoloExecutor::agree_ranking(const AgentStatus& mine,
+                                                     const Hyperparameters& hyper) {
   const MPI_Comm comm = w_.comm();
   int n = 0;
   check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
-  constexpr int kWords = 4;  // metric, state, version, fingerprint
-  const std::array<std::int64_t, kWords> mine{std::bit_cast<std::int64_t>(metric),
-                                              static_cast<std::int64_t>(state),
+  // metric, state, version, fingerprint, iteration, generation, number of hyperparameters
+  constexpr int kWords = 7;
+  const std::array<std::int64_t, kWords> head{std::bit_cast<std::int64_t>(mine.metric),
+                                              static_cast<std::int64_t>(mine.state),
                                               static_cast<std::int64_t>(w_.version()),
-                                              std::bit_cast<std::int64_t>(fingerprint())};
+                                              std::bit_cast<std::int64_t>(fingerprint()),
+                                              mine.iteration,
+                                              static_cast<std::int64_t>(mine.generation),
+                                              static_cast<std::int64_t>(hyper.size())};
   std::vector<std::int64_t> all(static_cast<std::size_t>(n) * kWords);
-  check_mpi(MPI_Allgather(mine.data(), kWords, MPI_INT64_T, all.data(), kWords, MPI_INT64_T, comm),
+  check_mpi(MPI_Allgather(head.data(), kWords, MPI_INT64_T, all.data(), kWords, MPI_INT64_T, comm),
             "MPI_Allgather(synchronous ranking)");
+  // The hyperparameters' words (agents of another layout may declare another number); every
+  // agent sees the same counts, so all take this collective or none does.
+  std::vector<int> counts(static_cast<std::size_t>(n));
+  std::vector<int> displs(static_cast<std::size_t>(n));
+  int total = 0;
+  for (int r = 0; r < n; ++r) {
+    counts[static_cast<std::size_t>(r)] =
+        static_cast<int>(all[static_cast<std::size_t>(r) * kWords + 6]);
+    displs[static_cast<std::size_t>(r)] = total;
+    total += counts[static_cast<std::size_t>(r)];
+  }
+  std::vector<std::uint64_t> words(static_cast<std::size_t>(total));
+  if (total > 0) {
+    const std::span<const std::uint64_t> own = hyper.words();
+    check_mpi(MPI_Allgatherv(own.data(), static_cast<int>(own.size()), MPI_UINT64_T, words.data(),
+                             counts.data(), displs.data(), MPI_UINT64_T, comm),
+              "MPI_Allgatherv(synchronous ranking's hyperparameters)");
+  }
   std::vector<RosterEntry> out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
-    const std::size_t at = static_cast<std::size_t>(r) * kWords;
-    RosterEntry& e = out[static_cast<std::size_t>(r)];
+    const auto i = static_cast<std::size_t>(r);
+    const std::size_t at = i * kWords;
+    RosterEntry& e = out[i];
     e.rank = r;
     e.status.metric = std::bit_cast<double>(all[at]);
     e.status.state = static_cast<AgentState>(all[at + 1]);
     e.version = static_cast<std::uint64_t>(all[at + 2]);
     e.fingerprint = std::bit_cast<std::uint64_t>(all[at + 3]);
+    e.status.iteration = all[at + 4];
+    e.status.generation = static_cast<std::uint64_t>(all[at + 5]);
+    // Same layout, same declarations: the values read as ours are read.
+    if (e.fingerprint == fingerprint() && static_cast<std::size_t>(counts[i]) == hyper.size()) {
+      e.hyper = hyper;
+      const auto from = words.begin() + displs[i];
+      std::copy(from, from + counts[i], e.hyper.words().begin());
+    }
   }
   return out;
 }

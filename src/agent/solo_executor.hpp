@@ -44,7 +44,8 @@ class SoloExecutor final : public RebirthExecutor {
     return leader_counters;
   }
 
-  [[nodiscard]] std::vector<RosterEntry> agree_ranking(double metric, AgentState state) override;
+  [[nodiscard]] std::vector<RosterEntry> agree_ranking(const AgentStatus& mine,
+                                                       const Hyperparameters& hyper) override;
   void sync_barrier() override;
 
   void advance_stamp() override {}
