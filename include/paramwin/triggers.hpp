@@ -37,11 +37,12 @@ struct WorstFractionTrigger {
   /// Asynchronous (false, the default): the ranking comes from one-sided roster reads, each
   /// agent on its own; other agents are seen as of their latest step. Synchronous (true,
   /// Ray Tune's synch=True): at every @c every-th step all agents publish, agree on one
-  /// ranking (one MPI_Allgather of their metrics) and the worst are reborn from it before
-  /// any agent goes on (a barrier after the pulls), so that runs with the same seeds make
-  /// the same decisions. Collective: every agent must call step() the same number of times
-  /// (an agent that leaves early blocks the others at the next interval); only this trigger
-  /// may be on; one-rank Agents only (GroupAgent refuses it). See docs/agent.md, "PBT".
+  /// ranking (an MPI_Allgather of their metrics, an MPI_Allgatherv of their hyperparameters)
+  /// and the worst are reborn from it before any agent goes on (a barrier after the pulls),
+  /// so that runs with the same seeds make the same decisions. Collective: every agent must call
+  /// step() the same number of times (an agent that leaves early blocks the others at the next
+  /// interval); only this trigger may be on; one-rank Agents only (GroupAgent refuses it). See
+  /// docs/agent.md, "PBT".
   bool synchronous = false;
 };
 
