@@ -9,7 +9,8 @@
 #                        [--out DIR] [--jobs N] [--bench] [--bench-filter REGEX]
 #                        [--ctest SECONDS] [--launcher-fork] [--bench-stores MODES]
 #                        [--bench-rounds N] [--bench-only] [--no-device]
-#                        [--device-sizes LIST] [--device-only]
+#                        [--device-sizes LIST] [--device-only] [--adapter-only]
+#                        [--torch-bench-sizes LIST]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
@@ -28,8 +29,12 @@
 #          the GPU (fails when a GPU is present but its tests skip), then paramwin_device_bench
 #          on 4 ranks for --device-sizes (default 100M,250M float32 parameters).
 # --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
+# --adapter-only: the LibTorch adapter's tests and paramwin_torch_device_bench (a CUDA model's
+#          rebirth through TorchAgent, device windows against host staging, on 4 ranks, for
+#          --torch-bench-sizes, default 100M,250M), without the device windows' own tests and
+#          benchmark (a second call after --device-only).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# device_options.log, device_np{1,2,4}.log, device_bench.txt,
+# device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
 # torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
 # passed.
 set -uo pipefail
@@ -49,6 +54,8 @@ bench_rounds=1
 torch_tests=1
 device=1
 device_sizes=100M,250M
+device_tests=1
+torch_bench_sizes=100M,250M
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -67,6 +74,8 @@ while [ $# -gt 0 ]; do
     --no-device) device=0; shift ;;
     --device-sizes) device_sizes=$2; shift 2 ;;
     --device-only) device=1; torch_tests=0; bench=0; shift ;;
+    --adapter-only) device=1; device_tests=0; torch_tests=1; bench=0; shift ;;
+    --torch-bench-sizes) torch_bench_sizes=$2; shift 2 ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -153,8 +162,10 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
 targets=()
-[ "$device" = 1 ] && targets+=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
+[ "$device" = 1 ] && [ "$device_tests" = 1 ] &&
+  targets+=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
 [ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test torch_pbt_mpi_test)
+[ "$torch_tests" = 1 ] && [ "$device" = 1 ] && targets+=(paramwin_torch_device_bench)
 [ "$bench" = 1 ] && targets+=(paramwin_bench)
 step "build ${targets[*]} (-j $jobs)"
 if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
@@ -177,7 +188,7 @@ fi
 
 # --- device windows (issue 25) --------------------------------------------------------------
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
-if [ "$device" = 1 ]; then
+if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
   step "device_options_mpi_test on 2 ranks"
   timeout 120 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/tests/device_options_mpi_test" \
     >"$out/device_options.log" 2>&1 || status=1
@@ -229,6 +240,17 @@ for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
   [ "$rc" = 0 ] || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
+
+# A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
+# target as stated: docs/gpu.md).
+if [ "$torch_tests" = 1 ] && [ "$device" = 1 ]; then
+  step "paramwin_torch_device_bench on 4 ranks sharing the GPU, sizes $torch_bench_sizes"
+  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>&1; } >"$out/torch_device_bench.txt"
+  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/benchmarks/paramwin_torch_device_bench" \
+    --sizes "$torch_bench_sizes" --reps 7 >>"$out/torch_device_bench.txt" 2>&1 || status=1
+  grep -E "RESULT|torch_device_bench|rror" "$out/torch_device_bench.txt"
+fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
 run_bench() {  # run_bench JSON-NAME TIMEOUT (env: PARAMWIN_BENCH_STORES)
