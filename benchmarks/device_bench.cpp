@@ -27,9 +27,13 @@
 #include <vector>
 
 #include "paramwin/paramwin.hpp"
+#include "size_args.hpp"
 #include "test_kernels.hpp"
 
 namespace pw = paramwin;
+using paramwin::bench::median;
+using paramwin::bench::parse_count;
+using paramwin::bench::split_list;
 
 namespace {
 
@@ -38,18 +42,6 @@ void check(cudaError_t e, const char* what) {
     std::fprintf(stderr, "device_bench: %s: %s\n", what, cudaGetErrorString(e));
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::size_t parse_count(const std::string& s) {
-  const char unit = s.empty() ? ' ' : s.back();
-  const double base = std::stod(s);
-  const double scale = unit == 'M' ? 1e6 : unit == 'G' ? 1e9 : unit == 'K' ? 1e3 : 1.0;
-  return static_cast<std::size_t>(base * scale);
 }
 
 struct Args {
@@ -63,15 +55,7 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--sizes" && i + 1 < argc) {
-      a.sizes.clear();
-      std::string list = argv[++i];
-      std::size_t pos = 0;
-      while (pos <= list.size()) {
-        const std::size_t comma = list.find(',', pos);
-        a.sizes.push_back(list.substr(pos, comma - pos));
-        if (comma == std::string::npos) break;
-        pos = comma + 1;
-      }
+      a.sizes = split_list(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       a.reps = std::max(5, std::atoi(argv[++i]));
     } else if (arg == "--no-host") {
@@ -92,7 +76,7 @@ void result(const std::string& row, const std::string& size, int k, double secon
 }
 
 void run_size(const Args& args, const std::string& size_text, int rank, int size) {
-  const std::size_t n = parse_count(size_text);
+  const auto n = static_cast<std::size_t>(parse_count(size_text));
   const std::size_t bytes = n * sizeof(float);
   pw::Layout layout;
   layout.add("params", n);

@@ -31,23 +31,15 @@
 
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/agent.hpp"
+#include "size_args.hpp"
 
 namespace pw = paramwin;
 namespace pwt = paramwin::torch;
+using paramwin::bench::median;
+using paramwin::bench::parse_count;
+using paramwin::bench::split_list;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::int64_t parse_count(const std::string& s) {
-  const char unit = s.empty() ? ' ' : s.back();
-  const double base = std::stod(s);
-  const double scale = unit == 'M' ? 1e6 : unit == 'G' ? 1e9 : unit == 'K' ? 1e3 : 1.0;
-  return static_cast<std::int64_t>(base * scale);
-}
 
 struct Args {
   std::vector<std::string> sizes{"100M", "250M"};
@@ -56,24 +48,12 @@ struct Args {
   bool cpu = false;  // --cpu: the staged rows with a CPU model (the flow, where no GPU is)
 };
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= list.size()) {
-    const std::size_t comma = list.find(',', pos);
-    out.push_back(list.substr(pos, comma - pos));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--sizes" && i + 1 < argc) {
-      a.sizes = split(argv[++i]);
+      a.sizes = split_list(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       a.reps = std::max(5, std::atoi(argv[++i]));
     } else if (arg == "--cpu") {
@@ -186,7 +166,7 @@ std::string ratio(const char* key, double value) {
 }
 
 void run_size(const Args& args, const std::string& size_text, int rank, int size) {
-  const std::int64_t n = parse_count(size_text);
+  const auto n = static_cast<std::int64_t>(parse_count(size_text));
   Flat model(n, args.layers, rank, args.cpu ? ::torch::kCPU : ::torch::kCUDA);
   double d2d = 0.0;
   if (rank == 0 && !args.cpu) {

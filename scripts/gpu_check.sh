@@ -187,6 +187,16 @@ fi
 [ "$torch_tests" = 1 ] && ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
 
 # --- device windows (issue 25) --------------------------------------------------------------
+# device_bench BINARY SIZES LOG: a device benchmark on 4 ranks sharing the GPU, 7 runs a row,
+# its log headed by the time, the load and the GPU.
+device_bench() {
+  step "$(basename "$1") on 4 ranks sharing the GPU, sizes $2"
+  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>&1; } >"$out/$3"
+  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/$1" --sizes "$2" --reps 7 \
+    >>"$out/$3" 2>&1 || status=1
+  grep -E "RESULT|_bench|rror" "$out/$3"
+}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
 if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
   step "device_options_mpi_test on 2 ranks"
@@ -207,12 +217,7 @@ if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(FAILED|SKIPPED) \]|torn-read stress|busy donor" \
       "$out/device_np$np.log" | sort -u | head -30
   done
-  step "paramwin_device_bench on 4 ranks sharing the GPU, sizes $device_sizes"
-  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
-      --format=csv,noheader 2>&1; } >"$out/device_bench.txt"
-  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/tests/paramwin_device_bench" \
-    --sizes "$device_sizes" --reps 7 >>"$out/device_bench.txt" 2>&1 || status=1
-  grep -E "RESULT|device_bench|rror" "$out/device_bench.txt"
+  device_bench tests/paramwin_device_bench "$device_sizes" device_bench.txt
 fi
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
@@ -244,12 +249,7 @@ done
 # A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
 # target as stated: docs/gpu.md).
 if [ "$torch_tests" = 1 ] && [ "$device" = 1 ]; then
-  step "paramwin_torch_device_bench on 4 ranks sharing the GPU, sizes $torch_bench_sizes"
-  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
-      --format=csv,noheader 2>&1; } >"$out/torch_device_bench.txt"
-  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/benchmarks/paramwin_torch_device_bench" \
-    --sizes "$torch_bench_sizes" --reps 7 >>"$out/torch_device_bench.txt" 2>&1 || status=1
-  grep -E "RESULT|torch_device_bench|rror" "$out/torch_device_bench.txt"
+  device_bench benchmarks/paramwin_torch_device_bench "$torch_bench_sizes" torch_device_bench.txt
 fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
