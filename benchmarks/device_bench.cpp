@@ -33,7 +33,7 @@
 namespace pw = paramwin;
 using paramwin::bench::median;
 using paramwin::bench::parse_count;
-using paramwin::bench::split_list;
+using paramwin::bench::size_or_reps;
 
 namespace {
 
@@ -53,12 +53,9 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
+    if (size_or_reps(argc, argv, i, a.sizes, a.reps)) continue;
     const std::string arg = argv[i];
-    if (arg == "--sizes" && i + 1 < argc) {
-      a.sizes = split_list(argv[++i]);
-    } else if (arg == "--reps" && i + 1 < argc) {
-      a.reps = std::max(5, std::atoi(argv[++i]));
-    } else if (arg == "--no-host") {
+    if (arg == "--no-host") {
       a.host = false;
     } else {
       std::fprintf(stderr, "device_bench: unknown argument %s\n", arg.c_str());

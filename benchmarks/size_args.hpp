@@ -1,5 +1,5 @@
 // What the device benchmarks (device_bench.cpp, torch_device_bench.cpp) share: medians of
-// timings and their command lines' sizes ("100M,250M").
+// timings and their command lines' sizes ("100M,250M") and repetitions.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +33,22 @@ inline std::vector<std::string> split_list(const std::string& list) {
     pos = comma + 1;
   }
   return out;
+}
+
+/// Takes argv[i] (and its value, advancing @p i) when it is `--sizes LIST` or `--reps N` (at
+/// least 5 is kept); returns whether it did.
+inline bool size_or_reps(int argc, char** argv, int& i, std::vector<std::string>& sizes,
+                         int& reps) {
+  const std::string arg = argv[i];
+  if (i + 1 >= argc) return false;
+  if (arg == "--sizes") {
+    sizes = split_list(argv[++i]);
+  } else if (arg == "--reps") {
+    reps = std::max(5, std::stoi(argv[++i]));
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace paramwin::bench

@@ -37,7 +37,7 @@ namespace pw = paramwin;
 namespace pwt = paramwin::torch;
 using paramwin::bench::median;
 using paramwin::bench::parse_count;
-using paramwin::bench::split_list;
+using paramwin::bench::size_or_reps;
 
 namespace {
 
@@ -51,12 +51,9 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
+    if (size_or_reps(argc, argv, i, a.sizes, a.reps)) continue;
     const std::string arg = argv[i];
-    if (arg == "--sizes" && i + 1 < argc) {
-      a.sizes = split_list(argv[++i]);
-    } else if (arg == "--reps" && i + 1 < argc) {
-      a.reps = std::max(5, std::atoi(argv[++i]));
-    } else if (arg == "--cpu") {
+    if (arg == "--cpu") {
       a.cpu = true;
     } else if (arg == "--layers" && i + 1 < argc) {
       a.layers = std::max(1, std::atoi(argv[++i]));
