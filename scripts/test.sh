@@ -32,13 +32,14 @@ exclude=()
 if [ ${#out_labels[@]} -gt 0 ]; then
   exclude=(-LE "^($(IFS='|'; echo "${out_labels[*]}"))\$")
 fi
-# slurm_time DIR: the wall time of the Slurm tests in DIR's last ctest run (CTest's label
-# summary counts seconds x processors).
+# slurm_time LOG: the wall time of the Slurm tests in a ctest run's output (CTest's label
+# summary counts seconds x processors). Read from ctest's own output, not from
+# Testing/Temporary/LastTest.log: a ctest started inside the suite (docs_check counts the
+# tests with ctest -N) rewrites that file.
 slurm_time() {
-  awk '/^[0-9]+\/[0-9]+ Testing: slurm\./ { on = 1; n++ }
-       on && /^Test time =/ { t += $4; on = 0 }
+  awk '/Test +#[0-9]+: slurm\.[^ ]+ \.+ +Passed +[0-9.]+ sec/ { n++; t += $(NF - 1) }
        END { if (n) printf "%d Slurm tests in %.1f s", n, t; else printf "no Slurm test run" }' \
-    "$1/Testing/Temporary/LastTest.log" 2>/dev/null || echo "no Slurm test run"
+    "$1" 2>/dev/null || echo "no Slurm test run"
 }
 status=0
 for mpi in "${mpis[@]}"; do
@@ -49,11 +50,12 @@ for mpi in "${mpis[@]}"; do
   # MPICH and Open MPI busy-poll; 4-rank tests oversubscribe the 2 cores, so run tests one at a
   # time (the multihost tests are RUN_SERIAL as well).
   result=passed
-  (cd "$build_dir" && ctest --output-on-failure --timeout 600 "${exclude[@]}" "$@") || {
+  (cd "$build_dir" && ctest --output-on-failure --timeout 600 "${exclude[@]}" "$@") 2>&1 |
+    tee "$build_dir/ctest_output.log" || {
     result=FAILED
     status=1
   }
-  echo "test.sh: $mpi pass ($build_dir): $(slurm_time "$build_dir")"
+  echo "test.sh: $mpi pass ($build_dir): $(slurm_time "$build_dir/ctest_output.log")"
   echo "test.sh: $mpi pass ($build_dir) $result in $(($(date +%s) - t0)) s"
 done
 exit "$status"
