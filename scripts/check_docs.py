@@ -61,7 +61,8 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
      written by the tests themselves: ``bad_inputs_np2`` and ``bad_inputs_np4`` by
      bad_input_table_mpi_test when ``PARAMWIN_DOC_COUNTS_DIR`` is set);
    * ``--ctest-count NAME`` with ``--ctest-dir DIR``: the number of tests ``ctest -N`` lists in
-     that build (``ctest_tests_mpich``, ``ctest_tests_openmpi``).
+     that build (``ctest_tests_mpich``, ``ctest_tests_openmpi``), counted from its
+     CTestTestfile.cmake files.
 
    A marker whose NAME has no source in this run is reported as not checked (another build
    checks it); one whose NAME no source can ever give is a problem. ``--update-counts`` writes
@@ -72,7 +73,6 @@ import argparse
 import glob
 import os
 import re
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -322,7 +322,31 @@ def computed_counts():
     return counts
 
 
-def run_counts(counts_dir, ctest, ctest_dir, ctest_name):
+def ctest_total(build_dir):
+    """The number of CTest tests of a build, as `ctest -N` prints it: the add_test() calls of
+    its CTestTestfile.cmake and of those its subdirs() name. Read from the files, not by
+    running ctest inside the suite, which would rewrite the running suite's
+    Testing/Temporary/LastTest.log."""
+    top = os.path.join(build_dir, "CTestTestfile.cmake")
+    if not os.path.isfile(top):
+        raise SystemExit(f"docs_check: no CTestTestfile.cmake in {build_dir}: configure it first")
+    total, pending = 0, [build_dir]
+    while pending:
+        directory = pending.pop()
+        path = os.path.join(directory, "CTestTestfile.cmake")
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("add_test("):
+                    total += 1
+                found = re.match(r'subdirs\("([^"]+)"\)', line)
+                if found:
+                    pending.append(os.path.join(directory, found.group(1)))
+    return total
+
+
+def run_counts(counts_dir, ctest_dir, ctest_name):
     counts = {}
     for path in sorted(glob.glob(os.path.join(counts_dir, "*.tsv"))) if counts_dir else []:
         with open(path, encoding="utf-8") as f:
@@ -331,12 +355,7 @@ def run_counts(counts_dir, ctest, ctest_dir, ctest_name):
                 if name and value:
                     counts[name] = int(value)
     if ctest_name:
-        out = subprocess.run([ctest, "-N"], cwd=ctest_dir, check=True, capture_output=True,
-                             text=True).stdout
-        found = re.search(r"Total Tests: (\d+)", out)
-        if not found:
-            raise SystemExit(f"docs_check: no 'Total Tests:' line from {ctest} -N in {ctest_dir}")
-        counts[ctest_name] = int(found.group(1))
+        counts[ctest_name] = ctest_total(ctest_dir)
     return counts
 
 
@@ -375,9 +394,9 @@ def main():
     parser.add_argument("--docs", nargs="+", help="check only these files (paths only)")
     parser.add_argument("--option-keys", help="the library's option keys: key<TAB>aliases<TAB>doc")
     parser.add_argument("--counts-dir", help="NAME.tsv files the tests wrote (NAME<TAB>VALUE)")
-    parser.add_argument("--ctest", default="ctest", help="the ctest program (--ctest-count)")
     parser.add_argument("--ctest-dir", default=".", help="the build that --ctest-count counts")
-    parser.add_argument("--ctest-count", help="count name for that build's ctest -N total")
+    parser.add_argument("--ctest-count", help="count name for that build's number of tests "
+                        "(ctest -N's total, read from its CTestTestfile.cmake files)")
     parser.add_argument("--update-counts", action="store_true",
                         help="write the counts into the docs' markers instead of checking")
     args = parser.parse_args()
@@ -393,7 +412,7 @@ def main():
             problems += check_table(agent_md, keys_from_file(args.option_keys), args.option_keys)
             checked += ", option keys"
     counts = computed_counts()
-    counts.update(run_counts(args.counts_dir, args.ctest, args.ctest_dir, args.ctest_count))
+    counts.update(run_counts(args.counts_dir, args.ctest_dir, args.ctest_count))
     count_problems, unchecked = check_counts(docs, counts, args.update_counts)
     problems += count_problems
     checked += ", counts" + (f" (not here: {', '.join(sorted(unchecked))})" if unchecked else "")
