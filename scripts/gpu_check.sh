@@ -136,7 +136,8 @@ cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
             -DMPI_CXX_COMPILER="$mpicxx" -DMPIEXEC_EXECUTABLE="$mpiexec"
             -DCMAKE_PREFIX_PATH="$prefix_path"
             -DPARAMWIN_BUILD_TESTS=ON -DPARAMWIN_BUILD_EXAMPLES=OFF
-            -DPARAMWIN_BUILD_BENCHMARKS=$([ "$bench" = 1 ] && echo ON || echo OFF)
+            -DPARAMWIN_BUILD_BENCHMARKS=$({ [ "$bench" = 1 ] || { [ "$torch_tests" = 1 ] &&
+                                              [ "$device" = 1 ]; }; } && echo ON || echo OFF)
             -DPARAMWIN_HEADER_CHECK=OFF -DPARAMWIN_FORMAT_CHECK=OFF)
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # A CUDA LibTorch's config looks for the CUDA toolkit (nvcc); device windows need it too.

@@ -4,7 +4,7 @@
 # step and wall-clock budget; then the table and the plot.
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--out DIR] [--quick] [--no-report]
-# --quick: the suite's short version (6,000 training and 2,000 test images, 400 steps, one
+# --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
 # seed, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
 # build-openmpi) and Debian's dataset-fashion-mnist and python3-optuna (setup.sh installs them).
 set -euo pipefail
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ "$quick" = 1 ]; then
-  seeds=1; steps=400; interval=50
+  seeds=1; steps=200; interval=25
   extra=(--train-subset 6000 --test-subset 2000 --val-limit 1000)
 fi
 [ -d "$build_dir/python/paramwin" ] || {

@@ -12,9 +12,12 @@ cd "$(dirname "$0")/.."
 # sanitized library refuses device windows as a build without the toolkit does.
 # The public headers' stand-alone compile (PARAMWIN_HEADER_CHECK) is left out as well: it
 # compiles, never runs, and the normal passes make it.
+# -O1 -g1 (line tables, enough for the sanitizers' stack traces) instead of RelWithDebInfo's
+# -O2 -g: the sanitized build compiles in about half the time (20 s -> 9 s for
+# src/agent/gp.cpp here); AddressSanitizer's documentation recommends -O1 anyway.
 cmake -S . -B build-asan -DPARAMWIN_BUILD_BENCHMARKS=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
       -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich -DPARAMWIN_WITH_CUDA=OFF \
-      -DPARAMWIN_HEADER_CHECK=OFF >/dev/null
+      -DPARAMWIN_HEADER_CHECK=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 bash scripts/setup.sh --sanitize --werror --build-dir build-asan
 cd build-asan
 # UBSan: any finding aborts the test (-fno-sanitize-recover=undefined at compile time too).
