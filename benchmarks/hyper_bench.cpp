@@ -3,13 +3,13 @@
 // inside the same seqlocked slot, read in the same copy / the same flush as the layer),
 // side by side in one run; and rank 0 publishes with 0 and 4. The donor only waits inside MPI
 // (the MPI_MAX reduction of each iteration), as in one_donor/*.
-#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
 
 #include "bench_util.hpp"
 #include "paramwin/paramwin.hpp"
+#include "size_args.hpp"
 
 namespace paramwin::bench {
 namespace {
@@ -40,11 +40,6 @@ void bm_hyper_pull(benchmark::State& state, std::size_t bytes, Transport transpo
   }
   polite_barrier(MPI_COMM_WORLD);
   set_bytes(state, bytes);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // Side by side: every iteration pulls the same donor's snapshot of one layer from a window

@@ -1,5 +1,6 @@
-// What the device benchmarks (device_bench.cpp, torch_device_bench.cpp) share: medians of
-// timings and their command lines' sizes ("100M,250M") and repetitions.
+// What the benchmarks with their own command lines share (device_bench.cpp,
+// torch_device_bench.cpp; hyper_bench.cpp takes the median): medians of timings, and the
+// command lines' sizes ("100M,250M") and repetitions.
 #pragma once
 
 #include <algorithm>
