@@ -150,17 +150,14 @@ std::string join(const std::vector<std::string>& fields) {
   return out;
 }
 
-std::string ms(const char* key, double seconds) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s=%.3f", key, seconds * 1e3);
-  return buf;
-}
-
+// "key=value" with three decimals: a ratio as it is, seconds as milliseconds (ms).
 std::string ratio(const char* key, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s=%.3f", key, value);
   return buf;
 }
+
+std::string ms(const char* key, double seconds) { return ratio(key, seconds * 1e3); }
 
 void run_size(const Args& args, const std::string& size_text, int rank, int size) {
   const auto n = static_cast<std::int64_t>(parse_count(size_text));
