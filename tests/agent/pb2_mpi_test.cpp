@@ -27,6 +27,9 @@ constexpr std::size_t kW = 8;
 constexpr std::size_t kB = 4;
 using Params = pw::test::FormulaParams<kW, kB>;
 
+constexpr int kSteps = 80;
+constexpr int kEvery = 4;  // the worst-fraction trigger's interval (warm-up: one interval)
+
 constexpr double kLrLo = 1e-4;
 constexpr double kLrHi = 1.0;
 
@@ -55,16 +58,15 @@ Totals run_end_to_end(bool synchronous, const std::array<double, 4>& initial_lr,
   const int n = pw::test::world_size();
   const int rank = pw::test::world_rank();
   const std::string log_path = name + "_" + std::to_string(n) + "_{rank}.jsonl";
-  constexpr int kSteps = 80;
 
   pw::AgentOptions o;
   o.seed = 26;
   o.triggers.age.enabled = false;
   o.triggers.worst_fraction = {.enabled = true,
                                .fraction = 0.25,
-                               .every = 4,
+                               .every = kEvery,
                                .synchronous = synchronous};
-  o.triggers.warmup = 4;
+  o.triggers.warmup = kEvery;
   o.selection = {.kind = pw::SelectionKind::fittest, .k = 1, .shortfall = pw::Shortfall::clamp};
   o.mixing.kind = pw::MixingKind::best;
   o.explore.kind = pw::ExploreKind::pb2;
@@ -155,7 +157,7 @@ TEST(Pb2EndToEnd, SynchronousIntervalsExploreByGpOnceEnoughObservationsExist) {
   PARAMWIN_REQUIRE_RANKS(4);
   // Agents 1 and 2 descend at the same rate; none starts near the best.
   const Totals t = run_end_to_end(true, {1e-4, 1e-3, 1e-1, 1.0}, "pb2_sync");
-  EXPECT_EQ(t.gp + t.fallback, 80 / 4 - 1);
+  EXPECT_EQ(t.gp + t.fallback, kSteps / kEvery - 1);
   EXPECT_GE(t.fallback, 1);  // the first rebirths have too few observations
   EXPECT_GE(t.gp, 10);       // 17 in every run (docs/agent.md)
 }
