@@ -10,7 +10,7 @@
 #                        [--ctest SECONDS] [--launcher-fork] [--bench-stores MODES]
 #                        [--bench-rounds N] [--bench-only] [--no-device]
 #                        [--device-sizes LIST] [--device-only] [--adapter-only]
-#                        [--torch-bench-sizes LIST]
+#                        [--torch-bench-sizes LIST] [--device-no-host]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
@@ -28,13 +28,18 @@
 #          device_options_mpi_test on 2 ranks, device_window_mpi_test on 1, 2 and 4 ranks sharing
 #          the GPU (fails when a GPU is present but its tests skip), then paramwin_device_bench
 #          on 4 ranks for --device-sizes (default 100M,250M float32 parameters).
+#          Without --device-only or --adapter-only, one call does both: the device targets are
+#          built first, LibTorch's in the background while the device tests run; then the
+#          TorchAgent benchmark, the device benchmark, and the adapter's tests.
+# --device-no-host: paramwin_device_bench without its host-staged rows (--no-host; the
+#          TorchAgent benchmark measures host staging against device windows too).
 # --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
 # --adapter-only: the LibTorch adapter's tests and paramwin_torch_device_bench (a CUDA model's
 #          rebirth through TorchAgent, device windows against host staging, on 4 ranks, for
 #          --torch-bench-sizes, default 100M,250M), without the device windows' own tests and
 #          benchmark (a second call after --device-only).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
+# build_torch.log, device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
 # torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
 # passed.
 set -uo pipefail
@@ -56,6 +61,7 @@ device=1
 device_sizes=100M,250M
 device_tests=1
 torch_bench_sizes=100M,250M
+device_bench_args=""
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -76,6 +82,7 @@ while [ $# -gt 0 ]; do
     --device-only) device=1; torch_tests=0; bench=0; shift ;;
     --adapter-only) device=1; device_tests=0; torch_tests=1; bench=0; shift ;;
     --torch-bench-sizes) torch_bench_sizes=$2; shift 2 ;;
+    --device-no-host) device_bench_args=--no-host; shift ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -162,51 +169,83 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
   exit 1
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
-targets=()
+device_targets=()
 [ "$device" = 1 ] && [ "$device_tests" = 1 ] &&
-  targets+=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
-[ "$torch_tests" = 1 ] && targets+=(torch_adapter_mpi_test torch_pbt_mpi_test)
-[ "$torch_tests" = 1 ] && [ "$device" = 1 ] && targets+=(paramwin_torch_device_bench)
-[ "$bench" = 1 ] && targets+=(paramwin_bench)
-step "build ${targets[*]} (-j $jobs)"
-if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
-  grep -E "error|Error" "$out/build.log" | head -40
-  echo "gpu_check: build FAILED (log: build.log)"
-  exit 1
+  device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
+torch_targets=()
+[ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test)
+[ "$torch_tests" = 1 ] && [ "$device" = 1 ] && torch_targets+=(paramwin_torch_device_bench)
+[ "$bench" = 1 ] && device_targets+=(paramwin_bench)
+# build_targets LOG TARGET...: builds, prints the errors on failure.
+build_targets() {
+  local log=$1
+  shift
+  [ $# -gt 0 ] || return 0
+  if ! cmake --build "$build_dir" -j "$jobs" --target "$@" >>"$out/$log" 2>&1; then
+    grep -E "error|Error" "$out/$log" | head -40
+    echo "gpu_check: build of $* FAILED (log: $log)"
+    return 1
+  fi
+  echo "$log warnings: $(grep -c "warning:" "$out/$log")"
+}
+# The device windows' targets first; LibTorch's (the longest compile) then build in the
+# background while the device tests run, so that one call does both.
+step "build ${device_targets[*]} (-j $jobs)"
+build_targets build.log "${device_targets[@]}" || { device_tests=0; bench=0; status=1; }
+torch_build_pid=""
+if [ "${#torch_targets[@]}" -gt 0 ]; then
+  step "build ${torch_targets[*]} (-j $jobs)$([ "$device_tests" = 1 ] && echo ", in the background")"
+  if [ "$device_tests" = 1 ]; then
+    # Four cores fewer than the build's share, for the ranks of the tests.
+    jobs=$((jobs > 8 ? jobs - 4 : jobs)) build_targets build_torch.log "${torch_targets[@]}" \
+      >"$out/build_torch.summary" 2>&1 &
+    torch_build_pid=$!
+  else
+    build_targets build_torch.log "${torch_targets[@]}" || { torch_tests=0; status=1; }
+  fi
 fi
-grep -c "warning:" "$out/build.log" | sed 's/^/build warnings: /'
-# The CUDA tests need libtorch_cuda loaded (its hooks answer torch::cuda::is_available()).
-test_bin=$build_dir/tests/torch_adapter_mpi_test
-if [ "$torch_tests" = 1 ] && [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
-  echo "gpu_check: $test_bin does not load libtorch_cuda; relinking with it (--no-as-needed)"
-  torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-  cmake "${cmake_args[@]}" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--no-as-needed -L$torch_lib -ltorch_cuda -Wl,--as-needed" \
-    >>"$out/configure.log" 2>&1 &&
-    cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >>"$out/build.log" 2>&1 ||
-    { echo "gpu_check: relink FAILED"; exit 1; }
-fi
-[ "$torch_tests" = 1 ] && ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
+[ "$device_tests" = 1 ] || [ "$torch_tests" = 1 ] || [ "$bench" = 1 ] || exit 1
+# After the background build: the CUDA tests need libtorch_cuda loaded (its hooks answer
+# torch::cuda::is_available()).
+finish_torch_build() {
+  if [ -n "$torch_build_pid" ]; then
+    step "waiting for the background build of ${torch_targets[*]}"
+    wait "$torch_build_pid" || { torch_tests=0; status=1; }
+    cat "$out/build_torch.summary"
+  fi
+  [ "$torch_tests" = 1 ] || return 0
+  local test_bin=$build_dir/tests/torch_adapter_mpi_test
+  if [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
+    echo "gpu_check: $test_bin does not load libtorch_cuda; relinking with it (--no-as-needed)"
+    local torch_lib
+    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    cmake "${cmake_args[@]}" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--no-as-needed -L$torch_lib -ltorch_cuda -Wl,--as-needed" \
+      >>"$out/configure.log" 2>&1 && build_targets build_torch.log "${torch_targets[@]}" ||
+      { echo "gpu_check: relink FAILED"; torch_tests=0; status=1; return 0; }
+  fi
+  ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
+}
 
 # --- device windows (issue 25) --------------------------------------------------------------
-# device_bench BINARY SIZES LOG: a device benchmark on 4 ranks sharing the GPU, 7 runs a row,
+# device_bench BINARY SIZES LOG [ARG...]: a device benchmark on 4 ranks sharing the GPU, 7 runs a row,
 # its log headed by the time, the load and the GPU.
 device_bench() {
   step "$(basename "$1") on 4 ranks sharing the GPU, sizes $2"
   { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
       --format=csv,noheader 2>&1; } >"$out/$3"
-  timeout 300 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/$1" --sizes "$2" --reps 7 \
+  timeout 200 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/$1" --sizes "$2" --reps 7 "${@:4}" \
     >>"$out/$3" 2>&1 || status=1
   grep -E "RESULT|_bench|rror" "$out/$3"
 }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
 if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
   step "device_options_mpi_test on 2 ranks"
-  timeout 120 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/tests/device_options_mpi_test" \
+  timeout 60 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/tests/device_options_mpi_test" \
     >"$out/device_options.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/device_options.log" | sort -u
   for np in 1 2 4; do
     step "device_window_mpi_test on $np rank(s) sharing the GPU"
-    timeout 240 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/device_window_mpi_test" \
+    timeout 150 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/device_window_mpi_test" \
       >"$out/device_np$np.log" 2>&1
     rc=$?
     echo "exit $rc"
@@ -218,7 +257,16 @@ if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(FAILED|SKIPPED) \]|torn-read stress|busy donor" \
       "$out/device_np$np.log" | sort -u | head -30
   done
-  device_bench tests/paramwin_device_bench "$device_sizes" device_bench.txt
+fi
+finish_torch_build
+
+# A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
+# target as stated: docs/gpu.md), then the device windows' own benchmark.
+if [ "$torch_tests" = 1 ] && [ "$device" = 1 ]; then
+  device_bench benchmarks/paramwin_torch_device_bench "$torch_bench_sizes" torch_device_bench.txt
+fi
+if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
+  device_bench tests/paramwin_device_bench "$device_sizes" device_bench.txt $device_bench_args
 fi
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
@@ -246,12 +294,6 @@ for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
   [ "$rc" = 0 ] || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
-
-# A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
-# target as stated: docs/gpu.md).
-if [ "$torch_tests" = 1 ] && [ "$device" = 1 ]; then
-  device_bench benchmarks/paramwin_torch_device_bench "$torch_bench_sizes" torch_device_bench.txt
-fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
 run_bench() {  # run_bench JSON-NAME TIMEOUT (env: PARAMWIN_BENCH_STORES)
