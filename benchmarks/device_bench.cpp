@@ -7,6 +7,7 @@
 //
 // Rows (one line each, "RESULT key=value ..."):
 //   d2d        one cudaMemcpyAsync device-to-device copy of the model's bytes
+//   d2d_ipc    the same copy from rank 1's allocation mapped with CUDA IPC
 //   publish    ParameterWindow::publish of a device window
 //   rebirth    a k-donor pull of a device window into the caller's device memory; bound =
 //              (k + 1) / 2 x d2d; staged = today's host path for a CUDA model (TorchAgent's
@@ -103,6 +104,30 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
     result("d2d", size_text, 0, d2d);
   }
   MPI_Bcast(&d2d, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+
+  // d2d_ipc: the same copy from rank 1's allocation mapped through CUDA IPC (what a
+  // one-donor pull reads), to tell the mapping's cost from the protocol's.
+  if (size > 1) {
+    cudaIpcMemHandle_t handle{};
+    if (rank == 1) check(cudaIpcGetMemHandle(&handle, params), "cudaIpcGetMemHandle");
+    MPI_Bcast(&handle, sizeof handle, MPI_BYTE, 1, MPI_COMM_WORLD);
+    if (rank == 0) {
+      void* peer = nullptr;
+      check(cudaIpcOpenMemHandle(&peer, handle, cudaIpcMemLazyEnablePeerAccess),
+            "cudaIpcOpenMemHandle");
+      std::vector<double> t;
+      for (int r = 0; r < args.reps + 1; ++r) {
+        const double t0 = MPI_Wtime();
+        check(cudaMemcpyAsync(out, peer, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy),
+              "d2d_ipc");
+        check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
+        if (r > 0) t.push_back(MPI_Wtime() - t0);
+      }
+      check(cudaIpcCloseMemHandle(peer), "cudaIpcCloseMemHandle");
+      result("d2d_ipc", size_text, 0, median(t), "ratio_to_d2d=" + std::to_string(median(t) / d2d));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 
   pw::ParameterWindow<> dev(MPI_COMM_WORLD, layout, {.memory = pw::Memory::cuda});
   (void)dev.publish({cref});

@@ -133,6 +133,9 @@ if [ -n "$debs" ]; then
   # the headers under <prefix>/include/trilinos through CMAKE_PREFIX_PATH.
   prefix_path="$prefix/usr"
   "$mpicxx" -show | tee -a "$out/env.txt"
+  # Libraries the unpacked ones need that neither the prefix nor the system has.
+  missing=$(for f in "$lib"/*.so*; do ldd "$f" 2>/dev/null; done | grep "not found" | sort -u)
+  [ -z "$missing" ] || echo "gpu_check: missing libraries: $missing" | tee -a "$out/env.txt"
 fi
 [ -n "$torch_dir" ] || torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 prefix_path="${prefix_path:+$prefix_path;}$torch_dir"
@@ -146,6 +149,8 @@ cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
             -DPARAMWIN_BUILD_BENCHMARKS=$({ [ "$bench" = 1 ] || { [ "$torch_tests" = 1 ] &&
                                               [ "$device" = 1 ]; }; } && echo ON || echo OFF)
             -DPARAMWIN_HEADER_CHECK=OFF -DPARAMWIN_FORMAT_CHECK=OFF)
+# MPICH's parallel HDF5 (checkpoints) from the unpacked packages.
+[ -n "$debs" ] && cmake_args+=(-DPARAMWIN_HDF5_ROOT="$prefix/usr/lib/x86_64-linux-gnu/hdf5/mpich")
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # A CUDA LibTorch's config looks for the CUDA toolkit (nvcc); device windows need it too.
 if [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -18,6 +18,7 @@ pkgs=(mpich libmpich12 libmpich-dev hwloc-nox libhwloc15 libhwloc-dev libucx0 li
       libgtest-dev googletest
       libhdf5-mpich-103-1 libhdf5-mpich-dev libhdf5-mpich-hl-100 libhdf5-mpich-cpp-103-1
       libhdf5-mpich-hl-cpp-100 libsz2 libaec0 libaec-dev libcurl4
+      libssh2-1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db libdb5.3
       libxxhash0 libxxhash-dev libbenchmark1debian libbenchmark-dev)
 rm -f "$dir"/*.deb
 (cd "$dir" && apt-get download "${pkgs[@]}" >/dev/null)
