@@ -257,6 +257,55 @@ TEST_P(DeviceMean, MatchesTheHostPathBitForBit) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// The pull kernel reads and writes vectors of four elements where every pointer is aligned
+// to one: an output one element off that alignment takes the element-wise kernel, and both
+// give the host path's bits (k = 1..3, momentum 0 and 0.25).
+TEST(DeviceWindow, MisalignedOutputGivesTheSameBits) {
+  PARAMWIN_REQUIRE_GPU();
+  PARAMWIN_REQUIRE_RANKS(2);
+  constexpr std::size_t kCount = 1001;
+  pw::Layout layout;
+  layout.add("w", kCount);
+  pw::ParameterWindow<> dev(MPI_COMM_WORLD, layout, {.memory = pw::Memory::cuda});
+  pw::ParameterWindow<> host(MPI_COMM_WORLD, layout);
+  const int rank = dev.rank();
+  const int n = dev.size();
+  std::vector<float> values(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) values[i] = static_cast<float>(spread(rank, i));
+  DeviceBuffer mine(kCount * 4);
+  mine.upload(values.data());
+  ASSERT_TRUE(dev.publish({pw::ConstLayerRef("", mine.get(), kCount, pw::DType::float32,
+                                             pw::device_memory)})
+                  .published);
+  ASSERT_TRUE(host.publish({std::span<const float>(values)}).published);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (const std::size_t shift : {std::size_t{0}, std::size_t{1}}) {
+    for (int k = 1; k <= std::min(3, n - 1); ++k) {
+      for (const double momentum : {0.0, 0.25}) {
+        pw::PullOptions o;
+        o.momentum = momentum;
+        std::vector<int> donors;
+        for (int d = 1; d <= k; ++d) donors.push_back((rank + d) % n);
+        std::vector<float> start(kCount + 1, 0.5F);
+        std::copy(values.begin(), values.end(), start.begin() + static_cast<long>(shift));
+        DeviceBuffer out((kCount + 1) * 4);
+        out.upload(start.data());
+        float* at = static_cast<float*>(out.get()) + shift;
+        (void)dev.pull(donors,
+                       {pw::LayerRef("", at, kCount, pw::DType::float32, pw::device_memory)}, o);
+        std::vector<float> want = values;
+        (void)host.pull(donors, {std::span<float>(want)}, o);
+        std::vector<float> got(kCount + 1);
+        out.download(got.data());
+        EXPECT_EQ(std::memcmp(got.data() + shift, want.data(), kCount * 4), 0)
+            << "shift " << shift << ", k " << k << ", momentum " << momentum;
+        EXPECT_EQ(got[shift == 0 ? kCount : 0], 0.5F) << "a byte outside the layer changed";
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Paths, DeviceMean,
     ::testing::Values(
