@@ -267,74 +267,6 @@ __global__ void mix_kernel(Out* __restrict__ out, Sources s, int k, std::size_t 
   }
 }
 
-// The same mix, four elements a thread per iteration through vector loads and stores (16
-// bytes of float32), with the K donors' vectors all loaded before the sums (K = 1..4, a
-// template argument; more donors take mix_kernel): more bytes in flight per warp. Per
-// element the arithmetic and its order are mix_kernel's, so the bits are the same.
-template <class T>
-struct alignas(4 * sizeof(T)) Vec4 {
-  T v[4];
-};
-
-template <int K, class Acc, class Src, class Out, MixMode M>
-__global__ void mix4_kernel(Vec4<Out>* __restrict__ out, Sources s, std::size_t n4, Acc m,
-                            Acc keep) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
-       i += stride) {
-    Vec4<Out> prev{};
-    if constexpr (M == MixMode::blend) prev = out[i];
-    Acc v[4];
-    {
-      Vec4<Src> x[K];
-#pragma unroll
-      for (int d = 0; d < K; ++d) x[d] = static_cast<const Vec4<Src>*>(s.data[d])[i];
-      const Acc w0 = static_cast<Acc>(s.weight[0]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = mul(w0, static_cast<Acc>(Elem<Src>::widen(x[0].v[u])));
-#pragma unroll
-      for (int d = 1; d < K; ++d) {
-        const Acc wd = static_cast<Acc>(s.weight[d]);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          v[u] = add(v[u], mul(wd, static_cast<Acc>(Elem<Src>::widen(x[d].v[u]))));
-        }
-      }
-    }
-    Vec4<Out> o;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if constexpr (M == MixMode::blend) {
-        o.v[u] = Elem<Out>::narrow(
-            add(mul(m, static_cast<Acc>(Elem<Out>::widen(prev.v[u]))), mul(keep, v[u])));
-      } else {
-        o.v[u] = Elem<Out>::narrow(v[u]);
-      }
-    }
-    out[i] = o;
-  }
-}
-
-template <class T>
-bool vec4_aligned(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % alignof(Vec4<T>) == 0;
-}
-
-template <class Acc, class Src, class Out, MixMode M>
-void launch_mix4(cudaStream_t stream, Vec4<Out>* out, const Sources& s, int k, std::size_t n4,
-                 Acc m, Acc keep) {
-  const auto g = static_cast<unsigned>(
-      std::min<std::size_t>((n4 + kThreads - 1) / kThreads, std::size_t{65535} * 8));
-  auto launch = [&](auto kernel) { kernel<<<g, kThreads, 0, stream>>>(out, s, n4, m, keep); };
-  switch (k) {
-    case 1: launch(mix4_kernel<1, Acc, Src, Out, M>); break;
-    case 2: launch(mix4_kernel<2, Acc, Src, Out, M>); break;
-    case 3: launch(mix4_kernel<3, Acc, Src, Out, M>); break;
-    case 4: launch(mix4_kernel<4, Acc, Src, Out, M>); break;
-    default: break;
-  }
-}
-
 template <class Out, class Acc>
 __global__ void commit_kernel(Out* __restrict__ out, const Acc* __restrict__ acc, std::size_t n,
                               Acc m, Acc keep, bool blend) {
@@ -352,32 +284,12 @@ void launch_mix(cudaStream_t stream, void* out, const Sources& s, int k, std::si
                 double momentum) {
   const auto m = static_cast<Acc>(momentum);
   const Acc keep = Acc{1} - m;
-  // Vectors of four where every pointer allows them and k <= 4, the scalar kernel for the
-  // rest (the last n % 4 elements, or everything when a pointer is not aligned to a vector).
-  std::size_t n4 = k <= 4 ? n / 4 : 0;
-  bool aligned = vec4_aligned<Out>(out);
-  for (int d = 0; d < k; ++d) aligned = aligned && vec4_aligned<Src>(s.data[d]);
-  if (!aligned) n4 = 0;
-  if (n4 > 0) {
-    auto* out4 = static_cast<Vec4<Out>*>(out);
-    if (momentum == 0.0) {
-      launch_mix4<Acc, Src, Out, MixMode::write>(stream, out4, s, k, n4, m, keep);
-    } else {
-      launch_mix4<Acc, Src, Out, MixMode::blend>(stream, out4, s, k, n4, m, keep);
-    }
-  }
-  const std::size_t done = n4 * 4;
-  if (done == n) return;
-  Sources rest = s;
-  for (int d = 0; d < k; ++d) rest.data[d] = static_cast<const Src*>(s.data[d]) + done;
-  Out* tail = static_cast<Out*>(out) + done;
-  const std::size_t left = n - done;
   if (momentum == 0.0) {
     mix_kernel<Acc, Src, Out, MixMode::write>
-        <<<blocks_for(left), kThreads, 0, stream>>>(tail, rest, k, left, m, keep);
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<Out*>(out), s, k, n, m, keep);
   } else {
     mix_kernel<Acc, Src, Out, MixMode::blend>
-        <<<blocks_for(left), kThreads, 0, stream>>>(tail, rest, k, left, m, keep);
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<Out*>(out), s, k, n, m, keep);
   }
 }
 
