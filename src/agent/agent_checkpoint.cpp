@@ -4,12 +4,15 @@
 // of agent (CheckpointComms): a one-rank Agent writes and reads its own share; a GroupAgent's
 // leader writes and reads for its agent and shares the staged share with the agent's ranks.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "agent/agent_core.hpp"
 #include "agent/rebirth_executor.hpp"  // const_refs
@@ -17,6 +20,7 @@
 #include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"
 #include "checkpoint/path.hpp"
+#include "detail/cuda.hpp"
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
@@ -27,16 +31,45 @@ namespace {
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
 
-// Throws InvalidArgument naming @p caller unless every layer of @p ordered is in host memory.
+// Throws InvalidArgument naming @p caller unless every layer of @p ordered is host memory or
+// device memory CUDA knows (a device window's layers: checkpoints copy them through the host).
 template <class Ref>
-void check_host(const BoundLayers<Ref>& ordered, const std::string& caller) {
-  for (const Ref& r : ordered.refs()) {
-    if (!r.host_accessible()) {
-      throw InvalidArgument("paramwin: " + caller + ": layer '" + std::string(r.name()) +
-                            "' is not host-accessible (checkpoints read and write the "
-                            "parameters on the host)");
-    }
+void check_readable(const BoundLayers<Ref>& ordered, const Layout& layout,
+                    const std::string& caller) {
+  for (std::size_t l = 0; l < ordered.size(); ++l) {
+    const Ref& r = ordered[l];
+    if (r.host_accessible() || r.count() == 0 || cuda::classify(r.data()).device) continue;
+    throw InvalidArgument("paramwin: " + caller + ": layer '" + layout[l].name +
+                          "' is neither host memory nor device memory that CUDA knows "
+                          "(checkpoints read and write the parameters on the host, copying "
+                          "device layers" +
+                          (cuda::built() ? "" : "; this paramwin was built without CUDA") + ")");
   }
+}
+
+// @p ordered with every device layer replaced by a host copy kept in @p copies (checkpoints
+// write from the host); @p ordered itself when every layer is host memory.
+BoundLayers<ConstLayerRef> on_host(const BoundLayers<ConstLayerRef>& ordered,
+                                   std::vector<std::vector<std::byte>>& copies) {
+  const std::span<const ConstLayerRef> refs = ordered.refs();
+  if (std::all_of(refs.begin(), refs.end(),
+                  [](const ConstLayerRef& r) { return r.host_accessible(); })) {
+    return ordered;
+  }
+  copies.assign(refs.size(), {});
+  std::vector<ConstLayerRef> host;
+  host.reserve(refs.size());
+  for (std::size_t l = 0; l < refs.size(); ++l) {
+    const ConstLayerRef& r = refs[l];
+    if (r.host_accessible()) {
+      host.push_back(r);
+      continue;
+    }
+    copies[l].resize(r.count() * dtype_size(r.dtype()));
+    cuda::copy_blocking(copies[l].data(), r.data(), copies[l].size());
+    host.emplace_back(r.name(), copies[l].data(), r.count(), r.dtype());
+  }
+  return BoundLayersAccess::make(std::move(host), ordered.layout_fingerprint());
 }
 
 // @p params bound (once) and checked for a save, agreed over @p comm.
@@ -46,7 +79,7 @@ BoundLayers<ConstLayerRef> bound_const(const Layout& layout, std::span<const Con
   std::string error;
   try {
     ordered = bind_step_params(layout, params, caller);
-    check_host(ordered, caller);
+    check_readable(ordered, layout, caller);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -129,6 +162,7 @@ void AgentCore::save_bound(RebirthExecutor& ex, const CheckpointComms& c, const 
   // the agent; the other ranks of a group hold the same replica.
   const bool writer = c.writers != MPI_COMM_NULL;
   AgentRecord mine;
+  std::vector<std::vector<std::byte>> copies;  // host copies of device layers, for the write
   std::string error;
   if (writer) {
     const RosterEntry own = ex.own_roster();
@@ -156,6 +190,12 @@ void AgentCore::save_bound(RebirthExecutor& ex, const CheckpointComms& c, const 
       if (hooks_.save) mine.extras = hooks_.save();
     } catch (const std::exception& e) {
       error = std::string("paramwin: save_checkpoint: the checkpoint hook failed: ") + e.what();
+    }
+    // After the hook, which may bring the layers up to date (a TorchAgent's stage_in).
+    try {
+      if (error.empty()) mine.ordered = on_host(ordered, copies);
+    } catch (const std::exception& e) {
+      error = std::string("paramwin: save_checkpoint: copying the device layers: ") + e.what();
     }
   }
   agree_or_throw<CheckpointError>(c.all, error);
@@ -206,7 +246,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
   std::string error;
   try {
     ordered = bind_step_params(ex.layout(), params, caller);
-    check_host(ordered, caller);
+    check_readable(ordered, ex.layout(), caller);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -266,9 +306,20 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
   }
   agree_or_throw<CheckpointError>(c.all, error);
 
-  for (std::size_t l = 0; l < ordered.size(); ++l) {
-    if (!read.layers[l].empty())
+  // A CUDA failure while writing a device layer (after every check passed) leaves that layer
+  // partly written; it is reported on every rank below.
+  for (std::size_t l = 0; l < ordered.size() && error.empty(); ++l) {
+    if (read.layers[l].empty()) continue;
+    if (ordered[l].host_accessible()) {
       std::memcpy(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
+      continue;
+    }
+    try {
+      cuda::copy_blocking(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
+    } catch (const std::exception& e) {
+      error = "paramwin: load_checkpoint: writing layer '" + std::string(ordered[l].name()) +
+              "' into device memory: " + e.what();
+    }
   }
   policy_ = std::move(policy);
   counters_ = AgentCounters{.steps = policy_.steps(),
@@ -283,7 +334,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
     paused_ = s.paused;
     resume_state_ = s.resume_state;
   }
-  if (hooks_.load) {
+  if (hooks_.load && error.empty()) {
     try {
       hooks_.load(read.extras, read.reborn);
     } catch (const std::exception& e) {
@@ -352,13 +403,13 @@ void AgentCore::checkpoint_if_due(RebirthExecutor& ex, const CheckpointComms& c,
     due = elapsed >= o.every_seconds;
   }
   if (!due) return;
-  // The step bound the parameters: the save checks only that they are in host memory.
+  // The step bound the parameters: the save checks only that it can read them.
   wait_checkpoint(c);  // the previous asynchronous save first (and its error)
   const BoundLayers<ConstLayerRef> refs = ordered.as_const();
   const std::string caller = "step (checkpoint)";
   std::string error;
   try {
-    check_host(refs, caller);
+    check_readable(refs, ex.layout(), caller);
   } catch (const Error& e) {
     error = e.what();
   }

@@ -359,6 +359,11 @@ PointerInfo classify(const void* p) {
   return info;
 }
 
+void copy_blocking(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy (device layer <-> host)");
+}
+
 // --- Device ------------------------------------------------------------------------------------
 
 struct Device::State {

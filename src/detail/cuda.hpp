@@ -42,6 +42,11 @@ struct PointerInfo {
 /// Classifies @p p (host memory, including memory CUDA does not know, is device == false).
 [[nodiscard]] PointerInfo classify(const void* p);
 
+/// Copies @p bytes between device and host memory (either way, any device) and returns once
+/// the copy is complete; ordered after the work of every blocking stream (the legacy default
+/// stream). For checkpoints, which read and write layers on the host.
+void copy_blocking(void* dst, const void* src, std::size_t bytes);
+
 /// One layer of a publish: @p count elements of @p from at @p src (device memory) written as
 /// @p to at @p dst (a device slot).
 struct CopyItem {

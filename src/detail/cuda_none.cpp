@@ -31,6 +31,8 @@ int current_device() { unavailable(); }
 
 PointerInfo classify(const void* /*p*/) { return {}; }
 
+void copy_blocking(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) { unavailable(); }
+
 struct Device::State {};
 
 Device::Device(int /*ordinal*/, void* /*stream*/, std::size_t /*slot_bytes*/) { unavailable(); }

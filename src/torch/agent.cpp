@@ -217,8 +217,7 @@ struct TorchAgent::Impl {
   }
 
   /// Why this rank's agent cannot have a device window ("" if it can), and the device.
-  [[nodiscard]] std::string device_obstacle(const AgentOptions& agent_options,
-                                            const WindowOptions& wo, bool grouped, int& device,
+  [[nodiscard]] std::string device_obstacle(const WindowOptions& wo, bool grouped, int& device,
                                             bool& any_cuda) const {
     const ModuleTensors mt = collect(*module, options.module);
     std::string why;
@@ -241,13 +240,6 @@ struct TorchAgent::Impl {
       why = "ModuleOptions::stage_through_host is set";
     }
     if (why.empty() && wo.exposure == Exposure::live) why = "live exposure needs host memory";
-    if (why.empty() && options.inherit_optimizer_state) {
-      why = "inherit_optimizer_state (the optimizer's state layers are host memory)";
-    }
-    if (why.empty() &&
-        (agent_options.checkpoint.every != 0 || agent_options.checkpoint.every_seconds != 0.0)) {
-      why = "checkpoints read and write the parameters on the host";
-    }
     if (why.empty()) {
       std::string none;
       if (paramwin::detail::cuda::device_count(&none) == 0) why = "no CUDA device (" + none + ")";
@@ -258,8 +250,7 @@ struct TorchAgent::Impl {
   /// Chooses, alike on every rank of @p comm (collective), between a device window and host
   /// staging (TorchAgentOptions::device_windows); returns the window options to create the
   /// agent with and installs the matching LayerSource.
-  WindowOptions choose_window(MPI_Comm comm, const AgentOptions& agent_options, WindowOptions wo,
-                              bool grouped) {
+  WindowOptions choose_window(MPI_Comm comm, WindowOptions wo, bool grouped) {
     const bool required =
         wo.memory == Memory::cuda || options.device_windows == DeviceWindows::always;
     if (!required && options.device_windows == DeviceWindows::never) return wo;
@@ -267,7 +258,7 @@ struct TorchAgent::Impl {
     bool any_cuda = false;
     std::string why;
     try {
-      why = device_obstacle(agent_options, wo, grouped, device, any_cuda);
+      why = device_obstacle(wo, grouped, device, any_cuda);
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -276,6 +267,10 @@ struct TorchAgent::Impl {
       wo.memory = Memory::cuda;
       wo.cuda_device = device;
       layers = std::make_unique<detail::DeviceLayers>(device);
+      if (state_layers) {
+        state_layers->place_on(
+            ::torch::Device(::torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
+      }
       return wo;
     }
     const std::string text = paramwin::detail::failure_text(comm, failing, why);
@@ -299,7 +294,7 @@ struct TorchAgent::Impl {
     Layout layout =
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
-    const WindowOptions chosen = choose_window(comm, agent_options, window_options, false);
+    const WindowOptions chosen = choose_window(comm, window_options, false);
     auto solo =
         std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options), chosen, site);
     if (live) bind_live(solo->window(), *module, options.module);
@@ -312,8 +307,7 @@ struct TorchAgent::Impl {
               const WindowOptions& window_options, const std::source_location& site) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
-    const WindowOptions chosen =
-        choose_window(groups.training_comm(), agent_options, window_options, true);
+    const WindowOptions chosen = choose_window(groups.training_comm(), window_options, true);
     auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
                                               chosen, site);
     group->set_checkpoint_hooks(checkpoint_hooks());
@@ -366,10 +360,11 @@ struct TorchAgent::Impl {
   }
 
   /// Gives the window's layers the module's values (and the optimizer's state, when it is
-  /// inherited) before the core reads them.
+  /// inherited) before the core reads them. The state first: a device window's to_layers()
+  /// waits for the device's current stream, on which the state's copies run too.
   void stage_in() {
-    layers->to_layers();
     if (state_layers) state_layers->capture(optimizer(), layers->tensors());
+    layers->to_layers();
   }
 
   /// Writes the window's layers (a rebirth's mix, a loaded checkpoint) into the module and

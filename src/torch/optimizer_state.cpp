@@ -62,48 +62,48 @@ bool amsgrad_of(const ::torch::optim::OptimizerOptions& options) {
   return static_cast<const Options&>(options).amsgrad();
 }
 
-/// A fresh copy of host buffer @p host with @p like's device and dtype.
-::torch::Tensor to_param(const ::torch::Tensor& host, const ::torch::Tensor& like) {
-  return host.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+/// A fresh copy of buffer @p buffer with @p like's device and dtype.
+::torch::Tensor to_param(const ::torch::Tensor& buffer, const ::torch::Tensor& like) {
+  return buffer.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
 }
 
-/// Copies @p value (undefined: zeros) into @p host.
-void copy_or_zero(::torch::Tensor& host, const ::torch::Tensor& value) {
+/// Copies @p value (undefined: zeros) into @p buffer.
+void copy_or_zero(::torch::Tensor& buffer, const ::torch::Tensor& value) {
   if (value.defined()) {
-    host.copy_(value.detach());
+    buffer.copy_(value.detach());
   } else {
-    host.zero_();
+    buffer.zero_();
   }
 }
 
 /// capture() for the Adam family (AdamParamState and AdamWParamState have the same fields).
 template <class State>
-void capture_adam(const State* state, const std::string& field, ::torch::Tensor& host) {
+void capture_adam(const State* state, const std::string& field, ::torch::Tensor& buffer) {
   if (state == nullptr) {
-    host.zero_();
+    buffer.zero_();
   } else if (field == "step") {
-    host.fill_(static_cast<double>(state->step()));
+    buffer.fill_(static_cast<double>(state->step()));
   } else if (field == "exp_avg") {
-    copy_or_zero(host, state->exp_avg());
+    copy_or_zero(buffer, state->exp_avg());
   } else if (field == "exp_avg_sq") {
-    copy_or_zero(host, state->exp_avg_sq());
+    copy_or_zero(buffer, state->exp_avg_sq());
   } else {
-    copy_or_zero(host, state->max_exp_avg_sq());
+    copy_or_zero(buffer, state->max_exp_avg_sq());
   }
 }
 
 /// restore() for the Adam family: @p fields are the fields of one parameter.
 template <class State>
-void restore_adam(State& state, const std::string& field, const ::torch::Tensor& host,
+void restore_adam(State& state, const std::string& field, const ::torch::Tensor& buffer,
                   const ::torch::Tensor& param, std::int64_t step) {
   if (field == "step") {
     state.step(step);
   } else if (field == "exp_avg") {
-    state.exp_avg(to_param(host, param));
+    state.exp_avg(to_param(buffer, param));
   } else if (field == "exp_avg_sq") {
-    state.exp_avg_sq(to_param(host, param));
+    state.exp_avg_sq(to_param(buffer, param));
   } else {
-    state.max_exp_avg_sq(to_param(host, param));
+    state.max_exp_avg_sq(to_param(buffer, param));
   }
 }
 
@@ -147,7 +147,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
       f.param = i;
       f.field = field;
       std::vector<std::int64_t> sizes(shape.begin(), shape.end());
-      f.host = ::torch::zeros(sizes, ::torch::TensorOptions().dtype(type).device(::torch::kCPU));
+      f.buffer = ::torch::zeros(sizes, ::torch::TensorOptions().dtype(type).device(::torch::kCPU));
       f.spec.name = "optimizer/" + pspec.name + "/" + field;
       f.spec.shape = std::move(shape);
       f.spec.count = pspec.count;
@@ -169,7 +169,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
   }
   refs_.reserve(fields_.size());
   for (const Field& f : fields_) {
-    refs_.emplace_back(f.spec.name, f.host.data_ptr(), f.spec.count, f.spec.dtype);
+    refs_.emplace_back(f.spec.name, f.buffer.data_ptr(), f.spec.count, f.spec.dtype);
   }
 }
 
@@ -197,18 +197,18 @@ void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
         it == state.end() ? nullptr : it->second.get();
     switch (family_) {
       case OptimizerFamily::adam:
-        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.host);
+        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.buffer);
         break;
       case OptimizerFamily::adamw:
-        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.host);
+        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.buffer);
         break;
       case OptimizerFamily::sgd: {
         const auto* sgd = static_cast<const ::torch::optim::SGDParamState*>(entry);
         const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
         if (f.field == "momentum_buffer") {
-          copy_or_zero(f.host, present ? sgd->momentum_buffer() : ::torch::Tensor());
+          copy_or_zero(f.buffer, present ? sgd->momentum_buffer() : ::torch::Tensor());
         } else {
-          f.host.fill_(present ? 1.0 : 0.0);
+          f.buffer.fill_(present ? 1.0 : 0.0);
         }
         break;
       }
@@ -229,7 +229,7 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
     while (end < fields_.size() && fields_[end].param == fields_[begin].param) ++end;
     const ::torch::Tensor& param = params[fields_[begin].param];
     const auto key = state_key(state, param);
-    const double mixed = fields_[end - 1].host.item<double>();
+    const double mixed = fields_[end - 1].buffer.item<double>();
     const auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
     if (count <= 0) {
       state.erase(key);
@@ -240,20 +240,20 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
           if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamParamState>();
           for (std::size_t i = begin; i < end; ++i) {
             restore_adam(static_cast<::torch::optim::AdamParamState&>(*slot), fields_[i].field,
-                         fields_[i].host, param, count);
+                         fields_[i].buffer, param, count);
           }
           break;
         case OptimizerFamily::adamw:
           if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamWParamState>();
           for (std::size_t i = begin; i < end; ++i) {
             restore_adam(static_cast<::torch::optim::AdamWParamState&>(*slot), fields_[i].field,
-                         fields_[i].host, param, count);
+                         fields_[i].buffer, param, count);
           }
           break;
         case OptimizerFamily::sgd:
           if (slot == nullptr) slot = std::make_unique<::torch::optim::SGDParamState>();
           static_cast<::torch::optim::SGDParamState&>(*slot).momentum_buffer(
-              to_param(fields_[begin].host, param));
+              to_param(fields_[begin].buffer, param));
           break;
       }
       ++written;
@@ -264,7 +264,15 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
 }
 
 void OptimizerStateLayers::clear() {
-  for (Field& f : fields_) f.host.zero_();
+  for (Field& f : fields_) f.buffer.zero_();
+}
+
+void OptimizerStateLayers::place_on(const ::torch::Device& device) {
+  refs_.clear();
+  for (Field& f : fields_) {
+    f.buffer = ::torch::zeros_like(f.buffer, ::torch::TensorOptions().device(device));
+    refs_.emplace_back(f.spec.name, f.buffer.data_ptr(), f.spec.count, f.spec.dtype, device_memory);
+  }
 }
 
 }  // namespace paramwin::torch::detail

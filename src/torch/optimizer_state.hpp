@@ -19,7 +19,8 @@ namespace paramwin::torch::detail {
 /// The optimizer families whose state can travel.
 enum class OptimizerFamily : unsigned char { adam, adamw, sgd };
 
-/// The state layers of one TorchAgent and their host buffers. The layers are fixed at
+/// The state layers of one TorchAgent and their buffers (host memory, or the module's GPU for
+/// a device window: place_on()). The layers are fixed at
 /// construction from the optimizer then in force (its family, and per parameter group amsgrad
 /// or momentum); capture() and restore() work with any later optimizer of the same family
 /// over the same parameter tensors (a builder's rebuilt one).
@@ -32,7 +33,7 @@ class OptimizerStateLayers {
 
   /// Appends the state layers to @p layout (after the module's).
   void append_to(Layout& layout) const;
-  /// Refs to the host buffers, in the order append_to() added the layers.
+  /// Refs to the buffers, in the order append_to() added the layers.
   [[nodiscard]] const std::vector<LayerRef>& refs() const noexcept { return refs_; }
   /// Number of state layers.
   [[nodiscard]] std::size_t size() const noexcept { return fields_.size(); }
@@ -48,14 +49,18 @@ class OptimizerStateLayers {
                       const std::vector<::torch::Tensor>& params);
   /// Zeros every buffer (step 0: restore() then erases every entry).
   void clear();
+  /// Moves the buffers (zeros) to CUDA device @p device, with refs tagged device_memory: the
+  /// layers of a device window. capture() then copies on the device's current stream (the
+  /// caller waits for it before the window reads the buffers).
+  void place_on(const ::torch::Device& device);
 
  private:
   /// One layer: field @p field of the state of the parameter at @p param in layout order.
   struct Field {
     std::size_t param = 0;
-    std::string field;     // "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", ...
-    ::torch::Tensor host;  // the host buffer the agent reads and writes
-    LayerSpec spec;        // name, shape, dtype
+    std::string field;       // "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", ...
+    ::torch::Tensor buffer;  // the buffer the agent reads and writes
+    LayerSpec spec;          // name, shape, dtype
   };
   void check_family(::torch::optim::Optimizer& optimizer) const;
 

@@ -109,6 +109,46 @@ TEST(Checkpoint, RoundTripRestoresParametersAndAgentStateBitForBit) {
   EXPECT_EQ(b.max_age(), a.max_age());
 }
 
+// Checkpoints copy a device window's layers through the host (docs/gpu.md, tested on a GPU in
+// tests/cuda/device_window_mpi_test.cpp); a layer tagged device_memory that CUDA does not know
+// as device memory (here: host memory on rank 0) is refused on every rank, nothing written
+// or loaded.
+TEST(Checkpoint, ALayerThatIsNeitherHostNorDeviceMemoryIsRefusedOnEveryRank) {
+  const std::string dir = fresh_dir("not_device");
+  const int rank = pw::test::world_rank();
+  Params p;
+  p.fill(rank, 1);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  (void)a.publish(p.crefs());
+  std::vector<pw::ConstLayerRef> crefs = p.crefs();
+  std::vector<pw::LayerRef> refs = p.refs();
+  if (rank == 0) {
+    crefs[0] = pw::ConstLayerRef("", p.w.data(), p.w.size(), pw::DType::float32, pw::device_memory);
+    refs[0] = pw::LayerRef("", p.w.data(), p.w.size(), pw::DType::float32, pw::device_memory);
+  }
+  const std::string path = dir + "/pop.h5";
+  try {
+    a.save_checkpoint(path, crefs);
+    ADD_FAILURE() << "saved a layer that is neither host nor device memory";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'w' is neither host memory nor device memory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path));
+  a.save_checkpoint(path, p.crefs());
+  const std::vector<float> before = p.w;
+  try {
+    (void)a.load_checkpoint(path, refs);
+    ADD_FAILURE() << "loaded into a layer that is neither host nor device memory";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("neither host memory nor device memory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(p.w, before);
+}
+
 // Synchronous and asynchronous (the writer thread; wait_checkpoint() before looking) alike.
 TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
   const int rank = pw::test::world_rank();

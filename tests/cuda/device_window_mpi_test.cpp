@@ -1,9 +1,9 @@
 // Device windows (Memory::cuda, docs/gpu.md) on a GPU: round trips of every dtype, k-donor
 // means bit for bit against the host path (native and reduced wire, momentum, weights, read
-// modes, readers over RMA), non-finite donors, bad input, a GPU too small, a torn-read stress
-// and a busy donor. Every test skips with a message where this process sees no CUDA device
-// (CI, the CPU-only build machines); scripts/gpu_check.sh runs them on 1, 2 and 4 ranks sharing
-// one GPU.
+// modes, readers over RMA), an Agent's checkpoints of device layers, non-finite donors, bad
+// input, a GPU too small, a torn-read stress and a busy donor. Every test skips with a message
+// where this process sees no CUDA device (CI, the CPU-only build machines); scripts/gpu_check.sh
+// runs them on 1, 2 and 4 ranks sharing one GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -255,6 +256,52 @@ TEST_P(DeviceMean, MatchesTheHostPathBitForBit) {
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// An Agent over a device window saves its device layers into a checkpoint (copied through the
+// host) and loads them back into device memory bit for bit, synchronously and with the
+// asynchronous writer; the loaded agent republishes what it loaded.
+TEST(DeviceWindow, AgentCheckpointRoundTripsDeviceLayers) {
+  PARAMWIN_REQUIRE_GPU();
+  const int rank = pw::test::world_rank();
+  const std::string dir = "device_window_mpi_test.np" + std::to_string(pw::test::world_size());
+  if (rank == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::Layout layout = all_dtypes();
+  for (const bool async : {false, true}) {
+    pw::AgentOptions o;
+    o.triggers.age.enabled = false;  // nobody dies: the layers keep this rank's values
+    o.checkpoint.async = async;
+    pw::Agent<> agent(MPI_COMM_WORLD, layout, o, {.memory = pw::Memory::cuda});
+    const auto values = host_values(layout, rank + 3);
+    DeviceLayers mine(layout, values);
+    (void)agent.publish(mine.crefs);
+    for (int step = 0; step < 3; ++step) (void)agent.step(step, 1.0 + rank, mine.refs);
+    const std::string path = dir + (async ? "/async.h5" : "/sync.h5");
+    agent.save_checkpoint(path, mine.crefs);
+    agent.wait_checkpoint();
+    DeviceLayers other(layout, host_values(layout, rank + 7));
+    const pw::CheckpointLoad l = agent.load_checkpoint(path, other.refs);
+    EXPECT_EQ(l.source, rank);
+    const auto got = other.download();
+    for (std::size_t li = 0; li < layout.size(); ++li) {
+      EXPECT_EQ(first_difference(got, values, li), -1)
+          << "layer " << layout[li].name << (async ? ", async" : ", sync");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    // What the neighbour reads now is what this rank loaded.
+    const int n = agent.size();
+    if (n > 1) {
+      DeviceLayers read(layout, host_values(layout, rank));
+      (void)agent.window().pull(std::vector<int>{(rank + 1) % n}, read.refs);
+      const auto want = host_values(layout, (rank + 1) % n + 3);
+      const auto seen = read.download();
+      for (std::size_t li = 0; li < layout.size(); ++li) {
+        EXPECT_EQ(first_difference(seen, want, li), -1) << "neighbour, layer " << layout[li].name;
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 // An output that starts one element past an allocation's (16-byte) alignment gets the host

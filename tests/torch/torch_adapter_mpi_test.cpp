@@ -1155,6 +1155,60 @@ TEST(TorchDevice, CudaAgentUsesADeviceWindow) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A CUDA module whose agent checkpoints every 2 steps (asynchronously) still gets a device
+// window: the save copies its layers through the host, and a load writes them back into the
+// CUDA tensors, with Adam's state from the optimizer's archive.
+TEST(TorchDevice, CudaAgentCheckpointsThroughItsDeviceWindow) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); device windows are "
+                    "tested on a GPU (tests/cuda/device_window_mpi_test.cpp)";
+  }
+  const std::string dir = "torch_adapter_mpi_test.np" + std::to_string(world_size());
+  if (world_rank() == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  Tiny model;
+  fill_exact(*model, world_rank());
+  model->to(torch::kCUDA);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.checkpoint.every = 2;
+  ao.checkpoint.async = true;
+  ao.checkpoint.path = dir + "/cuda_every";
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, ao);
+  EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
+  const auto train = [&] {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+    adam.step();
+  };
+  for (int step = 0; step < 4; ++step) {
+    train();
+    (void)agent.step(step, 1.0);
+  }
+  agent.wait_checkpoint();
+  EXPECT_TRUE(agent.staging_stats().device_window);
+  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
+  const std::vector<double> saved = flat(*model);
+  const auto adam_of = [&]() -> torch::optim::AdamParamState& {
+    torch::optim::OptimizerParamState* s = pwt::optimizer_state(adam, model->scale);
+    EXPECT_NE(s, nullptr);
+    return static_cast<torch::optim::AdamParamState&>(*s);
+  };
+  const auto step_saved = adam_of().step();
+  const std::string path = dir + "/cuda.h5";
+  agent.save_checkpoint(path);
+  train();
+  train();
+  ASSERT_NE(flat(*model), saved) << "training did not change the parameters";
+  const pw::CheckpointLoad l = agent.load_checkpoint(path);
+  EXPECT_EQ(l.source, world_rank());
+  EXPECT_EQ(flat(*model), saved) << "rank " << world_rank();
+  for (const torch::Tensor& p : model->parameters()) EXPECT_TRUE(p.is_cuda());
+  EXPECT_EQ(adam_of().step(), step_saved);
+  EXPECT_TRUE(adam_of().exp_avg().is_cuda());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // --- checkpoints of a grouped agent -----------------------------------------------------------
 
 // A grouped TorchAgent (agents of 2 ranks) saves the population and loads it back: every rank

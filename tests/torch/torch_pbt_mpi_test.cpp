@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -43,11 +44,11 @@ auto key_of(const torch::Tensor& p) {
 }
 
 /// Exact per-rank state values: rank * 8 + offset + i (exact in float32 and in means of up to
-/// 3 ranks, whose sums are multiples of 3 plus 3 * i).
+/// 3 ranks, whose sums are multiples of 3 plus 3 * i), on @p p's device.
 torch::Tensor state_value(const torch::Tensor& p, int rank, double offset) {
   return (torch::arange(p.numel(), torch::kDouble) + rank * 8 + offset)
       .reshape(p.sizes())
-      .to(p.scalar_type());
+      .to(p.device(), p.scalar_type());
 }
 
 /// Gives every parameter of @p opt (Adam or AdamW) the state of @p rank: moments from
@@ -72,11 +73,13 @@ pw::AgentOptions rank0_dies_at(std::int64_t age) {
   return o;
 }
 
-/// A batch and one optimizer step (so that Adam creates its state itself).
+/// A batch and one optimizer step (so that Adam creates its state itself), on the model's
+/// device.
 void train_step(Tiny& model, torch::optim::Optimizer& opt) {
   torch::manual_seed(7);
-  const torch::Tensor x = torch::randn({8, 3});
-  const torch::Tensor y = torch::randn({8, 2});
+  const torch::Device device = model->parameters()[0].device();
+  const torch::Tensor x = torch::randn({8, 3}).to(device);
+  const torch::Tensor y = torch::randn({8, 2}).to(device);
   opt.zero_grad();
   torch::mse_loss(model->forward(x), y).backward();
   opt.step();
@@ -99,11 +102,11 @@ void expect_mean_state(torch::optim::Optimizer& opt, torch::nn::Module& m,
     torch::Tensor sq = torch::zeros(p.sizes(), torch::kDouble);
     for (const pw::DonorRecord& d : donors) {
       if (fresh[static_cast<std::size_t>(d.rank)]) continue;
-      avg += state_value(p, d.rank, 0.0).to(torch::kDouble) / k;
-      sq += state_value(p, d.rank, 100.0).to(torch::kDouble) / k;
+      avg += state_value(p, d.rank, 0.0).to(torch::kCPU, torch::kDouble) / k;
+      sq += state_value(p, d.rank, 100.0).to(torch::kCPU, torch::kDouble) / k;
     }
-    EXPECT_TRUE(torch::allclose(s.exp_avg().to(torch::kDouble), avg, 1e-6, 1e-5));
-    EXPECT_TRUE(torch::allclose(s.exp_avg_sq().to(torch::kDouble), sq, 1e-6, 1e-5));
+    EXPECT_TRUE(torch::allclose(s.exp_avg().to(torch::kCPU, torch::kDouble), avg, 1e-6, 1e-5));
+    EXPECT_TRUE(torch::allclose(s.exp_avg_sq().to(torch::kCPU, torch::kDouble), sq, 1e-6, 1e-5));
     EXPECT_EQ(s.exp_avg().device(), p.device());
     EXPECT_EQ(s.exp_avg().scalar_type(), p.scalar_type());
   }
@@ -167,6 +170,41 @@ TEST(TorchOptimizerState, RebornAdamGetsTheMeanOfItsDonorsState) {
     // A donor's own state is untouched.
     EXPECT_EQ(adam.state().size(), fresh[static_cast<std::size_t>(world_rank())] ? 0U : 3U);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The same inheritance for a CUDA module, whose agent now has a device window: the state
+// layers live on the GPU beside the parameters and travel GPU to GPU.
+TEST(TorchOptimizerState, CudaAdamStateTravelsThroughTheDeviceWindow) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); the state layers' host "
+                    "path is tested above";
+  }
+  std::vector<bool> fresh(static_cast<std::size_t>(world_size()), false);
+  if (world_size() >= 4) fresh[2] = true;
+  Tiny model;
+  model->to(torch::kCUDA);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  if (!fresh[static_cast<std::size_t>(world_rank())]) {
+    set_adam_state<torch::optim::AdamParamState>(adam, *model, world_rank());
+  }
+  pwt::TorchAgentOptions to;
+  to.inherit_optimizer_state = true;
+  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(1), to);
+  EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
+  (void)agent.publish();
+  EXPECT_TRUE(agent.staging_stats().device_window);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const pw::StepEvent ev = agent.step(0, 1.0);
+  EXPECT_EQ(ev.died, world_rank() == 0);
+  if (ev.died) {
+    ASSERT_EQ(ev.donors.size(), static_cast<std::size_t>(world_size() - 1));
+    expect_mean_state<torch::optim::AdamParamState>(adam, *model, ev.donors, fresh);
+    EXPECT_EQ(agent.optimizer_states_inherited(), 3U);
+    train_step(model, adam);  // Adam goes on from the inherited state, on the GPU
+  }
+  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
