@@ -30,8 +30,9 @@
 
 namespace paramwin {
 
-/// One rank of an agent made of several ranks. Parameters live in host memory (the
-/// caller's full replica on every rank, as in data-parallel training). Move-only.
+/// One rank of an agent made of several ranks. Parameters live in host memory, or in device
+/// memory with a device window (WindowOptions::memory = Memory::cuda, docs/gpu.md): the
+/// caller's full replica on every rank, as in data-parallel training. Move-only.
 ///
 /// Collectives: the constructor, close() and the checkpoint calls are collective over all
 /// training ranks (AgentGroups::training_comm); step() is collective over the agent's own
@@ -88,12 +89,12 @@ class GroupAgent final : public AgentInterface {
   }
 
   /// Saves the whole population into one parallel-HDF5 checkpoint @p path, in Agent's format
-  /// (Agent::save_checkpoint): each agent's leader writes its @p params (host memory, the
-  /// full replica) and the agent's state as agent number agent(); the other ranks check
-  /// their @p params and wait. Written as "<path>.tmp" and renamed once complete; then the
-  /// oldest checkpoints of AgentOptions::checkpoint.path beyond checkpoint.keep are deleted.
-  /// CheckpointError (or InvalidArgument for bad @p params) on every training rank when any
-  /// rank fails. With CheckpointOptions::async it returns once the leaders copied their
+  /// (Agent::save_checkpoint): each agent's leader writes its @p params (the full replica;
+  /// device memory is copied through the host) and the agent's state as agent number agent(); the
+  /// other ranks check their @p params and wait. Written as "<path>.tmp" and renamed once complete;
+  /// then the oldest checkpoints of AgentOptions::checkpoint.path beyond checkpoint.keep are
+  /// deleted. CheckpointError (or InvalidArgument for bad @p params) on every training rank when
+  /// any rank fails. With CheckpointOptions::async it returns once the leaders copied their
   /// parameters, and the write goes on in the background (see wait_checkpoint).
   /// @note Collective over the training ranks: every rank calls it with the same path.
   void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) override;

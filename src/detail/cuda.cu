@@ -359,6 +359,21 @@ PointerInfo classify(const void* p) {
   return info;
 }
 
+void* allocate(std::size_t bytes, int ordinal) {
+  DeviceScope scope(ordinal);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cudaMalloc", e, std::to_string(bytes) + " bytes on device " + std::to_string(ordinal));
+  }
+  return p;
+}
+
+void release(void* p) noexcept {
+  if (p != nullptr) (void)cudaFree(p);
+}
+
 void copy_blocking(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy (device layer <-> host)");

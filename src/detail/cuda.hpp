@@ -42,6 +42,12 @@ struct PointerInfo {
 /// Classifies @p p (host memory, including memory CUDA does not know, is device == false).
 [[nodiscard]] PointerInfo classify(const void* p);
 
+/// @p bytes of device memory on device @p ordinal (Error naming CUDA's message when it cannot
+/// be had), freed by release().
+[[nodiscard]] void* allocate(std::size_t bytes, int ordinal);
+/// Frees what allocate() returned (nullptr: nothing).
+void release(void* p) noexcept;
+
 /// Copies @p bytes between device and host memory (either way, any device) and returns once
 /// the copy is complete; ordered after the work of every blocking stream (the legacy default
 /// stream). For checkpoints, which read and write layers on the host.

@@ -31,6 +31,8 @@ int current_device() { unavailable(); }
 
 PointerInfo classify(const void* /*p*/) { return {}; }
 
+void* allocate(std::size_t /*bytes*/, int /*ordinal*/) { unavailable(); }
+void release(void* /*p*/) noexcept {}
 void copy_blocking(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) { unavailable(); }
 
 struct Device::State {};

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "detail/cuda.hpp"
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
@@ -20,6 +21,15 @@ namespace {
 using Clock = StepClock;
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
+
+// Copies @p n bytes: memcpy between host memory, CUDA when either side is device memory.
+void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
+  if (device) {
+    cuda::copy_blocking(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
 
 }  // namespace
 
@@ -41,13 +51,18 @@ void ShardExecutor::open(const AgentGroups& groups, const WindowOptions& window_
   same_node_ = first_failing_rank(agent_comm_.get(), all_local) < 0 && g_ > 1;
   window_.emplace(groups.shard_comm(), plan_.shard_layout(rank_in_agent_), window_options, site);
   fingerprint_ = win().fingerprint();
+  device_ = win().options().memory == Memory::cuda;
 }
 
 void ShardExecutor::check_params(std::span<const LayerRef> ordered) const {
   for (const LayerRef& r : ordered) {
-    if (!r.host_accessible() || !r.contiguous()) {
-      throw InvalidArgument("paramwin: GroupAgent::step: layer \"" + std::string(r.name()) +
-                            "\" must be contiguous host memory (GroupAgent is host-only)");
+    if (!r.contiguous() || r.host_accessible() == device_) {
+      throw InvalidArgument(
+          "paramwin: GroupAgent::step: layer \"" + std::string(r.name()) + "\" must be " +
+          (device_ ? "contiguous device memory (paramwin::device_memory): this GroupAgent's "
+                     "window is a device window (Memory::cuda)"
+                   : "contiguous host memory: this GroupAgent's window holds host memory "
+                     "(WindowOptions::memory = Memory::cuda for device memory)"));
     }
   }
 }
@@ -115,12 +130,17 @@ void ShardExecutor::share_reset(std::span<const LayerRef> ordered,
     throw Error("paramwin: GroupAgent::step: the reset callback of agent " +
                 std::to_string(agent_) + " failed on its leader (see its error)");
   }
+  // A device window: the leader's reset layers travel through the host image.
+  std::vector<LayerRef> image;
+  if (device_) image = host_image(ordered, leader());
+  const std::span<const LayerRef> target = device_ ? std::span<const LayerRef>(image) : ordered;
   std::vector<Block> all;
   for (int s = 0; s < g_; ++s) {
-    const std::vector<Block> b = blocks_of(s, ordered);
+    const std::vector<Block> b = blocks_of(s, target);
     all.insert(all.end(), b.begin(), b.end());
   }
   broadcast_blocks(all, 0);
+  if (device_) store_image(ordered);
 }
 
 PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
@@ -133,7 +153,7 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
   // Library-made refs in the shard layout's order: bound by construction.
   const BoundLayers<LayerRef> scratch =
       BoundLayersAccess::make(g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end())
-                                      : scratch_refs(),
+                                      : scratch_refs(ordered),
                               win().layout().fingerprint());
   if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch.refs());
   const std::size_t words = 3 + 2 * n;
@@ -154,6 +174,18 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
     out[1] = e.rank();
     pull_error = e.what();
     partial = g_ == 1 && dynamic_cast<const PartialPullError*>(&e) != nullptr;
+  }
+  if (device_ && g_ > 1 && out[0] == 1) {
+    // The own shard, pulled into the device scratch, out to the host scratch the agent's
+    // ranks exchange (before the allgather that lets them read it).
+    try {
+      cuda::copy_blocking(scratch_, device_scratch_.get(), scratch_offset_.back());
+    } catch (const std::exception& e) {
+      out[0] = 0;
+      out[1] = -1;
+      pull_error =
+          std::string("paramwin: GroupAgent: copying the pulled shard to the host: ") + e.what();
+    }
   }
   if (scratch_win_) {
     check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");  // before the allgather
@@ -270,7 +302,7 @@ std::vector<ConstLayerRef> ShardExecutor::shard_of(std::span<const ConstLayerRef
     const std::size_t esize = dtype_size(layout[l].dtype);
     const auto* base = static_cast<const std::byte*>(full[l].data());
     refs.emplace_back(std::string_view{}, base + plan_.first(l, rank_in_agent_) * esize,
-                      plan_.count(l, rank_in_agent_), layout[l].dtype);
+                      plan_.count(l, rank_in_agent_), layout[l].dtype, full[l].host_accessible());
   }
   return refs;
 }
@@ -281,7 +313,8 @@ void ShardExecutor::start_from_current(std::span<const LayerRef> ordered,
   const std::vector<ConstLayerRef> cur = shard_of(const_refs(ordered));
   for (std::size_t l = 0; l < cur.size(); ++l) {
     if (cur[l].count() == 0) continue;  // an empty layer's data() may be null
-    std::memcpy(scratch[l].data(), cur[l].data(), cur[l].count() * dtype_size(cur[l].dtype()));
+    copy_bytes(scratch[l].data(), cur[l].data(), cur[l].count() * dtype_size(cur[l].dtype()),
+               device_);
   }
 }
 
@@ -297,37 +330,96 @@ std::vector<std::size_t> ShardExecutor::offsets_of(int s) const {
   return off;
 }
 
-// Allocates the scratch on first use. Every rank of the agent reaches the first rebirth pull
-// together, so the shared window's collective creation is safe here.
-void ShardExecutor::ensure_scratch() {
+// Allocates the scratch on first use (a device window's also on device @p ordinal). Every rank of
+// the agent reaches the first rebirth pull together, so the shared window's collective creation is
+// safe here.
+void ShardExecutor::ensure_scratch(int ordinal) {
   if (scratch_ != nullptr) return;
   scratch_offset_ = offsets_of(rank_in_agent_);
   const std::size_t bytes = std::max<std::size_t>(scratch_offset_.back(), 64);
+  std::string error;
+  if (device_) {
+    try {
+      device_scratch_ = {cuda::allocate(bytes, ordinal), cuda::release};
+    } catch (const std::exception& e) {
+      error = std::string("paramwin: GroupAgent: the device scratch of a rebirth: ") + e.what();
+    }
+  }
   if (!same_node_) {
     private_scratch_.resize(bytes);
     scratch_ = private_scratch_.data();
-    return;
+  } else {
+    void* base = nullptr;
+    scratch_win_ =
+        Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), agent_comm_.get(), &base);
+    peer_scratch_.assign(static_cast<std::size_t>(g_), nullptr);
+    for (int r = 0; r < g_; ++r) {
+      peer_scratch_[static_cast<std::size_t>(r)] =
+          static_cast<std::byte*>(scratch_win_.shared_query(r));
+    }
+    scratch_ = peer_scratch_[static_cast<std::size_t>(rank_in_agent_)];
   }
-  void* base = nullptr;
-  scratch_win_ =
-      Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), agent_comm_.get(), &base);
-  peer_scratch_.assign(static_cast<std::size_t>(g_), nullptr);
-  for (int r = 0; r < g_; ++r) {
-    peer_scratch_[static_cast<std::size_t>(r)] =
-        static_cast<std::byte*>(scratch_win_.shared_query(r));
+  if (!device_) return;
+  try {
+    agree_or_throw<Error>(agent_comm_.get(), error);  // on every rank of the agent
+  } catch (...) {
+    // Undone alike on every rank (freeing the shared scratch is collective): the next
+    // rebirth tries again.
+    device_scratch_.reset();
+    scratch_win_ = Win();
+    peer_scratch_.clear();
+    private_scratch_.clear();
+    scratch_ = nullptr;
+    throw;
   }
-  scratch_ = peer_scratch_[static_cast<std::size_t>(rank_in_agent_)];
 }
 
-std::vector<LayerRef> ShardExecutor::scratch_refs() {
-  ensure_scratch();
+std::vector<LayerRef> ShardExecutor::scratch_refs(std::span<const LayerRef> ordered) {
+  // A device window's scratch goes on the device of the caller's layers.
+  int ordinal = -1;
+  for (const LayerRef& r : ordered) {
+    if (device_ && ordinal < 0 && r.count() > 0) ordinal = cuda::classify(r.data()).ordinal;
+  }
+  if (device_ && ordinal < 0) ordinal = cuda::current_device();
+  ensure_scratch(ordinal);
   const Layout& shard = plan_.shard_layout(rank_in_agent_);
+  auto* base = device_ ? static_cast<std::byte*>(device_scratch_.get()) : scratch_;
   std::vector<LayerRef> refs;
   for (std::size_t l = 0; l < shard.size(); ++l) {
-    refs.emplace_back(std::string_view{}, scratch_ + scratch_offset_[l], shard[l].count,
-                      shard[l].dtype);
+    refs.emplace_back(std::string_view{}, base + scratch_offset_[l], shard[l].count, shard[l].dtype,
+                      !device_);
   }
   return refs;
+}
+
+std::vector<LayerRef> ShardExecutor::host_image(std::span<const LayerRef> ordered, bool fill) {
+  const Layout& full = plan_.full();
+  std::vector<std::size_t> off;
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < full.size(); ++l) {
+    off.push_back(at);
+    at += (full[l].count * dtype_size(full[l].dtype) + 63) / 64 * 64;
+  }
+  image_.resize(std::max<std::size_t>(at, 64));
+  std::vector<LayerRef> refs;
+  for (std::size_t l = 0; l < full.size(); ++l) {
+    refs.emplace_back(std::string_view{}, image_.data() + off[l], full[l].count, full[l].dtype);
+    if (fill && full[l].count > 0) {
+      cuda::copy_blocking(refs.back().data(), ordered[l].data(),
+                          full[l].count * dtype_size(full[l].dtype));
+    }
+  }
+  return refs;
+}
+
+void ShardExecutor::store_image(std::span<const LayerRef> ordered) const {
+  const Layout& full = plan_.full();
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < full.size(); ++l) {
+    const std::size_t n = full[l].count * dtype_size(full[l].dtype);
+    if (n > 0) cuda::copy_blocking(ordered[l].data(), image_.data() + at, n);
+    at += (n + 63) / 64 * 64;
+  }
 }
 
 std::vector<ShardExecutor::Block> ShardExecutor::blocks_of(
@@ -361,13 +453,18 @@ void ShardExecutor::copy_shard(int s, const std::byte* src,
 // write to any scratch comes after the next step's allreduce, which no rank passes before
 // every rank has finished copying here.
 void ShardExecutor::assemble(std::span<const LayerRef> ordered) {
+  // A device window assembles the replica in the host image, then copies it in.
+  std::vector<LayerRef> image;
+  if (device_) image = host_image(ordered, false);  // every element comes from some shard
+  const std::span<const LayerRef> target = device_ ? std::span<const LayerRef>(image) : ordered;
   if (same_node_) {
     check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");
-    for (int s = 0; s < g_; ++s) copy_shard(s, peer_scratch_[static_cast<std::size_t>(s)], ordered);
-    return;
+    for (int s = 0; s < g_; ++s) copy_shard(s, peer_scratch_[static_cast<std::size_t>(s)], target);
+  } else {
+    copy_shard(rank_in_agent_, scratch_, target);
+    for (int s = 0; s < g_; ++s) broadcast_blocks(blocks_of(s, target), s);
   }
-  copy_shard(rank_in_agent_, scratch_, ordered);
-  for (int s = 0; s < g_; ++s) broadcast_blocks(blocks_of(s, ordered), s);
+  if (device_) store_image(ordered);
 }
 
 // Broadcasts @p blocks (same sizes on every rank, the root's contents win) over the agent,

@@ -6,11 +6,17 @@
 // outcomes (errors, publish stamps per donor) lets every rank reach the same verdict on
 // whether the shards form one consistent mix, and the shards are assembled into every
 // rank's replica. No collective here follows a user callback.
+//
+// A device window (WindowOptions::memory = Memory::cuda): the replicas and the shard slots
+// live in GPU memory; a rank pulls its shard into a device scratch, and the shards are
+// exchanged between the agent's ranks through host memory (a copy of the own shard out, the
+// host exchange below, the assembled replica copied in), as MPI cannot move GPU memory here.
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <vector>
@@ -92,13 +98,17 @@ class ShardExecutor final : public RebirthExecutor {
 
   [[nodiscard]] std::vector<ConstLayerRef> shard_of(std::span<const ConstLayerRef> full) const;
   [[nodiscard]] std::vector<std::size_t> offsets_of(int s) const;
-  void ensure_scratch();
-  [[nodiscard]] std::vector<LayerRef> scratch_refs();
+  void ensure_scratch(int ordinal);
+  [[nodiscard]] std::vector<LayerRef> scratch_refs(std::span<const LayerRef> ordered);
   [[nodiscard]] std::vector<Block> blocks_of(int s, std::span<const LayerRef> ordered) const;
   void copy_shard(int s, const std::byte* src, std::span<const LayerRef> ordered) const;
   void assemble(std::span<const LayerRef> ordered);
   void broadcast_blocks(const std::vector<Block>& blocks, int root) const;
   void start_from_current(std::span<const LayerRef> ordered, std::span<const LayerRef> scratch);
+  /// Device window: @p ordered's layers as host refs over image_ (made once), holding the
+  /// layers' values when @p fill; store_image() copies image_ back into @p ordered.
+  [[nodiscard]] std::vector<LayerRef> host_image(std::span<const LayerRef> ordered, bool fill);
+  void store_image(std::span<const LayerRef> ordered) const;
   PullOutcome verdict(const std::vector<std::int64_t>& all, std::size_t words,
                       std::span<const int> donors, const std::string& own_error) const;
 
@@ -120,6 +130,11 @@ class ShardExecutor final : public RebirthExecutor {
   std::vector<std::byte> private_scratch_;
   std::byte* scratch_ = nullptr;
   std::vector<std::size_t> scratch_offset_;  // per layer
+  // A device window: the pull's scratch on the GPU (own shard), and a host image of the
+  // replica for the exchange between the agent's ranks (g > 1 only).
+  bool device_ = false;
+  std::unique_ptr<void, void (*)(void*)> device_scratch_{nullptr, [](void*) {}};
+  std::vector<std::byte> image_;
 };
 
 }  // namespace paramwin::detail

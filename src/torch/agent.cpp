@@ -217,7 +217,7 @@ struct TorchAgent::Impl {
   }
 
   /// Why this rank's agent cannot have a device window ("" if it can), and the device.
-  [[nodiscard]] std::string device_obstacle(const WindowOptions& wo, bool grouped, int& device,
+  [[nodiscard]] std::string device_obstacle(const WindowOptions& wo, int& device,
                                             bool& any_cuda) const {
     const ModuleTensors mt = collect(*module, options.module);
     std::string why;
@@ -235,7 +235,6 @@ struct TorchAgent::Impl {
       }
     }
     if (why.empty() && mt.tensors.empty()) why = "the module exchanges no tensors";
-    if (why.empty() && grouped) why = "grouped agents (AgentGroups) have no device windows yet";
     if (why.empty() && options.module.stage_through_host) {
       why = "ModuleOptions::stage_through_host is set";
     }
@@ -250,7 +249,7 @@ struct TorchAgent::Impl {
   /// Chooses, alike on every rank of @p comm (collective), between a device window and host
   /// staging (TorchAgentOptions::device_windows); returns the window options to create the
   /// agent with and installs the matching LayerSource.
-  WindowOptions choose_window(MPI_Comm comm, WindowOptions wo, bool grouped) {
+  WindowOptions choose_window(MPI_Comm comm, WindowOptions wo) {
     const bool required =
         wo.memory == Memory::cuda || options.device_windows == DeviceWindows::always;
     if (!required && options.device_windows == DeviceWindows::never) return wo;
@@ -258,7 +257,7 @@ struct TorchAgent::Impl {
     bool any_cuda = false;
     std::string why;
     try {
-      why = device_obstacle(wo, grouped, device, any_cuda);
+      why = device_obstacle(wo, device, any_cuda);
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -294,7 +293,7 @@ struct TorchAgent::Impl {
     Layout layout =
         prepare_agreed(comm, agent_options, window_options.exposure == Exposure::live, false);
     live = window_options.exposure == Exposure::live;
-    const WindowOptions chosen = choose_window(comm, window_options, false);
+    const WindowOptions chosen = choose_window(comm, window_options);
     auto solo =
         std::make_unique<Agent<>>(comm, std::move(layout), std::move(agent_options), chosen, site);
     if (live) bind_live(solo->window(), *module, options.module);
@@ -307,7 +306,7 @@ struct TorchAgent::Impl {
               const WindowOptions& window_options, const std::source_location& site) {
     Layout layout = prepare_agreed(groups.training_comm(), agent_options,
                                    window_options.exposure == Exposure::live, true);
-    const WindowOptions chosen = choose_window(groups.training_comm(), window_options, true);
+    const WindowOptions chosen = choose_window(groups.training_comm(), window_options);
     auto group = std::make_unique<GroupAgent>(groups, std::move(layout), std::move(agent_options),
                                               chosen, site);
     group->set_checkpoint_hooks(checkpoint_hooks());

@@ -1,9 +1,9 @@
 // Device windows (Memory::cuda, docs/gpu.md) on a GPU: round trips of every dtype, k-donor
 // means bit for bit against the host path (native and reduced wire, momentum, weights, read
-// modes, readers over RMA), an Agent's checkpoints of device layers, non-finite donors, bad
-// input, a GPU too small, a torn-read stress and a busy donor. Every test skips with a message
-// where this process sees no CUDA device (CI, the CPU-only build machines); scripts/gpu_check.sh
-// runs them on 1, 2 and 4 ranks sharing one GPU.
+// modes, readers over RMA), an Agent's checkpoints of device layers, a GroupAgent's shards,
+// non-finite donors, bad input, a GPU too small, a torn-read stress and a busy donor. Every
+// test skips with a message where this process sees no CUDA device (CI, the CPU-only build
+// machines); scripts/gpu_check.sh runs them on 1, 2 and 4 ranks sharing one GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -298,6 +298,51 @@ TEST(DeviceWindow, AgentCheckpointRoundTripsDeviceLayers) {
       const auto seen = read.download();
       for (std::size_t li = 0; li < layout.size(); ++li) {
         EXPECT_EQ(first_difference(seen, want, li), -1) << "neighbour, layer " << layout[li].name;
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// A GroupAgent of agents of 2 ranks over a device window (4 ranks): agent 0 is reborn from
+// agent 1; every rank pulls its shard into a device scratch, the shards are exchanged through
+// host memory, and every replica of agent 0 ends bit for bit where a host-window GroupAgent
+// run beside it with the same values ends (momentum 0 and 0.5).
+TEST(DeviceWindow, GroupAgentRebirthAssemblesShardsIntoEveryDeviceReplica) {
+  PARAMWIN_REQUIRE_GPU();
+  if (pw::test::world_size() != 4) GTEST_SKIP() << "needs 4 ranks (2 agents of 2)";
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  const pw::Layout layout = all_dtypes();
+  for (const double momentum : {0.0, 0.5}) {
+    pw::AgentOptions o;
+    o.triggers.age.enabled = false;
+    o.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 2; };
+    o.selection = {.kind = pw::SelectionKind::uniform, .k = 1};
+    o.mixing.momentum = momentum;
+    pw::GroupAgent dev(groups, layout, o, {.memory = pw::Memory::cuda});
+    pw::GroupAgent host(groups, layout, o);
+    const auto values = host_values(layout, groups.agent() + 1);  // the same on both replicas
+    DeviceLayers mine(layout, values);
+    auto host_mine = values;
+    (void)dev.publish(mine.crefs);
+    (void)host.publish(const_refs(host_refs(layout, host_mine)));
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int step = 1; step <= 3; ++step) {
+      const pw::StepEvent d = dev.step(step, 1.0, mine.refs);
+      const pw::StepEvent h = host.step(step, 1.0, host_refs(layout, host_mine));
+      EXPECT_EQ(d.died, h.died);
+      EXPECT_EQ(d.died, groups.agent() == 0 && step == 2) << d.note;
+    }
+    const auto got = mine.download();
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      EXPECT_EQ(first_difference(got, host_mine, l), -1)
+          << "layer " << layout[l].name << ", momentum " << momentum << ", agent " << groups.agent()
+          << ", rank in agent " << groups.rank_in_agent();
+    }
+    if (groups.agent() == 0 && momentum == 0.0) {
+      const auto donor = host_values(layout, 2);  // agent 1's
+      for (std::size_t l = 0; l < layout.size(); ++l) {
+        EXPECT_EQ(first_difference(got, donor, l), -1) << "layer " << layout[l].name;
       }
     }
     MPI_Barrier(MPI_COMM_WORLD);

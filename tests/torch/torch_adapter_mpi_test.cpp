@@ -1209,6 +1209,40 @@ TEST(TorchDevice, CudaAgentCheckpointsThroughItsDeviceWindow) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A grouped TorchAgent of a CUDA module (2 agents of 2 ranks) gets a device window: agent 0
+// is reborn from agent 1 and both of its replicas hold agent 1's values, on the GPU.
+TEST(TorchDevice, CudaGroupedAgentUsesADeviceWindow) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 2 agents of 2 ranks";
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); device windows are "
+                    "tested on a GPU (tests/cuda/device_window_mpi_test.cpp)";
+  }
+  pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
+  Tiny model;
+  fill_exact(*model, groups.agent());  // replicas of one agent are identical
+  model->to(torch::kCUDA);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.0));
+  pw::AgentOptions ao;
+  ao.triggers.age.enabled = false;
+  ao.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 2; };
+  ao.selection.k = 1;
+  pwt::TorchAgent agent(groups, *model, sgd, std::move(ao));
+  EXPECT_EQ(agent.group_agent().window().options().memory, pw::Memory::cuda);
+  (void)agent.publish();
+  EXPECT_TRUE(agent.staging_stats().device_window);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int step = 1; step <= 3; ++step) {
+    const pw::StepEvent ev = agent.step(step, 1.0);
+    EXPECT_EQ(ev.died, groups.agent() == 0 && step == 2) << ev.note;
+  }
+  Tiny expected;
+  fill_exact(*expected, 1);  // agent 1's values, on both agents now
+  EXPECT_EQ(flat(*model), flat(*expected)) << "rank " << world_rank();
+  for (const torch::Tensor& p : model->parameters()) EXPECT_TRUE(p.is_cuda());
+  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // --- checkpoints of a grouped agent -----------------------------------------------------------
 
 // A grouped TorchAgent (agents of 2 ranks) saves the population and loads it back: every rank
