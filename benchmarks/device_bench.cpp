@@ -8,6 +8,8 @@
 // Rows (one line each, "RESULT key=value ..."):
 //   d2d        one cudaMemcpyAsync device-to-device copy of the model's bytes
 //   d2d_ipc    the same copy from rank 1's allocation mapped with CUDA IPC
+//   d2d_vmm    the same copy from rank 1's allocation made with the VMM API (cuMemCreate),
+//              shared as a file descriptor (vmm_copy.hpp): an experiment
 //   publish    ParameterWindow::publish of a device window
 //   rebirth    a k-donor pull of a device window into the caller's device memory; bound =
 //              (k + 1) / 2 x d2d; staged = today's host path for a CUDA model (TorchAgent's
@@ -30,6 +32,7 @@
 #include "paramwin/paramwin.hpp"
 #include "size_args.hpp"
 #include "test_kernels.hpp"
+#include "vmm_copy.hpp"
 
 namespace pw = paramwin;
 using paramwin::bench::median;
@@ -127,6 +130,17 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
       result("d2d_ipc", size_text, 0, median(t), "ratio_to_d2d=" + std::to_string(median(t) / d2d));
     }
     MPI_Barrier(MPI_COMM_WORLD);
+  }
+  // d2d_vmm: the same copy from rank 1's allocation made and shared with the VMM API.
+  if (size > 1) {
+    std::string why;
+    const double vmm =
+        paramwin::bench::vmm_copy_seconds(MPI_COMM_WORLD, 1, out, bytes, args.reps, why);
+    if (rank == 0 && vmm > 0.0) {
+      result("d2d_vmm", size_text, 0, vmm, "ratio_to_d2d=" + std::to_string(vmm / d2d));
+    } else if (rank == 0) {
+      std::printf("RESULT row=d2d_vmm size=%s skipped: %s\n", size_text.c_str(), why.c_str());
+    }
   }
 
   pw::ParameterWindow<> dev(MPI_COMM_WORLD, layout, {.memory = pw::Memory::cuda});

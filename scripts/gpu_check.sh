@@ -10,7 +10,7 @@
 #                        [--ctest SECONDS] [--launcher-fork] [--bench-stores MODES]
 #                        [--bench-rounds N] [--bench-only] [--no-device]
 #                        [--device-sizes LIST] [--device-only] [--adapter-only]
-#                        [--torch-bench-sizes LIST] [--device-no-host]
+#                        [--torch-bench-sizes LIST] [--device-no-host] [--python]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
@@ -33,13 +33,17 @@
 #          TorchAgent benchmark, the device benchmark, and the adapter's tests.
 # --device-no-host: paramwin_device_bench without its host-staged rows (--no-host; the
 #          TorchAgent benchmark measures host staging against device windows too).
+# --python: also builds the Python package against the machine's mpi4py (pip's wheel, made to
+#          load the unpacked MPICH as libmpi.so.12) and runs its CUDA tests
+#          (tests/python/test_cuda_windows.py) on 2 and 4 ranks; python_env.txt says what was
+#          found, configure.log why the package was not built if it was not.
 # --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
 # --adapter-only: the LibTorch adapter's tests and paramwin_torch_device_bench (a CUDA model's
 #          rebirth through TorchAgent, device windows against host staging, on 4 ranks, for
 #          --torch-bench-sizes, default 100M,250M), without the device windows' own tests and
 #          benchmark (a second call after --device-only).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# build_torch.log, device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
+# build_torch.log, python_env.txt, python_np{2,4}.log, device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
 # torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
 # passed.
 set -uo pipefail
@@ -62,6 +66,8 @@ device_sizes=100M,250M
 device_tests=1
 torch_bench_sizes=100M,250M
 device_bench_args=""
+python_tests=0
+python_test_files="tests/python/test_cuda_windows.py"
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -83,6 +89,7 @@ while [ $# -gt 0 ]; do
     --adapter-only) device=1; device_tests=0; torch_tests=1; bench=0; shift ;;
     --torch-bench-sizes) torch_bench_sizes=$2; shift 2 ;;
     --device-no-host) device_bench_args=--no-host; shift ;;
+    --python) python_tests=1; shift ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -167,6 +174,21 @@ fi
 # Device windows only: no LibTorch needed.
 [ "$torch_tests" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF -DPARAMWIN_WITH_PYTHON=OFF)
 torch_cuda=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+# The Python package: pip's mpi4py loads an MPICH-ABI libmpi.so.12, which Debian's MPICH
+# names libmpich.so.12; pybind11 from pip's module.
+if [ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ]; then
+  [ -n "$debs" ] && ln -sf libmpich.so.12 "$lib/libmpi.so.12"
+  export MPI4PY_MPIABI=mpich
+  {
+    python3 -c 'import mpi4py; print("mpi4py", mpi4py.__version__, mpi4py.__file__)' 2>&1
+    python3 -c 'from mpi4py import MPI; print(MPI.get_vendor(), "|", MPI.Get_library_version().splitlines()[0])' 2>&1
+    python3 -m pybind11 --version 2>&1
+  } | tee "$out/python_env.txt"
+  pybind_dir=$(python3 -m pybind11 --cmakedir 2>/dev/null) && cmake_args+=(-Dpybind11_DIR="$pybind_dir")
+  cmake_args+=(-DPARAMWIN_WITH_PYTHON=ON)
+else
+  python_tests=0
+fi
 step "configure"
 if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
   tail -40 "$out/configure.log"
@@ -174,12 +196,18 @@ if ! cmake "${cmake_args[@]}" >"$out/configure.log" 2>&1; then
   exit 1
 fi
 grep -E "paramwin:|Torch|CUDA|Kokkos|MPI" "$out/configure.log" | head -20
+if [ "$python_tests" = 1 ] && ! grep -q "building the Python package" "$out/configure.log"; then
+  echo "gpu_check: the Python package is not built here (configure.log says why)"
+  status=1
+  python_tests=0
+fi
 device_targets=()
 [ "$device" = 1 ] && [ "$device_tests" = 1 ] &&
   device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
 torch_targets=()
 [ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test)
 [ "$torch_tests" = 1 ] && [ "$device" = 1 ] && torch_targets+=(paramwin_torch_device_bench)
+[ "$python_tests" = 1 ] && torch_targets+=(paramwin_python)
 [ "$bench" = 1 ] && device_targets+=(paramwin_bench)
 # build_targets LOG TARGET...: builds, prints the errors on failure.
 build_targets() {
@@ -298,6 +326,21 @@ for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
   echo "exit $rc"
   [ "$rc" = 0 ] || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
+done
+
+# --- the Python package's CUDA tests (--python) ---------------------------------------------
+for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
+  step "$python_test_files on $np ranks"
+  PYTHONPATH=$build_dir/python timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" \
+    python3 -m pytest -q -p no:cacheprovider $python_test_files >"$out/python_np$np.log" 2>&1
+  rc=$?
+  echo "exit $rc"
+  [ "$rc" = 0 ] || status=1
+  if [ "$torch_cuda" = 1 ] && grep -q "skipped" "$out/python_np$np.log"; then
+    echo "gpu_check: CUDA is available but Python CUDA tests were skipped"
+    status=1
+  fi
+  grep -E "passed|failed|skipped|rror" "$out/python_np$np.log" | tail -5
 done
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
