@@ -17,6 +17,7 @@ from paramwin import _core
 from paramwin._tensors import Layers
 from paramwin.torch import TorchAgent
 from conftest import need_ranks
+from test_torch_agent import Net, fill  # a Linear(3, 2) and a 0-dim 'scale' (named first)
 
 # Every test skips, on every rank alike, where torch sees no GPU.
 pytestmark = pytest.mark.skipif(
@@ -160,22 +161,6 @@ def test_publish_waits_for_the_current_stream(comm, dev):
         win.pull((rank + 1) % n, [out])
         assert bool((out == (rank + 1) % n + 1.0).all())
         comm.Barrier()
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(3, 2)
-        self.scale = torch.nn.Parameter(torch.tensor(1.0))  # 0-dim; named first
-
-    def forward(self, x):
-        return self.scale * self.lin(x)
-
-
-def fill(module, value):
-    with torch.no_grad():
-        for p in module.parameters():
-            p.fill_(value)
 
 
 def population(comm, dev, agent, net, adam):
