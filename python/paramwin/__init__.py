@@ -20,10 +20,10 @@ from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa:
                     RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
                     mpi_vendor)
 from .enums import (AgentState, DeathReason, DeviceWindows, DType, ExploreKind,  # noqa: E402
-                    Exposure, Memory, FitnessWeighting, HyperDistribution, HyperInherit, HyperScale, HyperType,
-                    Landing, LayoutCheck, MetricDirection, MixingKind, NonFinitePolicy,
-                    PausedDeaths, Phase, ReadMode, Reduction, Role, SelectionKind, Shortfall,
-                    Transport, WireFormat)
+                    Exposure, Memory, FitnessWeighting, HyperDistribution, HyperInherit,
+                    HyperScale, HyperType, Landing, LayoutCheck, MetricDirection, MixingKind,
+                    NonFinitePolicy, PausedDeaths, Phase, ReadMode, Reduction, Role,
+                    SelectionKind, Shortfall, Transport, WireFormat)
 from ._tensors import named_layout as layout_of  # noqa: E402
 from ._options import OptionKey, agent_config, option_table  # noqa: E402
 from .window import ParameterWindow  # noqa: E402

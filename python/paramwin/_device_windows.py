@@ -73,11 +73,13 @@ def device_obstacle(named: Sequence[Tuple[str, Any]], grouped: bool,
 
 
 def choose_window(comm: Any, device_windows: Any, memory: Any,
-                  obstacle: Callable[[], Tuple[str, int, bool]]) -> WindowChoice:
+                  obstacle: Callable[[], Tuple[str, int, bool]],
+                  collective: bool = True) -> WindowChoice:
     """The window a TorchAgent creates, the same on every rank of ``comm`` (collective unless
-    ``device_windows`` is "never" and ``memory`` is "host"). ``device_windows`` and ``memory``
-    are parsed by the library (InvalidArgument listing the valid names); ``obstacle()`` is
-    device_obstacle's result for this rank."""
+    ``device_windows`` is "never" and ``memory`` is "host", or ``collective`` is False: for
+    a grouped agent, whose obstacle every rank has, so that each rank's own decides alike).
+    ``device_windows`` and ``memory`` are parsed by the library (InvalidArgument listing the
+    valid names); ``obstacle()`` is device_obstacle's result for this rank."""
     mode = _core.parse_enum("DeviceWindows", str(device_windows))
     required = _core.parse_enum("Memory", str(memory)) == "cuda" or mode == "always"
     if not required and mode == "never":
@@ -88,7 +90,7 @@ def choose_window(comm: Any, device_windows: Any, memory: Any,
         why, device, any_cuda = obstacle()
     except Exception as e:  # noqa: BLE001 - becomes this rank's obstacle, as in C++
         why = str(e) or type(e).__name__
-    reason = _core.agree(comm, why)
+    reason = _core.agree(comm, why) if collective else why
     if not reason:
         return WindowChoice("cuda", device)
     if required:

@@ -112,11 +112,13 @@ class TorchAgent:
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
         init = GroupAgent.__init__ if groups is not None else Agent.__init__
+        # A grouped agent's ranks all have the grouped obstacle: no agreement needed (and a
+        # rank that is not an agent rank has no training communicator; GroupAgent refuses it).
         choice = choose_window(
-            groups.training_comm if groups is not None else comm, device_windows,
-            options.pop("memory", "host"),
+            comm, device_windows, options.pop("memory", "host"),
             lambda: device_obstacle([(n, p.detach()) for n, p in named], groups is not None,
-                                    lambda: periodic_checkpoints(options, init)))
+                                    lambda: periodic_checkpoints(options, init)),
+            collective=groups is None)
         options.pop("cuda_device", None)  # the device window's is the tensors' device
         self._device = choice.cuda_device if choice.memory == "cuda" else None
         self._agent: Any

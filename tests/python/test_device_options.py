@@ -124,6 +124,17 @@ def test_always_with_cpu_tensors_is_refused_on_every_rank(comm, keywords):
                       lambda: TorchAgent(Net(), None, comm, k=1, shortfall="clamp", **keywords))
 
 
+def test_grouped_torch_agents_keep_host_windows(comm):
+    with paramwin.AgentGroups(comm, ranks_per_agent=1) as groups:
+        every_rank_raises(comm, paramwin.InvalidArgument, "cannot use a device window .*: "
+                          "'lin.weight' is on cpu",
+                          lambda: TorchAgent(Net(), None, groups=groups, device_windows="always",
+                                             k=1, shortfall="clamp"))
+        with TorchAgent(Net(), None, groups=groups, k=1, shortfall="clamp") as agent:
+            assert not agent.device_window and agent.agent.memory == "host"
+            comm.Barrier()
+
+
 @pytest.mark.parametrize("mode", ["auto", "automatic", "never"])
 def test_cpu_modules_keep_host_windows_without_a_word(comm, capfd, mode):
     torch.manual_seed(comm.Get_rank())
@@ -185,6 +196,12 @@ def test_the_choice_is_agreed_and_names_the_first_failing_rank(comm, capfd):
     err = capfd.readouterr().err
     said = f"TorchAgent stages its CUDA tensors through host memory, no device window: {expected}"
     assert (said in err) == (rank != 0)  # only a rank with CUDA tensors says why
+    # A grouped agent: every rank has the grouped obstacle, each decides alone.
+    def grouped():
+        return "grouped agents (AgentGroups) have no device windows yet", 0, True
+
+    with pytest.raises(paramwin.InvalidArgument, match=r"\): grouped agents"):
+        choose_window(None, "always", "host", grouped, collective=False)
     # An obstacle that raises is this rank's obstacle, as in C++.
     with pytest.raises(paramwin.InvalidArgument, match="ZeroDivisionError|division by zero"):
         choose_window(comm, "always", "host", lambda: 1 / 0)
