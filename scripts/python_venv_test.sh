@@ -66,7 +66,8 @@ for f in py.typed _core.pyi _build_info.py; do
 done
 
 tests=("$src/tests/python/test_agent.py" "$src/tests/python/test_checkpoint.py"
-       "$src/tests/python/test_options.py" "$src/tests/python/test_mpi_check.py")
+       "$src/tests/python/test_options.py" "$src/tests/python/test_mpi_check.py"
+       "$src/tests/python/test_device_options.py")
 timed "pytest on 2 ranks" "$mpiexec" -n 2 "$work/venv/bin/python" -m pytest -q --color=no \
   -p no:cacheprovider "${tests[@]}"
 echo "python_venv_test: $mode: install, import and the 2-rank tests passed"

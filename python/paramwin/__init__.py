@@ -19,11 +19,11 @@ from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa:
                     DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
                     RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
                     mpi_vendor)
-from .enums import (AgentState, DeathReason, DType, ExploreKind, Exposure, Memory,  # noqa: E402
-                    FitnessWeighting, HyperDistribution, HyperInherit, HyperScale, HyperType,
-                    Landing, LayoutCheck, MetricDirection, MixingKind, NonFinitePolicy,
-                    PausedDeaths, Phase, ReadMode, Reduction, Role, SelectionKind, Shortfall,
-                    Transport, WireFormat)
+from .enums import (AgentState, DeathReason, DeviceWindows, DType, ExploreKind,  # noqa: E402
+                    Exposure, Memory, FitnessWeighting, HyperDistribution, HyperInherit,
+                    HyperScale, HyperType, Landing, LayoutCheck, MetricDirection, MixingKind,
+                    NonFinitePolicy, PausedDeaths, Phase, ReadMode, Reduction, Role,
+                    SelectionKind, Shortfall, Transport, WireFormat)
 from ._tensors import named_layout as layout_of  # noqa: E402
 from ._options import OptionKey, agent_config, option_table  # noqa: E402
 from .window import ParameterWindow  # noqa: E402
@@ -40,16 +40,16 @@ def option_keys():
 
 __all__ = [
     "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "CallbackError",
-    "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DonorError", "DonorRead",
-    "DonorRecord", "Error", "ExploreContext", "ExploreKind", "Exposure", "FitnessWeighting",
-    "GroupAgent", "HyperDistribution", "HyperInherit", "HyperScale", "HyperType",
-    "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck", "LayoutMismatch", "Memory",
-    "MetricDirection", "MixingKind", "MpiError", "NonFinitePolicy", "OptionKey", "ParameterWindow",
-    "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult", "PullResult", "ReadMode",
-    "Reduction", "Role", "RosterEntry", "SelectionContext", "SelectionKind", "Shortfall",
-    "StepEvent", "TimeoutError", "TimerSummary", "Transport", "TriggerContext",
-    "VerificationError", "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys",
-    "option_table", "__version__",
+    "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DeviceWindows", "DonorError",
+    "DonorRead", "DonorRecord", "Error", "ExploreContext", "ExploreKind", "Exposure",
+    "FitnessWeighting", "GroupAgent", "HyperDistribution", "HyperInherit", "HyperScale",
+    "HyperType", "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck",
+    "LayoutMismatch", "Memory", "MetricDirection", "MixingKind", "MpiError", "NonFinitePolicy",
+    "OptionKey", "ParameterWindow", "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult",
+    "PullResult", "ReadMode", "Reduction", "Role", "RosterEntry", "SelectionContext",
+    "SelectionKind", "Shortfall", "StepEvent", "TimeoutError", "TimerSummary", "Transport",
+    "TriggerContext", "VerificationError", "WireFormat", "agent_config", "layout_of",
+    "mpi_vendor", "option_keys", "option_table", "__version__",
 ]
 
 __version__: str = _build_info.VERSION

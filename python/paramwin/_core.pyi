@@ -10,7 +10,10 @@ mpi_version: Union[Tuple[int, int, int], str]
 
 Number = Union[int, float]
 Hyper = Dict[str, Number]
-Descriptor = Tuple[Optional[str], int, str, Tuple[int, ...]]
+# (name, address, dtype, shape[, device]): device True for CUDA memory given in place to a
+# device window (paramwin::device_memory), False or left out for host memory.
+Descriptor = Union[Tuple[Optional[str], int, str, Tuple[int, ...]],
+                   Tuple[Optional[str], int, str, Tuple[int, ...], bool]]
 
 def option_keys() -> List[Tuple[str, str, str, str]]:
     """The C++ option key table: (key, aliases, value, doc) per key."""
@@ -18,8 +21,18 @@ def hook_names() -> List[str]:
     """The callables an agent takes."""
 def enum_tables() -> Dict[str, List[str]]:
     """The library's enumerations: name -> value names in order."""
+def parse_enum(enumeration: str, text: str) -> str:
+    """The canonical name of ``text`` (a name or an alias) in an enumeration of enum_tables(),
+    parsed by the library (InvalidArgument listing the valid spellings)."""
 def check_agent_options(config: Mapping[str, str], population: int) -> None:
     """Parses and validates agent options (raises InvalidArgument)."""
+def periodic_checkpoints(config: Mapping[str, str]) -> bool:
+    """Whether these agent options make step() save checkpoints."""
+def cuda_devices() -> Tuple[int, str]:
+    """(count, why): the CUDA devices the library sees, CUDA's reason when there are none."""
+def agree(comm: Any, local_error: str) -> str:
+    """Collective: '' when local_error is '' on every rank; else this rank's error or
+    'paramwin: rank N failed: ...' (the library's agreement)."""
 
 class LayerSpec:
     """One named layer."""
@@ -208,16 +221,17 @@ class SelectionContext:
     seed: int
 
 class Window:
-    """ParameterWindow over host memory (see paramwin.ParameterWindow)."""
+    """ParameterWindow over host or device memory (see paramwin.ParameterWindow)."""
     def __init__(self, comm: Any, layout: Layout, transport: str, wire: str, layout_check: str,
                  verify: bool, progress_thread: bool, progress_interval_us: int,
-                 name: str) -> None: ...
+                 name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
     def close(self) -> None: ...
     valid: bool
     rank: int
     size: int
     layout: Layout
     name: str
+    memory: str
     version: int
     fingerprint: int
     wire_bytes: int
@@ -249,6 +263,7 @@ class _Member:
     hyperparameters: Hyper
     def set_hyperparameters(self, values: Mapping[str, Number]) -> None: ...
     layout: Layout
+    memory: str
     steps: int
     age: int
     max_age: int
@@ -265,10 +280,10 @@ class _Member:
     def roster_all(self, timeout_seconds: float = ...) -> List[RosterEntry]: ...
 
 class Agent(_Member):
-    """Agent over host memory (see paramwin.Agent)."""
+    """Agent over a host or device window (see paramwin.Agent)."""
     def __init__(self, comm: Any, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
-                 verify: bool, name: str) -> None: ...
+                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
     def roster(self, rank: int, timeout_seconds: float = ...) -> RosterEntry: ...
     rank: int
     size: int
@@ -298,10 +313,10 @@ class AgentGroups:
     role_comm: Any
 
 class GroupAgent(_Member):
-    """GroupAgent (see paramwin.GroupAgent)."""
+    """GroupAgent (see paramwin.GroupAgent); memory="cuda" is refused (host shards only)."""
     def __init__(self, groups: AgentGroups, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
-                 verify: bool, name: str) -> None: ...
+                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
     agent: int
     agents: int
     rank_in_agent: int

@@ -106,17 +106,27 @@ class _Member:
 
     def _prepare(self) -> None:
         if self._batch is not None:
-            self._batch.refresh_staged()
+            self._batch.prepare()
         if self._user_prepare is not None:
             self._user_prepare()
 
     # -- the step ---------------------------------------------------------------------------
+    @property
+    def memory(self) -> str:
+        """Where the agent's snapshots live: "host", or "cuda" for a device window (its
+        calls then take CUDA tensors in place)."""
+        return str(self._agent.memory)
+
+    def _layers(self, params: Params, writable: bool) -> Layers:
+        return Layers(params, writable, device_window=self._agent.memory == "cuda")
+
     def step(self, iteration: int, metric: float, params: Params) -> "_core.StepEvent":
         """One training step: reports ``metric``, may die and be reborn from donors into
-        ``params`` (written in place; zero copy for CPU arrays and tensors), publishes per the
-        cadence, saves a checkpoint when the ``checkpoint_*`` options ask for it, and returns
-        the StepEvent. The GIL is released for the step's MPI work."""
-        batch = Layers(params, writable=True)
+        ``params`` (written in place; zero copy for CPU arrays and tensors, and for CUDA
+        tensors on a device window), publishes per the cadence, saves a checkpoint when the
+        ``checkpoint_*`` options ask for it, and returns the StepEvent. The GIL is released
+        for the step's MPI work."""
+        batch = self._layers(params, writable=True)
         self._batch = batch
         try:
             event = self._agent.step(int(iteration), float(metric), batch.descriptors)
@@ -128,7 +138,8 @@ class _Member:
 
     def publish(self, params: Params) -> "_core.PublishResult":
         """Publishes ``params`` now, outside the cadence (e.g. the initial parameters)."""
-        batch = Layers(params, writable=False)
+        batch = self._layers(params, writable=False)
+        batch.prepare()
         return self._agent.publish(batch.descriptors)
 
     # -- checkpoints (docs/checkpoints.md; the files are the C++ library's) -----------------
@@ -136,7 +147,7 @@ class _Member:
         """Saves the whole population into the parallel-HDF5 checkpoint ``path`` (every
         agent its ``params`` and state; the same file format as C++). Collective: every
         agent calls it with the same path. CheckpointError on every rank when one fails."""
-        batch = Layers(params, writable=False)
+        batch = self._layers(params, writable=False)
         self._agent.save_checkpoint(os.fspath(path), batch.descriptors)
 
     def load_checkpoint(self, path: Union[str, "os.PathLike[str]"],
@@ -144,7 +155,7 @@ class _Member:
         """Continues from checkpoint ``path`` (written by Python or C++): fills ``params`` and
         restores the agent's state. Collective. The file is validated entirely first:
         CheckpointError on every rank otherwise, with the agent and ``params`` untouched."""
-        batch = Layers(params, writable=True)
+        batch = self._layers(params, writable=True)
         result = self._agent.load_checkpoint(os.fspath(path), batch.descriptors)
         batch.write_back()
         return result
@@ -152,7 +163,7 @@ class _Member:
     def resume_newest(self, params: Params) -> Optional["_core.CheckpointLoad"]:
         """Loads the newest checkpoint of the ``checkpoint_path`` option's pattern, or
         returns None (nothing changed) when there is none. Collective."""
-        batch = Layers(params, writable=True)
+        batch = self._layers(params, writable=True)
         result = self._agent.resume_newest(batch.descriptors)
         if result is not None:
             batch.write_back()
@@ -296,7 +307,9 @@ class Agent(_Member):
     ``ctx.candidates``; sets ``selection="custom"`` unless given), ``prepare_params()``.
     (The ``explore`` keyword is the option: ``explore={"lr": "log_uniform:1e-4..1e-1"}``.) Window
     options: ``transport``, ``verify``, ``name`` (name the window when several share a
-    communicator: see ParameterWindow). Creation, close() and the checkpoint calls are
+    communicator: see ParameterWindow), ``memory`` and ``cuda_device`` ("cuda": a device
+    window taking CUDA tensors in place, as for ParameterWindow; checkpoints then refuse the
+    parameters, as in C++). Creation, close() and the checkpoint calls are
     collective, and so is a step() that saves a checkpoint (``checkpoint_*`` keys); otherwise
     step()'s reads of other agents wait no longer than ``read_timeout_seconds`` in all. A
     context manager (closes on exit).
@@ -313,13 +326,14 @@ class Agent(_Member):
                                                    Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
-                 **keywords: OptionValue):
+                 memory: str = "host", cuda_device: int = -1, **keywords: OptionValue):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         prepare = self._init_member(prepare_params)
         hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
         hooks.update(extra)
-        self._agent = _core.Agent(comm, layout, config, hooks, str(transport), verify, name)
+        self._agent = _core.Agent(comm, layout, config, hooks, str(transport), verify, name,
+                                  str(memory), int(cuda_device))
 
     def __enter__(self) -> "Agent":
         return self

@@ -15,7 +15,7 @@ __all__ = [
     "Shortfall", "PausedDeaths", "DType", "Phase", "HyperInherit", "HyperScale",
     "HyperDistribution", "Role", "HyperType", "ReadMode", "Landing", "Reduction",
     "NonFinitePolicy", "AgentState", "Transport", "WireFormat", "Exposure", "LayoutCheck",
-    "ExploreKind", "Memory", "ENUMS",
+    "ExploreKind", "Memory", "DeviceWindows", "ENUMS",
 ]
 
 
@@ -60,3 +60,4 @@ Exposure = ENUMS["Exposure"]
 LayoutCheck = ENUMS["LayoutCheck"]
 ExploreKind = ENUMS["ExploreKind"]
 Memory = ENUMS["Memory"]
+DeviceWindows = ENUMS["DeviceWindows"]

@@ -95,7 +95,9 @@ class GroupAgent(_Member):
     raises, the leader raises CallbackError and the agent's other ranks raise Error saying the
     leader failed to decide, nothing changed). Collective: creation, close() and the
     checkpoint calls over all training ranks; step() over the agent's ranks; publish, leave,
-    pause and resume on every rank of the agent in the same order."""
+    pause and resume on every rank of the agent in the same order. Grouped agents have no
+    device windows: ``memory="cuda"`` raises InvalidArgument on every training rank (CUDA
+    tensors are staged through the host)."""
 
     _what = "GroupAgent"
 
@@ -108,7 +110,7 @@ class GroupAgent(_Member):
                                                    Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
-                 **keywords: OptionValue):
+                 memory: str = "host", cuda_device: int = -1, **keywords: OptionValue):
         if not isinstance(groups, AgentGroups):
             raise InvalidArgument("paramwin: GroupAgent needs a paramwin.AgentGroups, got "
                                   f"{type(groups).__name__}")
@@ -119,7 +121,7 @@ class GroupAgent(_Member):
         hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
         hooks.update(extra)
         self._agent = _core.GroupAgent(groups._groups, layout, config, hooks, str(transport),
-                                       verify, name)
+                                       verify, name, str(memory), int(cuda_device))
         groups._agents.add(self)
 
     def __enter__(self) -> "GroupAgent":

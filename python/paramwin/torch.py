@@ -2,9 +2,10 @@
 
 Written in Python over the binding, so it works with the torch the user has. The layout is
 the module's ``named_parameters()`` (0-dim parameters included; float32, float64, bfloat16,
-float16); a rebirth writes the donors' mix straight into the parameters' memory (CPU) or
-into host buffers copied in under ``torch.no_grad()`` (other devices), then resets the
-optimizer state of the replaced parameters (or calls your ``optimizer_builder``).
+float16); a rebirth writes the donors' mix straight into the parameters' memory (CPU, or CUDA
+with a device window) or into host buffers copied in under ``torch.no_grad()`` (other
+devices, host staging), then resets the optimizer state of the replaced parameters (or calls
+your ``optimizer_builder``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import torch as _torch
 
 from . import _core
+from ._device_windows import choose_window, device_obstacle, periodic_checkpoints
 from ._lifetime import close_after_block
 from ._tensors import named_layout
 from .agent import Agent
@@ -71,6 +73,17 @@ class TorchAgent:
     optimizer's current ``lr`` (a scheduler's), so that is what gets published. Without an
     ``"lr"`` hyperparameter the optimizer's learning rates are left alone; with one, every
     param group must have the same learning rate (InvalidArgument otherwise, as in C++).
+
+    CUDA modules: ``device_windows="auto"`` (the default; "automatic" too) gives a solo agent
+    a device window (docs/gpu.md: snapshots in GPU memory, rebirths GPU to GPU, the
+    parameters read and written in place, nothing staged) when on every rank every parameter
+    is a CUDA tensor on one device, no ``checkpoint_every``/``checkpoint_every_seconds`` is
+    set and the library sees a CUDA device; otherwise the parameters are staged through host
+    memory, and a rank with CUDA tensors says why on stderr once. ``"always"`` (or
+    ``memory="cuda"``) makes any obstacle an InvalidArgument on every rank; ``"never"``
+    stages. ``device_window`` says which. On a device window, checkpoint calls raise the
+    library's InvalidArgument (they read the parameters on the host), as in C++, and a
+    parameter moved off the GPU raises InvalidArgument at the next step or publish.
     """
 
     OPTIMIZER_BLOB = "optimizer.python"
@@ -81,6 +94,7 @@ class TorchAgent:
                                                       _torch.optim.Optimizer]] = None,
                  hyperparameters: Optional[Dict[str, Any]] = None,
                  groups: Optional[AgentGroups] = None,
+                 device_windows: str = "auto",
                  **options: Any):
         named = _named_parameters(module)
         if not named:
@@ -97,11 +111,22 @@ class TorchAgent:
         self._builder = optimizer_builder
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
+        init = GroupAgent.__init__ if groups is not None else Agent.__init__
+        # A grouped agent's ranks all have the grouped obstacle: no agreement needed (and a
+        # rank that is not an agent rank has no training communicator; GroupAgent refuses it).
+        choice = choose_window(
+            comm, device_windows, options.pop("memory", "host"),
+            lambda: device_obstacle([(n, p.detach()) for n, p in named], groups is not None,
+                                    lambda: periodic_checkpoints(options, init)),
+            collective=groups is None)
+        options.pop("cuda_device", None)  # the device window's is the tensors' device
+        self._device = choice.cuda_device if choice.memory == "cuda" else None
         self._agent: Any
         if groups is not None:
             self._agent = GroupAgent(groups, layout_of(module, hyperparameters), **options)
         else:
-            self._agent = Agent(layout_of(module, hyperparameters), comm, **options)
+            self._agent = Agent(layout_of(module, hyperparameters), comm, memory=choice.memory,
+                                cuda_device=choice.cuda_device, **options)
         # Weak references: the core holds the hooks, and a cycle through the C++ object would
         # keep this agent (and its window) alive until exit.
         ref = weakref.ref(self)
@@ -113,9 +138,23 @@ class TorchAgent:
             self._agent.set_hyperparameters(hyperparameters)
             self._apply_lr()
 
+    @property
+    def device_window(self) -> bool:
+        """True when the agent's window is a device window (the parameters are read and
+        written in place on their GPU); False when they are staged through host memory."""
+        return self._device is not None
+
     # The parameters' storage as plain tensors (no autograd): the core writes into them.
     def _data(self) -> Dict[str, _torch.Tensor]:
-        return {name: p.data for name, p in zip(self._names, self._params)}
+        data = {name: p.data for name, p in zip(self._names, self._params)}
+        if self._device is not None:
+            for name, t in data.items():
+                if not t.is_cuda or t.device.index != self._device:
+                    raise InvalidArgument(
+                        f"paramwin: '{name}' is on {t.device}, but this TorchAgent's window is "
+                        f"a device window on cuda:{self._device} (keep the module there, or "
+                        "use device_windows=\"never\")")
+        return data
 
     def publish(self) -> "_core.PublishResult":
         """Publishes the module's parameters now (e.g. before the first step)."""

@@ -24,7 +24,12 @@ class ParameterWindow:
 
     Keyword options are those of WindowOptions: ``transport`` ("auto", "shm", "rma"),
     ``wire`` ("native", "bfloat16", "float16"), ``layout_check`` ("strict", "per_donor"),
-    ``verify``, ``progress_thread``, ``progress_interval_us``, ``name``.
+    ``verify``, ``progress_thread``, ``progress_interval_us``, ``name``, ``memory`` ("host",
+    or "cuda": a device window, docs/gpu.md, the same on every rank) and ``cuda_device`` (a
+    device window's GPU ordinal; -1: the current device). A device window takes CUDA torch
+    tensors on its GPU in place, never staged; a CPU array or tensor given to it raises the
+    library's InvalidArgument ("is host memory, but the window is a device window"). Without a
+    CUDA device (or in a build without CUDA) its creation raises Error on every rank.
 
     Windows on one communicator pair up by the order of their creation. A named window is
     told apart by its name; in C++ an unnamed one by the line that created it, but from
@@ -36,9 +41,11 @@ class ParameterWindow:
     def __init__(self, layout: "_core.Layout", comm: Any = None, *, transport: str = "auto",
                  wire: str = "native", layout_check: str = "strict", verify: bool = True,
                  progress_thread: bool = False, progress_interval_us: int = 200,
-                 name: str = ""):
+                 name: str = "", memory: str = "host", cuda_device: int = -1):
         self._win = _core.Window(comm, layout, transport, wire, layout_check, verify,
-                                 progress_thread, progress_interval_us, name)
+                                 progress_thread, progress_interval_us, name, str(memory),
+                                 int(cuda_device))
+        self._device = self._win.memory == "cuda"
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -61,6 +68,8 @@ class ParameterWindow:
     size = property(lambda self: self._win.size, doc="Number of agents (ranks).")
     layout = property(lambda self: self._win.layout, doc="This rank's Layout.")
     name = property(lambda self: self._win.name, doc="The window's name ('' if unnamed).")
+    memory = property(lambda self: self._win.memory,
+                      doc='Where the snapshots live: "host", or "cuda" for a device window.')
     version = property(lambda self: self._win.version, doc="Completed publishes of this rank.")
     fingerprint = property(lambda self: self._win.fingerprint, doc="Layout and wire fingerprint.")
     wire_bytes = property(lambda self: self._win.wire_bytes, doc="Bytes of one snapshot.")
@@ -84,8 +93,10 @@ class ParameterWindow:
         version; never waits for readers. Arrays: numpy or torch, C-contiguous, of the
         layer's shape and dtype. ``hyper``: values of declared hyperparameters (name ->
         number) published in the same snapshot (the others keep their values). The GIL is
-        released while the core copies."""
-        batch = Layers(layers, writable=False)
+        released while the core copies. A device window: CUDA tensors in place, once their
+        device's current stream has finished."""
+        batch = Layers(layers, writable=False, device_window=self._device)
+        batch.prepare()
         return self._win.publish(batch.descriptors, stamp, hyper)
 
     def pull(self, donors: Union[int, Iterable[int]], out: Union[Sequence[Any], dict], *,
@@ -95,10 +106,11 @@ class ParameterWindow:
              timeout_seconds: float = 0.0) -> "_core.PullResult":
         """Reads the latest complete snapshot of each donor and reduces it into ``out`` in
         place (zero copy for CPU arrays and tensors; device tensors are staged through the
-        host). ``reduction``: "mean" (default) or "weighted" (default when ``weights`` are
-        given). Transactional: on any exception ``out`` is unchanged. The GIL is released
-        while the core reads and reduces."""
-        batch = Layers(out, writable=True)
+        host, or written in place by a device window). ``reduction``: "mean" (default) or
+        "weighted" (default when ``weights`` are given). Transactional: on any exception
+        ``out`` is unchanged. The GIL is released while the core reads and reduces."""
+        batch = Layers(out, writable=True, device_window=self._device)
+        batch.prepare()
         if reduction is None:
             reduction = "weighted" if weights else "mean"
         result = self._win.pull(_donor_list(donors), batch.descriptors, reduction,

@@ -1,6 +1,7 @@
 // paramwin._core.Agent: Agent<HostSpace>, configured from parse_agent_options' key/value form
-// plus Python callables (callbacks.cpp). The pure-Python paramwin.Agent wraps it. The calls
-// shared with GroupAgent are bound by bind_member (member.hpp).
+// plus Python callables (callbacks.cpp), over a host or (memory="cuda") a device window. The
+// pure-Python paramwin.Agent wraps it. The calls shared with GroupAgent are bound by bind_member
+// (member.hpp).
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -67,23 +68,34 @@ void bind_agent(py::module_& m) {
       },
       py::arg("config"), py::arg("population"),
       "Parses and validates agent options for a population (raises InvalidArgument).");
+  m.def(
+      "periodic_checkpoints",
+      [](const std::map<std::string, std::string, std::less<>>& config) {
+        const CheckpointOptions c = parse_agent_options(config).checkpoint;
+        return c.every != 0 || c.every_seconds != 0.0;
+      },
+      py::arg("config"),
+      "Whether these agent options make step() save checkpoints (checkpoint_every or "
+      "checkpoint_every_seconds): a TorchAgent's obstacle to a device window.");
 
-  py::class_<PyAgent> agent(m, "Agent", "Agent over host memory (see paramwin.Agent).");
+  py::class_<PyAgent> agent(m, "Agent", "Agent over a host or device window (see paramwin.Agent).");
   agent.def(py::init([](const py::object& comm, Layout layout,
                         const std::map<std::string, std::string, std::less<>>& config,
                         const py::dict& hooks, const std::string& transport, bool verify,
-                        std::string name) {
+                        std::string name, const std::string& memory, int cuda_device) {
               const MPI_Comm c = comm_from(comm);
               AgentOptions o = make_agent_options(config, hooks);
               WindowOptions w;
               w.transport = parse_transport(transport);
               w.verify = verify;
               w.name = std::move(name);
+              set_memory(w, memory, cuda_device);
               const py::gil_scoped_release release;
               return PyAgent(c, std::move(layout), std::move(o), w);
             }),
             py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
-            py::arg("transport"), py::arg("verify"), py::arg("name"));
+            py::arg("transport"), py::arg("verify"), py::arg("name"), py::arg("memory") = "host",
+            py::arg("cuda_device") = kCurrentDevice);
   bind_member(agent);
   agent
       .def(

@@ -29,6 +29,7 @@ void bind_agent(py::module_& m);
 void bind_enums(py::module_& m);
 void bind_groups(py::module_& m);
 void bind_group_agent(py::module_& m);
+void bind_comm(py::module_& m);
 
 /// A hyperparameter set as a dict name -> int (int64) or float (float64).
 py::dict hyper_to_dict(const Hyperparameters& h);
@@ -52,6 +53,10 @@ std::shared_ptr<py::object> hold(const py::object& fn);
 /// "auto" (or "automatic"), "shm" or "rma"; InvalidArgument listing them otherwise.
 Transport parse_transport(std::string_view text);
 
+/// Sets @p o's memory (parse_enum<Memory>: "host" or "cuda") and cuda_device (an ordinal, or
+/// -1: the device current on the creating thread); the window checks them at creation.
+void set_memory(WindowOptions& o, std::string_view memory, int cuda_device);
+
 /// Imports mpi4py's C API (and with it mpi4py.MPI, which initialises MPI).
 void import_mpi4py_api();
 
@@ -64,10 +69,12 @@ py::object comm_to_py(MPI_Comm comm);
 
 /// Python's layer descriptors, turned into layer references once the GIL is released.
 ///
-/// Python passes one tuple per layer: (name or None, address, dtype name, shape tuple).
-/// The pure-Python side (paramwin/_tensors.py) makes them from numpy arrays and torch
-/// tensors and keeps those alive for the call. The names are owned here because LayerRef
-/// holds a string_view.
+/// Python passes one tuple per layer: (name or None, address, dtype name, shape tuple,
+/// device), device true for CUDA memory given in place to a device window (a LayerRef with
+/// paramwin::device_memory; the window checks the memory), false (or left out) for host
+/// memory. The pure-Python side (paramwin/_tensors.py) makes them from numpy arrays and
+/// torch tensors and keeps those alive for the call. The names are owned here because
+/// LayerRef holds a string_view.
 class LayerList {
  public:
   /// Reads @p descriptors (a sequence of tuples) and checks each against @p layout: the

@@ -1,6 +1,12 @@
-// mpi4py communicators through mpi4py's C API (mpi4py/mpi4py.h, imported in module.cpp).
+// mpi4py communicators through mpi4py's C API (mpi4py/mpi4py.h, imported in module.cpp), and
+// the library's agreement over one (src/mpi/agree.hpp) for the Python package's collective
+// choices.
 #include <mpi4py/mpi4py.h>
 
+#include <string>
+
+// The library's "do all ranks agree?" (internal; the LibTorch adapter uses it the same way).
+#include "../../src/mpi/agree.hpp"
 #include "bindings.hpp"
 
 namespace paramwin::python {
@@ -40,6 +46,23 @@ py::object comm_to_py(MPI_Comm comm) {
     throw py::error_already_set();
   }
   return py::reinterpret_steal<py::object>(obj);
+}
+
+void bind_comm(py::module_& m) {
+  m.def(
+      "agree",
+      [](const py::object& comm, const std::string& local_error) {
+        const MPI_Comm c = comm_from(comm);
+        const py::gil_scoped_release release;
+        const int failing = detail::first_failing_rank(c, local_error.empty());
+        if (failing < 0) return std::string();
+        std::string text = detail::failure_text(c, failing, local_error);
+        return local_error.empty() ? text : local_error;
+      },
+      py::arg("comm"), py::arg("local_error"),
+      "Collective over comm (None: COMM_WORLD): '' when local_error is '' on every rank; "
+      "otherwise this rank's own local_error, or 'paramwin: rank N failed: ...' with the "
+      "lowest failing rank's (the library's agreement, one allreduce when all agree).");
 }
 
 }  // namespace paramwin::python

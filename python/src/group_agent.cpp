@@ -89,18 +89,21 @@ void bind_group_agent(py::module_& m) {
   agent.def(py::init([](const PyGroups& groups, Layout layout,
                         const std::map<std::string, std::string, std::less<>>& config,
                         const py::dict& hooks, const std::string& transport, bool verify,
-                        std::string name) {
+                        std::string name, const std::string& memory, int cuda_device) {
               const AgentGroups& g = groups.get();
               AgentOptions o = make_agent_options(config, hooks);
               WindowOptions w;
               w.transport = parse_transport(transport);
               w.verify = verify;
               w.name = std::move(name);
+              // GroupAgent refuses Memory::cuda on every training rank (host shards only).
+              set_memory(w, memory, cuda_device);
               const py::gil_scoped_release release;
               return std::make_unique<GroupAgent>(g, std::move(layout), std::move(o), w);
             }),
             py::arg("groups"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
-            py::arg("transport"), py::arg("verify"), py::arg("name"),
+            py::arg("transport"), py::arg("verify"), py::arg("name"), py::arg("memory") = "host",
+            py::arg("cuda_device") = kCurrentDevice,
             py::keep_alive<1, 2>());  // the groups' communicators outlive the agent
   bind_member(agent);
   agent.def_property_readonly("agent", [](GroupAgent& a) { return open_member(a).agent(); })

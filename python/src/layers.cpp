@@ -1,4 +1,5 @@
-// Layer descriptors from Python (paramwin/_tensors.py) to LayerRef / ConstLayerRef.
+// Layer descriptors from Python (paramwin/_tensors.py) to LayerRef / ConstLayerRef: host
+// memory, or device memory (paramwin::device_memory) for a device window.
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -53,8 +54,13 @@ LayerList::LayerList(const py::handle& descriptors, const Layout& layout) {
     }
     // NOLINTNEXTLINE(performance-no-int-to-ptr): the address of the caller's array
     void* data = reinterpret_cast<void*>(address);
-    refs_.emplace_back(name, data, count, dtype);
-    const_refs_.emplace_back(name, data, count, dtype);
+    if (d.size() > 4 && d[4].cast<bool>()) {
+      refs_.emplace_back(name, data, count, dtype, device_memory);
+      const_refs_.emplace_back(name, data, count, dtype, device_memory);
+    } else {
+      refs_.emplace_back(name, data, count, dtype);
+      const_refs_.emplace_back(name, data, count, dtype);
+    }
   }
 }
 

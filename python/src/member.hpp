@@ -105,6 +105,11 @@ void bind_member(py::class_<A>& cls) {
           },
           py::arg("values"))
       .def_property_readonly("layout", [](A& a) { return open_member(a).layout(); })
+      .def_property_readonly("memory",
+                             [](A& a) {
+                               return std::string(
+                                   enum_name(open_member(a).window().options().memory));
+                             })
       .def_property_readonly("steps", [](A& a) { return a.steps(); })
       .def_property_readonly("age", [](A& a) { return a.age(); })
       .def_property_readonly("max_age", [](A& a) { return a.max_age(); })

@@ -1,11 +1,15 @@
-// paramwin._core.Window: ParameterWindow<HostSpace> with keyword options. The pure-Python
-// paramwin.ParameterWindow wraps it (array and tensor handling, CUDA staging, context manager).
-// Publish, pull and roster reads release the GIL for their MPI work.
+// paramwin._core.Window: ParameterWindow<HostSpace> with keyword options, over host memory or
+// (memory="cuda") a device window. The pure-Python paramwin.ParameterWindow wraps it (array and
+// tensor handling, CUDA staging or in-place device tensors, context manager). Publish, pull and
+// roster reads release the GIL for their MPI work.
 #include <pybind11/stl.h>
 
+#include <string>
 #include <string_view>
 #include <utility>
 
+// The library's CUDA probe (no CUDA types), as the LibTorch adapter uses it (src/torch).
+#include "../../src/detail/cuda.hpp"
 #include "bindings.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/window.hpp"
@@ -17,8 +21,10 @@ using Window = ParameterWindow<>;
 
 WindowOptions window_options(const std::string& transport, const std::string& wire,
                              const std::string& layout_check, bool verify, bool progress_thread,
-                             unsigned progress_interval_us, std::string name) {
+                             unsigned progress_interval_us, std::string name,
+                             const std::string& memory, int cuda_device) {
   WindowOptions o;
+  set_memory(o, memory, cuda_device);
   o.transport = parse_transport(transport);
   o.wire = parse_enum<WireFormat>(wire);
   o.layout_check = parse_enum<LayoutCheck>(layout_check);
@@ -58,23 +64,39 @@ Window& open(Window& w) {
 
 Transport parse_transport(std::string_view text) { return parse_enum<Transport>(text); }
 
+void set_memory(WindowOptions& o, std::string_view memory, int cuda_device) {
+  o.memory = parse_enum<Memory>(memory);
+  o.cuda_device = cuda_device;
+}
+
 // Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
 void bind_window(py::module_& m) {
+  m.def(
+      "cuda_devices",
+      [] {
+        std::string why;
+        const int n = detail::cuda::device_count(&why);
+        return py::make_tuple(n, why);
+      },
+      "(count, why): the CUDA devices this library sees (0 without a device, a driver or CUDA "
+      "in this build, with CUDA's reason), as device windows see them.");
   py::class_<Window>(m, "Window",
-                     "ParameterWindow over host memory (see paramwin.ParameterWindow).")
+                     "ParameterWindow over host or device memory (see paramwin.ParameterWindow).")
       .def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
                        const std::string& wire, const std::string& layout_check, bool verify,
-                       bool progress_thread, unsigned progress_interval_us, std::string name) {
+                       bool progress_thread, unsigned progress_interval_us, std::string name,
+                       const std::string& memory, int cuda_device) {
              const MPI_Comm c = comm_from(comm);
              WindowOptions o =
                  window_options(transport, wire, layout_check, verify, progress_thread,
-                                progress_interval_us, std::move(name));
+                                progress_interval_us, std::move(name), memory, cuda_device);
              const py::gil_scoped_release release;
              return Window(c, std::move(layout), o);
            }),
            py::arg("comm"), py::arg("layout"), py::arg("transport"), py::arg("wire"),
            py::arg("layout_check"), py::arg("verify"), py::arg("progress_thread"),
-           py::arg("progress_interval_us"), py::arg("name"))
+           py::arg("progress_interval_us"), py::arg("name"), py::arg("memory") = "host",
+           py::arg("cuda_device") = kCurrentDevice)
       .def("close",
            [](Window& w) {
              if (w.valid()) {
@@ -87,6 +109,10 @@ void bind_window(py::module_& m) {
       .def_property_readonly("size", [](Window& w) { return open(w).size(); })
       .def_property_readonly("layout", [](Window& w) { return open(w).layout(); })
       .def_property_readonly("name", [](Window& w) { return open(w).name(); })
+      .def_property_readonly("memory",
+                             [](Window& w) {
+                               return std::string(enum_name(open(w).options().memory));
+                             })
       .def_property_readonly("version", [](Window& w) { return open(w).version(); })
       .def_property_readonly("fingerprint", [](Window& w) { return open(w).fingerprint(); })
       .def_property_readonly("wire_bytes", [](Window& w) { return open(w).wire_bytes(); })

@@ -20,6 +20,7 @@
 
 #include "paramwin/agent.hpp"
 #include "paramwin/group_agent.hpp"
+#include "paramwin/torch/device_windows.hpp"
 #include "paramwin/torch/module.hpp"
 
 namespace paramwin::torch {
@@ -28,26 +29,6 @@ namespace paramwin::torch {
 /// rebirth when the agent owns its optimizer).
 using OptimizerBuilder =
     std::function<std::unique_ptr<::torch::optim::Optimizer>(::torch::nn::Module& module)>;
-
-/// Whether a TorchAgent keeps a CUDA module's snapshots on the GPU (a device window,
-/// WindowOptions::memory = Memory::cuda, docs/gpu.md) or stages them through host memory.
-enum class DeviceWindows : std::uint8_t {
-  /// A device window when it can be one on every rank (every exchanged tensor on one CUDA
-  /// device, a build with CUDA, a solo agent, snapshot exposure, no ModuleOptions::
-  /// stage_through_host, no inherit_optimizer_state, no checkpoints); else host staging, and
-  /// a rank with CUDA tensors says why on stderr once.
-  automatic = 0,
-  always = 1,  ///< a device window, or InvalidArgument on every rank saying why not
-  never = 2,   ///< host staging (page-locked buffers), as before device windows
-};
-
-namespace detail {
-/// The names of DeviceWindows, in declaration order.
-inline constexpr EnumName<DeviceWindows> kDeviceWindowsNames[] = {{DeviceWindows::automatic,
-                                                                   "auto"},
-                                                                  {DeviceWindows::always, "always"},
-                                                                  {DeviceWindows::never, "never"}};
-}  // namespace detail
 
 /// What a TorchAgent does besides the Agent's own options.
 struct TorchAgentOptions {
@@ -257,10 +238,3 @@ std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
     ::torch::optim::Optimizer& optimizer, const ::torch::Tensor& param);
 
 }  // namespace paramwin::torch
-
-namespace paramwin {
-/// Names of torch::DeviceWindows.
-template <>
-inline constexpr EnumTable<torch::DeviceWindows>
-    enum_table<torch::DeviceWindows>{"device windows", torch::detail::kDeviceWindowsNames};
-}  // namespace paramwin
