@@ -49,8 +49,7 @@ class GroupAgent final : public AgentInterface {
   /// (InvalidArgument / LayoutMismatch on every training rank otherwise), that the agents
   /// are uniform, and creates this rank's shard window over its shard peers. Buffer ranks
   /// and the coordinator must not construct one (InvalidArgument). Exposure::live is not
-  /// supported (the window holds a shard, the trainer a full replica), nor Memory::cuda (the
-  /// shards are host memory; InvalidArgument on every training rank). @p site (leave the
+  /// supported (the window holds a shard, the trainer a full replica). @p site (leave the
   /// default: the caller's line) is the shard window's creation site: an unnamed window's
   /// identity (see ParameterWindow's constructor).
   /// @note Collective over @p groups.training_comm().

@@ -26,8 +26,6 @@ def parse_enum(enumeration: str, text: str) -> str:
     parsed by the library (InvalidArgument listing the valid spellings)."""
 def check_agent_options(config: Mapping[str, str], population: int) -> None:
     """Parses and validates agent options (raises InvalidArgument)."""
-def periodic_checkpoints(config: Mapping[str, str]) -> bool:
-    """Whether these agent options make step() save checkpoints."""
 def cuda_devices() -> Tuple[int, str]:
     """(count, why): the CUDA devices the library sees, CUDA's reason when there are none."""
 def agree(comm: Any, local_error: str) -> str:

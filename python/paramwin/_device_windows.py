@@ -1,26 +1,24 @@
 """TorchAgent's choice between a device window and host staging (``device_windows``), the
 C++ TorchAgent's (src/torch/agent.cpp: ``device_obstacle``, ``choose_window``) in Python.
 
-``auto`` (the default) gives a solo agent a device window when, on every rank, every parameter
-is a CUDA tensor on one device, no checkpoint option makes ``step()`` save, and the library
-sees a CUDA device (a build with CUDA); otherwise host staging, and a rank with CUDA tensors
-says why on stderr once. ``always`` (or ``memory="cuda"``) makes any obstacle an
-InvalidArgument on every rank; ``never`` keeps host staging. The choice is agreed over the
-agent's communicator with the library's agreement (``_core.agree``), so every rank makes the
-same one.
+``auto`` (the default) gives an agent (solo or grouped) a device window when, on every rank,
+every parameter is a CUDA tensor on one device and the library sees a CUDA device (a build
+with CUDA); otherwise host staging, and a rank with CUDA tensors says why on stderr once.
+``always`` (or ``memory="cuda"``) makes any obstacle an InvalidArgument on every rank;
+``never`` keeps host staging. The choice is agreed over the agent's communicator (a grouped
+agent: the training ranks') with the library's agreement (``_core.agree``), so every rank
+makes the same one. Checkpoints copy a device window's layers through the host (docs/gpu.md).
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, NamedTuple, Sequence, Tuple
 
 from . import _core
-from ._options import agent_config
 from .errors import InvalidArgument
 
-__all__ = ["WindowChoice", "device_obstacle", "choose_window", "periodic_checkpoints"]
+__all__ = ["WindowChoice", "device_obstacle", "choose_window"]
 
 
 class WindowChoice(NamedTuple):
@@ -30,22 +28,11 @@ class WindowChoice(NamedTuple):
     cuda_device: int
 
 
-def periodic_checkpoints(keywords: Mapping[str, Any], agent_init: Callable[..., Any]) -> bool:
-    """Whether the agent options among ``keywords`` (what a TorchAgent passes on to
-    ``agent_init``, Agent's or GroupAgent's ``__init__``: all but its named parameters and
-    the hooks) make ``step()`` save checkpoints (the library parses them)."""
-    named = set(inspect.signature(agent_init).parameters) | set(_core.hook_names())
-    options = {k: v for k, v in keywords.items() if k not in named}
-    return bool(_core.periodic_checkpoints(agent_config(keywords.get("options"), **options)))
-
-
-def device_obstacle(named: Sequence[Tuple[str, Any]], grouped: bool,
-                    checkpoints: Callable[[], bool]) -> Tuple[str, int, bool]:
+def device_obstacle(named: Sequence[Tuple[str, Any]]) -> Tuple[str, int, bool]:
     """Why this rank's agent cannot have a device window ("" if it can), the device of its
-    tensors, and whether any of them is a CUDA tensor. ``named``: (name, tensor) pairs;
-    ``checkpoints()``: whether checkpoint options make step() save. The obstacles and their
-    order are the C++ TorchAgent's (those Python has: no stage_through_host, live exposure or
-    inherit_optimizer_state here)."""
+    tensors, and whether any of them is a CUDA tensor. ``named``: (name, tensor) pairs. The
+    obstacles and their order are the C++ TorchAgent's (those Python has: no
+    stage_through_host or live exposure here)."""
     why = ""
     device = -1
     any_cuda = False
@@ -61,10 +48,6 @@ def device_obstacle(named: Sequence[Tuple[str, Any]], grouped: bool,
             why = f"the tensors are on two devices (cuda:{device} and {t.device})"
     if not why and not named:
         why = "the module exchanges no tensors"
-    if not why and grouped:
-        why = "grouped agents (AgentGroups) have no device windows yet"
-    if not why and checkpoints():
-        why = "checkpoints read and write the parameters on the host"
     if not why:
         count, none = _core.cuda_devices()
         if count == 0:
@@ -73,13 +56,11 @@ def device_obstacle(named: Sequence[Tuple[str, Any]], grouped: bool,
 
 
 def choose_window(comm: Any, device_windows: Any, memory: Any,
-                  obstacle: Callable[[], Tuple[str, int, bool]],
-                  collective: bool = True) -> WindowChoice:
+                  obstacle: Callable[[], Tuple[str, int, bool]]) -> WindowChoice:
     """The window a TorchAgent creates, the same on every rank of ``comm`` (collective unless
-    ``device_windows`` is "never" and ``memory`` is "host", or ``collective`` is False: for
-    a grouped agent, whose obstacle every rank has, so that each rank's own decides alike).
-    ``device_windows`` and ``memory`` are parsed by the library (InvalidArgument listing the
-    valid names); ``obstacle()`` is device_obstacle's result for this rank."""
+    ``device_windows`` is "never" and ``memory`` is "host"). ``device_windows`` and ``memory``
+    are parsed by the library (InvalidArgument listing the valid names); ``obstacle()`` is
+    device_obstacle's result for this rank."""
     mode = _core.parse_enum("DeviceWindows", str(device_windows))
     required = _core.parse_enum("Memory", str(memory)) == "cuda" or mode == "always"
     if not required and mode == "never":
@@ -90,7 +71,7 @@ def choose_window(comm: Any, device_windows: Any, memory: Any,
         why, device, any_cuda = obstacle()
     except Exception as e:  # noqa: BLE001 - becomes this rank's obstacle, as in C++
         why = str(e) or type(e).__name__
-    reason = _core.agree(comm, why) if collective else why
+    reason = _core.agree(comm, why)
     if not reason:
         return WindowChoice("cuda", device)
     if required:

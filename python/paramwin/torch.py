@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import torch as _torch
 
 from . import _core
-from ._device_windows import choose_window, device_obstacle, periodic_checkpoints
+from ._device_windows import WindowChoice, choose_window, device_obstacle
 from ._lifetime import close_after_block
 from ._tensors import named_layout
 from .agent import Agent
@@ -111,19 +111,21 @@ class TorchAgent:
         self._builder = optimizer_builder
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        init = GroupAgent.__init__ if groups is not None else Agent.__init__
-        # A grouped agent's ranks all have the grouped obstacle: no agreement needed (and a
-        # rank that is not an agent rank has no training communicator; GroupAgent refuses it).
+        # Agreed over the agent's ranks (a grouped agent: every training rank). A rank that is
+        # not an agent rank has no training communicator: GroupAgent refuses it below.
+        choose = groups is None or groups.is_agent_rank
         choice = choose_window(
-            comm, device_windows, options.pop("memory", "host"),
-            lambda: device_obstacle([(n, p.detach()) for n, p in named], groups is not None,
-                                    lambda: periodic_checkpoints(options, init)),
-            collective=groups is None)
+            groups.training_comm if groups is not None else comm, device_windows,
+            options.pop("memory", "host"),
+            lambda: device_obstacle([(n, p.detach()) for n, p in named])) if choose \
+            else WindowChoice("host", -1)
         options.pop("cuda_device", None)  # the device window's is the tensors' device
         self._device = choice.cuda_device if choice.memory == "cuda" else None
         self._agent: Any
         if groups is not None:
-            self._agent = GroupAgent(groups, layout_of(module, hyperparameters), **options)
+            self._agent = GroupAgent(groups, layout_of(module, hyperparameters),
+                                     memory=choice.memory, cuda_device=choice.cuda_device,
+                                     **options)
         else:
             self._agent = Agent(layout_of(module, hyperparameters), comm, memory=choice.memory,
                                 cuda_device=choice.cuda_device, **options)

@@ -68,16 +68,6 @@ void bind_agent(py::module_& m) {
       },
       py::arg("config"), py::arg("population"),
       "Parses and validates agent options for a population (raises InvalidArgument).");
-  m.def(
-      "periodic_checkpoints",
-      [](const std::map<std::string, std::string, std::less<>>& config) {
-        const CheckpointOptions c = parse_agent_options(config).checkpoint;
-        return c.every != 0 || c.every_seconds != 0.0;
-      },
-      py::arg("config"),
-      "Whether these agent options make step() save checkpoints (checkpoint_every or "
-      "checkpoint_every_seconds): a TorchAgent's obstacle to a device window.");
-
   py::class_<PyAgent> agent(m, "Agent", "Agent over a host or device window (see paramwin.Agent).");
   agent.def(py::init([](const py::object& comm, Layout layout,
                         const std::map<std::string, std::string, std::less<>>& config,

@@ -62,11 +62,6 @@ GroupAgent::GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions op
       throw InvalidArgument("paramwin: GroupAgent: Exposure::live is not supported: each rank's "
                             "window holds one shard while the trainer holds the full replica");
     }
-    if (window_options.memory == Memory::cuda) {
-      throw InvalidArgument("paramwin: GroupAgent: Memory::cuda (a device window) is not "
-                            "supported: a grouped agent's shards are host memory; use "
-                            "Memory::host (the parameters are then given in host memory)");
-    }
     if (options.triggers.worst_fraction.synchronous) {
       throw InvalidArgument("paramwin: GroupAgent: synchronous PBT "
                             "(triggers.worst_fraction.synchronous) is not supported for sharded "

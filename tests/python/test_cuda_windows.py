@@ -2,8 +2,9 @@
 ParameterWindow(memory="cuda") round trip of CUDA tensors of every dtype, in place and bit for
 bit (a mix with momentum gives a host window's bits), the wrong memory refused with nothing
 changed, host windows still staging CUDA tensors, publishes ordered after the current stream,
-and TorchAgent's device window by default (rebirths land the donor's values bit for bit, no
-staging), its fallbacks and refusals. Skipped, with a message, where torch sees no GPU.
+an Agent's checkpoints of CUDA tensors, and TorchAgent's device window by default (rebirths
+land the donor's values bit for bit, no staging; checkpoints; grouped agents), its fallback
+and refusals. Skipped, with a message, where torch sees no GPU.
 
 Run on 2 ranks (several ranks may share one GPU):
     PYTHONPATH=<build>/python mpiexec -n 2 python -m pytest tests/python/test_cuda_windows.py
@@ -130,15 +131,21 @@ def test_wrong_memory_is_refused_and_changes_nothing(comm, dev, tmp_path):
         for k in staged:
             assert staged[k].device == dev and same_bits(staged[k], reference[k]), k
         comm.Barrier()
-    # An agent on a device window: checkpoints read the parameters on the host (as in C++).
+    # An agent on a device window checkpoints its CUDA tensors (copied through the host) and
+    # loads them back in place, bit for bit.
     path = comm.bcast(str(tmp_path / "c.h5") if rank == 0 else None)
     with paramwin.Agent(LAYOUT, comm, memory="cuda", k=1, shortfall="clamp",
                         name="agent") as agent:
         assert agent.memory == "cuda"
-        agent.publish(values(rank, dev))
-        with pytest.raises(paramwin.InvalidArgument,
-                           match="checkpoints read and write the parameters on the host"):
-            agent.save_checkpoint(path, values(rank, dev))
+        saved = values(rank, dev)
+        agent.publish(saved)
+        agent.save_checkpoint(path, saved)
+        loaded = values(rank + 7, dev)
+        pointers = [t.data_ptr() for t in loaded.values()]
+        agent.load_checkpoint(path, loaded)
+        assert [t.data_ptr() for t in loaded.values()] == pointers
+        for k in saved:
+            assert loaded[k].device == dev and same_bits(loaded[k], saved[k]), k
         comm.Barrier()
 
 
@@ -209,27 +216,52 @@ def test_torch_agent_uses_a_device_window_by_default(comm, dev, capfd, no_stagin
     assert "device window" not in capfd.readouterr().err
 
 
-def test_torch_agent_stages_when_asked_or_when_checkpoints_are_on(comm, dev, capfd, tmp_path):
+def test_torch_agent_stages_when_asked_and_checkpoints_on_its_device_window(comm, dev, capfd,
+                                                                             tmp_path):
     rank = comm.Get_rank()
     pattern = comm.bcast(str(tmp_path / "c{step}.h5") if rank == 0 else None)
-    checkpoints = {"checkpoint_every": 1000, "checkpoint_path": pattern}
-    for keywords, says in (({"device_windows": "never"}, False), (checkpoints, True)):
+    checkpoints = {"checkpoint_every": 8, "checkpoint_path": pattern}
+    for keywords, device_window in (({"device_windows": "never"}, False), (checkpoints, True)):
         torch.manual_seed(rank)
         net = Net().to(dev)
         adam = torch.optim.Adam(net.parameters(), lr=1e-3)
         capfd.readouterr()
         with TorchAgent(net, adam, comm, seed=5, age=(4, 4), k=1, shortfall="clamp",
                         **keywords) as agent:
-            assert not agent.device_window and agent.agent.memory == "host"
-            err = capfd.readouterr().err
-            assert ("TorchAgent stages its CUDA tensors through host memory, no device window: "
-                    "checkpoints read and write the parameters on the host" in err) == says
+            assert agent.device_window == device_window
+            assert agent.agent.memory == ("cuda" if device_window else "host")
+            assert "device window" not in capfd.readouterr().err  # asked for, or no obstacle
             population(comm, dev, agent, net, adam)
-    with pytest.raises(paramwin.InvalidArgument, match="cannot use a device window .*: "
-                       "checkpoints read and write the parameters on the host"):
-        TorchAgent(Net().to(dev), None, comm, device_windows="always", k=1, shortfall="clamp",
-                   **checkpoints)
+            agent.wait_checkpoint()
     comm.Barrier()
+    # The periodic saves wrote the device window's parameters: the newest loads back.
+    net = Net().to(dev)
+    with TorchAgent(net, torch.optim.Adam(net.parameters(), lr=1e-3), comm, k=1,
+                    shortfall="clamp", **checkpoints) as agent:
+        assert agent.device_window
+        assert agent.resume_newest() is not None
+        assert all(p.device == dev for p in net.parameters())
+    comm.Barrier()
+
+
+def test_grouped_torch_agent_uses_a_device_window(comm, dev, no_staging):
+    need_ranks(comm, 4)
+    with paramwin.AgentGroups(comm, ranks_per_agent=2) as groups:
+        net = Net().to(dev)
+        fill(net, float(groups.agent * 100))  # the replicas of one agent are identical
+        with TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.0), groups=groups, k=1,
+                        shortfall="clamp", age=(2, 2), seed=3) as agent:
+            assert agent.device_window and agent.agent.memory == "cuda"
+            agent.publish()
+            comm.Barrier()
+            died = [agent.step(step, 0.0).died for step in range(1, 4)]
+            held = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).cpu()
+            assert any(died)
+            # Reborn from the other agent: every element is its value.
+            assert bool((held == held[0]).all()) and float(held[0]) in (0.0, 100.0)
+            replicas = groups.agent_comm.allgather(held.tolist())
+            assert replicas[0] == replicas[1]
+        comm.Barrier()
 
 
 def test_a_module_moved_off_its_gpu_is_refused_and_can_come_back(comm, dev):

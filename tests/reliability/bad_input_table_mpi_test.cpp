@@ -965,9 +965,6 @@ std::vector<Row<World>> group_rows() {
        group_agent({}, bad_k(), {})},
       {"GroupAgent()", "synchronous PBT", Kind::invalid_argument,
        "not supported for sharded agents", group_agent({}, sync_pbt(), {})},
-      {"GroupAgent()", "a device window (Memory::cuda)", Kind::invalid_argument,
-       "GroupAgent: Memory::cuda (a device window) is not supported",
-       group_agent({}, k1(), {.memory = pw::Memory::cuda})},
       {"PopulationReport::write_json", "unwritable path", Kind::invalid_argument, "cannot open",
        [](World&) { pw::PopulationReport{}.write_json("/nonexistent-dir/r.json"); }},
   };
