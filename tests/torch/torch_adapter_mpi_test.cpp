@@ -1174,7 +1174,7 @@ TEST(TorchDevice, CudaAgentCheckpointsThroughItsDeviceWindow) {
   ao.triggers.age.enabled = false;
   ao.checkpoint.every = 2;
   ao.checkpoint.async = true;
-  ao.checkpoint.path = dir + "/cuda_every";
+  ao.checkpoint.path = dir + "/cuda_every_{step}.h5";
   pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, ao);
   EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
   const auto train = [&] {
