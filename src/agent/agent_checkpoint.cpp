@@ -317,7 +317,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
     try {
       cuda::copy_blocking(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
     } catch (const std::exception& e) {
-      error = "paramwin: load_checkpoint: writing layer '" + std::string(ordered[l].name()) +
+      error = "paramwin: load_checkpoint: writing layer '" + ex.layout()[l].name +
               "' into device memory: " + e.what();
     }
   }
