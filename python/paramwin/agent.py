@@ -148,6 +148,7 @@ class _Member:
         agent its ``params`` and state; the same file format as C++). Collective: every
         agent calls it with the same path. CheckpointError on every rank when one fails."""
         batch = self._layers(params, writable=False)
+        batch.prepare()  # a device window's tensors: their producing stream has finished
         self._agent.save_checkpoint(os.fspath(path), batch.descriptors)
 
     def load_checkpoint(self, path: Union[str, "os.PathLike[str]"],
