@@ -311,7 +311,7 @@ class AgentGroups:
     role_comm: Any
 
 class GroupAgent(_Member):
-    """GroupAgent (see paramwin.GroupAgent); memory="cuda" is refused (host shards only)."""
+    """GroupAgent (see paramwin.GroupAgent); memory="cuda": a device window."""
     def __init__(self, groups: AgentGroups, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
                  verify: bool, name: str, memory: str = ..., cuda_device: int = ...) -> None: ...

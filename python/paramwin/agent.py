@@ -309,8 +309,8 @@ class Agent(_Member):
     (The ``explore`` keyword is the option: ``explore={"lr": "log_uniform:1e-4..1e-1"}``.) Window
     options: ``transport``, ``verify``, ``name`` (name the window when several share a
     communicator: see ParameterWindow), ``memory`` and ``cuda_device`` ("cuda": a device
-    window taking CUDA tensors in place, as for ParameterWindow; checkpoints then refuse the
-    parameters, as in C++). Creation, close() and the checkpoint calls are
+    window taking CUDA tensors in place, as for ParameterWindow; checkpoints copy them through
+    host memory, as in C++). Creation, close() and the checkpoint calls are
     collective, and so is a step() that saves a checkpoint (``checkpoint_*`` keys); otherwise
     step()'s reads of other agents wait no longer than ``read_timeout_seconds`` in all. A
     context manager (closes on exit).

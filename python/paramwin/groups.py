@@ -95,9 +95,9 @@ class GroupAgent(_Member):
     raises, the leader raises CallbackError and the agent's other ranks raise Error saying the
     leader failed to decide, nothing changed). Collective: creation, close() and the
     checkpoint calls over all training ranks; step() over the agent's ranks; publish, leave,
-    pause and resume on every rank of the agent in the same order. Grouped agents have no
-    device windows: ``memory="cuda"`` raises InvalidArgument on every training rank (CUDA
-    tensors are staged through the host)."""
+    pause and resume on every rank of the agent in the same order. ``memory="cuda"`` gives
+    the agent a device window (shards on the GPU, CUDA tensors in place; the shards travel
+    between the agent's ranks through host memory: docs/gpu.md)."""
 
     _what = "GroupAgent"
 

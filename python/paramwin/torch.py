@@ -74,16 +74,15 @@ class TorchAgent:
     ``"lr"`` hyperparameter the optimizer's learning rates are left alone; with one, every
     param group must have the same learning rate (InvalidArgument otherwise, as in C++).
 
-    CUDA modules: ``device_windows="auto"`` (the default; "automatic" too) gives a solo agent
-    a device window (docs/gpu.md: snapshots in GPU memory, rebirths GPU to GPU, the
-    parameters read and written in place, nothing staged) when on every rank every parameter
-    is a CUDA tensor on one device, no ``checkpoint_every``/``checkpoint_every_seconds`` is
-    set and the library sees a CUDA device; otherwise the parameters are staged through host
-    memory, and a rank with CUDA tensors says why on stderr once. ``"always"`` (or
-    ``memory="cuda"``) makes any obstacle an InvalidArgument on every rank; ``"never"``
-    stages. ``device_window`` says which. On a device window, checkpoint calls raise the
-    library's InvalidArgument (they read the parameters on the host), as in C++, and a
-    parameter moved off the GPU raises InvalidArgument at the next step or publish.
+    CUDA modules: ``device_windows="auto"`` (the default; "automatic" too) gives the agent
+    (solo or grouped) a device window (docs/gpu.md: snapshots in GPU memory, rebirths GPU to
+    GPU, the parameters read and written in place, nothing staged) when on every rank every
+    parameter is a CUDA tensor on one device and the library sees a CUDA device; otherwise the
+    parameters are staged through host memory, and a rank with CUDA tensors says why on
+    stderr once. ``"always"`` (or ``memory="cuda"``) makes any obstacle an InvalidArgument on
+    every rank; ``"never"`` stages. ``device_window`` says which. On a device window the
+    checkpoint calls copy the parameters through host memory, as in C++, and a parameter
+    moved off the GPU raises InvalidArgument at the next step or publish.
     """
 
     OPTIMIZER_BLOB = "optimizer.python"

@@ -96,7 +96,6 @@ void bind_group_agent(py::module_& m) {
               w.transport = parse_transport(transport);
               w.verify = verify;
               w.name = std::move(name);
-              // GroupAgent refuses Memory::cuda on every training rank (host shards only).
               set_memory(w, memory, cuda_device);
               const py::gil_scoped_release release;
               return std::make_unique<GroupAgent>(g, std::move(layout), std::move(o), w);

@@ -15,8 +15,8 @@ namespace paramwin::torch {
 /// WindowOptions::memory = Memory::cuda, docs/gpu.md) or stages them through host memory.
 enum class DeviceWindows : std::uint8_t {
   /// A device window when it can be one on every rank (every exchanged tensor on one CUDA
-  /// device, a build with CUDA, a solo agent, snapshot exposure, no ModuleOptions::
-  /// stage_through_host, no inherit_optimizer_state, no checkpoints); else host staging, and
+  /// device, a build with CUDA, snapshot exposure, no ModuleOptions::stage_through_host;
+  /// solo and grouped agents, optimizer state and checkpoints alike); else host staging, and
   /// a rank with CUDA tensors says why on stderr once.
   automatic = 0,
   always = 1,  ///< a device window, or InvalidArgument on every rank saying why not
