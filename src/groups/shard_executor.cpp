@@ -22,6 +22,19 @@ using Clock = StepClock;
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
 
+// Where each layer of @p layout starts in one buffer holding them all, each at a 64-byte
+// boundary; the last entry is the buffer's size.
+std::vector<std::size_t> padded_offsets(const Layout& layout) {
+  std::vector<std::size_t> off;
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    off.push_back(at);
+    at += (layout[l].count * dtype_size(layout[l].dtype) + 63) / 64 * 64;
+  }
+  off.push_back(at);
+  return off;
+}
+
 // Copies @p n bytes: memcpy between host memory, CUDA when either side is device memory.
 void copy_bytes(void* dst, const void* src, std::size_t n, bool device) {
   if (device) {
@@ -319,15 +332,7 @@ void ShardExecutor::start_from_current(std::span<const LayerRef> ordered,
 }
 
 std::vector<std::size_t> ShardExecutor::offsets_of(int s) const {
-  const Layout& shard = plan_.shard_layout(s);
-  std::vector<std::size_t> off;
-  std::size_t at = 0;
-  for (std::size_t l = 0; l < shard.size(); ++l) {
-    off.push_back(at);
-    at += (shard[l].count * dtype_size(shard[l].dtype) + 63) / 64 * 64;
-  }
-  off.push_back(at);
-  return off;
+  return padded_offsets(plan_.shard_layout(s));
 }
 
 // Allocates the scratch on first use (a device window's also on device @p ordinal). Every rank of
@@ -375,13 +380,15 @@ void ShardExecutor::ensure_scratch(int ordinal) {
 }
 
 std::vector<LayerRef> ShardExecutor::scratch_refs(std::span<const LayerRef> ordered) {
-  // A device window's scratch goes on the device of the caller's layers.
-  int ordinal = -1;
-  for (const LayerRef& r : ordered) {
-    if (device_ && ordinal < 0 && r.count() > 0) ordinal = cuda::classify(r.data()).ordinal;
+  if (scratch_ == nullptr) {
+    // A device window's scratch goes on the device of the caller's layers.
+    int ordinal = -1;
+    for (const LayerRef& r : ordered) {
+      if (device_ && ordinal < 0 && r.count() > 0) ordinal = cuda::classify(r.data()).ordinal;
+    }
+    if (device_ && ordinal < 0) ordinal = cuda::current_device();
+    ensure_scratch(ordinal);
   }
-  if (device_ && ordinal < 0) ordinal = cuda::current_device();
-  ensure_scratch(ordinal);
   const Layout& shard = plan_.shard_layout(rank_in_agent_);
   auto* base = device_ ? static_cast<std::byte*>(device_scratch_.get()) : scratch_;
   std::vector<LayerRef> refs;
@@ -394,16 +401,14 @@ std::vector<LayerRef> ShardExecutor::scratch_refs(std::span<const LayerRef> orde
 
 std::vector<LayerRef> ShardExecutor::host_image(std::span<const LayerRef> ordered, bool fill) {
   const Layout& full = plan_.full();
-  std::vector<std::size_t> off;
-  std::size_t at = 0;
-  for (std::size_t l = 0; l < full.size(); ++l) {
-    off.push_back(at);
-    at += (full[l].count * dtype_size(full[l].dtype) + 63) / 64 * 64;
+  if (image_offset_.empty()) {
+    image_offset_ = padded_offsets(full);
+    image_.resize(std::max<std::size_t>(image_offset_.back(), 64));
   }
-  image_.resize(std::max<std::size_t>(at, 64));
   std::vector<LayerRef> refs;
   for (std::size_t l = 0; l < full.size(); ++l) {
-    refs.emplace_back(std::string_view{}, image_.data() + off[l], full[l].count, full[l].dtype);
+    refs.emplace_back(std::string_view{}, image_.data() + image_offset_[l], full[l].count,
+                      full[l].dtype);
     if (fill && full[l].count > 0) {
       cuda::copy_blocking(refs.back().data(), ordered[l].data(),
                           full[l].count * dtype_size(full[l].dtype));
@@ -414,11 +419,9 @@ std::vector<LayerRef> ShardExecutor::host_image(std::span<const LayerRef> ordere
 
 void ShardExecutor::store_image(std::span<const LayerRef> ordered) const {
   const Layout& full = plan_.full();
-  std::size_t at = 0;
   for (std::size_t l = 0; l < full.size(); ++l) {
     const std::size_t n = full[l].count * dtype_size(full[l].dtype);
-    if (n > 0) cuda::copy_blocking(ordered[l].data(), image_.data() + at, n);
-    at += (n + 63) / 64 * 64;
+    if (n > 0) cuda::copy_blocking(ordered[l].data(), image_.data() + image_offset_[l], n);
   }
 }
 

@@ -135,6 +135,7 @@ class ShardExecutor final : public RebirthExecutor {
   bool device_ = false;
   std::unique_ptr<void, void (*)(void*)> device_scratch_{nullptr, [](void*) {}};
   std::vector<std::byte> image_;
+  std::vector<std::size_t> image_offset_;  // per layer of the full layout, then the size
 };
 
 }  // namespace paramwin::detail
