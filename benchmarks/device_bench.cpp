@@ -76,6 +76,19 @@ void result(const std::string& row, const std::string& size, int k, double secon
   std::fflush(stdout);
 }
 
+// Median seconds of @p reps device-to-device copies of @p bytes (after one warm-up), each
+// waited for.
+double copy_seconds(void* dst, const void* src, std::size_t bytes, int reps, const char* what) {
+  std::vector<double> t;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = MPI_Wtime();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), what);
+    check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
+    if (r > 0) t.push_back(MPI_Wtime() - t0);
+  }
+  return median(t);
+}
+
 void run_size(const Args& args, const std::string& size_text, int rank, int size) {
   const auto n = static_cast<std::size_t>(parse_count(size_text));
   const std::size_t bytes = n * sizeof(float);
@@ -96,14 +109,7 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
   // d2d: the copy engine's bound, on rank 0 while the others wait.
   double d2d = 0.0;
   if (rank == 0) {
-    std::vector<double> t;
-    for (int r = 0; r < args.reps + 1; ++r) {
-      const double t0 = MPI_Wtime();
-      check(cudaMemcpyAsync(out, params, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), "d2d");
-      check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
-      if (r > 0) t.push_back(MPI_Wtime() - t0);
-    }
-    d2d = median(t);
+    d2d = copy_seconds(out, params, bytes, args.reps, "d2d");
     result("d2d", size_text, 0, d2d);
   }
   MPI_Bcast(&d2d, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -118,16 +124,9 @@ void run_size(const Args& args, const std::string& size_text, int rank, int size
       void* peer = nullptr;
       check(cudaIpcOpenMemHandle(&peer, handle, cudaIpcMemLazyEnablePeerAccess),
             "cudaIpcOpenMemHandle");
-      std::vector<double> t;
-      for (int r = 0; r < args.reps + 1; ++r) {
-        const double t0 = MPI_Wtime();
-        check(cudaMemcpyAsync(out, peer, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy),
-              "d2d_ipc");
-        check(cudaStreamSynchronize(cudaStreamLegacy), "sync");
-        if (r > 0) t.push_back(MPI_Wtime() - t0);
-      }
+      const double ipc = copy_seconds(out, peer, bytes, args.reps, "d2d_ipc");
       check(cudaIpcCloseMemHandle(peer), "cudaIpcCloseMemHandle");
-      result("d2d_ipc", size_text, 0, median(t), "ratio_to_d2d=" + std::to_string(median(t) / d2d));
+      result("d2d_ipc", size_text, 0, ipc, "ratio_to_d2d=" + std::to_string(ipc / d2d));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
