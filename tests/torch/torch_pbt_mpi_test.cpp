@@ -136,13 +136,17 @@ TEST(TorchOptimizerState, StateLayersFollowTheModuleLayers) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(TorchOptimizerState, RebornAdamGetsTheMeanOfItsDonorsState) {
-  PARAMWIN_REQUIRE_RANKS(2);
-  // Rank 0 dies and mixes all the others. With 4 ranks, rank 2 never stepped (no state):
-  // it counts as zero moments and step 0.
+namespace {
+
+// Rank 0 dies and mixes all the others, its module and Adam on @p device (a CUDA module's
+// agent has a device window: the state layers live on the GPU beside the parameters and
+// travel GPU to GPU). With 4 ranks, rank 2 never stepped (no state): it counts as zero
+// moments and step 0.
+void reborn_adam_gets_the_mean_of_its_donors_state(const torch::Device& device) {
   std::vector<bool> fresh(static_cast<std::size_t>(world_size()), false);
   if (world_size() >= 4) fresh[2] = true;
   Tiny model;
+  model->to(device);
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
   if (!fresh[static_cast<std::size_t>(world_rank())]) {
     set_adam_state<torch::optim::AdamParamState>(adam, *model, world_rank());
@@ -150,7 +154,10 @@ TEST(TorchOptimizerState, RebornAdamGetsTheMeanOfItsDonorsState) {
   pwt::TorchAgentOptions to;
   to.inherit_optimizer_state = true;
   pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(1), to);
+  EXPECT_EQ(agent.agent().window().options().memory,
+            device.is_cuda() ? pw::Memory::cuda : pw::Memory::host);
   (void)agent.publish();
+  EXPECT_EQ(agent.staging_stats().device_window, device.is_cuda());
   MPI_Barrier(MPI_COMM_WORLD);
   const pw::StepEvent ev = agent.step(0, 1.0);
   EXPECT_EQ(ev.died, world_rank() == 0);
@@ -170,42 +177,24 @@ TEST(TorchOptimizerState, RebornAdamGetsTheMeanOfItsDonorsState) {
     // A donor's own state is untouched.
     EXPECT_EQ(adam.state().size(), fresh[static_cast<std::size_t>(world_rank())] ? 0U : 3U);
   }
+  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);  // nothing staged either way
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// The same inheritance for a CUDA module, whose agent now has a device window: the state
-// layers live on the GPU beside the parameters and travel GPU to GPU.
+}  // namespace
+
+TEST(TorchOptimizerState, RebornAdamGetsTheMeanOfItsDonorsState) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  reborn_adam_gets_the_mean_of_its_donors_state(torch::kCPU);
+}
+
 TEST(TorchOptimizerState, CudaAdamStateTravelsThroughTheDeviceWindow) {
   PARAMWIN_REQUIRE_RANKS(2);
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "no CUDA device (this LibTorch build: CPU only); the state layers' host "
                     "path is tested above";
   }
-  std::vector<bool> fresh(static_cast<std::size_t>(world_size()), false);
-  if (world_size() >= 4) fresh[2] = true;
-  Tiny model;
-  model->to(torch::kCUDA);
-  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
-  if (!fresh[static_cast<std::size_t>(world_rank())]) {
-    set_adam_state<torch::optim::AdamParamState>(adam, *model, world_rank());
-  }
-  pwt::TorchAgentOptions to;
-  to.inherit_optimizer_state = true;
-  pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(1), to);
-  EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
-  (void)agent.publish();
-  EXPECT_TRUE(agent.staging_stats().device_window);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const pw::StepEvent ev = agent.step(0, 1.0);
-  EXPECT_EQ(ev.died, world_rank() == 0);
-  if (ev.died) {
-    ASSERT_EQ(ev.donors.size(), static_cast<std::size_t>(world_size() - 1));
-    expect_mean_state<torch::optim::AdamParamState>(adam, *model, ev.donors, fresh);
-    EXPECT_EQ(agent.optimizer_states_inherited(), 3U);
-    train_step(model, adam);  // Adam goes on from the inherited state, on the GPU
-  }
-  EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
-  MPI_Barrier(MPI_COMM_WORLD);
+  reborn_adam_gets_the_mean_of_its_donors_state(torch::kCUDA);
 }
 
 TEST(TorchOptimizerState, DonorsWithoutStateLeaveNoneBehind) {
