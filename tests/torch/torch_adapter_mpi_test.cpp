@@ -87,6 +87,20 @@ void expect_bit_equal(torch::nn::Module& a, torch::nn::Module& b,
   }
 }
 
+/// One optimizer step with every gradient one (the parameters and Adam's state change).
+void ones_step(torch::nn::Module& m, torch::optim::Optimizer& opt) {
+  for (torch::Tensor& p : m.parameters()) p.mutable_grad() = torch::ones_like(p);
+  opt.step();
+}
+
+/// Adam's state of @p param (a failure, and a crash, when it has none).
+torch::optim::AdamParamState& adam_state(torch::optim::Optimizer& adam,
+                                         const torch::Tensor& param) {
+  torch::optim::OptimizerParamState* s = pwt::optimizer_state(adam, param);
+  EXPECT_NE(s, nullptr);
+  return static_cast<torch::optim::AdamParamState&>(*s);
+}
+
 // --- layouts ------------------------------------------------------------------------------
 
 TEST(TorchLayout, EveryParameterIncludingZeroDimWithDtypes) {
@@ -1177,10 +1191,7 @@ TEST(TorchDevice, CudaAgentCheckpointsThroughItsDeviceWindow) {
   ao.checkpoint.path = dir + "/cuda_every_{step}.h5";
   pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, ao);
   EXPECT_EQ(agent.agent().window().options().memory, pw::Memory::cuda);
-  const auto train = [&] {
-    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
-    adam.step();
-  };
+  const auto train = [&] { ones_step(*model, adam); };
   for (int step = 0; step < 4; ++step) {
     train();
     (void)agent.step(step, 1.0);
@@ -1190,9 +1201,7 @@ TEST(TorchDevice, CudaAgentCheckpointsThroughItsDeviceWindow) {
   EXPECT_EQ(agent.staging_stats().device_to_host, 0U);
   const std::vector<double> saved = flat(*model);
   const auto adam_of = [&]() -> torch::optim::AdamParamState& {
-    torch::optim::OptimizerParamState* s = pwt::optimizer_state(adam, model->scale);
-    EXPECT_NE(s, nullptr);
-    return static_cast<torch::optim::AdamParamState&>(*s);
+    return adam_state(adam, model->scale);
   };
   const auto step_saved = adam_of().step();
   const std::string path = dir + "/cuda.h5";
@@ -1273,18 +1282,13 @@ TEST(TorchAgent, GroupedAgentCheckpointRestoresParametersAndOptimizerOnEveryRank
   EXPECT_TRUE(agent.grouped());
   (void)agent.publish();
   MPI_Barrier(MPI_COMM_WORLD);
-  const auto train = [&] {
-    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
-    adam.step();
-  };
+  const auto train = [&] { ones_step(*model, adam); };
   train();
   train();
   (void)agent.step(1, 1.0);
   const std::vector<double> saved = flat(*model);
   const auto adam_of = [&]() -> torch::optim::AdamParamState& {
-    torch::optim::OptimizerParamState* s = pwt::optimizer_state(adam, model->scale);
-    EXPECT_NE(s, nullptr);
-    return static_cast<torch::optim::AdamParamState&>(*s);
+    return adam_state(adam, model->scale);
   };
   const auto step_saved = adam_of().step();
   const double avg_saved = adam_of().exp_avg().sum().item<double>();
