@@ -278,19 +278,24 @@ device_bench() {
     >>"$out/$3" 2>&1 || status=1
   grep -E "RESULT|_bench|rror" "$out/$3"
 }
+# mpi_run LOG SECONDS NP COMMAND...: COMMAND on NP ranks, its output in $out/LOG; prints the
+# exit status, and the check fails when it is not 0.
+mpi_run() {
+  local log=$1 seconds=$2 np=$3
+  shift 3
+  timeout "$seconds" "$mpiexec" -n "$np" "${launcher[@]}" "$@" >"$out/$log" 2>&1
+  local rc=$?
+  echo "exit $rc"
+  [ "$rc" = 0 ] || status=1
+}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
 if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
   step "device_options_mpi_test on 2 ranks"
-  timeout 60 "$mpiexec" -n 2 "${launcher[@]}" "$build_dir/tests/device_options_mpi_test" \
-    >"$out/device_options.log" 2>&1 || status=1
+  mpi_run device_options.log 60 2 "$build_dir/tests/device_options_mpi_test"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/device_options.log" | sort -u
   for np in 1 2 4; do
     step "device_window_mpi_test on $np rank(s) sharing the GPU"
-    timeout 150 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/device_window_mpi_test" \
-      >"$out/device_np$np.log" 2>&1
-    rc=$?
-    echo "exit $rc"
-    [ "$rc" = 0 ] || status=1
+    mpi_run "device_np$np.log" 150 "$np" "$build_dir/tests/device_window_mpi_test"
     if [ "$gpus" -gt 0 ] && grep -q "no CUDA device on some rank" "$out/device_np$np.log"; then
       echo "gpu_check: a GPU is present but device window tests skipped"
       status=1
@@ -313,11 +318,7 @@ fi
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
 for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do
   step "torch_adapter_mpi_test on $np rank(s)"
-  timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_adapter_mpi_test" \
-    >"$out/torch_np$np.log" 2>&1
-  rc=$?
-  echo "exit $rc"
-  [ "$rc" = 0 ] || status=1
+  mpi_run "torch_np$np.log" 180 "$np" "$build_dir/tests/torch_adapter_mpi_test"
   if [ "$torch_cuda" = 1 ] && grep -q "^no CUDA device" "$out/torch_np$np.log"; then
     echo "gpu_check: CUDA is available but TorchDevice tests were skipped"
     status=1
@@ -328,22 +329,16 @@ done
 # Optimizer state and optimizer options as hyperparameters (issue 15) against this LibTorch.
 for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
   step "torch_pbt_mpi_test on $np ranks"
-  timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" "$build_dir/tests/torch_pbt_mpi_test" \
-    >"$out/torch_pbt_np$np.log" 2>&1
-  rc=$?
-  echo "exit $rc"
-  [ "$rc" = 0 ] || status=1
+  mpi_run "torch_pbt_np$np.log" 180 "$np" "$build_dir/tests/torch_pbt_mpi_test"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
 
 # --- the Python package's CUDA tests (--python) ---------------------------------------------
 for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
   step "$python_test_files on $np ranks"
-  PYTHONPATH=$build_dir/python timeout 180 "$mpiexec" -n "$np" "${launcher[@]}" \
-    python3 -m pytest -q -rs -p no:cacheprovider $python_test_files >"$out/python_np$np.log" 2>&1
-  rc=$?
-  echo "exit $rc"
-  [ "$rc" = 0 ] || status=1
+  # shellcheck disable=SC2086 # the file list splits into arguments
+  mpi_run "python_np$np.log" 180 "$np" env PYTHONPATH="$build_dir/python" \
+    python3 -m pytest -q -rs -p no:cacheprovider $python_test_files
   if [ "$torch_cuda" = 1 ] && grep -q "is_available() is False" "$out/python_np$np.log"; then
     echo "gpu_check: CUDA is available but Python CUDA tests were skipped"
     status=1
