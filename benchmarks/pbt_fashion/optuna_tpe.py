@@ -4,7 +4,8 @@ Every agent runs trials one after another until its step budget (or the wall-clo
 spent. A trial trains a fresh model for up to ``trial_steps`` steps, reports the validation
 accuracy every interval and stops early when the median pruner says so. The first trial of
 the study are the agents' initial draws (the same as random search's); TPE proposes the rest from the
-study, which the agents share through a journal file (Optuna's JournalFileStorage).
+study, which the agents share through a journal file (Optuna's JournalFileStorage, read under
+its writers' lock: LockedJournalFile).
 """
 
 from __future__ import annotations
@@ -20,12 +21,33 @@ from common import Context, polite_barrier
 TRIALS_PER_AGENT = 3  # a full-length trial is steps / 3: pruning buys room for more
 
 
+class LockedJournalFile(optuna.storages.JournalFileStorage):
+    """Optuna's journal file, read under the lock its writers take.
+
+    Optuna 3.1 (Debian 12's) reads the journal without that lock, so a reader can meet half of
+    a line another process is appending and fail with a JSONDecodeError (optuna#5138, fixed in
+    optuna 3.6 by #5195). It happened to CI's 4-rank run. Reading under the writers' lock means
+    every line a reader sees is whole.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._shared_lock = optuna.storages.JournalFileSymlinkLock(path)
+        super().__init__(path, lock_obj=self._shared_lock)
+
+    def read_logs(self, log_number_from: int) -> list:
+        self._shared_lock.acquire()
+        try:
+            return super().read_logs(log_number_from)
+        finally:
+            self._shared_lock.release()
+
+
 def _study(ctx: Context) -> optuna.Study:
     path = os.path.join(ctx.out_dir, f"optuna-{ctx.method}-seed{ctx.seed}.journal")
     if ctx.rank == 0 and os.path.exists(path):
         os.remove(path)
     polite_barrier(ctx.comm)
-    storage = optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(path))
+    storage = optuna.storages.JournalStorage(LockedJournalFile(path))
     name = f"fashion-seed{ctx.seed}"
     sampler = optuna.samplers.TPESampler(seed=ctx.agent_seed(4))
     pruner = optuna.pruners.MedianPruner(n_startup_trials=ctx.size, n_warmup_steps=1)

@@ -3,6 +3,7 @@
 test that needs more ranks skips on every rank alike."""
 
 import faulthandler
+import sys
 
 import pytest
 from mpi4py import MPI
@@ -37,3 +38,13 @@ def need_ranks(comm, n):
     """Skips (on every rank) when the communicator has fewer than n ranks."""
     if comm.Get_size() < n:
         pytest.skip(f"needs {n} ranks, has {comm.Get_size()}")
+
+
+def pytest_runtest_logreport(report):
+    """Prints a failure at once, to stderr, with the rank that saw it. A rank that fails while
+    the others wait for it in a collective would otherwise lose its report: pytest prints
+    failures at the end of the session, which the watchdog's exit never reaches."""
+    if report.failed:
+        rank = MPI.COMM_WORLD.Get_rank()
+        print(f"\n[rank {rank}] {report.nodeid} ({report.when}) failed:\n{report.longreprtext}",
+              file=sys.stderr, flush=True)
