@@ -1,0 +1,166 @@
+// Descriptors passed between the ranks of a node (src/mpi/fd_exchange.hpp), the way device
+// windows share their VMM slots: every rank offers a memfd holding its rank and reads every
+// peer's through the received duplicate; a rank may offer none; exchanges repeat without
+// meeting; a rank that cannot receive a descriptor (out of descriptors) makes the exchange
+// fail on every rank with a message, and the next exchange works again.
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpi/fd_exchange.hpp"
+#include "mpi/handles.hpp"
+#include "mpi_test_util.hpp"
+#include "paramwin/error.hpp"
+
+namespace pd = paramwin::detail;
+
+namespace {
+
+/// The node communicator of COMM_WORLD (every test rank runs on this host).
+MPI_Comm node_comm() {
+  static MPI_Comm node = [] {
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c);
+    return c;
+  }();
+  return node;
+}
+
+/// A memory file holding @p value.
+pd::UniqueFd file_holding(std::int64_t value) {
+  pd::UniqueFd fd(memfd_create("paramwin-fd-test", MFD_CLOEXEC));
+  EXPECT_TRUE(fd);
+  EXPECT_EQ(pwrite(fd.get(), &value, sizeof(value), 0), static_cast<ssize_t>(sizeof(value)));
+  return fd;
+}
+
+std::int64_t value_in(const pd::UniqueFd& fd) {
+  std::int64_t v = -1;
+  EXPECT_EQ(pread(fd.get(), &v, sizeof(v), 0), static_cast<ssize_t>(sizeof(v)));
+  return v;
+}
+
+int node_rank() {
+  int r = 0;
+  MPI_Comm_rank(node_comm(), &r);
+  return r;
+}
+
+int node_size() {
+  int n = 0;
+  MPI_Comm_size(node_comm(), &n);
+  return n;
+}
+
+}  // namespace
+
+TEST(FdExchange, EveryRankReadsEveryPeersFile) {
+  const int me = node_rank();
+  const int n = node_size();
+  const pd::UniqueFd mine = file_holding(1000 + me);
+  const std::vector<pd::UniqueFd> peers = pd::exchange_fds(node_comm(), mine.get());
+  ASSERT_EQ(peers.size(), static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (r == me) {
+      EXPECT_FALSE(peers[static_cast<std::size_t>(r)]) << "no entry for this rank itself";
+      continue;
+    }
+    ASSERT_TRUE(peers[static_cast<std::size_t>(r)]) << "rank " << r;
+    EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), 1000 + r) << "rank " << r;
+    // A duplicate of the peer's file, not of this rank's own.
+    struct stat a {};
+    struct stat b {};
+    ASSERT_EQ(fstat(peers[static_cast<std::size_t>(r)].get(), &a), 0);
+    ASSERT_EQ(fstat(mine.get(), &b), 0);
+    EXPECT_NE(a.st_ino, b.st_ino);
+  }
+  // A write through the duplicate is seen by the owner: the same open file.
+  if (n > 1) {
+    const int next = (me + 1) % n;
+    const std::int64_t mark = 5000 + next;
+    ASSERT_EQ(pwrite(peers[static_cast<std::size_t>(next)].get(), &mark, sizeof(mark), 8), 8);
+    MPI_Barrier(node_comm());
+    std::int64_t seen = 0;
+    ASSERT_EQ(pread(mine.get(), &seen, sizeof(seen), 8), 8);
+    EXPECT_EQ(seen, 5000 + me);
+  }
+}
+
+TEST(FdExchange, ARankMayOfferNone) {
+  const int me = node_rank();
+  const pd::UniqueFd mine = me == 0 ? pd::UniqueFd() : file_holding(me);
+  const std::vector<pd::UniqueFd> peers = pd::exchange_fds(node_comm(), mine.get());
+  for (int r = 0; r < node_size(); ++r) {
+    if (r == me) continue;
+    EXPECT_EQ(static_cast<bool>(peers[static_cast<std::size_t>(r)]), r != 0) << "rank " << r;
+    if (r != 0) {
+      EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r);
+    }
+  }
+}
+
+TEST(FdExchange, RepeatedExchangesDoNotMeet) {
+  for (int round = 0; round < 20; ++round) {
+    const pd::UniqueFd mine = file_holding(round * 100 + node_rank());
+    const std::vector<pd::UniqueFd> peers = pd::exchange_fds(node_comm(), mine.get());
+    for (int r = 0; r < node_size(); ++r) {
+      if (r == node_rank()) continue;
+      ASSERT_EQ(value_in(peers[static_cast<std::size_t>(r)]), round * 100 + r)
+          << "round " << round << ", rank " << r;
+    }
+  }
+}
+
+TEST(FdExchange, ARankOutOfDescriptorsFailsTheExchangeOnEveryRank) {
+  if (node_size() < 2) GTEST_SKIP() << "needs 2 ranks on the node";
+  const pd::UniqueFd mine = file_holding(node_rank());
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::vector<pd::UniqueFd> filler;
+  if (node_rank() == 1) {
+    // Room for the exchange's socket only: every other descriptor number is taken, so no
+    // received descriptor fits.
+    int highest = 0;
+    for (int fd = 0; fd < 4096; ++fd) {
+      if (fcntl(fd, F_GETFD) != -1) highest = fd;
+    }
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(highest + 2);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    for (int fd = dup(0); fd >= 0; fd = dup(0)) filler.emplace_back(fd);
+    ASSERT_FALSE(filler.empty());
+    filler.pop_back();  // the one free number
+  }
+  std::string what;
+  try {
+    (void)pd::exchange_fds(node_comm(), mine.get(), 10.0);
+  } catch (const paramwin::Error& e) {
+    what = e.what();
+  }
+  filler.clear();
+  if (node_rank() == 1) {
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  }
+  EXPECT_NE(what.find("node rank"), std::string::npos) << what;
+  if (node_rank() == 1) {
+    EXPECT_NE(what.find("did not arrive"), std::string::npos) << what;
+  } else {
+    EXPECT_NE(what.find("rank 1 failed"), std::string::npos) << what;
+  }
+  // Nothing is left behind: the next exchange works.
+  const std::vector<pd::UniqueFd> peers = pd::exchange_fds(node_comm(), mine.get());
+  for (int r = 0; r < node_size(); ++r) {
+    if (r != node_rank()) {
+      EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r);
+    }
+  }
+}
