@@ -27,8 +27,9 @@
 #          install and lint labels) for at most SECONDS.
 # Device windows (issue 25, docs/gpu.md), on by default where nvcc is found (--no-device: off):
 #          device_options_mpi_test on 2 ranks, device_window_mpi_test on 1, 2 and 4 ranks sharing
-#          the GPU (fails when a GPU is present but its tests skip), then paramwin_device_bench
-#          on 4 ranks for --device-sizes (default 100M,250M float32 parameters).
+#          the GPU with VMM slots (PARAMWIN_DEVICE_SHARING=vmm) and on 2 with CUDA IPC slots
+#          (fails when a GPU is present but its tests skip), then paramwin_device_bench on 4
+#          ranks for --device-sizes (default 100M,250M float32 parameters), VMM then IPC.
 #          Without --device-only or --adapter-only, one call does both: the device targets are
 #          built first, LibTorch's in the background while the device tests run; then the
 #          TorchAgent benchmark, the device benchmark, and the adapter's tests.
@@ -36,8 +37,9 @@
 #          TorchAgent benchmark measures host staging against device windows too).
 # --python: also builds the Python package against the machine's mpi4py (pip's wheel, made to
 #          load the unpacked MPICH as libmpi.so.12) and runs its CUDA tests
-#          (tests/python/test_cuda_windows.py) on 2 and 4 ranks; python_env.txt says what was
-#          found, configure.log why the package was not built if it was not.
+#          (tests/python/test_cuda_windows.py, after test_checkpoint.py) on 2 and 4 ranks;
+#          python_env.txt says what was found, configure.log why the package was not built if
+#          it was not.
 # --no-torch-bench: the adapter's tests without paramwin_torch_device_bench.
 # --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
 # --adapter-only: the LibTorch adapter's tests and paramwin_torch_device_bench (a CUDA model's
@@ -45,9 +47,10 @@
 #          --torch-bench-sizes, default 100M,250M), without the device windows' own tests and
 #          benchmark (a second call after --device-only).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# build_torch.log, build_python.log, python_env.txt, python_np{2,4}.log, device_options.log, device_np{1,2,4}.log, device_bench.txt, torch_device_bench.txt,
-# torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt, ctest.log. Exit status: 0 when every run
-# passed.
+# build_torch.log, build_python.log, python_env.txt, python_np{2,4}.log, device_options.log,
+# device_np{1,2,4}.log, device_ipc_np2.log, device_bench.txt, device_bench_ipc.txt,
+# torch_device_bench.txt, torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt,
+# ctest.log. Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,7 +73,9 @@ torch_bench_sizes=100M,250M
 device_bench_args=""
 torch_bench=1
 python_tests=0
-python_test_files="tests/python/test_cuda_windows.py"
+# test_checkpoint.py (host windows) first: whether HDF5 from Python works on that machine at
+# all (a device-window save_checkpoint crashed there at cd948f4).
+python_test_files="tests/python/test_checkpoint.py tests/python/test_cuda_windows.py"
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -269,11 +274,12 @@ finish_torch_build() {
 
 # --- device windows (issue 25) --------------------------------------------------------------
 # device_bench BINARY SIZES LOG [ARG...]: a device benchmark on 4 ranks sharing the GPU, 7 runs a row,
-# its log headed by the time, the load and the GPU.
+# its log headed by the time, the load, the slots' sharing and the GPU.
 device_bench() {
-  step "$(basename "$1") on 4 ranks sharing the GPU, sizes $2"
-  { date -Is; cat /proc/loadavg; nvidia-smi --query-gpu=name,driver_version,memory.total \
-      --format=csv,noheader 2>&1; } >"$out/$3"
+  step "$(basename "$1") on 4 ranks sharing the GPU, sizes $2, ${PARAMWIN_DEVICE_SHARING:-auto} slots"
+  { date -Is; cat /proc/loadavg; echo "PARAMWIN_DEVICE_SHARING=${PARAMWIN_DEVICE_SHARING:-auto}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1; } \
+    >"$out/$3"
   timeout 200 "$mpiexec" -n 4 "${launcher[@]}" "$build_dir/$1" --sizes "$2" --reps 7 "${@:4}" \
     >>"$out/$3" 2>&1 || status=1
   grep -E "RESULT|_bench|rror" "$out/$3"
@@ -293,15 +299,21 @@ if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
   step "device_options_mpi_test on 2 ranks"
   mpi_run device_options.log 60 2 "$build_dir/tests/device_options_mpi_test"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/device_options.log" | sort -u
-  for np in 1 2 4; do
-    step "device_window_mpi_test on $np rank(s) sharing the GPU"
-    mpi_run "device_np$np.log" 150 "$np" "$build_dir/tests/device_window_mpi_test"
-    if [ "$gpus" -gt 0 ] && grep -q "no CUDA device on some rank" "$out/device_np$np.log"; then
+  # VMM slots forced (a failure is an error, not a silent fallback to IPC) on 1, 2 and 4
+  # ranks; CUDA IPC slots (the fallback) on 2.
+  for run in vmm:1 vmm:2 vmm:4 ipc:2; do
+    sharing=${run%:*} np=${run#*:}
+    log="device_np$np.log"
+    [ "$sharing" = ipc ] && log="device_ipc_np$np.log"
+    step "device_window_mpi_test on $np rank(s) sharing the GPU, $sharing slots"
+    mpi_run "$log" 150 "$np" env PARAMWIN_DEVICE_SHARING="$sharing" \
+      "$build_dir/tests/device_window_mpi_test"
+    if [ "$gpus" -gt 0 ] && grep -q "no CUDA device on some rank" "$out/$log"; then
       echo "gpu_check: a GPU is present but device window tests skipped"
       status=1
     fi
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(FAILED|SKIPPED) \]|torn-read stress|busy donor" \
-      "$out/device_np$np.log" | sort -u | head -30
+      "$out/$log" | sort -u | head -30
   done
 fi
 finish_torch_build
@@ -309,10 +321,15 @@ finish_torch_build
 # A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
 # target as stated: docs/gpu.md), then the device windows' own benchmark.
 if [ "$torch_tests" = 1 ] && [ "$device" = 1 ] && [ "$torch_bench" = 1 ]; then
-  device_bench benchmarks/paramwin_torch_device_bench "$torch_bench_sizes" torch_device_bench.txt
+  PARAMWIN_DEVICE_SHARING=vmm device_bench benchmarks/paramwin_torch_device_bench \
+    "$torch_bench_sizes" torch_device_bench.txt
 fi
 if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
-  device_bench tests/paramwin_device_bench "$device_sizes" device_bench.txt $device_bench_args
+  # VMM slots (the default), then CUDA IPC slots, in the same run.
+  PARAMWIN_DEVICE_SHARING=vmm device_bench tests/paramwin_device_bench "$device_sizes" \
+    device_bench.txt $device_bench_args
+  PARAMWIN_DEVICE_SHARING=ipc device_bench tests/paramwin_device_bench "$device_sizes" \
+    device_bench_ipc.txt --no-host
 fi
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------

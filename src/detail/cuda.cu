@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "detail/cuda.hpp"
+#include "detail/cuda_vmm.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail::cuda {
@@ -389,10 +391,19 @@ struct Device::State {
   unsigned long long* bad_host = nullptr;  // page-locked copy of it
   std::byte* scratch = nullptr;
   std::size_t scratch_bytes = 0;
-  std::vector<void*> peers;
+  std::size_t slots_size = 0;
+  std::unique_ptr<vmm::Allocation> vmm_slots;           // VMM slots (else cudaMalloc's)
+  std::vector<void*> peers;                             // IPC mappings
+  std::vector<std::unique_ptr<vmm::Mapping>> vmm_peers;  // VMM mappings
 };
 
-Device::Device(int ordinal, void* stream, std::size_t slot_bytes) : s_(std::make_unique<State>()) {
+bool vmm_supported(int ordinal, std::string* why) noexcept {
+  if (device_count(why) == 0) return false;
+  return vmm::supported(ordinal < 0 ? 0 : ordinal, why);
+}
+
+Device::Device(int ordinal, void* stream, std::size_t slot_bytes, bool vmm)
+    : s_(std::make_unique<State>()) {
   std::string why;
   if (device_count(&why) == 0) {
     throw Error("paramwin: a device window (Memory::cuda) needs a CUDA device, but this process "
@@ -403,7 +414,15 @@ Device::Device(int ordinal, void* stream, std::size_t slot_bytes) : s_(std::make
   s_->stream = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
   DeviceScope scope(s_->ordinal);
   void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(slot_bytes, 256));
+  cudaError_t e = cudaSuccess;
+  if (vmm) {
+    s_->vmm_slots = std::make_unique<vmm::Allocation>(s_->ordinal, std::max<std::size_t>(slot_bytes, 256));
+    p = s_->vmm_slots->data();
+    s_->slots_size = s_->vmm_slots->size();
+  } else {
+    e = cudaMalloc(&p, std::max<std::size_t>(slot_bytes, 256));
+    s_->slots_size = std::max<std::size_t>(slot_bytes, 256);
+  }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     std::size_t free_bytes = 0;
@@ -425,7 +444,8 @@ Device::Device(int ordinal, void* stream, std::size_t slot_bytes) : s_(std::make
           "cudaMallocHost (publish record)");
   } catch (...) {
     if (s_->bad != nullptr) (void)cudaFree(s_->bad);
-    (void)cudaFree(s_->slots);
+    if (!s_->vmm_slots) (void)cudaFree(s_->slots);
+    s_->vmm_slots.reset();
     throw;
   }
 }
@@ -439,13 +459,31 @@ Device::~Device() {
   (void)cudaFree(s_->scratch);
   (void)cudaFree(s_->bad);
   (void)cudaFreeHost(s_->bad_host);
-  (void)cudaFree(s_->slots);
+  if (s_->vmm_slots) {
+    s_->vmm_slots.reset();
+  } else {
+    (void)cudaFree(s_->slots);
+  }
   (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }
 
 int Device::ordinal() const noexcept { return s_->ordinal; }
 std::byte* Device::slots() const noexcept { return s_->slots; }
+bool Device::vmm() const noexcept { return s_->vmm_slots != nullptr; }
+std::size_t Device::slots_size() const noexcept { return s_->slots_size; }
+
+int Device::export_slots_fd() const {
+  if (!s_->vmm_slots) throw Error("paramwin: internal: export_slots_fd() of cudaMalloc slots");
+  DeviceScope scope(s_->ordinal);
+  return s_->vmm_slots->export_fd();
+}
+
+std::byte* Device::map_peer(int fd, std::size_t size) {
+  DeviceScope scope(s_->ordinal);
+  s_->vmm_peers.push_back(std::make_unique<vmm::Mapping>(fd, size, s_->ordinal));
+  return s_->vmm_peers.back()->data();
+}
 
 IpcHandle Device::export_slots() const {
   DeviceScope scope(s_->ordinal);
@@ -474,12 +512,13 @@ std::byte* Device::map_peer(const IpcHandle& handle) {
 }
 
 void Device::unmap_peers() noexcept {
-  if (s_->peers.empty()) return;
+  if (s_->peers.empty() && s_->vmm_peers.empty()) return;
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) previous = s_->ordinal;
   (void)cudaSetDevice(s_->ordinal);
   for (void* p : s_->peers) (void)cudaIpcCloseMemHandle(p);
   s_->peers.clear();
+  s_->vmm_peers.clear();
   (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }

@@ -4,7 +4,7 @@
 // implements it with the CUDA runtime (PARAMWIN_WITH_CUDA); cuda_none.cpp, in a build without
 // CUDA, reports no device and refuses every device window with a clear Error.
 //
-// What lives here is only the byte movement: allocation, IPC export and mapping, pointer
+// What lives here is only the byte movement: allocation, IPC or VMM export and mapping, pointer
 // checks, the publish copy (with narrowing and the finiteness record) and the pull kernels.
 // The protocol (seqlock, pins, roster) stays in host shared memory, in src/window/.
 
@@ -83,6 +83,10 @@ inline constexpr std::size_t kMaxDeviceSources = 32;
 inline constexpr std::size_t kIpcHandleBytes = 64;
 using IpcHandle = std::array<unsigned char, kIpcHandleBytes>;
 
+/// Whether device @p ordinal can share memory through CUDA's VMM API (cuMemCreate memory
+/// exported as POSIX file descriptors); why not in @p why. False in a build without CUDA.
+[[nodiscard]] bool vmm_supported(int ordinal, std::string* why = nullptr) noexcept;
+
 /// One rank's device slots and everything a device window does on its GPU: created on one
 /// device with one stream (the caller's, or the legacy default stream). Every call that
 /// enqueues work returns once the work completed (synchronize()) unless it says otherwise.
@@ -90,9 +94,11 @@ using IpcHandle = std::array<unsigned char, kIpcHandleBytes>;
 class Device {
  public:
   /// Allocates @p slot_bytes of device memory on @p ordinal (kCurrentDevice: the current
-  /// device) and a small record for the publish checks. Throws Error naming the device, the
-  /// bytes and CUDA's message (a GPU too small, no device, a build without CUDA).
-  Device(int ordinal, void* stream, std::size_t slot_bytes);
+  /// device) and a small record for the publish checks. With @p vmm the slots are VMM memory
+  /// (shared by export_slots_fd() and map_peer(int, ...)), else cudaMalloc memory (shared by
+  /// export_slots() and map_peer(const IpcHandle&)). Throws Error naming the device, the bytes
+  /// and CUDA's message (a GPU too small, no device, a build without CUDA).
+  Device(int ordinal, void* stream, std::size_t slot_bytes, bool vmm = false);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
   Device(Device&&) = delete;
@@ -103,11 +109,20 @@ class Device {
   [[nodiscard]] int ordinal() const noexcept;
   /// This rank's slots (device memory).
   [[nodiscard]] std::byte* slots() const noexcept;
-  /// The IPC handle of slots() (Error when CUDA refuses the export).
+  /// Whether the slots are VMM memory.
+  [[nodiscard]] bool vmm() const noexcept;
+  /// The bytes a peer maps: the slots' allocation (VMM: rounded up to the granularity).
+  [[nodiscard]] std::size_t slots_size() const noexcept;
+  /// The IPC handle of slots() (cudaMalloc slots; Error when CUDA refuses the export).
   [[nodiscard]] IpcHandle export_slots() const;
+  /// A new file descriptor for slots() (VMM slots; the caller closes it; Error when the
+  /// driver refuses the export).
+  [[nodiscard]] int export_slots_fd() const;
   /// Maps a peer's slots from its handle; returns the mapped address (Error when CUDA cannot
   /// map it, e.g. IPC unavailable in a container, or peer access between two GPUs refused).
   std::byte* map_peer(const IpcHandle& handle);
+  /// Maps a peer's VMM slots of @p size bytes from a descriptor (@p fd stays the caller's).
+  std::byte* map_peer(int fd, std::size_t size);
   /// Unmaps every mapped peer (never throws). The peers may free their slots afterwards.
   void unmap_peers() noexcept;
 

@@ -35,14 +35,25 @@ void* allocate(std::size_t /*bytes*/, int /*ordinal*/) { unavailable(); }
 void release(void* /*p*/) noexcept {}
 void copy_blocking(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) { unavailable(); }
 
+bool vmm_supported(int ordinal, std::string* why) noexcept {
+  (void)ordinal;
+  return device_count(why) > 0;  // false, with the reason
+}
+
 struct Device::State {};
 
-Device::Device(int /*ordinal*/, void* /*stream*/, std::size_t /*slot_bytes*/) { unavailable(); }
+Device::Device(int /*ordinal*/, void* /*stream*/, std::size_t /*slot_bytes*/, bool /*vmm*/) {
+  unavailable();
+}
 Device::~Device() = default;
 int Device::ordinal() const noexcept { return -1; }
 std::byte* Device::slots() const noexcept { return nullptr; }
+bool Device::vmm() const noexcept { return false; }
+std::size_t Device::slots_size() const noexcept { return 0; }
 IpcHandle Device::export_slots() const { unavailable(); }
+int Device::export_slots_fd() const { unavailable(); }
 std::byte* Device::map_peer(const IpcHandle& /*handle*/) { unavailable(); }
+std::byte* Device::map_peer(int /*fd*/, std::size_t /*size*/) { unavailable(); }
 void Device::unmap_peers() noexcept {}
 std::uint64_t Device::publish(std::span<const CopyItem> /*items*/) { unavailable(); }
 void Device::mix(void* /*out*/, DType /*out_dtype*/, std::span<const DeviceSource> /*sources*/,

@@ -289,59 +289,6 @@ void WindowImpl::map_node_segments() {
   }
 }
 
-// --- device slots (Memory::cuda) ------------------------------------------------------------
-
-void WindowImpl::create_device_slots() {
-  // Reached by every rank together (the agreements before it throw on all ranks alike), so
-  // the collective free_device_slots() runs on every rank or on none.
-  device_setup_ = true;
-  device_base_.assign(static_cast<std::size_t>(size_), nullptr);
-  const int node_size = node_comm_.size();
-  std::exception_ptr error;
-  cuda::IpcHandle mine{};
-  try {
-    device_ = std::make_unique<cuda::Device>(options_.cuda_device, options_.cuda_stream,
-                                             slot_count(options_.exposure) * slots_.stride);
-    if (node_size > 1) {
-      mine = device_->export_slots();
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  agree_or_rethrow<Error>(comm_.get(), error);
-  note_device_window();
-  std::vector<cuda::IpcHandle> handles(static_cast<std::size_t>(node_size));
-  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(cuda::kIpcHandleBytes), MPI_BYTE,
-                          handles.data(), static_cast<int>(cuda::kIpcHandleBytes), MPI_BYTE,
-                          node_comm_.get()),
-            "MPI_Allgather(device slot handles)");
-  try {
-    for (int i = 0; i < node_size; ++i) {
-      const int r = node_to_comm_[static_cast<std::size_t>(i)];
-      device_base_[static_cast<std::size_t>(r)] =
-          r == rank_ ? device_->slots() : device_->map_peer(handles[static_cast<std::size_t>(i)]);
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  agree_or_rethrow<Error>(comm_.get(), error);
-}
-
-MpiStatus WindowImpl::free_device_slots() noexcept {
-  MpiStatus status;
-  if (device_) {
-    device_->unmap_peers();
-  }
-  // A rank frees its slots only once no peer maps them any more.
-  if (device_setup_ && node_comm_) {
-    status.note(MPI_Barrier(node_comm_.get()), "MPI_Barrier(device slots)");
-  }
-  device_setup_ = false;
-  device_.reset();
-  std::fill(device_base_.begin(), device_base_.end(), nullptr);
-  return status;
-}
-
 // --- progress ---------------------------------------------------------------------------
 
 void WindowImpl::start_progress_thread() {

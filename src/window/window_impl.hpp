@@ -170,9 +170,15 @@ class WindowImpl final : public FinalizeClient {
   void init_segment();
   /// shm_base_: every comm rank on this node mapped to its segment.
   void map_node_segments();
-  /// Device windows: allocates this rank's device slots, exchanges their IPC handles within
-  /// the node and maps the peers' (collective; Error on every rank when a rank fails).
+  /// Device windows: allocates this rank's device slots, shares them within the node (VMM
+  /// memory and descriptors where every rank can, else CUDA IPC; device_slots.cpp) and maps
+  /// the peers' (collective; Error on every rank when a rank fails).
   void create_device_slots();
+  /// This rank's Device with VMM or cudaMalloc slots (collective: Error on every rank).
+  void allocate_device_slots(bool vmm);
+  /// Exports this rank's slots, passes the handles within the node and maps the peers'
+  /// (collective: Error on every rank, the mappings made so far kept for free_device_slots).
+  void map_device_slots(bool vmm);
   /// Device windows: unmaps the peers, waits for the node's ranks to have done so, frees this
   /// rank's device slots (collective over the node; never throws).
   MpiStatus free_device_slots() noexcept;

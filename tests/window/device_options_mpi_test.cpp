@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,19 @@ TEST(DeviceWindowOptions, DeviceWindowWithoutADeviceFailsOnEveryRankAndHostWindo
   pw::ParameterWindow<> win(MPI_COMM_WORLD, small_layout());
   std::vector<float> w(1000, 1.0F);
   EXPECT_TRUE(win.publish({w}).published);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(DeviceWindowOptions, UnknownDeviceSharingIsRefusedOnEveryRankBeforeAnyDeviceWork) {
+  // PARAMWIN_DEVICE_SHARING (auto|ipc|vmm) is read before the GPU is touched, so a bad value
+  // is the error with or without a GPU; unset, the creation goes on as before.
+  ASSERT_EQ(setenv("PARAMWIN_DEVICE_SHARING", "nvlink", 1), 0);
+  const std::string e = creation_error<pw::InvalidArgument>({.memory = pw::Memory::cuda});
+  ASSERT_EQ(unsetenv("PARAMWIN_DEVICE_SHARING"), 0);
+  EXPECT_NE(e.find("PARAMWIN_DEVICE_SHARING=nvlink is not one of auto, ipc, vmm"),
+            std::string::npos)
+      << e;
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, small_layout());  // nothing left behind
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
