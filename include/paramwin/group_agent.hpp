@@ -70,9 +70,11 @@ class GroupAgent final : public AgentInterface {
   /// the decision; on a death every rank pulls its shard from the matching rank of each
   /// donor agent into scratch memory, the agent checks that every shard of each donor came
   /// from the same publish of that donor (the publish stamp), gathers the shards into
-  /// every rank's @p params, calls on_rebirth on every rank and republishes. A failed pull
-  /// or shards from different publishes: retried with a fresh choice (up to 3 times), then
-  /// the death is deferred with @p params unchanged on every rank.
+  /// every rank's @p params, calls on_rebirth on every rank and republishes. Shards from
+  /// different publishes (a donor agent that went on training): the ranks that read the
+  /// older publish read again (up to 3 times). A failed pull or shards that still differ:
+  /// retried with a fresh choice (up to 3 times), then the death is deferred with @p params
+  /// unchanged on every rank.
   ///
   /// When AgentOptions::checkpoint asks for it, the step ends with a save_checkpoint of
   /// @p params (collective over the training ranks: every agent saves at the same step).

@@ -11,6 +11,7 @@
 
 #include "detail/cuda.hpp"
 #include "detail/mpi_check.hpp"
+#include "groups/shard_outcomes.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
 
@@ -21,6 +22,8 @@ namespace {
 using Clock = StepClock;
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
+// Times the ranks that read an older publish of a donor agent read again, in one attempt.
+constexpr int kShardRereads = 3;
 
 // Where each layer of @p layout starts in one buffer holding them all, each at a 64-byte
 // boundary; the last entry is the buffer's size.
@@ -160,7 +163,6 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
                                 const BoundLayers<LayerRef>& bound, StepEvent& event) {
   const std::span<const LayerRef> ordered = bound.refs();
   const std::size_t n = plan.donors.size();
-  const auto t_pull = Clock::now();
   // One rank per agent: nothing to agree on or gather, and the window's pull is itself
   // transactional, so it writes straight into the caller's layers.
   // Library-made refs in the shard layout's order: bound by construction.
@@ -168,49 +170,33 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
       BoundLayersAccess::make(g_ == 1 ? std::vector<LayerRef>(ordered.begin(), ordered.end())
                                       : scratch_refs(ordered),
                               win().layout().fingerprint());
-  if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch.refs());
-  const std::size_t words = 3 + 2 * n;
+  const std::size_t words = ShardOutcomes::words(n);
   std::vector<std::int64_t> out(words, 0);
+  std::vector<std::int64_t> all(words * static_cast<std::size_t>(g_));
+  const ShardOutcomes outcomes(all, n, g_);
   std::string pull_error;
   bool partial = false;  // only the caller's layers matter: g > 1 pulls into the scratch
   PullResult result;
-  try {
-    result = win().pull(plan.donors, scratch, po);
-    out[0] = 1;
-    out[1] = -1;
-    out[2] = static_cast<std::int64_t>(result.bytes);
-    for (std::size_t i = 0; i < n; ++i) {
-      out[3 + i] = static_cast<std::int64_t>(result.donors[i].stamp);
-      out[3 + n + i] = result.donors[i].skipped ? 1 : 0;
+  PullOutcome v;
+  // A donor agent that keeps training publishes its shards one rank at a time, so the
+  // agent's ranks may read two of its publishes. Then the ranks that read an older publish
+  // read again, up to kShardRereads times, before the mix is refused (and the attempt
+  // retried with a fresh plan): read right away, they mostly meet the publish the others saw.
+  for (int round = 0;; ++round) {
+    const auto t = Clock::now();
+    if (round == 0 || outcomes.lagging(rank_in_agent_)) {
+      pull_shard(plan, po, ordered, scratch, out, result, pull_error, partial);
     }
-  } catch (const DonorError& e) {
-    out[1] = e.rank();
-    pull_error = e.what();
-    partial = g_ == 1 && dynamic_cast<const PartialPullError*>(&e) != nullptr;
-  }
-  if (device_ && g_ > 1 && out[0] == 1) {
-    // The own shard, pulled into the device scratch, out to the host scratch the agent's
-    // ranks exchange (before the allgather that lets them read it).
-    try {
-      cuda::copy_blocking(scratch_, device_scratch_.get(), scratch_offset_.back());
-    } catch (const std::exception& e) {
-      out[0] = 0;
-      out[1] = -1;
-      pull_error =
-          std::string("paramwin: GroupAgent: copying the pulled shard to the host: ") + e.what();
+    if (scratch_win_) {
+      check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");  // before the allgather
     }
+    check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
+                            static_cast<int>(words), MPI_INT64_T, agent_comm_.get()),
+              "MPI_Allgather(pull outcomes)");
+    v = verdict(all, words, plan.donors, pull_error);
+    event.seconds.pull += seconds_since(t);
+    if (v.ok || round == kShardRereads || !outcomes.only_stamps_differ()) break;
   }
-  if (scratch_win_) {
-    check_mpi(MPI_Win_sync(scratch_win_.get()), "MPI_Win_sync(scratch)");  // before the allgather
-  }
-  event.seconds.pull += seconds_since(t_pull);
-  const auto t_judge = Clock::now();
-  std::vector<std::int64_t> all(words * static_cast<std::size_t>(g_));
-  check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
-                          static_cast<int>(words), MPI_INT64_T, agent_comm_.get()),
-            "MPI_Allgather(pull outcomes)");
-  PullOutcome v = verdict(all, words, plan.donors, pull_error);
-  event.seconds.pull += seconds_since(t_judge);
   if (!v.ok) {
     v.partial = partial;  // g == 1: this rank is the whole agent
     return v;
@@ -236,6 +222,43 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
     event.seconds.assemble += seconds_since(ta);
   }
   return outcome;
+}
+
+void ShardExecutor::pull_shard(const RebirthPlan& plan, const PullOptions& po,
+                               std::span<const LayerRef> ordered,
+                               const BoundLayers<LayerRef>& scratch, std::vector<std::int64_t>& out,
+                               PullResult& result, std::string& error, bool& partial) {
+  const std::size_t n = plan.donors.size();
+  std::fill(out.begin(), out.end(), 0);
+  error.clear();
+  partial = false;
+  try {
+    if (po.momentum > 0.0 && g_ > 1) start_from_current(ordered, scratch.refs());
+    result = win().pull(plan.donors, scratch, po);
+    out[0] = 1;
+    out[1] = -1;
+    out[2] = static_cast<std::int64_t>(result.bytes);
+    for (std::size_t i = 0; i < n; ++i) {
+      out[3 + i] = static_cast<std::int64_t>(result.donors[i].stamp);
+      out[3 + n + i] = result.donors[i].skipped ? 1 : 0;
+    }
+  } catch (const DonorError& e) {
+    out[1] = e.rank();
+    error = e.what();
+    partial = g_ == 1 && dynamic_cast<const PartialPullError*>(&e) != nullptr;
+  }
+  if (device_ && g_ > 1 && out[0] == 1) {
+    // The own shard, pulled into the device scratch, out to the host scratch the agent's
+    // ranks exchange (before the allgather that lets them read it).
+    try {
+      cuda::copy_blocking(scratch_, device_scratch_.get(), scratch_offset_.back());
+    } catch (const std::exception& e) {
+      out[0] = 0;
+      out[1] = -1;
+      error =
+          std::string("paramwin: GroupAgent: copying the pulled shard to the host: ") + e.what();
+    }
+  }
 }
 
 // Every rank sees the same table of outcomes and reaches the same verdict.

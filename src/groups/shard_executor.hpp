@@ -109,6 +109,12 @@ class ShardExecutor final : public RebirthExecutor {
   /// layers' values when @p fill; store_image() copies image_ back into @p ordered.
   [[nodiscard]] std::vector<LayerRef> host_image(std::span<const LayerRef> ordered, bool fill);
   void store_image(std::span<const LayerRef> ordered) const;
+  /// This rank's shard of a rebirth pull into @p scratch (first the current parameters'
+  /// shard, with momentum; a device window's shard then out to the host scratch): fills
+  /// @p out (this rank's row of ShardOutcomes), @p result and, on failure, @p error.
+  void pull_shard(const RebirthPlan& plan, const PullOptions& po, std::span<const LayerRef> ordered,
+                  const BoundLayers<LayerRef>& scratch, std::vector<std::int64_t>& out,
+                  PullResult& result, std::string& error, bool& partial);
   PullOutcome verdict(const std::vector<std::int64_t>& all, std::size_t words,
                       std::span<const int> donors, const std::string& own_error) const;
 

@@ -17,6 +17,7 @@
 #include "detail/cuda.hpp"
 #include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
+#include "groups/shard_outcomes.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "window/binding.hpp"
@@ -584,4 +585,43 @@ TEST(Detail, CudaReportsItsDevicesAndWhyThereAreNone) {
   // Host memory is never device memory (CUDA does not know it, or there is no CUDA).
   float x = 0.0F;
   EXPECT_FALSE(pd::cuda::classify(&x).device);
+}
+
+// The outcome table of a grouped agent's shard pulls (groups/shard_outcomes.hpp): 2 donors,
+// 3 ranks; a row is {ok, failed donor, bytes, stamp0, stamp1, skipped0, skipped1}.
+TEST(Detail, ShardOutcomesTellWhichRanksReadAnOlderPublish) {
+  using Row = std::vector<std::int64_t>;
+  auto table = [](const std::vector<Row>& rows) {
+    std::vector<std::int64_t> all;
+    for (const Row& r : rows) all.insert(all.end(), r.begin(), r.end());
+    return all;
+  };
+  EXPECT_EQ(pd::ShardOutcomes::words(2), 7U);
+  // Everyone read the same publishes: nothing to mend, nobody lags.
+  const auto same = table({{1, -1, 8, 5, 9, 0, 0}, {1, -1, 8, 5, 9, 0, 0}, {1, -1, 8, 5, 9, 0, 0}});
+  const pd::ShardOutcomes a(same, 2, 3);
+  EXPECT_FALSE(a.only_stamps_differ());
+  for (int r = 0; r < 3; ++r) EXPECT_FALSE(a.lagging(r));
+  // Rank 1 read donor 0's previous publish, rank 2 donor 1's: both read again, rank 0 not.
+  const auto mixed =
+      table({{1, -1, 8, 5, 9, 0, 0}, {1, -1, 8, 4, 9, 0, 0}, {1, -1, 8, 5, 8, 0, 0}});
+  const pd::ShardOutcomes b(mixed, 2, 3);
+  EXPECT_TRUE(b.only_stamps_differ());
+  EXPECT_FALSE(b.lagging(0));
+  EXPECT_TRUE(b.lagging(1));
+  EXPECT_TRUE(b.lagging(2));
+  // A rank ahead on one donor and behind on the other lags too.
+  const auto crossed =
+      table({{1, -1, 8, 5, 8, 0, 0}, {1, -1, 8, 4, 9, 0, 0}, {1, -1, 8, 5, 9, 0, 0}});
+  const pd::ShardOutcomes c(crossed, 2, 3);
+  EXPECT_TRUE(c.lagging(0));
+  EXPECT_TRUE(c.lagging(1));
+  EXPECT_FALSE(c.lagging(2));
+  // A failed pull or a skipped shard is not mended by reading again: the attempt fails.
+  const auto failed =
+      table({{1, -1, 8, 5, 9, 0, 0}, {0, 1, 0, 0, 0, 0, 0}, {1, -1, 8, 4, 9, 0, 0}});
+  EXPECT_FALSE(pd::ShardOutcomes(failed, 2, 3).only_stamps_differ());
+  const auto skipped =
+      table({{1, -1, 8, 5, 9, 0, 0}, {1, -1, 8, 5, 9, 0, 1}, {1, -1, 8, 4, 9, 0, 0}});
+  EXPECT_FALSE(pd::ShardOutcomes(skipped, 2, 3).only_stamps_differ());
 }
