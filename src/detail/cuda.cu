@@ -399,7 +399,12 @@ struct Device::State {
 
 bool vmm_supported(int ordinal, std::string* why) noexcept {
   if (device_count(why) == 0) return false;
-  return vmm::supported(ordinal < 0 ? 0 : ordinal, why);
+  int device = ordinal;
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {  // kCurrentDevice
+    (void)cudaGetLastError();
+    device = 0;
+  }
+  return vmm::supported(device, why);
 }
 
 Device::Device(int ordinal, void* stream, std::size_t slot_bytes, bool vmm)
