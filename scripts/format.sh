@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Formats paramwin's C++ sources with clang-format and the root .clang-format.
+# Formats paramwin's C++ and CUDA sources (.cpp .hpp .h .cc .cxx .hxx .cu .cuh) with clang-format
+# and the root .clang-format.
 #   scripts/format.sh            format src/ include/ tests/ benchmarks/ examples/ python/ in place
 #   scripts/format.sh --check    change nothing; list the files that need formatting and exit
 #                                1 if there are any (the CTest test format_check runs this)
@@ -29,10 +30,11 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   # Tracked and new (not ignored) files: what a commit would contain.
   while IFS= read -r f; do [ -f "$f" ] && files+=("$f"); done < <(
     git ls-files --cached --others --exclude-standard -- "${dirs[@]}" |
-      grep -E '\.(cpp|hpp|h|cc|cxx|hxx)$' | sort -u)
+      grep -E '\.(cpp|hpp|h|cc|cxx|hxx|cu|cuh)$' | sort -u)
 else
   while IFS= read -r f; do files+=("$f"); done < <(
-    find "${dirs[@]}" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cc' \) | sort)
+    find "${dirs[@]}" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cc' \
+      -o -name '*.cu' -o -name '*.cuh' \) | sort)
 fi
 
 if [ "$check" = 0 ]; then

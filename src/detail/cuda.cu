@@ -392,8 +392,8 @@ struct Device::State {
   std::byte* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   std::size_t slots_size = 0;
-  std::unique_ptr<vmm::Allocation> vmm_slots;           // VMM slots (else cudaMalloc's)
-  std::vector<void*> peers;                             // IPC mappings
+  std::unique_ptr<vmm::Allocation> vmm_slots;            // VMM slots (else cudaMalloc's)
+  std::vector<void*> peers;                              // IPC mappings
   std::vector<std::unique_ptr<vmm::Mapping>> vmm_peers;  // VMM mappings
 };
 
@@ -421,7 +421,8 @@ Device::Device(int ordinal, void* stream, std::size_t slot_bytes, bool vmm)
   void* p = nullptr;
   cudaError_t e = cudaSuccess;
   if (vmm) {
-    s_->vmm_slots = std::make_unique<vmm::Allocation>(s_->ordinal, std::max<std::size_t>(slot_bytes, 256));
+    s_->vmm_slots =
+        std::make_unique<vmm::Allocation>(s_->ordinal, std::max<std::size_t>(slot_bytes, 256));
     p = s_->vmm_slots->data();
     s_->slots_size = s_->vmm_slots->size();
   } else {
