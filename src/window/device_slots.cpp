@@ -63,8 +63,9 @@ void WindowImpl::create_device_slots() {
     try {
       map_device_slots(true);
       return;
-    } catch (const Error& e) {
-      // Thrown on every rank alike (map_device_slots agrees): undone alike, then IPC.
+    } catch (const std::exception& e) {
+      // Thrown on every rank alike (map_device_slots agrees; the failing rank keeps its
+      // exception's type, so any std::exception): undone alike, then IPC.
       if (asked == Sharing::vmm) throw;
       if (rank_ == 0) {
         std::fprintf(stderr,
