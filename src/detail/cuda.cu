@@ -392,9 +392,9 @@ struct Device::State {
   std::byte* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   std::size_t slots_size = 0;
-  std::unique_ptr<vmm::Allocation> vmm_slots;            // VMM slots (else cudaMalloc's)
-  std::vector<void*> peers;                              // IPC mappings
-  std::vector<std::unique_ptr<vmm::Mapping>> vmm_peers;  // VMM mappings
+  std::unique_ptr<vmm::Mapped> vmm_slots;               // VMM slots (else cudaMalloc's)
+  std::vector<void*> peers;                             // IPC mappings
+  std::vector<std::unique_ptr<vmm::Mapped>> vmm_peers;  // VMM mappings
 };
 
 bool vmm_supported(int ordinal, std::string* why) noexcept {
@@ -421,8 +421,7 @@ Device::Device(int ordinal, void* stream, std::size_t slot_bytes, bool vmm)
   void* p = nullptr;
   cudaError_t e = cudaSuccess;
   if (vmm) {
-    s_->vmm_slots =
-        std::make_unique<vmm::Allocation>(s_->ordinal, std::max<std::size_t>(slot_bytes, 256));
+    s_->vmm_slots = vmm::Mapped::create(s_->ordinal, std::max<std::size_t>(slot_bytes, 256));
     p = s_->vmm_slots->data();
     s_->slots_size = s_->vmm_slots->size();
   } else {
@@ -487,7 +486,7 @@ int Device::export_slots_fd() const {
 
 std::byte* Device::map_peer(int fd, std::size_t size) {
   DeviceScope scope(s_->ordinal);
-  s_->vmm_peers.push_back(std::make_unique<vmm::Mapping>(fd, size, s_->ordinal));
+  s_->vmm_peers.push_back(vmm::Mapped::import_fd(fd, size, s_->ordinal));
   return s_->vmm_peers.back()->data();
 }
 

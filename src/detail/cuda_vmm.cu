@@ -140,7 +140,19 @@ bool supported(int ordinal, std::string* why) noexcept {
   return true;
 }
 
-Allocation::Allocation(int ordinal, std::size_t bytes) {
+Mapped::Mapped(CUmemGenericAllocationHandle handle, std::size_t size, int ordinal)
+    : handle_(handle), size_(size) {
+  const Driver& d = driver();
+  try {
+    address_ = map_for(d, handle_, size_, ordinal);
+  } catch (...) {
+    (void)d.release(handle_);
+    throw;
+  }
+  data_ = reinterpret_cast<std::byte*>(address_);
+}
+
+std::unique_ptr<Mapped> Mapped::create(int ordinal, std::size_t bytes) {
   const Driver& d = loaded();
   // The runtime's primary context of the device, which the driver calls below use.
   if (cudaFree(nullptr) != cudaSuccess) (void)cudaGetLastError();
@@ -149,54 +161,37 @@ Allocation::Allocation(int ordinal, std::size_t bytes) {
   check(d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
         "cuMemGetAllocationGranularity");
   if (g == 0) g = 1;
-  size_ = (std::max<std::size_t>(bytes, 1) + g - 1) / g * g;
-  check(d.create(&handle_, size_, &prop, 0), "cuMemCreate",
+  const std::size_t size = (std::max<std::size_t>(bytes, 1) + g - 1) / g * g;
+  CUmemGenericAllocationHandle handle = 0;
+  check(d.create(&handle, size, &prop, 0), "cuMemCreate",
         "a device window needs " + std::to_string(bytes) +
             " bytes of GPU memory for its snapshot slots on device " + std::to_string(ordinal));
-  try {
-    address_ = map_for(d, handle_, size_, ordinal);
-  } catch (...) {
-    (void)d.release(handle_);
-    throw;
-  }
-  data_ = reinterpret_cast<std::byte*>(address_);
+  return std::unique_ptr<Mapped>(new Mapped(handle, size, ordinal));
 }
 
-Allocation::~Allocation() {
+std::unique_ptr<Mapped> Mapped::import_fd(int fd, std::size_t size, int ordinal) {
+  const Driver& d = loaded();
+  if (cudaFree(nullptr) != cudaSuccess) (void)cudaGetLastError();
+  CUmemGenericAllocationHandle handle = 0;
+  // The descriptor travels as the pointer-sized handle argument (the driver's convention).
+  check(d.import_handle(&handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle");
+  return std::unique_ptr<Mapped>(new Mapped(handle, size, ordinal));
+}
+
+Mapped::~Mapped() {
   const Driver& d = driver();
   (void)d.unmap(address_, size_);
   (void)d.address_free(address_, size_);
   (void)d.release(handle_);
 }
 
-int Allocation::export_fd() const {
+int Mapped::export_fd() const {
   int fd = -1;
   check(loaded().export_handle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
         "cuMemExportToShareableHandle");
   return fd;
-}
-
-Mapping::Mapping(int fd, std::size_t size, int ordinal) : size_(size) {
-  const Driver& d = loaded();
-  if (cudaFree(nullptr) != cudaSuccess) (void)cudaGetLastError();
-  // The descriptor travels as the pointer-sized handle argument (the driver's convention).
-  check(d.import_handle(&handle_, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
-                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-        "cuMemImportFromShareableHandle");
-  try {
-    address_ = map_for(d, handle_, size_, ordinal);
-  } catch (...) {
-    (void)d.release(handle_);
-    throw;
-  }
-  data_ = reinterpret_cast<std::byte*>(address_);
-}
-
-Mapping::~Mapping() {
-  const Driver& d = driver();
-  (void)d.unmap(address_, size_);
-  (void)d.address_free(address_, size_);
-  (void)d.release(handle_);
 }
 
 }  // namespace paramwin::detail::cuda::vmm

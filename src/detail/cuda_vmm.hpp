@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace paramwin::detail::cuda::vmm {
@@ -23,43 +24,33 @@ namespace paramwin::detail::cuda::vmm {
 /// ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED); why not in @p why.
 [[nodiscard]] bool supported(int ordinal, std::string* why) noexcept;
 
-/// Device memory of at least the requested bytes on one device, made with cuMemCreate,
-/// mapped read-write for that device, exportable as a file descriptor.
-class Allocation {
+/// VMM device memory mapped read-write for one device at an address of this process: either
+/// made here with cuMemCreate (create(), exportable as a file descriptor) or a peer's,
+/// imported from its descriptor (import_fd()). The destructor unmaps it and releases this
+/// process's reference (a peer's memory lives on with its owner).
+class Mapped {
  public:
+  /// At least @p bytes on device @p ordinal, rounded up to its recommended granularity.
   /// Throws Error naming the driver call and its result (a GPU too small among them).
-  Allocation(int ordinal, std::size_t bytes);
-  Allocation(const Allocation&) = delete;
-  Allocation& operator=(const Allocation&) = delete;
-  ~Allocation();
+  [[nodiscard]] static std::unique_ptr<Mapped> create(int ordinal, std::size_t bytes);
+  /// A peer's memory of @p size bytes from descriptor @p fd (which stays the caller's),
+  /// mapped for device @p ordinal (another GPU of the node: the driver checks peer access).
+  /// Throws Error naming the driver call and its result.
+  [[nodiscard]] static std::unique_ptr<Mapped> import_fd(int fd, std::size_t size, int ordinal);
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped();
 
   [[nodiscard]] std::byte* data() const noexcept { return data_; }
-  /// The mapped size: the request rounded up to the device's recommended granularity.
+  /// The mapped size (for create(): the request rounded up to the granularity).
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  /// A new file descriptor for the allocation (the caller closes it). Throws Error.
+  /// A new file descriptor for the memory (the caller closes it). Throws Error.
   [[nodiscard]] int export_fd() const;
 
  private:
-  CUmemGenericAllocationHandle handle_ = 0;
-  CUdeviceptr address_ = 0;
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+  /// Maps @p handle, whose reference it takes (released here too when mapping fails).
+  Mapped(CUmemGenericAllocationHandle handle, std::size_t size, int ordinal);
 
-/// A peer's Allocation, imported from its descriptor and mapped read-write for device
-/// @p ordinal (which may be another GPU of the node: the driver checks peer access).
-class Mapping {
- public:
-  /// @p fd stays the caller's. Throws Error naming the driver call and its result.
-  Mapping(int fd, std::size_t size, int ordinal);
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  /// Unmaps and releases this process's reference (the owner's memory lives on).
-  ~Mapping();
-
-  [[nodiscard]] std::byte* data() const noexcept { return data_; }
-
- private:
   CUmemGenericAllocationHandle handle_ = 0;
   CUdeviceptr address_ = 0;
   std::byte* data_ = nullptr;
