@@ -11,7 +11,6 @@
 
 #include "detail/cuda.hpp"
 #include "detail/mpi_check.hpp"
-#include "groups/shard_outcomes.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
 
@@ -193,7 +192,7 @@ PullOutcome ShardExecutor::pull(const RebirthPlan& plan, const PullOptions& po,
     check_mpi(MPI_Allgather(out.data(), static_cast<int>(words), MPI_INT64_T, all.data(),
                             static_cast<int>(words), MPI_INT64_T, agent_comm_.get()),
               "MPI_Allgather(pull outcomes)");
-    v = verdict(all, words, plan.donors, pull_error);
+    v = verdict(outcomes, plan.donors, pull_error);
     event.seconds.pull += seconds_since(t);
     if (v.ok || round == kShardRereads || !outcomes.only_stamps_differ()) break;
   }
@@ -262,12 +261,10 @@ void ShardExecutor::pull_shard(const RebirthPlan& plan, const PullOptions& po,
 }
 
 // Every rank sees the same table of outcomes and reaches the same verdict.
-PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::size_t words,
-                                   std::span<const int> donors,
+PullOutcome ShardExecutor::verdict(const ShardOutcomes& outcomes, std::span<const int> donors,
                                    const std::string& own_error) const {
-  const std::size_t n = donors.size();
   for (int r = 0; r < g_; ++r) {
-    const std::int64_t* o = &all[static_cast<std::size_t>(r) * words];
+    const std::int64_t* o = outcomes.row(r);
     if (o[0] == 0) {
       const int failed = static_cast<int>(o[1]);
       return PullOutcome{.ok = false,
@@ -279,17 +276,17 @@ PullOutcome ShardExecutor::verdict(const std::vector<std::int64_t>& all, std::si
                                 (r == rank_in_agent_ ? ": " + own_error : std::string())};
     }
   }
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < donors.size(); ++i) {
     for (int r = 1; r < g_; ++r) {
-      const std::int64_t* o = &all[static_cast<std::size_t>(r) * words];
-      if (o[3 + i] != all[3 + i] || o[3 + n + i] != all[3 + n + i]) {
+      if (outcomes.stamp(r, i) != outcomes.stamp(0, i) ||
+          outcomes.skipped(r, i) != outcomes.skipped(0, i)) {
         return PullOutcome{.ok = false,
                            .blame = -1,
                            .retry = true,
                            .why = "donor agent " + std::to_string(donors[i]) +
                                   ": its shards came from different publishes (stamps " +
-                                  std::to_string(all[3 + i]) + " and " + std::to_string(o[3 + i]) +
-                                  ") or one was skipped"};
+                                  std::to_string(outcomes.stamp(0, i)) + " and " +
+                                  std::to_string(outcomes.stamp(r, i)) + ") or one was skipped"};
       }
     }
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "agent/rebirth_executor.hpp"
+#include "groups/shard_outcomes.hpp"
 #include "mpi/handles.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/options.hpp"
@@ -115,8 +116,8 @@ class ShardExecutor final : public RebirthExecutor {
   void pull_shard(const RebirthPlan& plan, const PullOptions& po, std::span<const LayerRef> ordered,
                   const BoundLayers<LayerRef>& scratch, std::vector<std::int64_t>& out,
                   PullResult& result, std::string& error, bool& partial);
-  PullOutcome verdict(const std::vector<std::int64_t>& all, std::size_t words,
-                      std::span<const int> donors, const std::string& own_error) const;
+  PullOutcome verdict(const ShardOutcomes& outcomes, std::span<const int> donors,
+                      const std::string& own_error) const;
 
   ShardPlan plan_;
   std::optional<ParameterWindow<>> window_;
