@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -71,45 +72,70 @@ std::string send_fd(int sock, std::uint64_t token, int to, int rank, int fd) {
 }
 
 /// Receives one datagram (from any rank) into @p out; returns an error text or "" (and sets
-/// @p timed_out when none came in time).
+/// @p timed_out when none came in time). A datagram from a process of another user (the
+/// kernel's SCM_CREDENTIALS, which a sender cannot forge without privileges) is dropped with
+/// its descriptor and counted in @p foreign: the socket's abstract name is visible to every
+/// process of the host (/proc/net/unix), and a descriptor planted as a rank's would be mapped
+/// as that rank's device slots.
 std::string receive_fd(int sock, int size, double timeout_seconds, std::vector<UniqueFd>& out,
-                       std::vector<bool>& heard, bool& timed_out) {
-  Header h;
-  iovec io{.iov_base = &h, .iov_len = sizeof(h)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &io;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof(control);
-  ssize_t got = 0;
-  while ((got = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                       std::vector<bool>& heard, bool& timed_out, int& foreign) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(std::max(0.0, timeout_seconds));
+  for (;;) {
+    Header h;
+    iovec io{.iov_base = &h, .iov_len = sizeof(h)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(ucred))] = {};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    ssize_t got = 0;
+    while ((got = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        timed_out = true;
+        return "paramwin: no descriptor arrived from a rank of this node within " +
+               std::to_string(std::lround(timeout_seconds)) + " s" +
+               (foreign > 0 ? " (" + std::to_string(foreign) +
+                                  " message(s) from another user's process were dropped)"
+                            : std::string());
+      }
+      if (errno != EINTR) return system_error("recvmsg of a descriptor");
+    }
+    UniqueFd fd;
+    bool same_user = false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET) continue;
+      if (c->cmsg_type == SCM_RIGHTS) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+        fd = UniqueFd(received);
+      } else if (c->cmsg_type == SCM_CREDENTIALS) {
+        ucred who{};
+        std::memcpy(&who, CMSG_DATA(c), sizeof(who));
+        same_user = who.uid == getuid();
+      }
+    }
+    if (!same_user) {
+      ++foreign;  // dropped, its descriptor closed; wait on for the rank's own message
+      if (std::chrono::steady_clock::now() < deadline) continue;
       timed_out = true;
       return "paramwin: no descriptor arrived from a rank of this node within " +
-             std::to_string(std::lround(timeout_seconds)) + " s";
+             std::to_string(std::lround(timeout_seconds)) + " s (" + std::to_string(foreign) +
+             " message(s) from another user's process were dropped)";
     }
-    if (errno != EINTR) return system_error("recvmsg of a descriptor");
-  }
-  UniqueFd fd;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int received = -1;
-      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
-      fd = UniqueFd(received);
+    if (got != static_cast<ssize_t>(sizeof(h)) || h.sender < 0 || h.sender >= size ||
+        heard[static_cast<std::size_t>(h.sender)]) {
+      return "paramwin: a malformed descriptor message arrived on this node's socket";
     }
+    if ((m.msg_flags & MSG_CTRUNC) != 0 || (h.has_fd != 0) != static_cast<bool>(fd)) {
+      return "paramwin: the descriptor of node rank " + std::to_string(h.sender) +
+             " did not arrive (the process may be out of descriptors)";
+    }
+    heard[static_cast<std::size_t>(h.sender)] = true;
+    out[static_cast<std::size_t>(h.sender)] = std::move(fd);
+    return {};
   }
-  if (got != static_cast<ssize_t>(sizeof(h)) || h.sender < 0 || h.sender >= size ||
-      heard[static_cast<std::size_t>(h.sender)]) {
-    return "paramwin: a malformed descriptor message arrived on this node's socket";
-  }
-  if ((m.msg_flags & MSG_CTRUNC) != 0 || (h.has_fd != 0) != static_cast<bool>(fd)) {
-    return "paramwin: the descriptor of node rank " + std::to_string(h.sender) +
-           " did not arrive (the process may be out of descriptors)";
-  }
-  heard[static_cast<std::size_t>(h.sender)] = true;
-  out[static_cast<std::size_t>(h.sender)] = std::move(fd);
-  return {};
 }
 
 }  // namespace
@@ -155,9 +181,11 @@ std::vector<UniqueFd> exchange_fds(MPI_Comm node, int fd, double timeout_seconds
                .tv_usec = static_cast<suseconds_t>((timeout_seconds - whole) * 1e6)};
     socklen_t length = 0;
     const sockaddr_un own = address_of(token, rank, length);
+    const int on = 1;  // the kernel attaches every sender's credentials (receive_fd)
     if (setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
-        setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
-      error = system_error("setsockopt(SO_RCVTIMEO, SO_SNDTIMEO)");
+        setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+        setsockopt(sock.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) {
+      error = system_error("setsockopt(SO_RCVTIMEO, SO_SNDTIMEO, SO_PASSCRED)");
     } else if (bind(sock.get(), reinterpret_cast<const sockaddr*>(&own), length) != 0) {
       error = system_error("bind of an abstract Unix socket for passing descriptors");
     }
@@ -171,11 +199,12 @@ std::vector<UniqueFd> exchange_fds(MPI_Comm node, int fd, double timeout_seconds
   std::vector<bool> heard(static_cast<std::size_t>(size), false);
   heard[static_cast<std::size_t>(rank)] = true;
   bool timed_out = false;
+  int foreign = 0;
   for (int j = 1; j < size && !timed_out; ++j) {
     const std::string sent =
         send_fd(sock.get(), token, (rank + j) % size, rank, error.empty() ? fd : -1);
     const std::string received =
-        receive_fd(sock.get(), size, timeout_seconds, out, heard, timed_out);
+        receive_fd(sock.get(), size, timeout_seconds, out, heard, timed_out, foreign);
     timed_out = timed_out || !sent.empty();
     if (error.empty()) error = !sent.empty() ? sent : received;
   }

@@ -9,7 +9,10 @@
 //   std::vector<UniqueFd> peers = exchange_fds(node_comm, my_fd);  // peers[r]: rank r's
 //
 // The sockets live in Linux's abstract namespace (no file to clean up), named from a token
-// that node rank 0 draws and broadcasts, so concurrent windows and jobs never meet.
+// that node rank 0 draws and broadcasts, so concurrent windows and jobs never meet. Every
+// process of the host can read those names (/proc/net/unix) and send to them: a datagram
+// whose kernel-attached credentials (SCM_CREDENTIALS) name another user is dropped, with its
+// descriptor. A process of the same user is trusted, as it could ptrace the ranks anyway.
 
 #include <mpi.h>
 

@@ -2,18 +2,28 @@
 // windows share their VMM slots: every rank offers a memfd holding its rank and reads every
 // peer's through the received duplicate; a rank may offer none; exchanges repeat without
 // meeting; a rank that cannot receive a descriptor (out of descriptors) makes the exchange
-// fail on every rank with a message, and the next exchange works again.
+// fail on every rank with a message, and the next exchange works again; a descriptor that a
+// process of another user plants on a rank's socket is dropped.
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpi/fd_exchange.hpp"
@@ -169,6 +179,85 @@ TEST(FdExchange, ARankOutOfDescriptorsFailsTheExchangeOnEveryRank) {
   for (int r = 0; r < node_size(); ++r) {
     if (r != node_rank()) {
       EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r);
+    }
+  }
+}
+
+namespace {
+
+/// In a child process of user nobody (65534): finds the abstract socket of node rank 0 in an
+/// exchange that rank 1 has not joined yet (/proc/net/unix lists every abstract name of the
+/// host) and sends it a descriptor of a file holding 666, claiming to be rank 1. Exit status
+/// 0 once sent, 2 when no such socket appeared within 20 s, 3 when the user could not change.
+[[noreturn]] void forge_rank_1() {
+  if (setgid(65534) != 0 || setuid(65534) != 0 || getuid() != 65534) _exit(3);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream table("/proc/net/unix");
+    std::vector<std::string> names;
+    for (std::string line; std::getline(table, line);) {
+      const std::size_t at = line.find("@paramwin-fd-");
+      if (at != std::string::npos) names.push_back(line.substr(at + 1));
+    }
+    for (const std::string& name : names) {
+      if (!name.ends_with("-0")) continue;
+      const std::string token = name.substr(0, name.size() - 1);
+      if (std::find(names.begin(), names.end(), token + "1") != names.end()) continue;
+      const int sock = socket(AF_UNIX, SOCK_DGRAM, 0);
+      sockaddr_un to{};
+      to.sun_family = AF_UNIX;
+      std::memcpy(to.sun_path + 1, name.data(), name.size());
+      const std::int32_t header[2] = {1, 1};  // sender 1, with a descriptor
+      iovec io{.iov_base = const_cast<std::int32_t*>(header), .iov_len = sizeof(header)};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr m{};
+      m.msg_name = &to;
+      m.msg_namelen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+      m.msg_iov = &io;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      const int planted = memfd_create("paramwin-fd-forged", 0);
+      const std::int64_t value = 666;
+      if (planted < 0 || pwrite(planted, &value, sizeof(value), 0) != sizeof(value)) _exit(4);
+      std::memcpy(CMSG_DATA(c), &planted, sizeof(int));
+      _exit(sendmsg(sock, &m, 0) == static_cast<ssize_t>(sizeof(header)) ? 0 : 5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  _exit(2);
+}
+
+}  // namespace
+
+// Every process of the host can read the sockets' abstract names from /proc/net/unix and
+// send to them: a process of another user that plants a descriptor as rank 1's (before rank
+// 1 sends its own) is dropped by its credentials, and rank 0 gets rank 1's file.
+TEST(FdExchange, ADescriptorFromAnotherUsersProcessIsDropped) {
+  if (node_size() < 2) GTEST_SKIP() << "needs 2 ranks on the node";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run the forger as another user";
+  const pd::UniqueFd mine = file_holding(node_rank());
+  int forged = -1;  // the forger's exit status, on rank 1
+  std::vector<pd::UniqueFd> peers;
+  if (node_rank() == 1) {
+    // Rank 0 has bound its socket and waits for rank 1 inside the exchange meanwhile.
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) forge_rank_1();
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    forged = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  peers = pd::exchange_fds(node_comm(), mine.get(), 30.0);
+  MPI_Bcast(&forged, 1, MPI_INT, 1, node_comm());
+  ASSERT_EQ(forged, 0) << "the forger did not send (2: no socket found, 3: setuid failed)";
+  for (int r = 0; r < node_size(); ++r) {
+    if (r != node_rank()) {
+      EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r) << "rank " << r;
     }
   }
 }
