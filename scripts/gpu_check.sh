@@ -36,8 +36,10 @@
 # --device-no-host: paramwin_device_bench without its host-staged rows (--no-host; the
 #          TorchAgent benchmark measures host staging against device windows too).
 # --python: also builds the Python package against the machine's mpi4py (pip's wheel, made to
-#          load the unpacked MPICH as libmpi.so.12) and runs its CUDA tests
-#          (tests/python/test_cuda_windows.py, after test_checkpoint.py) on 2 and 4 ranks;
+#          load the unpacked MPICH as libmpi.so.12) and runs tests/python/test_checkpoint.py
+#          (host windows) on 2 ranks, then its CUDA tests (tests/python/test_cuda_windows.py)
+#          on 2 and 4 ranks, each in processes of their own, with scripts/crash_backtrace.c
+#          preloaded: a crash's native frames land in crash_python_*.<pid>.resolved;
 #          python_env.txt says what was found, configure.log why the package was not built if
 #          it was not.
 # --no-torch-bench: the adapter's tests without paramwin_torch_device_bench.
@@ -47,7 +49,8 @@
 #          --torch-bench-sizes, default 100M,250M), without the device windows' own tests and
 #          benchmark (a second call after --device-only).
 # Logs go to --out (default out/gpu_check): env.txt, configure.log, build.log,
-# build_torch.log, build_python.log, python_env.txt, python_np{2,4}.log, device_options.log,
+# build_torch.log, build_python.log, python_env.txt, python_test_checkpoint_np2.log,
+# python_np{2,4}.log, crash_python_*.<pid>[.resolved] (after a crash), device_options.log,
 # device_np{1,2,4}.log, device_ipc_np2.log, device_bench.txt, device_bench_ipc.txt,
 # torch_device_bench.txt, torch_np{1,2,4}.log, torch_pbt_np{2,4}.log, bench.json / bench.txt,
 # ctest.log. Exit status: 0 when every run passed.
@@ -75,7 +78,8 @@ torch_bench=1
 python_tests=0
 # test_checkpoint.py (host windows) first: whether HDF5 from Python works on that machine at
 # all (a device-window save_checkpoint crashed there at cd948f4).
-python_test_files="tests/python/test_checkpoint.py tests/python/test_cuda_windows.py"
+python_host_files="tests/python/test_checkpoint.py"
+python_cuda_file="tests/python/test_cuda_windows.py"
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -351,16 +355,53 @@ for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
 done
 
 # --- the Python package's CUDA tests (--python) ---------------------------------------------
+# A crash's native frames: scripts/crash_backtrace.c, preloaded into the Python processes,
+# writes them to $out/crash_<log>.<pid>; resolve_frames adds each frame's function and line.
+resolve_frames() {  # resolve_frames FILE: FILE's frames in order, with addr2line's names
+  grep -aE '\[0x[0-9a-f]+\]$' "$1" | while IFS= read -r frame; do
+    local object=${frame%%(*} offset=${frame#*(}
+    offset=${offset%%)*}
+    if [ -f "$object" ] && [[ "$offset" == +0x* ]]; then
+      printf '%s %s: %s\n' "$object" "${offset#+}" \
+        "$(addr2line -f -C -i -e "$object" "${offset#+}" 2>/dev/null | paste -sd ' ' -)"
+    else
+      printf '%s\n' "$frame"
+    fi
+  done
+}
+crash_lib=""
+if [ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ]; then
+  cc -shared -fPIC -O1 -o "$PWD/$build_dir/crash_backtrace.so" scripts/crash_backtrace.c &&
+    crash_lib="$PWD/$build_dir/crash_backtrace.so"
+fi
+python_run() {  # python_run LOG NP TEST-FILE...: pytest on NP ranks, a crash's frames resolved
+  local log=$1 np=$2
+  shift 2
+  rm -f "$out/crash_${log%.log}".*
+  mpi_run "$log" 180 "$np" env PYTHONPATH="$build_dir/python" LD_PRELOAD="$crash_lib" \
+    CRASH_BACKTRACE_PREFIX="$out/crash_${log%.log}" \
+    python3 -m pytest -q -rs -p no:cacheprovider "$@"
+  grep -E "passed|failed|skipped|rror" "$out/$log" | tail -5
+  for frames in "$out/crash_${log%.log}".*; do
+    [ -f "$frames" ] || continue
+    resolve_frames "$frames" >"$frames.resolved"
+    echo "gpu_check: a crash, native frames in $(basename "$frames").resolved:"
+    grep -avE 'crash_backtrace|libc\.so|python3' "$frames.resolved" | head -12
+  done
+}
+# Host windows first, in a process of their own: whether HDF5 checkpoints work from Python on
+# this machine at all (a device window's save_checkpoint crashed at cd948f4).
+for file in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo "$python_host_files"); do
+  step "$file on 2 ranks"
+  python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
+done
 for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
-  step "$python_test_files on $np ranks"
-  # shellcheck disable=SC2086 # the file list splits into arguments
-  mpi_run "python_np$np.log" 180 "$np" env PYTHONPATH="$build_dir/python" \
-    python3 -m pytest -q -rs -p no:cacheprovider $python_test_files
+  step "$python_cuda_file on $np ranks"
+  python_run "python_np$np.log" "$np" "$python_cuda_file"
   if [ "$torch_cuda" = 1 ] && grep -q "is_available() is False" "$out/python_np$np.log"; then
     echo "gpu_check: CUDA is available but Python CUDA tests were skipped"
     status=1
   fi
-  grep -E "passed|failed|skipped|rror" "$out/python_np$np.log" | tail -5
 done
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------

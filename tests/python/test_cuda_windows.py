@@ -12,6 +12,7 @@ Run on 2 ranks (several ranks may share one GPU):
 
 import pytest
 import torch
+from mpi4py import MPI
 
 import paramwin
 from paramwin import _core
@@ -102,7 +103,7 @@ def test_parameter_window_round_trip_of_every_dtype_in_place(comm, dev, no_stagi
         comm.Barrier()
 
 
-def test_wrong_memory_is_refused_and_changes_nothing(comm, dev, tmp_path):
+def test_wrong_memory_is_refused_and_changes_nothing(comm, dev):
     need_ranks(comm, 2)
     rank, n = comm.Get_rank(), comm.Get_size()
     donor = (rank + 1) % n
@@ -130,22 +131,6 @@ def test_wrong_memory_is_refused_and_changes_nothing(comm, dev, tmp_path):
         host.pull(donor, reference, momentum=0.5)
         for k in staged:
             assert staged[k].device == dev and same_bits(staged[k], reference[k]), k
-        comm.Barrier()
-    # An agent on a device window checkpoints its CUDA tensors (copied through the host) and
-    # loads them back in place, bit for bit.
-    path = comm.bcast(str(tmp_path / "c.h5") if rank == 0 else None)
-    with paramwin.Agent(LAYOUT, comm, memory="cuda", k=1, shortfall="clamp",
-                        name="agent") as agent:
-        assert agent.memory == "cuda"
-        saved = values(rank, dev)
-        agent.publish(saved)
-        agent.save_checkpoint(path, saved)
-        loaded = values(rank + 7, dev)
-        pointers = [t.data_ptr() for t in loaded.values()]
-        agent.load_checkpoint(path, loaded)
-        assert [t.data_ptr() for t in loaded.values()] == pointers
-        for k in saved:
-            assert loaded[k].device == dev and same_bits(loaded[k], saved[k]), k
         comm.Barrier()
 
 
@@ -216,6 +201,73 @@ def test_torch_agent_uses_a_device_window_by_default(comm, dev, capfd, no_stagin
     assert "device window" not in capfd.readouterr().err
 
 
+def test_grouped_torch_agent_uses_a_device_window(comm, dev, no_staging):
+    need_ranks(comm, 4)
+    with paramwin.AgentGroups(comm, ranks_per_agent=2) as groups:
+        net = Net().to(dev)
+        fill(net, float(groups.agent * 100))  # the replicas of one agent are identical
+        with TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.0), groups=groups, k=1,
+                        shortfall="clamp", age=(2, 2), seed=3) as agent:
+            assert agent.device_window and agent.agent.memory == "cuda"
+            agent.publish()
+            comm.Barrier()
+            # On until every agent was reborn once (at most 100 steps), in step on every rank:
+            # with two agents a death is deferred while the only donor is mid-rebirth itself
+            # or publishes between the reads of its two shards (test_groups.py).
+            died = steps = 0
+            while steps < 3 or (steps < 100 and comm.allreduce(died == 0, op=MPI.LOR)):
+                steps += 1
+                died += agent.step(steps, 0.0).died
+            held = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).cpu()
+            rebirths = comm.allgather(died)  # checked on every rank alike
+            assert all(d > 0 for d in rebirths), f"rebirths per rank in {steps} steps: {rebirths}"
+            # Reborn from the other agent: every element is its value.
+            assert bool((held == held[0]).all()) and float(held[0]) in (0.0, 100.0)
+            replicas = groups.agent_comm.allgather(held.tolist())
+            assert replicas[0] == replicas[1]
+        comm.Barrier()
+
+
+def test_a_module_moved_off_its_gpu_is_refused_and_can_come_back(comm, dev):
+    net = Net().to(dev)
+    with TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.1), comm, k=1,
+                    shortfall="clamp") as agent:
+        assert agent.device_window
+        agent.step(1, 0.0)
+        net.cpu()
+        with pytest.raises(paramwin.InvalidArgument,
+                           match=r"'scale' is on cpu, but this TorchAgent's window is a device "
+                                 rf"window on cuda:{dev.index}"):
+            agent.step(2, 0.0)
+        assert agent.steps == 1
+        net.to(dev)
+        agent.step(2, 0.0)
+        assert agent.steps == 2
+        comm.Barrier()
+
+
+# The checkpoint tests come last: at cd948f4 a device window's save_checkpoint crashed the
+# Python process (SIGSEGV) on the H200, which ended every test after it (docs/gpu.md).
+def test_an_agent_on_a_device_window_checkpoints_its_cuda_tensors(comm, dev, tmp_path):
+    """An agent on a device window checkpoints its CUDA tensors (copied through the host) and
+    loads them back in place, bit for bit."""
+    rank = comm.Get_rank()
+    path = comm.bcast(str(tmp_path / "c.h5") if rank == 0 else None)
+    with paramwin.Agent(LAYOUT, comm, memory="cuda", k=1, shortfall="clamp",
+                        name="agent") as agent:
+        assert agent.memory == "cuda"
+        saved = values(rank, dev)
+        agent.publish(saved)
+        agent.save_checkpoint(path, saved)
+        loaded = values(rank + 7, dev)
+        pointers = [t.data_ptr() for t in loaded.values()]
+        agent.load_checkpoint(path, loaded)
+        assert [t.data_ptr() for t in loaded.values()] == pointers
+        for k in saved:
+            assert loaded[k].device == dev and same_bits(loaded[k], saved[k]), k
+        comm.Barrier()
+
+
 def test_torch_agent_stages_when_asked_and_checkpoints_on_its_device_window(comm, dev, capfd,
                                                                              tmp_path):
     rank = comm.Get_rank()
@@ -242,42 +294,3 @@ def test_torch_agent_stages_when_asked_and_checkpoints_on_its_device_window(comm
         assert agent.resume_newest() is not None
         assert all(p.device == dev for p in net.parameters())
     comm.Barrier()
-
-
-def test_grouped_torch_agent_uses_a_device_window(comm, dev, no_staging):
-    need_ranks(comm, 4)
-    with paramwin.AgentGroups(comm, ranks_per_agent=2) as groups:
-        net = Net().to(dev)
-        fill(net, float(groups.agent * 100))  # the replicas of one agent are identical
-        with TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.0), groups=groups, k=1,
-                        shortfall="clamp", age=(2, 2), seed=3) as agent:
-            assert agent.device_window and agent.agent.memory == "cuda"
-            agent.publish()
-            comm.Barrier()
-            died = [agent.step(step, 0.0).died for step in range(1, 4)]
-            held = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).cpu()
-            assert any(died)
-            # Reborn from the other agent: every element is its value.
-            assert bool((held == held[0]).all()) and float(held[0]) in (0.0, 100.0)
-            replicas = groups.agent_comm.allgather(held.tolist())
-            assert replicas[0] == replicas[1]
-        comm.Barrier()
-
-
-def test_a_module_moved_off_its_gpu_is_refused_and_can_come_back(comm, dev):
-    net = Net().to(dev)
-    with TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.1), comm, k=1,
-                    shortfall="clamp") as agent:
-        assert agent.device_window
-        agent.step(1, 0.0)
-        net.cpu()
-        with pytest.raises(paramwin.InvalidArgument,
-                           match=r"'scale' is on cpu, but this TorchAgent's window is a device "
-                                 rf"window on cuda:{dev.index}"):
-            agent.step(2, 0.0)
-        assert agent.steps == 1
-        net.to(dev)
-        agent.step(2, 0.0)
-        assert agent.steps == 2
-        comm.Barrier()
-
