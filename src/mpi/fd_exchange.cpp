@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,8 @@
 
 namespace paramwin::detail {
 namespace {
+
+std::atomic<bool> fail_next{false};  // fail_next_exchange_for_testing()
 
 std::string system_error(const std::string& what) {
   return "paramwin: " + what + ": " + std::strerror(errno);
@@ -140,6 +143,8 @@ std::string receive_fd(int sock, int size, double timeout_seconds, std::vector<U
 
 }  // namespace
 
+void fail_next_exchange_for_testing() noexcept { fail_next = true; }
+
 UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) close(fd_);
@@ -189,6 +194,10 @@ std::vector<UniqueFd> exchange_fds(MPI_Comm node, int fd, double timeout_seconds
     } else if (bind(sock.get(), reinterpret_cast<const sockaddr*>(&own), length) != 0) {
       error = system_error("bind of an abstract Unix socket for passing descriptors");
     }
+  }
+  if (fail_next.exchange(false) && error.empty()) {
+    error = "paramwin: this rank's descriptor exchange was made to fail "
+            "(fail_next_exchange_for_testing)";
   }
   agree_or_throw<Error>(node, error);  // every socket is bound before the first send
 

@@ -54,4 +54,10 @@ class UniqueFd {
 [[nodiscard]] std::vector<UniqueFd> exchange_fds(MPI_Comm node, int fd,
                                                  double timeout_seconds = 60.0);
 
+/// Tests only: the next exchange_fds() of this process over more than one rank fails on this
+/// rank (every rank throws, as when a rank's descriptors did not arrive), so that a GPU test
+/// can make device windows fall back from VMM to IPC slots
+/// (tests/cuda/device_window_mpi_test.cpp), a path that no natural failure reaches reliably.
+void fail_next_exchange_for_testing() noexcept;
+
 }  // namespace paramwin::detail

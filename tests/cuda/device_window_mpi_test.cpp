@@ -1,7 +1,8 @@
 // Device windows (Memory::cuda, docs/gpu.md) on a GPU: round trips of every dtype, k-donor
 // means bit for bit against the host path (native and reduced wire, momentum, weights, read
 // modes, readers over RMA), an Agent's checkpoints of device layers, a GroupAgent's shards,
-// non-finite donors, bad input, a GPU too small, a torn-read stress and a busy donor. Every
+// non-finite donors, bad input, a GPU too small, the fallback from VMM to IPC slots, a
+// torn-read stress and a busy donor. Every
 // test skips with a message where this process sees no CUDA device (CI, the CPU-only build
 // machines); scripts/gpu_check.sh runs them on 1, 2 and 4 ranks sharing one GPU.
 #include <cuda_runtime.h>
@@ -21,11 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "detail/cuda.hpp"
+#include "mpi/fd_exchange.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 #include "test_kernels.hpp"
 
 namespace pw = paramwin;
+namespace pd = paramwin::detail;
 
 namespace {
 
@@ -507,6 +511,97 @@ TEST(DeviceWindow, GpuTooSmallFailsOnEveryRank) {
   small.add("w", std::size_t{16});
   pw::ParameterWindow<> win(MPI_COMM_WORLD, small, {.memory = pw::Memory::cuda});
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/// Publishes this rank's values on @p win, pulls rank + 1's and expects them bit for bit.
+void expect_round_trip(pw::ParameterWindow<>& win, const pw::Layout& layout) {
+  const int rank = win.rank();
+  const int donor = (rank + 1) % win.size();
+  DeviceLayers mine(layout, host_values(layout, rank));
+  ASSERT_TRUE(win.publish(mine.crefs).published);
+  MPI_Barrier(MPI_COMM_WORLD);
+  DeviceLayers out(layout, host_values(layout, rank + 50));
+  (void)win.pull(std::vector<int>{donor}, out.refs);
+  const auto want = host_values(layout, donor);
+  const auto got = out.download();
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    EXPECT_EQ(first_difference(got, want, l), -1) << "layer " << layout[l].name;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/// Sets PARAMWIN_DEVICE_SHARING for a scope (gpu_check.sh runs this test with it set).
+class SharingScope {
+ public:
+  explicit SharingScope(const char* value) {
+    const char* was = std::getenv("PARAMWIN_DEVICE_SHARING");
+    had_ = was != nullptr;
+    if (had_) was_ = was;
+    setenv("PARAMWIN_DEVICE_SHARING", value, 1);
+  }
+  SharingScope(const SharingScope&) = delete;
+  SharingScope& operator=(const SharingScope&) = delete;
+  ~SharingScope() {
+    if (had_) {
+      setenv("PARAMWIN_DEVICE_SHARING", was_.c_str(), 1);
+    } else {
+      unsetenv("PARAMWIN_DEVICE_SHARING");
+    }
+  }
+
+ private:
+  bool had_ = false;
+  std::string was_;
+};
+
+// When sharing VMM slots fails on one rank (its descriptor exchange, made to fail by the
+// test hook), every rank undoes it and the window is created with CUDA IPC slots, which
+// work, and rank 0 says so; with PARAMWIN_DEVICE_SHARING=vmm the failure is the error on
+// every rank instead, and the next window (VMM) works.
+TEST(DeviceWindow, FailedVmmSharingFallsBackToIpcOrIsTheErrorWhenForced) {
+  PARAMWIN_REQUIRE_GPU();
+  PARAMWIN_REQUIRE_RANKS(2);
+  int device = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  std::string why;
+  const int vmm = pd::cuda::vmm_supported(device, &why) ? 1 : 0;
+  int everywhere = 0;
+  MPI_Allreduce(&vmm, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (everywhere == 0) GTEST_SKIP() << "VMM sharing is not supported on some rank: " << why;
+  const int rank = pw::test::world_rank();
+  const pw::Layout layout = all_dtypes();
+  {
+    const SharingScope sharing("auto");
+    if (rank == 1) pd::fail_next_exchange_for_testing();
+    ::testing::internal::CaptureStderr();
+    std::unique_ptr<pw::ParameterWindow<>> win;
+    try {
+      win = std::make_unique<pw::ParameterWindow<>>(MPI_COMM_WORLD, layout,
+                                                    pw::WindowOptions{.name = "fallback",
+                                                                      .memory = pw::Memory::cuda});
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "no fallback to IPC slots: " << e.what();
+    }
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    if (rank == 0) {
+      EXPECT_NE(err.find("window 'fallback'"), std::string::npos) << err;
+      EXPECT_NE(err.find("using CUDA IPC instead"), std::string::npos) << err;
+      EXPECT_NE(err.find("made to fail"), std::string::npos) << err;
+    }
+    if (win) expect_round_trip(*win, layout);
+  }
+  {
+    const SharingScope sharing("vmm");
+    if (rank == 1) pd::fail_next_exchange_for_testing();
+    try {
+      pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.memory = pw::Memory::cuda});
+      ADD_FAILURE() << "PARAMWIN_DEVICE_SHARING=vmm: a failed VMM sharing created a window";
+    } catch (const pw::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("made to fail"), std::string::npos) << e.what();
+    }
+    pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.memory = pw::Memory::cuda});
+    expect_round_trip(win, layout);
+  }
 }
 
 // Readers check every pull: a donor publishes a constant array whose value names its version

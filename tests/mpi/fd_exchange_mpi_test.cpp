@@ -261,3 +261,27 @@ TEST(FdExchange, ADescriptorFromAnotherUsersProcessIsDropped) {
     }
   }
 }
+
+// The test hook the GPU tests use to make device windows fall back from VMM to IPC slots: the
+// next exchange fails on the rank that asked, every rank throws, and the one after works.
+TEST(FdExchange, AFailureMadeForTestsFailsOneExchangeOnEveryRank) {
+  if (node_size() < 2) GTEST_SKIP() << "needs 2 ranks on the node";
+  const pd::UniqueFd mine = file_holding(node_rank());
+  if (node_rank() == 1) pd::fail_next_exchange_for_testing();
+  std::string what;
+  try {
+    (void)pd::exchange_fds(node_comm(), mine.get());
+  } catch (const paramwin::Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("made to fail"), std::string::npos) << what;
+  if (node_rank() != 1) {
+    EXPECT_NE(what.find("rank 1 failed"), std::string::npos) << what;
+  }
+  const std::vector<pd::UniqueFd> peers = pd::exchange_fds(node_comm(), mine.get());
+  for (int r = 0; r < node_size(); ++r) {
+    if (r != node_rank()) {
+      EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r);
+    }
+  }
+}
