@@ -84,6 +84,14 @@ std::string receive_fd(int sock, int size, double timeout_seconds, std::vector<U
                        std::vector<bool>& heard, bool& timed_out, int& foreign) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(std::max(0.0, timeout_seconds));
+  const auto timeout = [&] {
+    timed_out = true;
+    return "paramwin: no descriptor arrived from a rank of this node within " +
+           std::to_string(std::lround(timeout_seconds)) + " s" +
+           (foreign > 0 ? " (" + std::to_string(foreign) +
+                              " message(s) from another user's process were dropped)"
+                        : std::string());
+  };
   for (;;) {
     Header h;
     iovec io{.iov_base = &h, .iov_len = sizeof(h)};
@@ -95,14 +103,7 @@ std::string receive_fd(int sock, int size, double timeout_seconds, std::vector<U
     m.msg_controllen = sizeof(control);
     ssize_t got = 0;
     while ((got = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        timed_out = true;
-        return "paramwin: no descriptor arrived from a rank of this node within " +
-               std::to_string(std::lround(timeout_seconds)) + " s" +
-               (foreign > 0 ? " (" + std::to_string(foreign) +
-                                  " message(s) from another user's process were dropped)"
-                            : std::string());
-      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return timeout();
       if (errno != EINTR) return system_error("recvmsg of a descriptor");
     }
     UniqueFd fd;
@@ -122,10 +123,7 @@ std::string receive_fd(int sock, int size, double timeout_seconds, std::vector<U
     if (!same_user) {
       ++foreign;  // dropped, its descriptor closed; wait on for the rank's own message
       if (std::chrono::steady_clock::now() < deadline) continue;
-      timed_out = true;
-      return "paramwin: no descriptor arrived from a rank of this node within " +
-             std::to_string(std::lround(timeout_seconds)) + " s (" + std::to_string(foreign) +
-             " message(s) from another user's process were dropped)";
+      return timeout();
     }
     if (got != static_cast<ssize_t>(sizeof(h)) || h.sender < 0 || h.sender >= size ||
         heard[static_cast<std::size_t>(h.sender)]) {
