@@ -254,7 +254,8 @@ TEST(FdExchange, ADescriptorFromAnotherUsersProcessIsDropped) {
   }
   peers = pd::exchange_fds(node_comm(), mine.get(), 30.0);
   MPI_Bcast(&forged, 1, MPI_INT, 1, node_comm());
-  ASSERT_EQ(forged, 0) << "the forger did not send (2: no socket found, 3: setuid failed)";
+  if (forged == 3) GTEST_SKIP() << "root cannot become user nobody here (setuid refused)";
+  ASSERT_EQ(forged, 0) << "the forger did not send (2: no socket found in 20 s)";
   for (int r = 0; r < node_size(); ++r) {
     if (r != node_rank()) {
       EXPECT_EQ(value_in(peers[static_cast<std::size_t>(r)]), r) << "rank " << r;
