@@ -49,9 +49,6 @@ if [ "$mpi" = mpich ]; then
   packages+=(libeigen3-dev python3-numpy)
   # python3-torch: checkpoint_h5py loads a checkpoint into a torch model (runs in this pass).
   packages+=(python3-torch)
-  # The other MPI's wrapper: the test install_consumer.mixed_mpi configures a consumer with it
-  # (refused, naming both MPIs); without it on a fresh machine the test would not exist.
-  packages+=(openmpi-bin libopenmpi-dev)
   mpi_bin_pkg=mpich
   cmake_mpi=MPICH
 else
@@ -68,11 +65,13 @@ else
   # python3-venv, python3-pip, python3-build: `pip install .` and `python -m build --wheel` of
   # the package into a virtual environment, offline (docs/python.md; tests python.venv_*).
   packages+=(python3-venv python3-pip python3-build)
-  # The other MPI's wrapper, for install_consumer.mixed_mpi (as in the MPICH pass).
-  packages+=(mpich libmpich-dev)
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi
+# Both MPIs' wrappers in either pass: the test install_consumer.mixed_mpi configures a consumer
+# with the other one (refused, naming both); without it on a fresh machine the test would not
+# exist (the MPICH build is configured before the Open MPI pass runs).
+packages+=(mpich libmpich-dev openmpi-bin libopenmpi-dev)
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
 # slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
 # scripts/slurm/compare_checkpoints.py (the requeue test compares checkpoints with it).
