@@ -43,18 +43,15 @@ packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev
           libbenchmark-dev gnuplot-nox doxygen clang-format python3-matplotlib clang-tidy)
 if [ "$mpi" = mpich ]; then
   # libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
-  packages+=(mpich libmpich-dev libhdf5-mpich-dev libxxhash-dev)
-  # libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp; header-only, private to the
-  # library); python3-numpy: its reference numbers (tests/agent/pb2_reference.py).
-  packages+=(libeigen3-dev python3-numpy)
+  packages+=(libhdf5-mpich-dev)
+  # python3-numpy: PB2's reference numbers (tests/agent/pb2_reference.py).
+  packages+=(python3-numpy)
   # python3-torch: checkpoint_h5py loads a checkpoint into a torch model (runs in this pass).
   packages+=(python3-torch)
   mpi_bin_pkg=mpich
   cmake_mpi=MPICH
 else
-  packages+=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libxxhash-dev)
-  # libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp), as in the MPICH pass.
-  packages+=(libeigen3-dev)
+  packages+=(libhdf5-openmpi-dev)
   # The Python package (docs/python.md) is built against mpi4py's MPI, which in Debian is
   # Open MPI: its build and its tests (label python) belong to the Open MPI pass.
   packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
@@ -68,10 +65,12 @@ else
   mpi_bin_pkg=openmpi-bin
   cmake_mpi=OpenMPI
 fi
-# Both MPIs' wrappers in either pass: the test install_consumer.mixed_mpi configures a consumer
-# with the other one (refused, naming both); without it on a fresh machine the test would not
-# exist (the MPICH build is configured before the Open MPI pass runs).
-packages+=(mpich libmpich-dev openmpi-bin libopenmpi-dev)
+# Both MPIs' wrappers in either pass: the build's own, and the other one for the test
+# install_consumer.mixed_mpi, which configures a consumer with it (refused, naming both);
+# without it on a fresh machine the test would not exist (the MPICH build is configured before
+# the Open MPI pass runs). libxxhash-dev: checkpoint checksums. libeigen3-dev: PB2's Gaussian
+# process (src/agent/gp.cpp; header-only, private to the library).
+packages+=(mpich libmpich-dev openmpi-bin libopenmpi-dev libxxhash-dev libeigen3-dev)
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
 # slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
 # scripts/slurm/compare_checkpoints.py (the requeue test compares checkpoints with it).
