@@ -102,13 +102,19 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
 8. Run headers. A *figure table* is a Markdown table with at least two body cells that hold
    a measured quantity: a number with a unit of time or rate (``ns``, ``µs``, ``us``, ``ms``,
    ``s``, ``min``, ``MB/s``, ``MiB/s``, ``GB/s``, ``GiB/s``) or a ratio (``1.05x``). Every
-   figure table needs a *run header* before it, in its section: a line that starts with
+   figure table needs a *run header* before it, in its section: a paragraph that starts with
    ``**Run:**`` and holds the command (a backticked span), the commit (as in 7), the date
    (``YYYY-MM-DD``) and the machine (the word ``machine`` and what follows it, or a link to
    the page's machine section). A run header after a heading of level L covers the tables up
    to the next heading of level L or higher (a header under the page title covers the page).
-   A table of settings that holds durations but no measurements (an option's default) is
-   exempted by the line ``<!-- docs-check: not-figures -->`` right before it.
+   Instead of a run header, a table may carry its runs row by row: its header names a command
+   column (``command`` or ``reproduce``) and a commit column (``commit`` or ``recorded``), every
+   body row holds a backticked command in the first and a commit and a date in the second (or
+   a count marker, which check 4 compares with its test, or a link to the section of the page
+   that holds that row's run), and
+   the page names its machine (the word ``machine`` or ``VM``) before the table. A table that
+   holds durations but no measurements (an option's default, a test's setting, arithmetic on
+   paper) is exempted by the line ``<!-- docs-check: not-figures -->`` right before it.
 """
 
 import argparse
@@ -442,11 +448,12 @@ SOURCE_EXT = (".hpp", ".cpp", ".h", ".cu", ".cuh", ".c", ".py", ".pyi", ".sh", "
 NOT_OURS = "<!-- docs-check: not-ours -->"
 NOT_FIGURES = "<!-- docs-check: not-figures -->"
 WILDCARD = re.compile(r"\.\.\.|…|<[^<>]*>")
+FILE_NAME = re.compile(r"[\w./-]+\.(?:py|cpp|hpp|sh|md|cmake|h5|json|jsonl)")  # a test, not a message
 QUOTED_SPAN = re.compile(r"`\"([^`]*)\"`")
 PLAIN_AFTER_WORD = re.compile(r"\b(throws|prints|printed|says|message|note)\b[^\"`.;]{0,12}\"([^\"]{4,})\"")
 LITERAL_CPP = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 LITERAL_PY = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'')
-ADJACENT = re.compile(r'"\s*\n?\s*"')
+ADJACENT = re.compile(r'(?<!")"[ \t]*\n[ \t]*[fFrR]?"(?!")|(?<!")"[ \t]+[fFrR]?"(?!")')  # "a " "b", C++ or Python (f-strings too)
 NAMESPACES_ELSEWHERE = {"std", "Kokkos", "torch", "c10", "at", "CUDA", "cuda", "testing", "py",
                         "pybind11", "MPI", "h5py", "numpy", "np", "mpi4py", "ray", "optuna",
                         "benchmark", "nlohmann", "fmt"}
@@ -459,6 +466,7 @@ _SOURCES = {}
 
 
 def source_files(dirs):
+    yield os.path.join(ROOT, "CMakeLists.txt")
     for top in dirs:
         for path in glob.glob(os.path.join(ROOT, top, "**", "*"), recursive=True):
             if os.path.isfile(path) and (path.endswith(SOURCE_EXT) or
@@ -485,12 +493,13 @@ def literals_of(path):
     with the literals separated by NUL; shell and CMake files as they are."""
     text = read_source(path)
     if path.endswith((".py", ".pyi")):
+        text = ADJACENT.sub("", text)
         found = [a or b for a, b in LITERAL_PY.findall(text)]
     elif path.endswith((".hpp", ".cpp", ".h", ".cu", ".cuh", ".c")):
         text = ADJACENT.sub("", text)
         found = LITERAL_CPP.findall(text)
     else:
-        return text
+        return ADJACENT.sub("", text)  # CMake joins message("a " "b") too
     return "\0".join(unescape(f) for f in found)
 
 
@@ -499,12 +508,14 @@ _CORPUS = []
 
 def message_corpus():
     if not _CORPUS:
-        _CORPUS.append("\0".join(literals_of(p) for p in source_files(SOURCE_DIRS)))
+        selftest = os.path.join(ROOT, "tests", "docs_check") + os.sep  # its lies are quoted there
+        _CORPUS.append("\0".join(literals_of(p) for p in source_files(SOURCE_DIRS)
+                                  if not p.startswith(selftest)))
     return _CORPUS[0]
 
 
 def message_found(quote):
-    pieces = [p for p in WILDCARD.split(quote) if p.strip()]
+    pieces = [p.strip() for p in WILDCARD.split(quote) if p.strip()]
     corpus = message_corpus()
     return [p for p in pieces if p not in corpus]
 
@@ -546,7 +557,8 @@ def check_messages(docs):
                     for i in columns:
                         if i < len(cells):
                             quotes += [q.strip('"') for q in backticked(cells[i])
-                                       if not (q.startswith('"') and q.endswith('"'))]
+                                       if not (q.startswith('"') and q.endswith('"'))
+                                       and not FILE_NAME.fullmatch(q)]
             else:
                 columns = []
             if NOT_OURS in line:
@@ -626,8 +638,9 @@ def cpp_name_problem(span):
         if owner not in idx["types"]:
             return f"no type '{owner}' is declared in include/, src/, python/, examples/"
         word = re.compile(r"(?<![\w~])" + re.escape(member) + r"(?!\w)")
+        qualified = re.compile(r"(?<!\w)" + re.escape(f"{owner}::{member}") + r"(?!\w)")
         if not any(word.search(read_source(p)) for p in idx["types"][owner]) and \
-                f"{owner}::{member}" not in idx["text"]:
+                not qualified.search(idx["text"]):
             return f"'{owner}' has no member '{member}' (not in {os.path.relpath(idx['types'][owner][0], ROOT)})"
     return None
 
@@ -721,6 +734,32 @@ def run_header_ok(line):
             and DATE.search(line) and re.search(r"[Mm]achine|\]\([^)]*#[^)]*machine", line))
 
 
+def per_row_runs(lines, start, end):
+    """For a table whose header names a command column (``command``, ``reproduce``) and a
+    commit column (``commit``, ``recorded``): (line, problem) for each body row that lacks a
+    backticked command or a commit and a date there, and for a page that names no machine
+    before the table; None for any other table (it needs a run header)."""
+    head = [c.lower() for c in table_cells(lines[start])]
+    command = [k for k, c in enumerate(head) if c in ("command", "reproduce")]
+    commit = [k for k, c in enumerate(head) if c in ("commit", "recorded")]
+    if not command or not commit:
+        return None
+    problems = []
+    if not re.search(r"\bmachine\b|\bVM\b", "\n".join(lines[:start])):
+        problems.append((start + 1, "per-row runs, but the page names no machine before the table"))
+    for n in range(start + 2, end + 1):
+        cells = table_cells(lines[n])
+        cmd = cells[command[0]] if command[0] < len(cells) else ""
+        rec = cells[commit[0]] if commit[0] < len(cells) else ""
+        if "<!-- count:" in lines[n] or re.search(r"\]\(#[^)]+\)", rec):
+            continue  # a count docs_check compares with its test, or the run is in that section
+        if not re.search(r"`[^`]+`", cmd) or not commit_words(rec) or not DATE.search(rec):
+            problems.append((n + 1, "figure row without its run: a backticked command in the "
+                                    f"'{head[command[0]]}' column, a commit and a date in the "
+                                    f"'{head[commit[0]]}' column"))
+    return problems
+
+
 def check_run_headers(docs):
     problems = []
     for doc in docs:
@@ -738,7 +777,11 @@ def check_run_headers(docs):
                 if header_level is not None and level <= header_level:
                     header_level = None
             elif not fenced and RUN_HEADER.match(line):
-                if not run_header_ok(line):
+                paragraph, k = line, i + 1
+                while k < len(lines) and lines[k].strip() and not lines[k].startswith(("|", "#")):
+                    paragraph += " " + lines[k].strip()
+                    k += 1
+                if not run_header_ok(paragraph):
                     problems.append(f"{shown}:{i + 1}: run header lacks the command (backticked), "
                                     f"the commit, the date (YYYY-MM-DD) or the machine")
                 header_level = level
@@ -749,7 +792,10 @@ def check_run_headers(docs):
                 body = lines[start + 2:i + 1]
                 measured = sum(1 for row in body for cell in table_cells(row) if UNIT.search(cell))
                 exempt = start > 0 and lines[start - 1].strip() == NOT_FIGURES
-                if measured >= 2 and not exempt and header_level is None:
+                per_row = per_row_runs(lines, start, i)
+                if per_row is not None and measured >= 2 and not exempt:
+                    problems += [f"{shown}:{n}: {why}" for n, why in per_row]
+                elif measured >= 2 and not exempt and header_level is None:
                     problems.append(f"{shown}:{start + 1}: figure table without a run header "
                                     f"('**Run:** `command`, commit, date, machine' before it in "
                                     f"its section)")
