@@ -228,7 +228,7 @@ def run_header(json_dir):
             text = f.read()
         found = re.search(r"\b[0-9a-f]{7,40}\b", text)
         commit = found.group(0) if found else commit
-        found = re.search(r"\b\d{4}-\d\d-\d\d\b", text)
+        found = re.search(r"(?<!\d)\d{4}-\d\d-\d\d(?!\d)", text)
         date = found.group(0) if found else date
     return (f"**Run:** `scripts/bench.sh`, commit {commit}, {date}, machine: "
             "[Machine](#machine) (every table of this page).\n")
