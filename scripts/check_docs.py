@@ -97,7 +97,9 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
 
 7. Commits. A word of 7 to 40 hexadecimal digits with at least one digit and one letter
    a-f (outside fenced blocks) is a commit and must exist in this clone (``git cat-file -e
-   HASH^{commit}``). In a shallow clone the check is skipped, and the report says so.
+   HASH^{commit}``). In a shallow clone the check is skipped, and the report says so. A hex
+   word right after ``digest``, ``xxh64``, ``checksum``, ``hash``, ``sha...`` or ``0x`` is a
+   value, not a commit.
 
 8. Run headers. A *figure table* is a Markdown table with at least two body cells that hold
    a measured quantity: a number with a unit of time or rate (``ns``, ``µs``, ``us``, ``ms``,
