@@ -75,7 +75,8 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    ``…``) stands for any text (a formatted value, a cut); ``<...>`` placeholders too. Every
    piece between wildcards must occur in one string literal of a source file (C++, Python,
    shell, CMake under include/, src/, python/, examples/, scripts/, benchmarks/, tests/, cmake/;
-   adjacent C++ literals joined, Python f-string fields and C++ ``{}`` left as they are) --
+   adjacent literals joined, Python f-string fields and C++ ``{}`` left as they are; comments
+   are not literals; shell and CMake files count as text less their comments) --
    the literal text, so a value the code formats (``4.200000``) is written ``...`` or as the
    code prints it. A plain ``"..."`` quote right after one of the words ``throws``,
    ``prints``, ``printed``, ``says``, ``message``, ``note`` is reported: backtick it so it is
@@ -453,8 +454,10 @@ WILDCARD = re.compile(r"\.\.\.|…|<[^<>]*>")
 FILE_NAME = re.compile(r"[\w./-]+\.(?:py|cpp|hpp|sh|md|cmake|h5|json|jsonl)")  # a test, not a message
 QUOTED_SPAN = re.compile(r"`\"([^`]*)\"`")
 PLAIN_AFTER_WORD = re.compile(r"\b(throws|prints|printed|says|message|note)\b[^\"`.;]{0,12}\"([^\"]{4,})\"")
-LITERAL_CPP = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
-LITERAL_PY = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'')
+# A string literal (group 1, or 2 for Python's single quotes), or a comment or character
+# literal, matched only so that a quote inside it does not start a string.
+LITERAL_CPP = re.compile(r'"((?:[^"\\\n]|\\.)*)"|//[^\n]*|/\*.*?\*/|\'(?:[^\'\\\n]|\\.)*\'', re.S)
+LITERAL_PY = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'|#[^\n]*')
 ADJACENT = re.compile(r'(?<!")"[ \t]*\n[ \t]*[fFrR]?"(?!")|(?<!")"[ \t]+[fFrR]?"(?!")')  # "a " "b", C++ or Python (f-strings too)
 NAMESPACES_ELSEWHERE = {"std", "Kokkos", "torch", "c10", "at", "CUDA", "cuda", "testing", "py",
                         "pybind11", "MPI", "h5py", "numpy", "np", "mpi4py", "ray", "optuna",
@@ -496,12 +499,13 @@ def literals_of(path):
     text = read_source(path)
     if path.endswith((".py", ".pyi")):
         text = ADJACENT.sub("", text)
-        found = [a or b for a, b in LITERAL_PY.findall(text)]
+        found = [m.group(1) if m.group(1) is not None else m.group(2)
+                 for m in LITERAL_PY.finditer(text) if m.group(1) is not None or m.group(2) is not None]
     elif path.endswith((".hpp", ".cpp", ".h", ".cu", ".cuh", ".c")):
         text = ADJACENT.sub("", text)
-        found = LITERAL_CPP.findall(text)
-    else:
-        return ADJACENT.sub("", text)  # CMake joins message("a " "b") too
+        found = [m.group(1) for m in LITERAL_CPP.finditer(text) if m.group(1) is not None]
+    else:  # shell and CMake: the text less its comments; CMake joins message("a " "b") too
+        return ADJACENT.sub("", re.sub(r"(^|[ \t])#[^\n]*", r"\1", text, flags=re.M))
     return "\0".join(unescape(f) for f in found)
 
 

@@ -29,6 +29,7 @@ EXPECTED = [
     (19, r"figure table without a run header"),                               # no run header
     (26, r"run header lacks the command"),                                    # header, no commit
     (39, r"figure row without its run"),                                      # row, no commit
+    (42, r"quoted message \"all N ranks finished\""),                        # only in a comment
 ]
 
 
