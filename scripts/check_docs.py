@@ -76,9 +76,9 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    piece between wildcards must occur in one string literal of a source file (C++, Python,
    shell, CMake under include/, src/, python/, examples/, scripts/, benchmarks/, tests/, cmake/;
    adjacent literals joined, Python f-string fields and C++ ``{}`` left as they are; comments
-   are not literals; shell and CMake files count as text less their comments) --
-   the literal text, so a value the code formats (``4.200000``) is written ``...`` or as the
-   code prints it. A plain ``"..."`` quote right after one of the words ``throws``,
+   are not literals; shell and CMake files count as text less their comments; the self-test's
+   fixtures, tests/docs_check/, are not sources) -- the literal text, so a value the code
+   formats (``4.200000``) is written ``...``. A plain ``"..."`` quote right after one of the words ``throws``,
    ``prints``, ``printed``, ``says``, ``message``, ``note`` is reported: backtick it so it is
    checked (a message of other software -- MPICH, UCX -- goes on a line marked
    ``<!-- docs-check: not-ours -->``).
