@@ -58,10 +58,11 @@ done
 # GoogleTest and Google Benchmark (small, header and static libraries) for the test and
 # benchmark directories; gnuplot-nox draws the examples' plots. libxxhash-dev: checkpoint
 # checksums. libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp; header-only, private to
-# the library). libhdf5-*-dev: the parallel HDF5 of this MPI (population checkpoints,
-# docs/checkpoints.md).
+# the library). nlohmann-json3-dev: the event log's JSON, written and read back
+# (src/agent/event.cpp and the tests; header-only, private to the library). libhdf5-*-dev: the
+# parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).
 packages=(build-essential cmake libtrilinos-kokkos-dev libgtest-dev libbenchmark-dev gnuplot-nox
-          libxxhash-dev libeigen3-dev)
+          libxxhash-dev libeigen3-dev nlohmann-json3-dev)
 if [ "$mpi" = mpich ]; then
   packages+=(mpich libmpich-dev libhdf5-mpich-dev)
   mpi_bin_pkg=mpich

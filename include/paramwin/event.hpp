@@ -113,6 +113,14 @@ struct StepEvent {
 /// "hyper_before": {...} on events that died (int64 as integers, float64 as numbers).
 [[nodiscard]] std::string to_json(const StepEvent& event);
 
+/// The event of one event-log line (to_json's output): the inverse of to_json, field by field
+/// (one schema serves both). Non-finite numbers (written as null) come back as NaN; a field
+/// written only sometimes ("hyper_before", "note") takes its default when absent, and
+/// "hyper_before" then equals "hyper". Hyperparameters come back declared in the line's order,
+/// int64 for integers and float64 for other numbers. InvalidArgument for a line that is not a
+/// JSON object, or whose fields are missing or of the wrong kind.
+[[nodiscard]] StepEvent step_event_from_json(std::string_view line);
+
 /// Counters and per-phase timers over an agent's steps, in constant memory: each timer is a
 /// TimerAccumulator (exact count / min / max / total / mean, median exact up to
 /// TimerAccumulator::kReservoirSize samples and estimated from a seeded reservoir beyond).

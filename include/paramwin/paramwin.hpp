@@ -6,6 +6,7 @@
 #include "paramwin/agent_interface.hpp"
 #include "paramwin/agent_kinds.hpp"
 #include "paramwin/agent_options.hpp"
+#include "paramwin/agreement.hpp"
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/dtype.hpp"
 #include "paramwin/enum_names.hpp"

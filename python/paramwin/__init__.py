@@ -14,7 +14,7 @@ from ._mpi_check import check_mpi as _check_mpi
 _check_mpi(_MPI, _build_info)  # before the extension loads a second MPI library beside it
 
 from .errors import (CallbackError, CheckpointError, DonorError, Error,  # noqa: E402,I001
-                     InvalidArgument, LayoutMismatch, MpiError, TimeoutError, VerificationError)
+                     InvalidArgument, LayoutMismatch, MpiError, ReadTimeout, VerificationError)
 from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa: E402
                     DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
                     RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
@@ -29,6 +29,16 @@ from ._options import OptionKey, agent_config, option_table  # noqa: E402
 from .window import ParameterWindow  # noqa: E402
 from .agent import Agent, ExploreContext  # noqa: E402
 from .groups import AgentGroups, GroupAgent  # noqa: E402
+
+
+def __getattr__(name: str) -> type:
+    """The deprecated alias ``paramwin.TimeoutError`` (ReadTimeout), with a
+    DeprecationWarning (paramwin.errors)."""
+    from . import errors
+
+    if name == "TimeoutError":
+        return errors.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def option_keys():
@@ -46,10 +56,10 @@ __all__ = [
     "HyperType", "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck",
     "LayoutMismatch", "Memory", "MetricDirection", "MixingKind", "MpiError", "NonFinitePolicy",
     "OptionKey", "ParameterWindow", "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult",
-    "PullResult", "ReadMode", "Reduction", "Role", "RosterEntry", "SelectionContext",
-    "SelectionKind", "Shortfall", "StepEvent", "TimeoutError", "TimerSummary", "Transport",
-    "TriggerContext", "VerificationError", "WireFormat", "agent_config", "layout_of",
-    "mpi_vendor", "option_keys", "option_table", "__version__",
+    "PullResult", "ReadMode", "ReadTimeout", "Reduction", "Role", "RosterEntry", "SelectionContext",
+    "SelectionKind", "Shortfall", "StepEvent", "TimerSummary", "Transport", "TriggerContext",
+    "VerificationError", "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys",
+    "option_table", "__version__",
 ]
 
 __version__: str = _build_info.VERSION

@@ -6,20 +6,29 @@
     ├── InvalidArgument (also ValueError)   wrong sizes, shapes, dtypes, names, ranks, options
     ├── LayoutMismatch                      layouts differ between ranks or from a donor
     ├── DonorError          .rank           a donor cannot serve a pull
-    │   └── TimeoutError    .rank           an RMA read missed its deadline
+    │   └── ReadTimeout     .rank           an RMA read missed its deadline (also the
+    │                                       builtin TimeoutError)
     ├── VerificationError                   a window failed its self-check at creation
     ├── MpiError            .code .call     an MPI call returned an error code
     ├── CheckpointError                     a checkpoint cannot be written or loaded
     └── CallbackError       .hook           a Python callable given to an agent raised
                                             (the original exception is its __cause__)
+
+``TimeoutError`` (``paramwin.TimeoutError``, ``paramwin.errors.TimeoutError``) is a deprecated
+alias of ``ReadTimeout``: the old name shadowed the builtin in ``from paramwin import *``.
+Using it warns (DeprecationWarning); ``except TimeoutError`` with the builtin catches a
+``ReadTimeout`` too.
 """
+
+import builtins
+import warnings
 
 __all__ = [
     "Error",
     "InvalidArgument",
     "LayoutMismatch",
     "DonorError",
-    "TimeoutError",
+    "ReadTimeout",
     "VerificationError",
     "MpiError",
     "CheckpointError",
@@ -49,8 +58,12 @@ class DonorError(Error):
         self.rank = rank
 
 
-class TimeoutError(DonorError):  # noqa: A001 - mirrors paramwin::TimeoutError
-    """An RMA read did not complete within its deadline; the output is unchanged."""
+class ReadTimeout(DonorError, builtins.TimeoutError):
+    """An RMA read did not complete within its deadline; the output is unchanged (C++:
+    paramwin::TimeoutError). Also a builtin ``TimeoutError``, as the standard library's
+    timeouts are (``socket.timeout``, ``asyncio.TimeoutError``): ``except TimeoutError``
+    catches it. It derives from DonorError first, so its message and ``rank`` are
+    DonorError's (``errno`` and ``strerror`` stay None)."""
 
 
 class VerificationError(Error):
@@ -80,3 +93,12 @@ class CallbackError(Error):
     def __init__(self, message: str, hook: str = ""):
         super().__init__(message)
         self.hook = hook
+
+
+def __getattr__(name: str) -> type:
+    """The deprecated alias ``TimeoutError`` (ReadTimeout), with a DeprecationWarning."""
+    if name == "TimeoutError":
+        warnings.warn("paramwin.TimeoutError is deprecated: use paramwin.ReadTimeout (also a "
+                      "builtin TimeoutError)", DeprecationWarning, stacklevel=2)
+        return ReadTimeout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,13 +1,12 @@
 // mpi4py communicators through mpi4py's C API (mpi4py/mpi4py.h, imported in module.cpp), and
-// the library's agreement over one (src/mpi/agree.hpp) for the Python package's collective
-// choices.
+// the library's agreement over one (paramwin/agreement.hpp) for the Python package's
+// collective choices.
 #include <mpi4py/mpi4py.h>
 
 #include <string>
 
-// The library's "do all ranks agree?" (internal; the LibTorch adapter uses it the same way).
-#include "../../src/mpi/agree.hpp"
 #include "bindings.hpp"
+#include "paramwin/agreement.hpp"
 
 namespace paramwin::python {
 
@@ -54,10 +53,7 @@ void bind_comm(py::module_& m) {
       [](const py::object& comm, const std::string& local_error) {
         const MPI_Comm c = comm_from(comm);
         const py::gil_scoped_release release;
-        const int failing = detail::first_failing_rank(c, local_error.empty());
-        if (failing < 0) return std::string();
-        std::string text = detail::failure_text(c, failing, local_error);
-        return local_error.empty() ? text : local_error;
+        return agreed_error(c, local_error);
       },
       py::arg("comm"), py::arg("local_error"),
       "Collective over comm (None: COMM_WORLD): '' when local_error is '' on every rank; "

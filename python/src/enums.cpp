@@ -1,23 +1,14 @@
 // The names of the library's enumerations (enum_names.hpp), for the Python enums of
-// paramwin/enums.py: one table per enumeration, its canonical names in declaration order, and
-// the library's parser of each (canonical names and aliases, its InvalidArgument otherwise).
+// paramwin/enums.py: one table per enumeration of enum_list.hpp, its canonical names in
+// declaration order, and the library's parser of each (canonical names and aliases, its
+// InvalidArgument otherwise).
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "bindings.hpp"
-#include "paramwin/agent_kinds.hpp"
-#include "paramwin/dtype.hpp"
-#include "paramwin/enum_names.hpp"
+#include "enum_list.hpp"
 #include "paramwin/error.hpp"
-#include "paramwin/event.hpp"
-#include "paramwin/explore.hpp"
-#include "paramwin/groups.hpp"
-#include "paramwin/hyper.hpp"
-#include "paramwin/pull.hpp"
-#include "paramwin/roster.hpp"
-#include "paramwin/torch/device_windows.hpp"  // no LibTorch: the names only
-#include "paramwin/window_options.hpp"
 
 namespace paramwin::python {
 namespace {
@@ -47,34 +38,11 @@ Entry entry(const char* name) {
 }
 
 const std::vector<Entry>& entries() {
-  static const std::vector<Entry> all = {
-      entry<MetricDirection>("MetricDirection"),
-      entry<DeathReason>("DeathReason"),
-      entry<SelectionKind>("SelectionKind"),
-      entry<MixingKind>("MixingKind"),
-      entry<FitnessWeighting>("FitnessWeighting"),
-      entry<Shortfall>("Shortfall"),
-      entry<PausedDeaths>("PausedDeaths"),
-      entry<DType>("DType"),
-      entry<Phase>("Phase"),
-      entry<HyperInherit>("HyperInherit"),
-      entry<HyperScale>("HyperScale"),
-      entry<HyperDistribution>("HyperDistribution"),
-      entry<Role>("Role"),
-      entry<HyperType>("HyperType"),
-      entry<ReadMode>("ReadMode"),
-      entry<Landing>("Landing"),
-      entry<Reduction>("Reduction"),
-      entry<NonFinitePolicy>("NonFinitePolicy"),
-      entry<AgentState>("AgentState"),
-      entry<Transport>("Transport"),
-      entry<WireFormat>("WireFormat"),
-      entry<Exposure>("Exposure"),
-      entry<LayoutCheck>("LayoutCheck"),
-      entry<ExploreKind>("ExploreKind"),
-      entry<Memory>("Memory"),
-      entry<torch::DeviceWindows>("DeviceWindows"),
-  };
+  static const std::vector<Entry> all = [] {
+    std::vector<Entry> out;
+    for_each_enum([&out]<NamedEnum E>(const char* name) { out.push_back(entry<E>(name)); });
+    return out;
+  }();
   return all;
 }
 

@@ -1,5 +1,6 @@
 // C++ exceptions of paramwin/error.hpp raised as the Python classes of paramwin/errors.py,
-// with the same messages (and DonorError::rank, MpiError::code/call as attributes).
+// with the same messages (and DonorError::rank, MpiError::code/call as attributes);
+// paramwin::TimeoutError is raised as paramwin.ReadTimeout.
 #include "paramwin/checkpoint.hpp"
 #include "paramwin/error.hpp"
 
@@ -33,7 +34,7 @@ void bind_errors(py::module_& /*m*/) {
   c.invalid_argument = py::object(errors.attr("InvalidArgument")).release();
   c.layout_mismatch = py::object(errors.attr("LayoutMismatch")).release();
   c.donor = py::object(errors.attr("DonorError")).release();
-  c.timeout = py::object(errors.attr("TimeoutError")).release();
+  c.timeout = py::object(errors.attr("ReadTimeout")).release();
   c.verification = py::object(errors.attr("VerificationError")).release();
   c.mpi = py::object(errors.attr("MpiError")).release();
   c.checkpoint = py::object(errors.attr("CheckpointError")).release();

@@ -11,8 +11,12 @@
 
 namespace paramwin::python {
 
-// Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
-void bind_records(py::module_& m) {
+namespace {
+
+// One pybind11 registration per record, a statement per bound name, read as a table.
+
+// What a publish and a pull return.
+void bind_pull_records(py::module_& m) {
   py::class_<PublishResult>(m, "PublishResult", "What a publish did.")
       .def_readonly("published", &PublishResult::published)
       .def_readonly("version", &PublishResult::version)
@@ -55,7 +59,10 @@ void bind_records(py::module_& m) {
                ", bytes=" + std::to_string(r.bytes) + ", seconds=" + std::to_string(r.seconds) +
                ")";
       });
+}
 
+// What roster reads return.
+void bind_roster_records(py::module_& m) {
   py::class_<AgentStatus>(m, "AgentStatus", "The fields an agent sets about itself.")
       .def_readonly("iteration", &AgentStatus::iteration)
       .def_readonly("age", &AgentStatus::age)
@@ -86,7 +93,10 @@ void bind_records(py::module_& m) {
                std::string(state_name(e.status.state)) +
                "', metric=" + std::to_string(e.status.metric) + ")";
       });
+}
 
+// What a step returns: its phases, its donors, the event (and its event-log line).
+void bind_step_records(py::module_& m) {
   py::class_<PhaseSeconds>(m, "PhaseSeconds", "Seconds spent in each phase of one step.")
       .def_readonly("decide", &PhaseSeconds::decide)
       .def_readonly("pull", &PhaseSeconds::pull)
@@ -146,7 +156,10 @@ void bind_records(py::module_& m) {
           "to_json", [](const StepEvent& e) { return to_json(e); },
           "One JSON object, as the event log writes.")
       .def("__repr__", [](const StepEvent& e) { return "StepEvent(" + to_json(e) + ")"; });
+}
 
+// What a checkpoint load restored, and the counters and timers over an agent's steps.
+void bind_stats_records(py::module_& m) {
   py::class_<CheckpointLoad>(m, "CheckpointLoad", "What a checkpoint load restored on this rank.")
       .def_readonly("path", &CheckpointLoad::path)
       .def_readonly("agents", &CheckpointLoad::agents)
@@ -197,6 +210,15 @@ void bind_records(py::module_& m) {
           },
           py::arg("phase"))
       .def_property_readonly("rebirth_timer", &AgentStats::rebirth_timer);
+}
+
+}  // namespace
+
+void bind_records(py::module_& m) {
+  bind_pull_records(m);
+  bind_roster_records(m);
+  bind_step_records(m);
+  bind_stats_records(m);
 }
 
 }  // namespace paramwin::python

@@ -1,10 +1,10 @@
 // StepEvent as JSON, AgentStats counters and timers, and the JSON-lines EventLog.
 #include <bit>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 
@@ -26,135 +26,220 @@ double PhaseSeconds::operator[](Phase phase) const noexcept {
 
 namespace {
 
-void put_number(std::string& out, double v) {
-  if (!std::isfinite(v)) {
-    out += "null";  // JSON has no NaN or infinity
-    return;
-  }
-  char buf[32];
-  const auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
-  out.append(buf, ec == std::errc() ? ptr : buf);
+// Insertion-ordered: the fields appear in the order the schema below names them.
+using Json = nlohmann::ordered_json;
+
+// --- the schema: every field of an event line, named once --------------------------------
+// visit_donor and visit_event call v(key, member) for each field, in the line's order, and
+// v.optional(key, member, present) for a field written only when `present` (on writing;
+// on reading a field is optional when absent). The Writer turns a const event into JSON,
+// the Reader fills an event from JSON: the same list serves both directions.
+
+template <class Donor, class V>
+void visit_donor(Donor& d, V& v) {
+  v("rank", d.rank);
+  v("version", d.version);
+  v("metric", d.metric);
+  v("weight", d.weight);
+  v("bytes", d.bytes);
+  v("transport", d.transport);
+  v("skipped", d.skipped);
+  v("staleness_s", d.staleness_seconds);
 }
 
+template <class Event, class V>
+void visit_event(Event& e, V& v) {
+  v("rank", e.rank);
+  v("iteration", e.iteration);
+  v("step", e.step);
+  v("metric", e.metric);
+  v("died", e.died);
+  v("deferred", e.deferred);
+  v("paused", e.paused);
+  v("reason", e.reason);
+  v("age", e.age);
+  v("max_age", e.max_age);
+  v("next_max_age", e.next_max_age);
+  v("generation", e.generation);
+  v("mixing", e.mixing);
+  v("donors", e.donors);
+  v("bytes", e.bytes);
+  v("published", e.published);
+  v("publish_skipped", e.publish_skipped);
+  v("publish_attempts", e.publish_attempts);
+  v("version", e.version);
+  v("seconds", e.seconds);
+  v("hyper", e.hyper);
+  v.optional("hyper_before", e.hyper_before, e.died);
+  v.optional("note", e.note, !e.note.empty());
+}
+
+// --- writing --------------------------------------------------------------------------------
+
+Json encode(bool b) { return b; }
+Json encode(const std::string& s) { return s; }
+Json encode(double x) {
+  return std::isfinite(x) ? Json(x) : Json(nullptr);  // JSON has no NaN or infinity
+}
 template <class Int>
-void put_int(std::string& out, Int v) {
-  out += std::to_string(v);
+requires std::is_integral_v<Int> Json encode(Int i) { return i; }
+template <NamedEnum E>
+Json encode(E value) {
+  return std::string(enum_name(value));
 }
-
-void put_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
+Json encode(const PhaseSeconds& s) {
+  Json out = Json::object();
+  for (std::size_t p = 0; p < kPhaseCount; ++p) {
+    const auto phase = static_cast<Phase>(p);
+    out[std::string(phase_name(phase))] = encode(s[phase]);
   }
-  out += '"';
+  return out;
 }
-
-void key(std::string& out, std::string_view k) {
-  if (out.back() != '{') out += ',';
-  put_string(out, k);
-  out += ':';
-}
-
-// One call per field (named per type: a bool overload would also take string literals).
-template <class Int>
-void int_field(std::string& out, std::string_view k, Int v) {
-  key(out, k);
-  put_int(out, v);
-}
-void number_field(std::string& out, std::string_view k, double v) {
-  key(out, k);
-  put_number(out, v);
-}
-void bool_field(std::string& out, std::string_view k, bool v) {
-  key(out, k);
-  out += v ? "true" : "false";
-}
-void string_field(std::string& out, std::string_view k, std::string_view v) {
-  key(out, k);
-  put_string(out, v);
-}
-
 // {"name": value, ...}: int64 as integers, float64 as numbers (non-finite: null).
-void hyper_field(std::string& out, std::string_view k, const Hyperparameters& h) {
-  key(out, k);
-  out += '{';
+Json encode(const Hyperparameters& h) {
+  Json out = Json::object();
   for (std::size_t i = 0; i < h.size(); ++i) {
     const HyperSpec& spec = h.spec(i);
-    if (spec.type == HyperType::int64) {
-      int_field(out, spec.name, std::bit_cast<std::int64_t>(h.words()[i]));
+    out[spec.name] = spec.type == HyperType::int64
+                         ? encode(std::bit_cast<std::int64_t>(h.words()[i]))
+                         : encode(h.as_double(i));
+  }
+  return out;
+}
+Json encode(const std::vector<DonorRecord>& donors);
+
+struct Writer {
+  Json& out;
+  template <class T>
+  void operator()(const char* key, const T& member) {
+    out[key] = encode(member);
+  }
+  template <class T>
+  void optional(const char* key, const T& member, bool present) {
+    if (present) (*this)(key, member);
+  }
+};
+
+Json encode(const std::vector<DonorRecord>& donors) {
+  Json out = Json::array();
+  for (const DonorRecord& d : donors) {
+    Json one = Json::object();
+    Writer w{one};
+    visit_donor(d, w);
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+// --- reading --------------------------------------------------------------------------------
+
+[[noreturn]] void malformed(std::string_view key, std::string_view what) {
+  throw InvalidArgument("paramwin: event field \"" + std::string(key) + "\" is not " +
+                        std::string(what));
+}
+
+void decode(const Json& j, std::string_view key, bool& b) {
+  if (!j.is_boolean()) malformed(key, "a boolean");
+  b = j.get<bool>();
+}
+void decode(const Json& j, std::string_view key, std::string& s) {
+  if (!j.is_string()) malformed(key, "a string");
+  s = j.get<std::string>();
+}
+void decode(const Json& j, std::string_view key, double& x) {
+  if (j.is_null()) {
+    x = std::numeric_limits<double>::quiet_NaN();  // written for NaN and infinities
+  } else if (j.is_number()) {
+    x = j.get<double>();
+  } else {
+    malformed(key, "a number or null");
+  }
+}
+template <class Int>
+requires std::is_integral_v<Int>
+void decode(const Json& j, std::string_view key, Int& i) {
+  if (!j.is_number_integer()) malformed(key, "an integer");
+  i = j.get<Int>();
+}
+template <NamedEnum E>
+void decode(const Json& j, std::string_view key, E& value) {
+  if (!j.is_string()) malformed(key, "a name");
+  value = parse_enum<E>(j.get<std::string>());
+}
+void decode(const Json& j, std::string_view key, PhaseSeconds& s) {
+  if (!j.is_object()) malformed(key, "an object");
+  double* const fields[] = {&s.decide, &s.pull, &s.mix, &s.publish, &s.assemble};
+  for (std::size_t p = 0; p < kPhaseCount; ++p) {
+    const std::string name(phase_name(static_cast<Phase>(p)));
+    if (j.contains(name)) decode(j.at(name), name, *fields[p]);
+  }
+}
+// The names as the line orders them; integers as int64, other numbers (and null) float64.
+void decode(const Json& j, std::string_view key, Hyperparameters& h) {
+  if (!j.is_object()) malformed(key, "an object");
+  auto specs = std::make_shared<std::vector<HyperSpec>>();
+  for (const auto& [name, value] : j.items()) {
+    specs->push_back({name, value.is_number_integer() ? HyperType::int64 : HyperType::float64});
+  }
+  Hyperparameters out(std::move(specs));
+  for (const auto& [name, value] : j.items()) {
+    if (value.is_number_integer()) {
+      out.set_int(name, value.get<std::int64_t>());
     } else {
-      number_field(out, spec.name, h.as_double(i));
+      double x = 0.0;
+      decode(value, name, x);
+      out.set(name, x);
     }
   }
-  out += '}';
+  h = std::move(out);
+}
+void decode(const Json& j, std::string_view key, std::vector<DonorRecord>& donors);
+
+struct Reader {
+  const Json& in;
+  template <class T>
+  void operator()(const char* key, T& member) {
+    const auto it = in.find(key);
+    if (it == in.end()) malformed(key, "present");
+    decode(*it, key, member);
+  }
+  template <class T>
+  void optional(const char* key, T& member, bool /*present: the line says*/) {
+    if (in.contains(key)) (*this)(key, member);
+  }
+};
+
+void decode(const Json& j, std::string_view key, std::vector<DonorRecord>& donors) {
+  if (!j.is_array()) malformed(key, "an array");
+  donors.clear();
+  for (const Json& one : j) {
+    if (!one.is_object()) malformed(key, "an array of objects");
+    Reader r{one};
+    visit_donor(donors.emplace_back(), r);
+  }
 }
 
 }  // namespace
 
 std::string to_json(const StepEvent& e) {
-  std::string out = "{";
-  int_field(out, "rank", e.rank);
-  int_field(out, "iteration", e.iteration);
-  int_field(out, "step", e.step);
-  number_field(out, "metric", e.metric);
-  bool_field(out, "died", e.died);
-  bool_field(out, "deferred", e.deferred);
-  bool_field(out, "paused", e.paused);
-  string_field(out, "reason", reason_name(e.reason));
-  int_field(out, "age", e.age);
-  int_field(out, "max_age", e.max_age);
-  int_field(out, "next_max_age", e.next_max_age);
-  int_field(out, "generation", e.generation);
-  string_field(out, "mixing", mixing_name(e.mixing));
-  key(out, "donors");
-  out += '[';
-  for (std::size_t i = 0; i < e.donors.size(); ++i) {
-    const DonorRecord& d = e.donors[i];
-    out += i == 0 ? "{" : ",{";
-    int_field(out, "rank", d.rank);
-    int_field(out, "version", d.version);
-    number_field(out, "metric", d.metric);
-    number_field(out, "weight", d.weight);
-    int_field(out, "bytes", d.bytes);
-    string_field(out, "transport", transport_name(d.transport));
-    bool_field(out, "skipped", d.skipped);
-    number_field(out, "staleness_s", d.staleness_seconds);
-    out += '}';
+  Json out = Json::object();
+  Writer w{out};
+  visit_event(e, w);
+  // Invalid UTF-8 in a note or a name is replaced (U+FFFD) rather than thrown.
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+StepEvent step_event_from_json(std::string_view line) {
+  const Json in = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (!in.is_object()) {
+    throw InvalidArgument("paramwin: not an event line (a JSON object): '" + std::string(line) +
+                          "'");
   }
-  out += ']';
-  int_field(out, "bytes", e.bytes);
-  bool_field(out, "published", e.published);
-  bool_field(out, "publish_skipped", e.publish_skipped);
-  int_field(out, "publish_attempts", e.publish_attempts);
-  int_field(out, "version", e.version);
-  key(out, "seconds");
-  out += '{';
-  for (std::size_t p = 0; p < kPhaseCount; ++p) {
-    const auto phase = static_cast<Phase>(p);
-    number_field(out, phase_name(phase), e.seconds[phase]);
-  }
-  out += '}';
-  hyper_field(out, "hyper", e.hyper);
-  if (e.died) hyper_field(out, "hyper_before", e.hyper_before);
-  if (!e.note.empty()) {
-    string_field(out, "note", e.note);
-  }
-  out += '}';
-  return out;
+  StepEvent e;
+  Reader r{in};
+  visit_event(e, r);
+  if (!in.contains("hyper_before")) e.hyper_before = e.hyper;  // written only for deaths
+  return e;
 }
 
 std::array<std::uint64_t, AgentStats::kCounterCount> AgentStats::counters() const noexcept {

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "detail/mpi_check.hpp"
+#include "paramwin/agreement.hpp"
 
 namespace paramwin::detail {
 
@@ -36,3 +37,14 @@ bool same_on_all_ranks(MPI_Comm comm, std::uint64_t value) {
 }
 
 }  // namespace paramwin::detail
+
+namespace paramwin {
+
+std::string agreed_error(MPI_Comm comm, const std::string& local_error) {
+  const int failing = detail::first_failing_rank(comm, local_error.empty());
+  if (failing < 0) return {};
+  std::string text = detail::failure_text(comm, failing, local_error);
+  return local_error.empty() ? text : local_error;
+}
+
+}  // namespace paramwin

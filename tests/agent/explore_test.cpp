@@ -386,4 +386,13 @@ TEST(Explore, JsonCarriesHyperAndHyperBeforeOnDeaths) {
   EXPECT_NE(j.find(R"("hyper_before":{"lr":0.5,"batch":32})"), std::string::npos) << j;
   pw::StepEvent none;
   EXPECT_NE(pw::to_json(none).find(R"("hyper":{})"), std::string::npos);
+  // Read back: the names in order, float64 and int64 as written.
+  const pw::StepEvent back = pw::step_event_from_json(j);
+  ASSERT_EQ(back.hyper.size(), 2U);
+  EXPECT_EQ(back.hyper.spec(0).type, pw::HyperType::float64);
+  EXPECT_EQ(back.hyper.get("lr"), 0.02);
+  EXPECT_EQ(back.hyper.spec(1).type, pw::HyperType::int64);
+  EXPECT_EQ(back.hyper.get_int("batch"), 64);
+  EXPECT_EQ(back.hyper_before.get("lr"), 0.5);
+  EXPECT_EQ(pw::to_json(back), j);
 }

@@ -39,7 +39,7 @@ double rate(double lr) {
   return 0.1 * std::max(0.0, 1.0 - d * d);
 }
 
-// The number after @p key in @p line (a JSON number), NaN when absent.
+// The number after @p key in @p line (a note), NaN when absent.
 double number_after(const std::string& line, const std::string& key, std::size_t from = 0) {
   const std::size_t at = line.find(key, from);
   if (at == std::string::npos) return NAN;
@@ -128,12 +128,18 @@ Totals run_end_to_end(bool synchronous, const std::array<double, 4>& initial_lr,
   int gp_lines = 0;
   while (std::getline(in, line)) {
     ++lines;
-    EXPECT_NE(line.find("\"note\":\"pb2: "), std::string::npos) << line;
-    if (line.find("GP-UCB") != std::string::npos) ++gp_lines;
-    const std::size_t hyper = line.find("\"hyper\":{");
-    EXPECT_NE(hyper, std::string::npos) << line;
-    if (hyper == std::string::npos) continue;
-    const double lr = number_after(line, "\"lr\":", hyper);
+    pw::StepEvent logged;
+    try {
+      logged = pw::step_event_from_json(line);
+    } catch (const pw::InvalidArgument& err) {
+      ADD_FAILURE() << err.what() << " in " << line;
+      continue;
+    }
+    EXPECT_EQ(logged.note.rfind("pb2: ", 0), 0U) << line;
+    if (logged.note.find("GP-UCB") != std::string::npos) ++gp_lines;
+    EXPECT_TRUE(logged.hyper.find("lr").has_value()) << line;
+    if (!logged.hyper.find("lr")) continue;
+    const double lr = logged.hyper.get("lr");
     EXPECT_GE(lr, kLrLo) << line;
     EXPECT_LE(lr, kLrHi) << line;
   }

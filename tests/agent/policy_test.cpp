@@ -678,15 +678,54 @@ TEST(EventJson, HasEveryFieldAndIsValidJsonText) {
         "\"reason\":\"age\"", "\"age\":57", "\"max_age\":57", "\"next_max_age\":102",
         "\"generation\":1", "\"mixing\":\"mean\"",
         "\"donors\":[{\"rank\":0,\"version\":41,\"metric\":0.125,\"weight\":0.5,\"bytes\":4096,"
-        "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0},{\"rank\":2,\"version\":40,"
+        "\"transport\":\"shm\",\"skipped\":false,\"staleness_s\":0.0},{\"rank\":2,\"version\":40,"
         "\"metric\":null",
         "\"bytes\":8192", "\"paused\":false", "\"published\":true", "\"publish_skipped\":false",
         "\"version\":59",
         "\"seconds\":{\"decide\":1e-06,\"pull\":2e-05,\"mix\":3e-06,\"publish\":4e-06,\"assemble\":"
-        "0}",
+        "0.0}",
         "\"note\":\"a \\\"quoted\\\"\\nnote\""}) {
     EXPECT_NE(j.find(part), std::string::npos) << part << "\nin " << j;
   }
+}
+
+// Floats keep a fraction ("0.0") and integers none, so a line read back has the same kinds.
+TEST(EventJson, ReadsBackWhatItWrites) {
+  pw::StepEvent e = death_event();
+  e.donors[1].transport = pw::Transport::rma;
+  e.donors[1].skipped = true;
+  e.donors[1].staleness_seconds = 3.0;
+  e.mixing = pw::MixingKind::weighted;
+  e.paused = true;
+  e.publish_attempts = 2;
+  e.seconds.assemble = 0.5;
+  const std::string j = pw::to_json(e);
+  const pw::StepEvent back = pw::step_event_from_json(j);
+  EXPECT_EQ(pw::to_json(back), j);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.step, 58);
+  EXPECT_EQ(back.reason, pw::DeathReason::age);
+  EXPECT_EQ(back.mixing, pw::MixingKind::weighted);
+  ASSERT_EQ(back.donors.size(), 2U);
+  EXPECT_EQ(back.donors[0].version, 41U);
+  EXPECT_EQ(back.donors[1].transport, pw::Transport::rma);
+  EXPECT_TRUE(back.donors[1].skipped);
+  EXPECT_TRUE(std::isnan(back.donors[1].metric));  // written as null
+  EXPECT_EQ(back.donors[1].staleness_seconds, 3.0);
+  EXPECT_EQ(back.seconds.pull, 2e-5);
+  EXPECT_EQ(back.seconds.assemble, 0.5);
+  EXPECT_EQ(back.publish_attempts, 2U);
+  EXPECT_EQ(back.note, e.note);
+  EXPECT_TRUE(back.hyper.empty());
+  // A line without the optional fields: no note, hyper_before equal to hyper.
+  const pw::StepEvent quiet;
+  EXPECT_EQ(pw::to_json(pw::step_event_from_json(pw::to_json(quiet))), pw::to_json(quiet));
+  for (const char* bad : {"", "[1]", "{\"rank\":1}", "{\"rank\":", "not json"}) {
+    EXPECT_THROW((void)pw::step_event_from_json(bad), pw::InvalidArgument) << bad;
+  }
+  std::string wrong_kind = j;
+  wrong_kind.replace(wrong_kind.find("\"step\":58"), 9, "\"step\":\"58\"");
+  EXPECT_THROW((void)pw::step_event_from_json(wrong_kind), pw::InvalidArgument);
 }
 
 TEST(EventLog, WritesOneLinePerDeathAndDeferralsOnlyWhenAsked) {

@@ -1,4 +1,5 @@
-// The MPI handle owners (src/mpi/handles.hpp) and the agreement helpers (src/mpi/agree.hpp):
+// The MPI handle owners (src/mpi/handles.hpp) and the agreement helpers (src/mpi/agree.hpp,
+// and the public paramwin::agreed_error of paramwin/agreement.hpp):
 // move-construct, move-assign over a live owner (the old handle is freed: an attribute
 // delete callback counts the frees), self-move, errors on an owned handle become MpiError,
 // and agreement on a local failure.
@@ -16,6 +17,7 @@
 #include "mpi/agree.hpp"
 #include "mpi/handles.hpp"
 #include "mpi_test_util.hpp"
+#include "paramwin/agreement.hpp"
 #include "paramwin/error.hpp"
 
 namespace pd = paramwin::detail;
@@ -265,6 +267,21 @@ TEST(Agree, RethrowKeepsTheFailingRanksType) {
     EXPECT_NE(std::string(e.what()).find("rank 0 failed: paramwin: mine"), std::string::npos);
   }
   EXPECT_NO_THROW(pd::agree_or_rethrow<paramwin::Error>(MPI_COMM_WORLD, nullptr));
+}
+
+// The public form (paramwin/agreement.hpp, what the Python package's agree() calls): the
+// messages agree_or_throw would throw, returned.
+TEST(Agree, AgreedErrorReturnsTheMessages) {
+  EXPECT_EQ(paramwin::agreed_error(MPI_COMM_WORLD, ""), "");
+  const int failing = world_size() - 1;
+  const std::string mine = world_rank() == failing ? "paramwin: bad on the last rank" : "";
+  const std::string got = paramwin::agreed_error(MPI_COMM_WORLD, mine);
+  if (world_rank() == failing) {
+    EXPECT_EQ(got, mine);
+  } else {
+    EXPECT_EQ(got, "paramwin: rank " + std::to_string(failing) +
+                       " failed: paramwin: bad on the last rank");
+  }
 }
 
 TEST(Agree, SameOnAllRanks) {

@@ -151,7 +151,17 @@ def test_bad_comm():
 
 def test_exception_hierarchy():
     assert issubclass(paramwin.InvalidArgument, ValueError)
-    assert issubclass(paramwin.TimeoutError, paramwin.DonorError)
+    assert issubclass(paramwin.ReadTimeout, paramwin.DonorError)
+    assert issubclass(paramwin.ReadTimeout, TimeoutError)  # the builtin: except TimeoutError
+    e = paramwin.ReadTimeout("paramwin: rank 1 late", 1)
+    assert str(e) == "paramwin: rank 1 late" and e.rank == 1 and e.errno is None
+    assert "TimeoutError" not in paramwin.__all__  # no longer shadows the builtin
+    with pytest.warns(DeprecationWarning, match="ReadTimeout"):
+        assert paramwin.TimeoutError is paramwin.ReadTimeout
+    with pytest.warns(DeprecationWarning, match="ReadTimeout"):
+        assert paramwin.errors.TimeoutError is paramwin.ReadTimeout
+    with pytest.raises(AttributeError):
+        paramwin.NoSuchName  # noqa: B018
     for cls in (paramwin.InvalidArgument, paramwin.LayoutMismatch, paramwin.DonorError,
                 paramwin.VerificationError, paramwin.MpiError):
         assert issubclass(cls, paramwin.Error) and issubclass(cls, RuntimeError)

@@ -1,6 +1,7 @@
 """Type hints and docstrings: the stubs of the extension (paramwin/_core.pyi, shipped with
-py.typed) declare every name the extension defines, and every public name of the package has
-a docstring."""
+py.typed) declare every name the extension defines, the generated stubs of the enums
+(paramwin/enums.pyi) every member of the name tables, and every public name of the package
+has a docstring."""
 
 import ast
 import inspect
@@ -20,6 +21,7 @@ def stub_tree():
 def test_py_typed_and_the_stub_ship_with_the_package():
     assert os.path.isfile(os.path.join(PKG, "py.typed"))
     assert os.path.isfile(os.path.join(PKG, "_core.pyi"))
+    assert os.path.isfile(os.path.join(PKG, "enums.pyi"))
 
 
 def test_the_stub_declares_every_name_of_the_extension():
@@ -57,6 +59,26 @@ def test_the_stub_declares_every_name_of_the_extension():
             defined = {n for n in vars(obj) if not n.startswith("_")}
             missing = defined - stub_members(name)
             assert not missing, f"add to _core.pyi's {name}: {sorted(missing)}"
+
+
+def test_the_enum_stubs_are_the_name_tables():
+    # paramwin/enums.pyi is written at build time from the C++ name tables
+    # (python/src/enum_stubs.cpp): type checkers see every member the runtime enums have.
+    with open(os.path.join(PKG, "enums.pyi")) as f:
+        tree = ast.parse(f.read())
+    stubbed = {}
+    exported = None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            stubbed[node.name] = [t.id for b in node.body if isinstance(b, ast.Assign)
+                                  for t in b.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["__all__"]:
+            exported = ast.literal_eval(node.value)
+    assert stubbed == _core.enum_tables()
+    assert list(stubbed) == list(_core.enum_tables())
+    assert exported == paramwin.enums.__all__
+    for name, members in stubbed.items():
+        assert [m.name for m in getattr(paramwin.enums, name)] == members, name
 
 
 def test_every_public_name_has_a_docstring():
