@@ -42,7 +42,8 @@ std::string live_window_conflict(const LiveWindow& candidate) {
   Registry& r = registry();
   const std::scoped_lock lock(r.mutex);
   for (const LiveWindow& live : r.windows) {
-    if (live.owner == candidate.owner || live.layout_check != candidate.layout_check) {
+    if (live.owner == candidate.owner || live.layout_check != candidate.layout_check ||
+        live.memory != candidate.memory || live.verify != candidate.verify) {
       continue;
     }
     const bool strict = candidate.layout_check == LayoutCheck::strict;

@@ -27,6 +27,8 @@ struct LiveWindow {
   const void* owner = nullptr;
   MPI_Comm comm = MPI_COMM_NULL;
   LayoutCheck layout_check = LayoutCheck::strict;
+  Memory memory = Memory::host;   ///< (other memory: a crosswise pair throws at creation)
+  bool verify = true;             ///< (other verify: a crosswise pair throws at creation)
   std::uint64_t fingerprint = 0;  ///< layout and wire format (SlotLayout::fingerprint)
   std::string site;               ///< "file:line:column" of its creation, for the message
 };
@@ -34,7 +36,8 @@ struct LiveWindow {
 /// The refusal for a new unnamed window @p candidate (its owner may be null: it is not
 /// listed yet), or "" when it may be created: "" for a communicator of one process (no other
 /// rank to pair with), else a message naming the first listed window with the same layout
-/// check, over the same processes (MPI_Comm_compare: congruent or similar, whatever the
+/// check, memory and verify (windows that differ in these cannot pair without an error at
+/// creation), over the same processes (MPI_Comm_compare: congruent or similar, whatever the
 /// handle), and, under LayoutCheck::strict, the same fingerprint (under per_donor layouts may
 /// differ across ranks, so any two such windows could pair crosswise unseen). Local: the
 /// caller agrees on the outcome with the other ranks before it allocates anything.

@@ -332,7 +332,13 @@ void WindowImpl::progress() {
 // --- destruction ------------------------------------------------------------------------
 
 LiveWindow WindowImpl::live_entry(std::uint64_t fingerprint) const {
-  return LiveWindow{this, comm_.get(), options_.layout_check, fingerprint, site_};
+  return LiveWindow{this,
+                    comm_.get(),
+                    options_.layout_check,
+                    options_.memory,
+                    options_.verify,
+                    fingerprint,
+                    site_};
 }
 
 MpiStatus WindowImpl::free_mpi() noexcept {
