@@ -155,9 +155,10 @@ TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
   for (const bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
     pw::test::check_step_saves(fresh_dir(async ? "every_async" : "every"), async, rank,
-                               [](const pw::AgentOptions& o) {
+                               // Named: the saver and the resumer are alive at once.
+                               [made = 0](const pw::AgentOptions& o) mutable {
                                  return pw::Agent<>(MPI_COMM_WORLD, pw::test::formula_layout(12, 3),
-                                                    o);
+                                                    o, {.name = "agent " + std::to_string(made++)});
                                });
   }
   EXPECT_EQ(pw::checkpoint_path("x-{step}.h5", 42), "x-000000000042.h5");

@@ -159,8 +159,11 @@ TEST(GroupCheckpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) 
       SCOPED_TRACE("ranks per agent " + std::to_string(g) + (async ? ", async" : ""));
       const std::string dir = fresh_dir("every_g" + std::to_string(g) + (async ? "_async" : ""));
       pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = g});
+      // Named: the saver and the resumer are alive at once.
+      int made = 0;
       pw::test::check_step_saves(dir, async, groups.agent(), [&](const pw::AgentOptions& o) {
-        return pw::GroupAgent(groups, pw::test::formula_layout(12, 3), o);
+        return pw::GroupAgent(groups, pw::test::formula_layout(12, 3), o,
+                              {.name = "agent " + std::to_string(made++)});
       });
     }
   }
