@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
     sync_o.selection.shortfall = pw::Shortfall::clamp;
     pw::AgentOptions async_o = sync_o;
     async_o.checkpoint.async = true;
-    pw::Agent<> sync_agent(MPI_COMM_WORLD, layout, sync_o);
-    pw::Agent<> async_agent(MPI_COMM_WORLD, layout, async_o);
+    // Named: two unnamed windows of one layout may not be alive at once over the same ranks.
+    pw::Agent<> sync_agent(MPI_COMM_WORLD, layout, sync_o, {.name = "sync"});
+    pw::Agent<> async_agent(MPI_COMM_WORLD, layout, async_o, {.name = "async"});
     const std::string own = a.dir + "/posix-rank" + std::to_string(rank) + ".bin";
     const std::string shared = a.dir + "/posix-shared.bin";
     const std::string h5_sync = a.dir + "/sync.h5";

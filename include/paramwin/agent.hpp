@@ -45,9 +45,10 @@ class Agent final : public AgentInterface {
   /// Validates @p options (their explore rules against @p layout's hyperparameters too) on
   /// every rank (InvalidArgument on every rank if any rank's are invalid), then creates the
   /// window over @p comm. @p site (leave the default: the caller's line) is the window's
-  /// creation site: an unnamed window's identity (see ParameterWindow's constructor), so
-  /// unnamed agents created at different places on different ranks throw InvalidArgument
-  /// on every rank; name the window (WindowOptions::name) to create them anywhere.
+  /// creation site (see ParameterWindow's constructor), so unnamed agents created at
+  /// different places on different ranks throw InvalidArgument on every rank; name the
+  /// window (WindowOptions::name) to create them anywhere, and when two agents of one layout
+  /// over the same ranks are alive at once (two unnamed ones are refused).
   /// @note Collective over @p comm.
   Agent(MPI_Comm comm, Layout layout, AgentOptions options = {},
         const WindowOptions& window_options = {},

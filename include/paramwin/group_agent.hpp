@@ -50,8 +50,8 @@ class GroupAgent final : public AgentInterface {
   /// are uniform, and creates this rank's shard window over its shard peers. Buffer ranks
   /// and the coordinator must not construct one (InvalidArgument). Exposure::live is not
   /// supported (the window holds a shard, the trainer a full replica). @p site (leave the
-  /// default: the caller's line) is the shard window's creation site: an unnamed window's
-  /// identity (see ParameterWindow's constructor).
+  /// default: the caller's line) is the shard window's creation site (see ParameterWindow's
+  /// constructor).
   /// @note Collective over @p groups.training_comm().
   GroupAgent(const AgentGroups& groups, Layout layout, AgentOptions options = {},
              const WindowOptions& window_options = {},

@@ -46,13 +46,20 @@ class ParameterWindow {
   /// is). Then it verifies that remote reads return the owner's bytes (VerificationError
   /// otherwise).
   ///
-  /// @p site is where the window is created (leave the default: the caller's line). It is
-  /// an unnamed window's identity: unnamed windows created at different places on different
-  /// ranks (e.g. two windows of one layout created in opposite orders) throw InvalidArgument
-  /// on every rank naming both places, instead of pairing crosswise. It does not count for
-  /// a named window (the name is its identity). Error messages and the destructor's
-  /// diagnostic name it. Wrappers that create a window for their caller forward their own
-  /// caller's site (Agent, GroupAgent).
+  /// An unnamed window cannot be created while this process holds a live unnamed window with
+  /// the same layout (and wire format) over the same processes: whatever the call path
+  /// (std::optional::emplace, std::make_unique, a container, Python), two such windows
+  /// created in opposite orders on two ranks would pair crosswise, so the second one throws
+  /// InvalidArgument on every rank before anything is allocated, naming the live one ("name
+  /// your windows (WindowOptions::name)"). Under LayoutCheck::per_donor any two live unnamed
+  /// windows over the same processes are refused. See docs/design.md, "Options and identity".
+  ///
+  /// @p site is where the window is created (leave the default: the caller's line). Error
+  /// messages and the destructor's diagnostic name it, and unnamed windows created at
+  /// different places at the same position on different ranks throw InvalidArgument on every
+  /// rank naming both places; it does not count for a named window. Through a wrapper it is
+  /// the wrapper's line (the standard library's, the bindings'); wrappers of this library
+  /// forward their own caller's site (Agent, GroupAgent).
   /// @note Collective over @p comm.
   ParameterWindow(MPI_Comm comm, Layout layout, const WindowOptions& options = {},
                   const std::source_location& site = std::source_location::current())

@@ -119,10 +119,12 @@ struct WindowOptions {
   /// InvalidArgument on every rank ("windows must be created in the same order on every
   /// rank") when they differ, before any memory is allocated. A named window's identity is
   /// its name alone, so the ranks may create it from different places in the code. An
-  /// unnamed window's identity is the place that created it (the constructor's
-  /// std::source_location: file, line and column), so unnamed windows must be created at the
-  /// same place on every rank (the same program); name windows that the ranks create from
-  /// different places (different branches, MPMD programs).
+  /// unnamed window has no identity but its position: it must be created at the same place
+  /// on every rank (the constructor's std::source_location: file, line and column; the same
+  /// program), and no two unnamed windows with one layout may be alive at once over the same
+  /// processes (the second throws InvalidArgument on every rank: "name your windows"). Name
+  /// windows that the ranks create from different places (different branches, MPMD
+  /// programs) and windows that live at the same time.
   std::string name{};
   /// When an exception unwinds this rank past the window (its destructor runs during stack
   /// unwinding) on a communicator of more than one rank, print the diagnostic the

@@ -32,10 +32,11 @@ class ParameterWindow:
     CUDA device (or in a build without CUDA) its creation raises Error on every rank.
 
     Windows on one communicator pair up by the order of their creation. A named window is
-    told apart by its name; in C++ an unnamed one by the line that created it, but from
-    Python every window is created at the same line of the bindings, so unnamed Python
-    windows are told apart by their order alone: give each window a ``name`` when several
-    share a communicator, or create them in the same order on every rank.
+    told apart by its name; an unnamed one by its order alone (from Python every window is
+    created at the same line of the bindings). So two unnamed windows of one layout over the
+    same processes may not be alive at once: the second raises InvalidArgument on every rank
+    ("name your windows"), as they would pair crosswise if the ranks created them in
+    different orders. Give each window a ``name`` when several share a communicator.
     """
 
     def __init__(self, layout: "_core.Layout", comm: Any = None, *, transport: str = "auto",

@@ -299,7 +299,8 @@ bool WindowImpl::agree_on_creation(const std::string& local_error) {
                           comm_.get()),
             "MPI_Allreduce(window creation)");
   if (out[0] != 0) {
-    // Bad options (check_options) on some rank: its own message there, "rank N failed: ..."
+    // Bad options (check_options) or a live unnamed window this one could pair crosswise
+    // with (live_window_conflict) on some rank: its own message there, "rank N failed: ..."
     // on the others. Nothing else is compared: an out-of-range option explains itself.
     const int failing = size_ - static_cast<int>(out[0]);
     std::string text = failure_text(comm_.get(), failing, local_error);

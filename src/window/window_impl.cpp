@@ -19,6 +19,7 @@
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
+#include "window/live_windows.hpp"
 
 namespace paramwin::detail {
 namespace {
@@ -94,6 +95,9 @@ WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& option
   creation_ = count_creation(comm);
   try {
     create(comm);
+    if (options_.name.empty()) {
+      note_live_window(live_entry(slots_.fingerprint));
+    }
     remember_client(this);
   } catch (...) {
     release();
@@ -147,14 +151,20 @@ void WindowImpl::create(MPI_Comm comm) {
   size_ = comm_.size();
 
   // Everything that decides which collectives follow is agreed on first, in one collective:
-  // a rank with bad options, other options or another window throws with all the others.
-  std::string options_error;
+  // a rank with bad options, other options or another window throws with all the others,
+  // and so does every rank when one of them already holds a live unnamed window that this
+  // unnamed one could pair crosswise with (live_windows.hpp).
+  std::string creation_error;
   try {
     check_options();
+    if (options_.name.empty()) {
+      creation_error =
+          live_window_conflict(live_entry(make_slot_layout(layout_, options_.wire).fingerprint));
+    }
   } catch (const Error& e) {
-    options_error = e.what();
+    creation_error = e.what();
   }
-  const bool any_rma = agree_on_creation(options_error);
+  const bool any_rma = agree_on_creation(creation_error);
   // Every rank's slots live in the same kind of memory: a reader maps or reads its donors'
   // slots as it keeps its own.
   if (!same_on_all_ranks(comm_.get(), static_cast<std::uint64_t>(options_.memory))) {
@@ -321,7 +331,18 @@ void WindowImpl::progress() {
 
 // --- destruction ------------------------------------------------------------------------
 
+LiveWindow WindowImpl::live_entry(std::uint64_t fingerprint) const {
+  return LiveWindow{this,
+                    comm_.get(),
+                    options_.layout_check,
+                    options_.memory,
+                    options_.verify,
+                    fingerprint,
+                    site_};
+}
+
 MpiStatus WindowImpl::free_mpi() noexcept {
+  forget_live_window(this);  // while its communicator is still valid
   stop_progress_thread();
   // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
   graveyard_.reap(true);
@@ -339,6 +360,7 @@ void WindowImpl::release() noexcept {
   if (mpi_finalized()) {
     // MPI is gone. Windows alive at MPI_Finalize were freed by the registry
     // (free_at_finalize); the handles left only forget themselves, without MPI calls.
+    forget_live_window(this);
     stop_progress_thread();
     if (device_) device_->unmap_peers();
     device_.reset();

@@ -30,6 +30,7 @@
 #include "paramwin/options.hpp"
 #include "paramwin/roster.hpp"
 #include "window/binding.hpp"
+#include "window/live_windows.hpp"
 #include "window/rma_batch.hpp"
 #include "window/segment.hpp"
 
@@ -155,8 +156,11 @@ class WindowImpl final : public FinalizeClient {
     return *reinterpret_cast<SegmentHeader*>(segment_.data());
   }
   void check_options() const;
+  /// This window as the registry of live unnamed windows lists it (live_windows.hpp).
+  [[nodiscard]] LiveWindow live_entry(std::uint64_t fingerprint) const;
   void create(MPI_Comm comm);
-  /// One MPI_Allreduce: @p local_error (check_options()) on any rank, WindowOptions fields
+  /// One MPI_Allreduce: @p local_error (check_options(), or a live unnamed window this one
+  /// could pair crosswise with: live_window_conflict()) on any rank, WindowOptions fields
   /// that every rank must share (verify, layout_check) and the identity (name, creation_).
   /// Throws InvalidArgument on every rank when something failed or differs (collective).
   /// Returns whether any rank uses Transport::rma (told in the same allreduce).
@@ -220,7 +224,7 @@ class WindowImpl final : public FinalizeClient {
   std::uint64_t creation_ = 0;  // windows created on the caller's communicator before this one
   Layout layout_;
   WindowOptions options_;
-  std::string site_;  // "file:line:column" of the creation: an unnamed window's identity
+  std::string site_;  // "file:line:column" of the creation: named in messages
   // Exceptions in flight when the window was created: more at destruction means that the
   // destructor runs because an exception unwinds this rank past the window.
   int uncaught_at_creation_ = std::uncaught_exceptions();

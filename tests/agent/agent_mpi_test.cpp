@@ -310,7 +310,8 @@ TEST(AgentCadence, PublishesEveryNStepsAndAfterRebirths) {
   pw::AgentOptions t = quiet_options();
   t.publish.every = 0;
   t.publish.interval_ms = 1e9;  // effectively: only the first step
-  pw::Agent<> timed(MPI_COMM_WORLD, layout(), t);
+  // Named: `agent` (one layout, the same ranks) is still alive (live_windows.hpp).
+  pw::Agent<> timed(MPI_COMM_WORLD, layout(), t, {.name = "timed"});
   int count = 0;
   for (int s = 0; s < 5; ++s) count += timed.step(s, 1.0, p.refs()).published ? 1 : 0;
   EXPECT_EQ(count, 1);
@@ -376,7 +377,8 @@ TEST(AgentValidation, InvalidOptionsOnOneRankThrowOnEveryRank) {
 TEST(AgentMove, MoveConstructAssignAndSelfMoveKeepTheAgent) {
   const int rank = pw::test::world_rank();
   pw::AgentOptions o = quiet_options();
-  pw::Agent<> a(MPI_COMM_WORLD, layout(), o);
+  // Named: two agents of one layout over the same ranks are alive at once below.
+  pw::Agent<> a(MPI_COMM_WORLD, layout(), o, {.name = "moved"});
   Params p;
   p.fill(rank, 1);
   (void)a.step(0, 1.0, p.refs());
@@ -385,7 +387,7 @@ TEST(AgentMove, MoveConstructAssignAndSelfMoveKeepTheAgent) {
   EXPECT_EQ(b.window().version(), 1U);
   EXPECT_EQ(b.stats().steps(), 1);
   // Move-assign over a live agent: its window is freed collectively, none leaks.
-  pw::Agent<> c(MPI_COMM_WORLD, layout(), o);
+  pw::Agent<> c(MPI_COMM_WORLD, layout(), o, {.name = "assigned over"});
   c = std::move(b);
   EXPECT_EQ(c.steps(), 1);
   auto& alias = c;

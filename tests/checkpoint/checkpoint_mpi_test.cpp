@@ -77,7 +77,7 @@ TEST(Checkpoint, RoundTripRestoresParametersAndAgentStateBitForBit) {
   const int rank = pw::test::world_rank();
   Params p;
   p.fill(rank, 1);
-  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "a"});
   (void)a.publish(p.crefs());
   MPI_Barrier(MPI_COMM_WORLD);
   run(a, p, 9);
@@ -87,7 +87,7 @@ TEST(Checkpoint, RoundTripRestoresParametersAndAgentStateBitForBit) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 
   Params q;  // a new population of the same shape, loaded from the file
-  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "b"});
   const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
   EXPECT_EQ(l.agents, pw::test::world_size());
   EXPECT_EQ(l.source, rank);
@@ -155,9 +155,10 @@ TEST(Checkpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) {
   for (const bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
     pw::test::check_step_saves(fresh_dir(async ? "every_async" : "every"), async, rank,
-                               [](const pw::AgentOptions& o) {
+                               // Named: the saver and the resumer are alive at once.
+                               [made = 0](const pw::AgentOptions& o) mutable {
                                  return pw::Agent<>(MPI_COMM_WORLD, pw::test::formula_layout(12, 3),
-                                                    o);
+                                                    o, {.name = "agent " + std::to_string(made++)});
                                });
   }
   EXPECT_EQ(pw::checkpoint_path("x-{step}.h5", 42), "x-000000000042.h5");
@@ -185,7 +186,7 @@ TEST(Checkpoint, ARebirthCallbackThrowingOnASavingStepStillJoinsTheSave) {
   o.checkpoint.path = dir + "/pop-{step}.h5";
   Params p;
   p.fill(rank, 1);
-  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o, {.name = "a"});
   (void)a.publish(p.crefs());
   MPI_Barrier(MPI_COMM_WORLD);
   for (int i = 0; i < 2; ++i) (void)a.step(i, 1.0, p.refs());
@@ -200,7 +201,7 @@ TEST(Checkpoint, ARebirthCallbackThrowingOnASavingStepStillJoinsTheSave) {
   EXPECT_TRUE(fs::is_regular_file(path));
   // Every agent is in the file, the reborn one as reborn, and the population steps on.
   Params q;
-  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "b"});
   const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
   EXPECT_EQ(l.agents, size);
   EXPECT_EQ(b.steps(), 3);
@@ -219,7 +220,7 @@ TEST(AsyncCheckpoint, SavesWhatTheCallSawWhileTheTrainerOverwritesItsParameters)
   o.checkpoint.async = true;
   Params p;
   p.fill(rank, 1);
-  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o);
+  pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), o, {.name = "a"});
   (void)a.publish(p.crefs());
   MPI_Barrier(MPI_COMM_WORLD);
   run(a, p, 5);
@@ -236,7 +237,7 @@ TEST(AsyncCheckpoint, SavesWhatTheCallSawWhileTheTrainerOverwritesItsParameters)
   a.wait_checkpoint();  // nothing in flight: returns at once
 
   Params q;
-  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> b(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "b"});
   const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
   EXPECT_FALSE(l.reborn);
   EXPECT_EQ(l.steps, steps);
@@ -245,13 +246,13 @@ TEST(AsyncCheckpoint, SavesWhatTheCallSawWhileTheTrainerOverwritesItsParameters)
 
   // The same agent state written synchronously gives the same datasets.
   Params r;
-  pw::Agent<> c(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> c(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "c"});
   (void)c.load_checkpoint(path, r.refs());
   c.save_checkpoint(dir + "/sync.h5", r.crefs());
   Params s1;
   Params s2;
-  pw::Agent<> d1(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
-  pw::Agent<> d2(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+  pw::Agent<> d1(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "d1"});
+  pw::Agent<> d2(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "d2"});
   (void)d1.load_checkpoint(path, s1.refs());
   (void)d2.load_checkpoint(dir + "/sync.h5", s2.refs());
   EXPECT_EQ(s1.w, s2.w);
@@ -366,7 +367,7 @@ TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   const pw::Layout layout = pw::test::formula_layout(12, 3);
   {
     // The whole world saves: agent r has metric r (lower is better: agent 0 is the best).
-    pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+    pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options(), {.name = "a"});
     Params p;
     p.fill(rank, 1);
     (void)a.step(0, static_cast<double>(rank), p.refs());
@@ -379,7 +380,7 @@ TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   if (half != MPI_COMM_NULL) {
     // Fewer agents: the best half_size of the file, in file order (agents 0..half_size-1).
     pw::AgentOptions o = pw::test::quiet_options();
-    pw::Agent<> a(half, layout, o);
+    pw::Agent<> a(half, layout, o, {.name = "a"});
     Params q;
     const pw::CheckpointLoad l = a.load_checkpoint(big, q.refs());
     EXPECT_EQ(l.agents, size);
@@ -396,7 +397,7 @@ TEST(Checkpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   MPI_Barrier(MPI_COMM_WORLD);
   // More agents: the file's agents continue, the extra ones are reborn from the best
   // (highest rank of the half had metric 10 - rank: lowest, the best), round-robin.
-  pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+  pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options(), {.name = "a"});
   Params q;
   const pw::CheckpointLoad l = a.load_checkpoint(small, q.refs());
   EXPECT_EQ(l.agents, half_size);
@@ -420,7 +421,7 @@ class BadCheckpoint : public ::testing::Test {
   void SetUp() override {
     dir_ = fresh_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
     good_ = dir_ + "/good.h5";
-    pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options());
+    pw::Agent<> a(MPI_COMM_WORLD, pw::test::formula_layout(12, 3), ageing_options(), {.name = "a"});
     Params p;
     p.fill(pw::test::world_rank(), 1);
     (void)a.publish(p.crefs());
@@ -432,7 +433,7 @@ class BadCheckpoint : public ::testing::Test {
   // nothing: the parameters, the agent's counters and its window's version.
   void expect_refused(const std::string& path, const std::string& needle,
                       const pw::Layout& layout = pw::test::formula_layout(12, 3)) {
-    pw::Agent<> b(MPI_COMM_WORLD, layout, ageing_options());
+    pw::Agent<> b(MPI_COMM_WORLD, layout, ageing_options(), {.name = "b"});
     Params q;
     q.fill(pw::test::world_rank(), 7);
     try {

@@ -111,7 +111,7 @@ TEST(GroupCheckpoint, RoundTripRestoresEveryRankBitForBit) {
     const pw::Layout layout = pw::test::formula_layout(12, 3);
     Params p;
     p.fill(groups.agent(), 1);
-    pw::GroupAgent a(groups, layout, ageing_options());
+    pw::GroupAgent a(groups, layout, ageing_options(), {.name = "a"});
     (void)a.publish(p.crefs());
     MPI_Barrier(MPI_COMM_WORLD);
     (void)run(a, p, 9);
@@ -132,7 +132,7 @@ TEST(GroupCheckpoint, RoundTripRestoresEveryRankBitForBit) {
     });
 
     Params q;  // a new population of the same shape, loaded from the file
-    pw::GroupAgent b(groups, layout, ageing_options());
+    pw::GroupAgent b(groups, layout, ageing_options(), {.name = "b"});
     const pw::CheckpointLoad l = b.load_checkpoint(path, q.refs());
     EXPECT_EQ(l.agents, groups.agents());
     EXPECT_EQ(l.source, groups.agent());
@@ -159,8 +159,11 @@ TEST(GroupCheckpoint, StepSavesEveryNStepsKeepsTheNewestAndResumeNewestLoadsIt) 
       SCOPED_TRACE("ranks per agent " + std::to_string(g) + (async ? ", async" : ""));
       const std::string dir = fresh_dir("every_g" + std::to_string(g) + (async ? "_async" : ""));
       pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = g});
+      // Named: the saver and the resumer are alive at once.
+      int made = 0;
       pw::test::check_step_saves(dir, async, groups.agent(), [&](const pw::AgentOptions& o) {
-        return pw::GroupAgent(groups, pw::test::formula_layout(12, 3), o);
+        return pw::GroupAgent(groups, pw::test::formula_layout(12, 3), o,
+                              {.name = "agent " + std::to_string(made++)});
       });
     }
   }
@@ -177,7 +180,7 @@ TEST(GroupCheckpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   {
     // n one-rank Agents save (the file format is shared): agent r has metric 10 - r (lower
     // is better: the highest ranks are the best).
-    pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options());
+    pw::Agent<> a(MPI_COMM_WORLD, layout, pw::test::quiet_options(), {.name = "a"});
     Params p;
     p.fill(rank, 1);
     (void)a.step(0, static_cast<double>(10 - rank), p.refs());
@@ -188,7 +191,7 @@ TEST(GroupCheckpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   {
     // Fewer agents (n/2 agents of 2 ranks): the best n/2 of the file, kept in file order.
     pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
-    pw::GroupAgent a(groups, layout, pw::test::quiet_options());
+    pw::GroupAgent a(groups, layout, pw::test::quiet_options(), {.name = "a"});
     Params q;
     const pw::CheckpointLoad l = a.load_checkpoint(big, q.refs());
     EXPECT_EQ(l.agents, n);
@@ -205,7 +208,7 @@ TEST(GroupCheckpoint, FewerAgentsTakeTheBestMoreAgentsAreRebornFromDonors) {
   // More agents (n agents of 1 rank): the file's agents continue, the extra ones are reborn
   // from the best (the highest agent id of the file), round-robin.
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
-  pw::GroupAgent a(groups, layout, pw::test::quiet_options());
+  pw::GroupAgent a(groups, layout, pw::test::quiet_options(), {.name = "a"});
   Params q;
   const pw::CheckpointLoad l = a.load_checkpoint(small, q.refs());
   EXPECT_EQ(l.agents, half);
@@ -231,7 +234,7 @@ TEST(GroupCheckpoint, AnAgentRebornFromTheFileIsTheSameOnEachOfItsRanks) {
   {
     // One agent of 4 ranks saves.
     pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 4});
-    pw::GroupAgent a(groups, layout, ageing_options());
+    pw::GroupAgent a(groups, layout, ageing_options(), {.name = "a"});
     Params p;
     p.fill(7, 1);
     (void)a.publish(p.crefs());
@@ -240,7 +243,7 @@ TEST(GroupCheckpoint, AnAgentRebornFromTheFileIsTheSameOnEachOfItsRanks) {
   }
   // Two agents of 2 ranks: agent 0 continues it, agent 1 (ranks 2 and 3) is reborn from it.
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 2});
-  pw::GroupAgent a(groups, layout, ageing_options());
+  pw::GroupAgent a(groups, layout, ageing_options(), {.name = "a"});
   Params q;
   const pw::CheckpointLoad l = a.load_checkpoint(one, q.refs());
   EXPECT_EQ(l.source, 0);
@@ -268,7 +271,7 @@ class BadGroupCheckpoint : public ::testing::TestWithParam<int> {
     dir_ = fresh_dir("bad_" + name);
     good_ = dir_ + "/good.h5";
     groups_.emplace(MPI_COMM_WORLD, pw::GroupOptions{.ranks_per_agent = g_});
-    pw::GroupAgent a(*groups_, pw::test::formula_layout(12, 3), ageing_options());
+    pw::GroupAgent a(*groups_, pw::test::formula_layout(12, 3), ageing_options(), {.name = "a"});
     Params p;
     p.fill(groups_->agent(), 1);
     (void)a.publish(p.crefs());
@@ -282,7 +285,7 @@ class BadGroupCheckpoint : public ::testing::TestWithParam<int> {
   void expect_refused(const std::string& path, const std::string& needle,
                       const pw::Layout& layout = pw::test::formula_layout(12, 3),
                       bool short_on_rank1 = false) {
-    pw::GroupAgent b(*groups_, layout, ageing_options());
+    pw::GroupAgent b(*groups_, layout, ageing_options(), {.name = "b"});
     Params q;
     q.fill(pw::test::world_rank(), 7);
     try {

@@ -89,26 +89,29 @@ int main(int argc, char** argv) {
         fail("a closed window is valid() again after MPI_Finalize");
       }
     } else {
-      pw::ParameterWindow<> closed_late(MPI_COMM_WORLD, layout, {.transport = pw::Transport::rma});
-      pw::ParameterWindow<> never_closed(MPI_COMM_WORLD, layout);
+      // Named: windows of one layout alive at once over the same ranks must be.
+      pw::ParameterWindow<> closed_late(MPI_COMM_WORLD, layout,
+                                        {.transport = pw::Transport::rma, .name = "closed_late"});
+      pw::ParameterWindow<> never_closed(MPI_COMM_WORLD, layout, {.name = "never_closed"});
       // Closed before MPI_Finalize: must have left the registry (a second free would crash).
-      pw::ParameterWindow<> closed_early(MPI_COMM_WORLD, layout);
+      pw::ParameterWindow<> closed_early(MPI_COMM_WORLD, layout, {.name = "closed_early"});
       // Moved twice: the registry tracks the implementation, not the wrapper.
-      pw::ParameterWindow<> moved_from(MPI_COMM_WORLD, layout);
+      pw::ParameterWindow<> moved_from(MPI_COMM_WORLD, layout, {.name = "moved_from"});
       std::optional<pw::ParameterWindow<>> moved_to(std::move(moved_from));
-      pw::ParameterWindow<> assigned(MPI_COMM_WORLD, layout);
+      pw::ParameterWindow<> assigned(MPI_COMM_WORLD, layout, {.name = "assigned"});
       assigned = std::move(*moved_to);  // frees assigned's first window (collectively)
       moved_to.reset();
       // A window over a sub-communicator (even and odd ranks): created between windows over
       // MPI_COMM_WORLD, so the reverse-creation-order free interleaves communicators.
       MPI_Comm half = MPI_COMM_NULL;
       MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
-      pw::ParameterWindow<> on_half(half, layout);
+      pw::ParameterWindow<> on_half(half, layout, {.name = "on_half"});
       MPI_Comm_free(&half);  // the window keeps its own duplicate
       // A progress thread that is still running when MPI_Finalize starts (--progress-thread).
       std::optional<pw::ParameterWindow<>> threaded;
       if (with_thread && provided == MPI_THREAD_MULTIPLE) {
-        threaded.emplace(MPI_COMM_WORLD, layout, pw::WindowOptions{.progress_thread = true});
+        threaded.emplace(MPI_COMM_WORLD, layout,
+                         pw::WindowOptions{.progress_thread = true, .name = "threaded"});
       } else if (with_thread) {
         fail("--progress-thread needs MPI_THREAD_MULTIPLE");
       }

@@ -165,3 +165,45 @@ def test_exception_hierarchy():
     for cls in (paramwin.InvalidArgument, paramwin.LayoutMismatch, paramwin.DonorError,
                 paramwin.VerificationError, paramwin.MpiError):
         assert issubclass(cls, paramwin.Error) and issubclass(cls, RuntimeError)
+
+
+def test_second_live_unnamed_window_of_one_layout_is_refused_on_every_rank(comm):
+    """Every Python window is created at one line of the bindings, so the creation site cannot
+    tell two unnamed windows apart: created in opposite orders on two ranks they would pair
+    crosswise (a pull from A returning B's data) and hang when closed. The second live one is
+    refused on every rank before anything is allocated, naming the live one."""
+    need_ranks(comm, 2)
+    rank = comm.Get_rank()
+    windows = {}
+    first, second = ("A", "B") if rank == 0 else ("B", "A")
+    windows[first] = paramwin.ParameterWindow(LAYOUT, comm)
+    with pytest.raises(paramwin.InvalidArgument,
+                       match=r"a second unnamed window with the same layout over the same ranks "
+                             r"while the unnamed window created at .* is still alive.*name your "
+                             r"windows \(WindowOptions::name\)"):
+        windows[second] = paramwin.ParameterWindow(LAYOUT, comm)
+    assert second not in windows
+    windows[first].close()  # the window created first (agreed on every rank) closes cleanly
+    comm.Barrier()
+
+    # Named, in one order on every rank: both alive at once, each pairs with itself.
+    donor = (rank + 1) % comm.Get_size()
+    with paramwin.ParameterWindow(LAYOUT, comm, name="A") as a, \
+            paramwin.ParameterWindow(LAYOUT, comm, name="B") as b:
+        a.publish(fresh(100 + rank))
+        b.publish(fresh(200 + rank))
+        comm.Barrier()
+        out = fresh(-1)
+        a.pull([donor], out)
+        assert (out[0] == 100 + donor).all()
+        b.pull([donor], out)
+        assert (out[0] == 200 + donor).all()
+        comm.Barrier()
+
+    # One after the other: allowed. Another layout alive at once: allowed.
+    for _ in range(2):
+        with paramwin.ParameterWindow(LAYOUT, comm) as w:
+            assert w.size == comm.Get_size()
+    other = paramwin.Layout().add("w", (2,))
+    with paramwin.ParameterWindow(LAYOUT, comm), paramwin.ParameterWindow(other, comm):
+        comm.Barrier()

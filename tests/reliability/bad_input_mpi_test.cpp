@@ -8,6 +8,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -374,16 +376,20 @@ TEST(WindowIdentity, UnnamedWindowsInOppositeOrdersFailOnEveryRankNamingBothSite
   auto create_b = [&] { return pw::ParameterWindow<>(comm, layout); };
 
   // The same order on every rank (two sites, #1 and #2): each window pairs with itself.
+  // (One after the other: two unnamed windows of one layout are never alive at once, see
+  // WindowIdentity.ASecondLiveUnnamedWindow...)
   std::string site_a;
   std::string site_b;
   {
     pw::ParameterWindow<> a = create_a();
-    pw::ParameterWindow<> b = create_b();
     site_a = a.site();
-    site_b = b.site();
-    EXPECT_NE(site_a, site_b);
     EXPECT_TRUE(contains(site_a, "bad_input_mpi_test.cpp:")) << site_a;
     expect_paired(a, 100.0F);
+  }
+  {
+    pw::ParameterWindow<> b = create_b();
+    site_b = b.site();
+    EXPECT_NE(site_a, site_b);
     expect_paired(b, 200.0F);
   }
 
@@ -420,8 +426,10 @@ TEST(WindowIdentity, UnnamedWindowsCreatedInALoopPairByTheirOrder) {
   layout.add("w", std::size_t{16});
   std::vector<pw::ParameterWindow<>> windows;
   for (int i = 0; i < 3; ++i) {
-    // One site for all three: they are told apart by their creation count alone.
-    windows.push_back(pw::ParameterWindow<>(MPI_COMM_WORLD, layout));
+    // One site for all three, alive at once: named (unnamed, the second one would be
+    // refused: WindowIdentity.ASecondLiveUnnamedWindow...).
+    windows.push_back(
+        pw::ParameterWindow<>(MPI_COMM_WORLD, layout, {.name = "loop " + std::to_string(i)}));
   }
   for (std::size_t i = 0; i < windows.size(); ++i) {
     EXPECT_EQ(windows[i].site(), windows.front().site());
@@ -436,13 +444,208 @@ TEST(WindowIdentity, UnnamedWindowsCreatedInALoopPairByTheirOrder) {
   // Agent forwards its caller's site to its window (so the caller's line is the identity).
   pw::AgentOptions options;
   options.selection.k = 1;
+  // (Both alive at once over the same ranks with one layout: the group agent's is named.)
   pw::Agent<> agent(MPI_COMM_WORLD, layout, options);
   EXPECT_TRUE(contains(agent.window().site(), "bad_input_mpi_test.cpp:")) << agent.window().site();
   // So does GroupAgent to its shard window (agents of one rank: every rank is an agent).
   pw::AgentGroups groups(MPI_COMM_WORLD, {.ranks_per_agent = 1});
-  pw::GroupAgent group_agent(groups, layout, options);
+  pw::GroupAgent group_agent(groups, layout, options, {.name = "group agent"});
   EXPECT_TRUE(contains(group_agent.window().site(), "bad_input_mpi_test.cpp:"))
       << group_agent.window().site();
+}
+
+/// How a test holds a window: create one into @p holder (through the standard library, so
+/// every window carries the library's creation site), reach it, free it.
+template <class Holder>
+struct Holding {
+  std::function<void(Holder&)> create;
+  std::function<pw::ParameterWindow<>*(Holder&)> get;
+  std::function<void(Holder&)> free;
+};
+
+/// Rank 0 creates A then B, the others B then A, two unnamed windows of one layout held in
+/// @p how: the second creation throws InvalidArgument on every rank, naming the live window
+/// and WindowOptions::name, before it allocates anything; the windows created first (paired
+/// with each other) are freed cleanly; nothing hangs.
+template <class Holder>
+void expect_second_live_unnamed_refused(MPI_Comm comm, const Holding<Holder>& how) {
+  const int rank = pw::test::world_rank();
+  Holder a{};
+  Holder b{};
+  Holder& first = rank == 0 ? a : b;
+  Holder& second = rank == 0 ? b : a;
+  how.create(first);
+  ASSERT_NE(how.get(first), nullptr);
+  const std::string live_site = how.get(first)->site();
+  const std::string msg = message_of<pw::InvalidArgument>([&] { how.create(second); });
+  EXPECT_EQ(how.get(second), nullptr);
+  EXPECT_TRUE(contains(msg, "paramwin: a second unnamed window with the same layout over the "
+                            "same ranks while the unnamed window created at " +
+                                live_site + " is still alive"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "name your windows (WindowOptions::name)")) << msg;
+  // The windows created first were agreed on every rank: each is freed collectively with its
+  // peers (here explicitly, so a hang would show in this test, not at its end).
+  how.free(first);
+  EXPECT_EQ(how.get(first), nullptr);
+  MPI_Barrier(comm);
+}
+
+/// Named windows in the same holders: created in one order on every rank they pair by name
+/// (a pull from A returns A's data).
+template <class Holder>
+void expect_named_pair(MPI_Comm comm, const Holding<Holder>& how,
+                       const std::function<void(Holder&, const std::string&)>& create_named) {
+  Holder a{};
+  Holder b{};
+  create_named(a, "A");
+  create_named(b, "B");
+  expect_paired(*how.get(a), 100.0F);
+  expect_paired(*how.get(b), 200.0F);
+  how.free(b);
+  how.free(a);
+  MPI_Barrier(comm);
+}
+
+TEST(WindowIdentity, ASecondLiveUnnamedWindowOfOneLayoutIsRefusedOnEveryRankWhateverHoldsIt) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});  // one layout: the layout check cannot tell them apart
+  using W = pw::ParameterWindow<>;
+
+  // std::optional::emplace: the site is the library's, the same for A and B.
+  const Holding<std::optional<W>> optional{[&](std::optional<W>& h) { h.emplace(comm, layout); },
+                                           [](std::optional<W>& h) { return h ? &*h : nullptr; },
+                                           [](std::optional<W>& h) { h.reset(); }};
+  expect_second_live_unnamed_refused(comm, optional);
+  expect_named_pair<std::optional<W>>(comm, optional,
+                                      [&](std::optional<W>& h, const std::string& name) {
+                                        h.emplace(comm, layout, pw::WindowOptions{.name = name});
+                                      });
+
+  // std::make_unique.
+  const Holding<std::unique_ptr<W>> unique{[&](std::unique_ptr<W>& h) {
+                                             h = std::make_unique<W>(comm, layout);
+                                           },
+                                           [](std::unique_ptr<W>& h) { return h.get(); },
+                                           [](std::unique_ptr<W>& h) { h.reset(); }};
+  expect_second_live_unnamed_refused(comm, unique);
+  expect_named_pair<std::unique_ptr<W>>(comm, unique,
+                                        [&](std::unique_ptr<W>& h, const std::string& name) {
+                                          h = std::make_unique<W>(comm, layout,
+                                                                  pw::WindowOptions{.name = name});
+                                        });
+
+  // std::vector::emplace_back (one vector per window).
+  const Holding<std::vector<W>> vector{[&](std::vector<W>& h) { h.emplace_back(comm, layout); },
+                                       [](std::vector<W>& h) {
+                                         return h.empty() ? nullptr : &h.front();
+                                       },
+                                       [](std::vector<W>& h) { h.clear(); }};
+  expect_second_live_unnamed_refused(comm, vector);
+  expect_named_pair<std::vector<W>>(comm, vector, [&](std::vector<W>& h, const std::string& name) {
+    h.emplace_back(comm, layout, pw::WindowOptions{.name = name});
+  });
+
+  // Named but in opposite orders: still refused by name.
+  std::optional<W> a;
+  std::optional<W> b;
+  const bool r0 = pw::test::world_rank() == 0;
+  const std::string named = message_of<pw::InvalidArgument>(
+      [&] { (r0 ? a : b).emplace(comm, layout, pw::WindowOptions{.name = r0 ? "A" : "B"}); });
+  EXPECT_TRUE(contains(named, "windows must be created in the same order on every rank")) << named;
+  MPI_Comm_free(&comm);
+}
+
+TEST(WindowIdentity, UnnamedWindowsThatCannotPairCrosswiseAreAllowed) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  using W = pw::ParameterWindow<>;
+  pw::Layout layout;
+  layout.add("w", std::size_t{16});
+  pw::Layout other;
+  other.add("w", std::size_t{16}).add("b", std::size_t{2});
+
+  // One after the other (create, free, create again): allowed, and each pairs.
+  std::optional<W> win;
+  for (int i = 0; i < 2; ++i) {
+    win.emplace(MPI_COMM_WORLD, layout);
+    expect_paired(*win, 100.0F * static_cast<float>(i + 1));
+    win.reset();
+  }
+  // Moving a window keeps it listed once: freeing the moved-to one frees its entry.
+  {
+    std::optional<W> moved;
+    moved.emplace(W(MPI_COMM_WORLD, layout));
+    expect_paired(*moved, 300.0F);
+  }
+  win.emplace(MPI_COMM_WORLD, layout);
+  // Closed: a closed window is no longer alive.
+  win->close();
+  std::optional<W> after_close;
+  after_close.emplace(MPI_COMM_WORLD, layout);
+  expect_paired(*after_close, 400.0F);
+  after_close.reset();
+  win.reset();
+
+  // Different layouts alive at once: allowed (crosswise they would fail the layout check).
+  auto x = std::make_unique<W>(MPI_COMM_WORLD, layout);
+  auto y = std::make_unique<W>(MPI_COMM_WORLD, other);
+  expect_paired(*x, 500.0F);
+  x.reset();
+  y.reset();
+  // ... but under LayoutCheck::per_donor layouts may differ across ranks: refused.
+  x = std::make_unique<W>(MPI_COMM_WORLD, layout,
+                          pw::WindowOptions{.layout_check = pw::LayoutCheck::per_donor});
+  const std::string per_donor = message_of<pw::InvalidArgument>([&] {
+    y = std::make_unique<W>(MPI_COMM_WORLD, other,
+                            pw::WindowOptions{.layout_check = pw::LayoutCheck::per_donor});
+  });
+  EXPECT_TRUE(contains(per_donor, "a second unnamed window under LayoutCheck::per_donor"))
+      << per_donor;
+  x.reset();
+
+  // The same processes through another communicator (another handle, reversed rank order):
+  // the same group, refused.
+  MPI_Comm reversed = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, n - rank, &reversed);
+  x = std::make_unique<W>(MPI_COMM_WORLD, layout);
+  const std::string similar =
+      message_of<pw::InvalidArgument>([&] { y = std::make_unique<W>(reversed, layout); });
+  EXPECT_TRUE(contains(similar, "name your windows (WindowOptions::name)")) << similar;
+  x.reset();
+  MPI_Comm_free(&reversed);
+
+  // Other groups of ranks: allowed (windows over different processes never pair).
+  x = std::make_unique<W>(MPI_COMM_WORLD, layout);
+  // A communicator of one process has nobody to pair with: allowed.
+  {
+    W self_a(MPI_COMM_SELF, layout);
+    W self_b(MPI_COMM_SELF, layout);
+    EXPECT_EQ(self_b.size(), 1);
+  }
+  if (n >= 4) {
+    MPI_Comm half = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < n / 2 ? 0 : 1, rank, &half);
+    {
+      W in_half(half, layout);
+      EXPECT_EQ(in_half.size(), n / 2);
+      std::vector<float> mine(16, static_cast<float>(rank));
+      (void)in_half.publish({mine});
+      MPI_Barrier(half);
+      std::vector<float> out(16, -1.0F);
+      (void)in_half.pull({(in_half.rank() + 1) % in_half.size()}, {out});
+      const int donor_world = (rank < n / 2 ? 0 : n / 2) + (in_half.rank() + 1) % in_half.size();
+      EXPECT_EQ(out, std::vector<float>(16, static_cast<float>(donor_world)));
+      MPI_Barrier(half);
+    }
+    MPI_Comm_free(&half);
+  }
+  expect_paired(*x, 600.0F);
+  x.reset();
 }
 
 TEST(WindowLifetime, AnExceptionUnwindingPastAWindowIsReportedBeforeTheCollectiveFree) {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -217,9 +218,11 @@ struct Table : World {
 
   double nan = std::numeric_limits<double>::quiet_NaN();
   double inf = std::numeric_limits<double>::infinity();
-  pw::ParameterWindow<> win{MPI_COMM_WORLD, layout()};
+  // Named: unnamed, two live windows of one layout over the same ranks would be refused
+  // (the row "a second live unnamed window of one layout").
+  pw::ParameterWindow<> win{MPI_COMM_WORLD, layout(), {.name = "table"}};
   // A second window whose rank 0 publishes NaN/Inf (the others publish finite data).
-  pw::ParameterWindow<> nanwin{MPI_COMM_WORLD, layout()};
+  pw::ParameterWindow<> nanwin{MPI_COMM_WORLD, layout(), {.name = "nan"}};
   pw::ParameterWindow<> gridwin{MPI_COMM_WORLD, grid_layout()};
   pw::Agent<> hyper_agent{MPI_COMM_WORLD, hyper_layout(), clamp_options()};
   std::vector<float> w = std::vector<float>(kW, 7.0F);
@@ -384,6 +387,15 @@ std::vector<Row<Table>> table_rows() {
        [](Table& c) {
          pw::ParameterWindow<> first(MPI_COMM_WORLD, layout(), {.name = c.rank == 0 ? "A" : "B"});
          pw::ParameterWindow<> second(MPI_COMM_WORLD, layout(), {.name = c.rank == 0 ? "B" : "A"});
+       }},
+      {"ParameterWindow()",
+       "a second live unnamed window of one layout (std::optional, opposite orders)",
+       Kind::invalid_argument, "name your windows (WindowOptions::name)",
+       [](Table& c) {
+         std::optional<pw::ParameterWindow<>> a;
+         std::optional<pw::ParameterWindow<>> b;
+         (c.rank == 0 ? a : b).emplace(MPI_COMM_WORLD, layout());
+         (c.rank == 0 ? b : a).emplace(MPI_COMM_WORLD, layout());
        }},
       {"ParameterWindow()", "verify on every rank but rank 0", Kind::invalid_argument,
        "WindowOptions differ across ranks: verify is false on rank 0, true on rank 1",

@@ -321,7 +321,8 @@ TEST(WindowSplit, WorksOnASplitCommunicator) {
 TEST(WindowMove, MoveConstructAssignAndSelfMove) {
   pw::Layout layout;
   layout.add("w", std::size_t{4});
-  pw::ParameterWindow<> a(MPI_COMM_WORLD, layout);
+  // Named: two unnamed windows of one layout must not be alive at once (live_windows.hpp).
+  pw::ParameterWindow<> a(MPI_COMM_WORLD, layout, {.name = "moved"});
   std::vector<float> w{1, 2, 3, 4};
   (void)a.publish({w});
   pw::ParameterWindow<> b(std::move(a));
@@ -330,7 +331,7 @@ TEST(WindowMove, MoveConstructAssignAndSelfMove) {
   EXPECT_TRUE(b.valid());
   EXPECT_EQ(b.version(), 1U);
   // Move-assign over a live window: the old one is freed (collectively), none leaks.
-  pw::ParameterWindow<> c(MPI_COMM_WORLD, layout);
+  pw::ParameterWindow<> c(MPI_COMM_WORLD, layout, {.name = "assigned over"});
   c = std::move(b);
   EXPECT_EQ(c.version(), 1U);
   auto& alias = c;

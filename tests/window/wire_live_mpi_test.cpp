@@ -146,10 +146,11 @@ TEST(Live, MisuseIsRefused) {
                                          {.wire = pw::WireFormat::bfloat16,
                                           .exposure = pw::Exposure::live}),
                pw::InvalidArgument);
-  pw::ParameterWindow<> snap(MPI_COMM_WORLD, layout);
+  pw::ParameterWindow<> snap(MPI_COMM_WORLD, layout, {.name = "snap"});
   EXPECT_THROW((void)snap.live_span<float>("w"), pw::InvalidArgument);
   EXPECT_THROW((void)snap.publish(), pw::InvalidArgument);
-  pw::ParameterWindow<> live(MPI_COMM_WORLD, layout, {.exposure = pw::Exposure::live});
+  pw::ParameterWindow<> live(MPI_COMM_WORLD, layout,
+                             {.exposure = pw::Exposure::live, .name = "live"});
   EXPECT_THROW((void)live.live_span<double>("w"), pw::InvalidArgument);
   EXPECT_THROW((void)live.live_span<float>("nope"), pw::InvalidArgument);
 }

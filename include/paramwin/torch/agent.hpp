@@ -92,8 +92,9 @@ struct TorchStagingStats {
 /// the agent is destroyed or closed.
 ///
 /// Every constructor's last argument, `site` (leave the default: the caller's line), is the
-/// window's creation site, forwarded to Agent or GroupAgent: an unnamed window's identity
-/// (see ParameterWindow's constructor).
+/// window's creation site, forwarded to Agent or GroupAgent (see ParameterWindow's
+/// constructor: the site names the window in messages; two unnamed windows of one layout
+/// over the same ranks may not be alive at once).
 class TorchAgent {
  public:
   /// Borrows @p optimizer (which must outlive the agent); on a rebirth its state for the
