@@ -98,8 +98,7 @@ class Agent final : public AgentInterface {
   /// When AgentOptions::checkpoint asks for it, the step ends with a save_checkpoint of
   /// @p params (collective: every agent saves at the same step count).
   StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) override {
-    detail::WindowAccessOf<window_type> access(window_);
-    return core_.step(access, iteration, metric, params);
+    return core_.step(window_, iteration, metric, params);
   }
   /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
   StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
@@ -109,8 +108,7 @@ class Agent final : public AgentInterface {
   /// Publishes @p params now, outside the cadence (e.g. the initial parameters before the
   /// first step, so that early deaths elsewhere find this agent as a donor).
   PublishResult publish(std::span<const ConstLayerRef> params) override {
-    detail::WindowAccessOf<window_type> access(window_);
-    return core_.publish(access, params);
+    return core_.publish(window_, params);
   }
   /// @copydoc publish(std::span<const ConstLayerRef>)
   PublishResult publish(std::initializer_list<ConstLayerRef> params) {
@@ -120,24 +118,15 @@ class Agent final : public AgentInterface {
   /// Marks this agent as having left the population: others stop choosing it as a donor
   /// and stop ranking it. Its window stays readable until destruction; step() throws
   /// InvalidArgument from then on (publish() is still allowed).
-  void leave() override {
-    detail::WindowAccessOf<window_type> access(window_);
-    core_.leave(access);
-  }
+  void leave() override { core_.leave(window_); }
 
   /// Lets MPI progress once on the window (see AgentInterface::progress).
   void progress() override { window_.progress(); }
   /// Pauses this agent (see AgentInterface::pause and docs/agent.md, "Pause and resume"):
   /// a local roster update, not collective; other agents stop choosing and ranking it.
-  void pause() override {
-    detail::WindowAccessOf<window_type> access(window_);
-    core_.pause(access);
-  }
+  void pause() override { core_.pause(window_); }
   /// Ends a pause (see AgentInterface::resume); local, not collective.
-  void resume() override {
-    detail::WindowAccessOf<window_type> access(window_);
-    core_.resume(access);
-  }
+  void resume() override { core_.resume(window_); }
   /// Whether the agent is paused.
   [[nodiscard]] bool is_paused() const noexcept override { return core_.paused(); }
 
@@ -192,8 +181,7 @@ class Agent final : public AgentInterface {
   /// deletions go on in the background (see wait_checkpoint).
   /// @note Collective over the window's communicator: every agent calls it with the same path.
   void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params) override {
-    detail::WindowAccessOf<window_type> access(window_);
-    core_.save_checkpoint(access, path, params);
+    core_.save_checkpoint(window_, path, params);
   }
   /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
   void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
@@ -209,8 +197,7 @@ class Agent final : public AgentInterface {
   /// @note Collective over the window's communicator.
   CheckpointLoad load_checkpoint(const std::string& path,
                                  std::span<const LayerRef> params) override {
-    detail::WindowAccessOf<window_type> access(window_);
-    return core_.load_checkpoint(access, path, params);
+    return core_.load_checkpoint(window_, path, params);
   }
   /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
   CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
@@ -220,8 +207,7 @@ class Agent final : public AgentInterface {
   /// step wins) and returns what it loaded, or nothing (agent untouched) when there is none.
   /// @note Collective over the window's communicator.
   std::optional<CheckpointLoad> resume_newest(std::span<const LayerRef> params) override {
-    detail::WindowAccessOf<window_type> access(window_);
-    return core_.resume_newest(access, params);
+    return core_.resume_newest(window_, params);
   }
   /// @copydoc resume_newest(std::span<const LayerRef>)
   std::optional<CheckpointLoad> resume_newest(std::initializer_list<LayerRef> params) {
@@ -232,10 +218,7 @@ class Agent final : public AgentInterface {
   /// relying on the newest file (e.g. before leaving); the destructor waits too, but can
   /// only print an error.
   /// @note Collective over the window's communicator.
-  void wait_checkpoint() override {
-    detail::WindowAccessOf<window_type> access(window_);
-    core_.wait_checkpoint(access);
-  }
+  void wait_checkpoint() override { core_.wait_checkpoint(window_); }
   /// Adds the owner's own state (e.g. an optimizer's) to every checkpoint of this agent.
   void set_checkpoint_hooks(CheckpointHooks hooks) override {
     core_.set_checkpoint_hooks(std::move(hooks));

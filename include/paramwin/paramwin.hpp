@@ -27,4 +27,5 @@
 #include "paramwin/shard_plan.hpp"
 #include "paramwin/timer_summary.hpp"
 #include "paramwin/window.hpp"
+#include "paramwin/window_core.hpp"
 #include "paramwin/window_options.hpp"

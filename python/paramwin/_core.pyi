@@ -31,6 +31,14 @@ def cuda_devices() -> Tuple[int, str]:
 def agree(comm: Any, local_error: str) -> str:
     """Collective: '' when local_error is '' on every rank; else this rank's error or
     'paramwin: rank N failed: ...' (the library's agreement)."""
+def device_obstacle(tensors: Sequence[Tuple[str, bool, int, str]]) -> Tuple[str, int, bool]:
+    """(why, device, any_cuda) for tensors [(name, is_cuda, device index, device text)]:
+    paramwin::device_obstacle ('' when they can live in a device window)."""
+def choose_device_window(comm: Any, required: bool, never: bool,
+                         obstacle: Callable[[], Tuple[str, int, bool]], prefix: str,
+                         required_by: str) -> Tuple[bool, int]:
+    """(device, cuda_device): paramwin::choose_device_window, collective over comm unless
+    never (and not required)."""
 
 class LayerSpec:
     """One named layer."""

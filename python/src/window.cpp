@@ -1,23 +1,22 @@
-// paramwin._core.Window: ParameterWindow<HostSpace> with keyword options, over host memory or
-// (memory="cuda") a device window. The pure-Python paramwin.ParameterWindow wraps it (array and
-// tensor handling, CUDA staging or in-place device tensors, context manager). Publish, pull and
-// roster reads release the GIL for their MPI work.
+// paramwin._core.Window: the library's Window (paramwin/window_core.hpp) with keyword options,
+// over host memory or (memory="cuda") a device window. The pure-Python paramwin.ParameterWindow
+// wraps it (array and tensor handling, CUDA staging or in-place device tensors, context manager).
+// Publish, pull and roster reads release the GIL for their MPI work.
 #include <pybind11/stl.h>
 
 #include <string>
 #include <string_view>
 #include <utility>
 
-// The library's CUDA probe (no CUDA types), as the LibTorch adapter uses it (src/torch).
-#include "../../src/detail/cuda.hpp"
 #include "bindings.hpp"
+#include "paramwin/device_choice.hpp"
 #include "paramwin/error.hpp"
-#include "paramwin/window.hpp"
+#include "paramwin/window_core.hpp"
 
 namespace paramwin::python {
 namespace {
 
-using Window = ParameterWindow<>;
+using Window = paramwin::Window;  // the one window class (ParameterWindow<> adds only types)
 
 WindowOptions window_options(const std::string& transport, const std::string& wire,
                              const std::string& layout_check, bool verify, bool progress_thread,
@@ -75,7 +74,7 @@ void bind_window(py::module_& m) {
       "cuda_devices",
       [] {
         std::string why;
-        const int n = detail::cuda::device_count(&why);
+        const int n = cuda_device_count(&why);
         return py::make_tuple(n, why);
       },
       "(count, why): the CUDA devices this library sees (0 without a device, a driver or CUDA "

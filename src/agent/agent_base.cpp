@@ -8,6 +8,7 @@
 #include "agent/agent_core.hpp"
 #include "agent/solo_executor.hpp"
 #include "paramwin/error.hpp"
+#include "paramwin/window_core.hpp"
 
 namespace paramwin::detail {
 
@@ -17,22 +18,13 @@ class SoloAgent {
   explicit SoloAgent(AgentCore c) : core(std::move(c)) {}
 
   /// A solo executor over @p w for one call.
-  [[nodiscard]] SoloExecutor over(WindowAccess& w) { return SoloExecutor(w, fingerprint); }
+  [[nodiscard]] SoloExecutor<Window> over(Window& w) { return {w, fingerprint}; }
 
   AgentCore core;
   std::optional<std::uint64_t> fingerprint;  // own roster fingerprint, read once
 };
 
 void SoloAgentDeleter::operator()(SoloAgent* p) const noexcept { delete p; }
-
-namespace {
-
-// The one-rank agent's communicators: its window's for everything.
-CheckpointComms solo_comms(const WindowAccess& w) {
-  return CheckpointComms{.all = w.comm(), .writers = w.comm(), .agent = MPI_COMM_NULL};
-}
-
-}  // namespace
 
 WindowOptions serving_window_options(WindowOptions options, const ServeOptions& serve) {
   if (serve.progress_thread) {
@@ -66,59 +58,59 @@ SoloAgent& AgentBase::live() const {
   return *agent_;
 }
 
-StepEvent AgentBase::step(WindowAccess& w, std::int64_t iteration, double metric,
+StepEvent AgentBase::step(Window& w, std::int64_t iteration, double metric,
                           std::span<const LayerRef> params) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   return a.core.step(ex, solo_comms(w), iteration, metric, params);
 }
 
-PublishResult AgentBase::publish(WindowAccess& w, std::span<const ConstLayerRef> params) {
+PublishResult AgentBase::publish(Window& w, std::span<const ConstLayerRef> params) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   return a.core.publish(ex, params);
 }
 
-void AgentBase::leave(WindowAccess& w) {
+void AgentBase::leave(Window& w) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   a.core.leave(ex);
 }
 
-void AgentBase::pause(WindowAccess& w) {
+void AgentBase::pause(Window& w) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   a.core.pause(ex);
 }
 
-void AgentBase::resume(WindowAccess& w) {
+void AgentBase::resume(Window& w) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   a.core.resume(ex);
 }
 
 bool AgentBase::paused() const noexcept { return live().core.paused(); }
 
-void AgentBase::save_checkpoint(WindowAccess& w, const std::string& path,
+void AgentBase::save_checkpoint(Window& w, const std::string& path,
                                 std::span<const ConstLayerRef> params) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   a.core.save_checkpoint(ex, solo_comms(w), path, params);
 }
 
-void AgentBase::wait_checkpoint(WindowAccess& w) { live().core.wait_checkpoint(solo_comms(w)); }
+void AgentBase::wait_checkpoint(Window& w) { live().core.wait_checkpoint(solo_comms(w)); }
 
-CheckpointLoad AgentBase::load_checkpoint(WindowAccess& w, const std::string& path,
+CheckpointLoad AgentBase::load_checkpoint(Window& w, const std::string& path,
                                           std::span<const LayerRef> params) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   return a.core.load_checkpoint(ex, solo_comms(w), path, params);
 }
 
-std::optional<CheckpointLoad> AgentBase::resume_newest(WindowAccess& w,
+std::optional<CheckpointLoad> AgentBase::resume_newest(Window& w,
                                                        std::span<const LayerRef> params) {
   SoloAgent& a = live();
-  SoloExecutor ex = a.over(w);
+  SoloExecutor<Window> ex = a.over(w);
   return a.core.resume_newest(ex, solo_comms(w), params);
 }
 

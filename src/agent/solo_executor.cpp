@@ -10,17 +10,17 @@
 
 namespace paramwin::detail {
 
-std::vector<RosterEntry> SoloExecutor::agree_ranking(const AgentStatus& mine,
-                                                     const Hyperparameters& hyper) {
-  const MPI_Comm comm = w_.comm();
+std::vector<RosterEntry> agree_ranking_over(MPI_Comm comm, const AgentStatus& mine,
+                                            const Hyperparameters& hyper, std::uint64_t version,
+                                            std::uint64_t fingerprint) {
   int n = 0;
   check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
   // metric, state, version, fingerprint, iteration, generation, number of hyperparameters
   constexpr int kWords = 7;
   const std::array<std::int64_t, kWords> head{std::bit_cast<std::int64_t>(mine.metric),
                                               static_cast<std::int64_t>(mine.state),
-                                              static_cast<std::int64_t>(w_.version()),
-                                              std::bit_cast<std::int64_t>(fingerprint()),
+                                              static_cast<std::int64_t>(version),
+                                              std::bit_cast<std::int64_t>(fingerprint),
                                               mine.iteration,
                                               static_cast<std::int64_t>(mine.generation),
                                               static_cast<std::int64_t>(hyper.size())};
@@ -58,7 +58,7 @@ std::vector<RosterEntry> SoloExecutor::agree_ranking(const AgentStatus& mine,
     e.status.iteration = all[at + 4];
     e.status.generation = static_cast<std::uint64_t>(all[at + 5]);
     // Same layout, same declarations: the values read as ours are read.
-    if (e.fingerprint == fingerprint() && static_cast<std::size_t>(counts[i]) == hyper.size()) {
+    if (e.fingerprint == fingerprint && static_cast<std::size_t>(counts[i]) == hyper.size()) {
       e.hyper = hyper;
       const auto from = words.begin() + displs[i];
       std::copy(from, from + counts[i], e.hyper.words().begin());
@@ -67,55 +67,10 @@ std::vector<RosterEntry> SoloExecutor::agree_ranking(const AgentStatus& mine,
   return out;
 }
 
-void SoloExecutor::sync_barrier() {
-  check_mpi(MPI_Barrier(w_.comm()), "MPI_Barrier(synchronous PBT)");
+void sync_barrier_over(MPI_Comm comm) {
+  check_mpi(MPI_Barrier(comm), "MPI_Barrier(synchronous PBT)");
 }
 
-std::uint64_t SoloExecutor::fingerprint() {
-  if (!fingerprint_) fingerprint_ = w_.roster(w_.rank()).fingerprint;
-  return *fingerprint_;
-}
-
-StepAgreement SoloExecutor::agree(const std::string& local_error, double metric,
-                                  bool publish_pending, bool paused) {
-  if (!local_error.empty()) throw InvalidArgument(local_error);
-  return StepAgreement{.metric = metric, .any_publish_pending = publish_pending, .paused = paused};
-}
-
-RebirthPlan SoloExecutor::share(RebirthPlan plan, std::exception_ptr leader_error) {
-  if (leader_error) std::rethrow_exception(leader_error);
-  return plan;
-}
-
-void SoloExecutor::share_reset(std::span<const LayerRef> /*ordered*/,
-                               std::exception_ptr leader_error) {
-  if (leader_error) std::rethrow_exception(leader_error);
-}
-
-PullOutcome SoloExecutor::pull(const RebirthPlan& plan, const PullOptions& options,
-                               const BoundLayers<LayerRef>& ordered, StepEvent& event) {
-  const auto t = StepClock::now();
-  try {
-    // Transactional pulls write into the caller's layers only once every donor's snapshot
-    // has been read whole; a direct one (Landing::direct) may fail midway (partial below).
-    const PullResult r = w_.pull(plan.donors, ordered, options);
-    event.seconds.pull += seconds_since(t);
-    event.donors = donor_records(plan, r);
-    event.bytes += r.bytes;
-    PullOutcome outcome{.ok = true};
-    record_donor_hyper(r, outcome);
-    return outcome;
-  } catch (const PartialPullError& e) {
-    event.seconds.pull += seconds_since(t);
-    return PullOutcome{.ok = false,
-                       .blame = e.rank(),
-                       .retry = false,
-                       .partial = true,
-                       .why = e.what()};
-  } catch (const DonorError& e) {
-    event.seconds.pull += seconds_since(t);
-    return PullOutcome{.ok = false, .blame = e.rank(), .retry = false, .why = e.what()};
-  }
-}
+template class SoloExecutor<Window>;
 
 }  // namespace paramwin::detail

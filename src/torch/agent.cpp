@@ -18,13 +18,13 @@
 #include <utility>
 #include <vector>
 
-#include "../detail/cuda.hpp"
 #include "../mpi/agree.hpp"
 #include "device_layers.hpp"
 #include "device_staging.hpp"
 #include "layer_source.hpp"
 #include "optimizer_hyper.hpp"
 #include "optimizer_state.hpp"
+#include "paramwin/device_choice.hpp"
 #include "paramwin/error.hpp"
 #include "state_key.hpp"
 
@@ -216,75 +216,50 @@ struct TorchAgent::Impl {
     return layout;
   }
 
-  /// Why this rank's agent cannot have a device window ("" if it can), and the device.
-  [[nodiscard]] std::string device_obstacle(const WindowOptions& wo, int& device,
-                                            bool& any_cuda) const {
+  /// Why this rank's agent cannot have a device window (paramwin::device_obstacle over the
+  /// exchanged tensors, then the adapter's own obstacles).
+  [[nodiscard]] DeviceObstacle device_obstacle_of(const WindowOptions& wo) const {
     const ModuleTensors mt = collect(*module, options.module);
-    std::string why;
+    std::vector<TensorPlace> places;
+    places.reserve(mt.tensors.size());
     for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
       const ::torch::Tensor& t = mt.tensors[i];
-      any_cuda = any_cuda || t.is_cuda();
-      if (!why.empty()) continue;
-      if (!t.is_cuda()) {
-        why = "'" + mt.names[i] + "' is on " + t.device().str();
-      } else if (device < 0) {
-        device = t.device().index();
-      } else if (t.device().index() != device) {
-        why = "the tensors are on two devices (cuda:" + std::to_string(device) + " and " +
-              t.device().str() + ")";
-      }
+      places.push_back(TensorPlace{.name = mt.names[i],
+                                   .cuda = t.is_cuda(),
+                                   .device = t.is_cuda() ? t.device().index() : -1,
+                                   .where = t.device().str()});
     }
-    if (why.empty() && mt.tensors.empty()) why = "the module exchanges no tensors";
-    if (why.empty() && options.module.stage_through_host) {
-      why = "ModuleOptions::stage_through_host is set";
+    std::string other;
+    if (options.module.stage_through_host) {
+      other = "ModuleOptions::stage_through_host is set";
+    } else if (wo.exposure == Exposure::live) {
+      other = "live exposure needs host memory";
     }
-    if (why.empty() && wo.exposure == Exposure::live) why = "live exposure needs host memory";
-    if (why.empty()) {
-      std::string none;
-      if (paramwin::detail::cuda::device_count(&none) == 0) why = "no CUDA device (" + none + ")";
-    }
-    return why;
+    return device_obstacle(places, other);
   }
 
   /// Chooses, alike on every rank of @p comm (collective), between a device window and host
-  /// staging (TorchAgentOptions::device_windows); returns the window options to create the
-  /// agent with and installs the matching LayerSource.
+  /// staging (TorchAgentOptions::device_windows, paramwin::choose_device_window); returns the
+  /// window options to create the agent with and installs the matching LayerSource.
   WindowOptions choose_window(MPI_Comm comm, WindowOptions wo) {
     const bool required =
         wo.memory == Memory::cuda || options.device_windows == DeviceWindows::always;
     if (!required && options.device_windows == DeviceWindows::never) return wo;
-    int device = -1;
-    bool any_cuda = false;
-    std::string why;
-    try {
-      why = device_obstacle(wo, device, any_cuda);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    const int failing = paramwin::detail::first_failing_rank(comm, why.empty());
-    if (failing < 0) {
-      wo.memory = Memory::cuda;
-      wo.cuda_device = device;
-      layers = std::make_unique<detail::DeviceLayers>(device);
-      if (state_layers) {
-        state_layers->place_on(
-            ::torch::Device(::torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
-      }
+    const DeviceChoice choice =
+        choose_device_window(comm, required, false, [&] { return device_obstacle_of(wo); },
+                             {.prefix = "paramwin::torch",
+                              .required_by = "DeviceWindows::always or Memory::cuda"});
+    if (!choice.device) {
+      wo.memory = Memory::host;
       return wo;
     }
-    const std::string text = paramwin::detail::failure_text(comm, failing, why);
-    if (required) {
-      throw InvalidArgument("paramwin::torch: TorchAgent cannot use a device window "
-                            "(DeviceWindows::always or Memory::cuda): " +
-                            (why.empty() ? text : why));
+    wo.memory = Memory::cuda;
+    wo.cuda_device = choice.cuda_device;
+    layers = std::make_unique<detail::DeviceLayers>(choice.cuda_device);
+    if (state_layers) {
+      state_layers->place_on(
+          ::torch::Device(::torch::kCUDA, static_cast<c10::DeviceIndex>(choice.cuda_device)));
     }
-    if (any_cuda) {
-      std::fprintf(stderr,
-                   "paramwin::torch: TorchAgent stages its CUDA tensors through host memory, "
-                   "no device window: %s\n",
-                   (why.empty() ? text : why).c_str());
-    }
-    wo.memory = Memory::host;
     return wo;
   }
 

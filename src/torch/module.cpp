@@ -47,20 +47,12 @@ bool is_exchangeable_type(::torch::ScalarType type) {
   throw InvalidArgument("paramwin::torch: " + message);
 }
 
-/// The window memory of layer @p i of a live window.
-void* live_memory(ParameterWindow<>& window, std::size_t i) {
-  const LayerSpec& spec = window.layout()[i];
-  switch (spec.dtype) {
-    case DType::float32: return window.live_span<float>(spec.name).data();
-    case DType::float64: return window.live_span<double>(spec.name).data();
-    case DType::bfloat16: return window.live_span<bfloat16>(spec.name).data();
-    case DType::float16: return window.live_span<float16>(spec.name).data();
-  }
-  fail("layer " + spec.describe() + ": unknown dtype");
-}
+/// The window memory of layer @p i of a live window (its dtype is the layout's by
+/// construction: the layout was made from the module).
+void* live_memory(Window& window, std::size_t i) { return window.live_layer(i); }
 
 /// Collects and checks @p module against @p window's layout.
-ModuleTensors checked(const ParameterWindow<>& window, const ::torch::nn::Module& module,
+ModuleTensors checked(const Window& window, const ::torch::nn::Module& module,
                       const ModuleOptions& options) {
   ModuleTensors mt = collect(module, options);
   check_against(mt, window.layout());
@@ -168,7 +160,7 @@ void synchronize_current(const ::torch::Device& device) {
 
 }  // namespace
 
-PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& module,
+PublishResult publish(Window& window, const ::torch::nn::Module& module,
                       const ModuleOptions& options) {
   const ModuleTensors mt = checked(window, module, options);
   if (window.options().exposure == Exposure::live) {
@@ -203,9 +195,8 @@ PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& modu
   return window.publish(refs);
 }
 
-PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
-                 ::torch::nn::Module& module, const PullOptions& pull_options,
-                 const ModuleOptions& options) {
+PullResult adopt(Window& window, std::span<const int> donors, ::torch::nn::Module& module,
+                 const PullOptions& pull_options, const ModuleOptions& options) {
   const ModuleTensors mt = checked(window, module, options);
   ::torch::NoGradGuard no_grad;
   std::vector<::torch::Tensor> staged(mt.tensors.size());
@@ -234,8 +225,7 @@ PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
   return result;
 }
 
-void bind_live(ParameterWindow<>& window, ::torch::nn::Module& module,
-               const ModuleOptions& options) {
+void bind_live(Window& window, ::torch::nn::Module& module, const ModuleOptions& options) {
   if (window.options().exposure != Exposure::live) {
     fail("bind_live needs a window created with WindowOptions::exposure = Exposure::live");
   }
@@ -272,7 +262,7 @@ void unbind_live(::torch::nn::Module& module, const ModuleOptions& options) {
   }
 }
 
-bool is_bound_live(ParameterWindow<>& window, const ::torch::nn::Module& module,
+bool is_bound_live(Window& window, const ::torch::nn::Module& module,
                    const ModuleOptions& options) {
   if (window.options().exposure != Exposure::live) return false;
   const ModuleTensors mt = collect(module, options);

@@ -1,7 +1,7 @@
-// The step core (through detail::AgentBase, as Agent drives it) over a fake window
-// (detail::WindowAccess): what the core does with a window's
-// answers, deterministically — here, a publish that a reader's pin skips. Needs MPI only for
-// MPI_Wtime (the planner's clock), so it runs on one rank.
+// The step core (through the solo executor, as Agent drives it) over a fake window (a class
+// with the members of paramwin::Window that the executor calls): what the core does with a
+// window's answers, deterministically — here, a publish that a reader's pin skips. Needs MPI only
+// for MPI_Wtime (the planner's clock), so it runs on one rank.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "agent/agent_core.hpp"
+#include "agent/solo_executor.hpp"
 #include "mpi_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
@@ -22,9 +25,27 @@ namespace {
 
 constexpr std::uint64_t kFp = 42;
 
+/// The step core as AgentBase drives it (a solo executor over the window of each call), over
+/// any window with Window's members.
+class SoloCore {
+ public:
+  SoloCore(pw::AgentOptions options, int rank, int population, const pw::Layout& layout)
+      : core_(std::move(options), rank, population, layout) {}
+  template <class W>
+  pw::StepEvent step(W& w, std::int64_t iteration, double metric,
+                     std::span<const pw::LayerRef> params) {
+    pw::detail::SoloExecutor<W> ex(w, fingerprint_);
+    return core_.step(ex, pw::detail::solo_comms(w), iteration, metric, params);
+  }
+
+ private:
+  pw::detail::AgentCore core_;
+  std::optional<std::uint64_t> fingerprint_;
+};
+
 /// One agent (rank 0) and one donor (rank 1) that always answers; publish is skipped (as if a
 /// reader pinned the slot) while skips() > 0.
-class PinnedWindow final : public pw::detail::WindowAccess {
+class PinnedWindow final {
  public:
   explicit PinnedWindow(pw::Layout layout) : layout_(std::move(layout)), entries_(2) {
     for (std::size_t r = 0; r < entries_.size(); ++r) {
@@ -34,24 +55,24 @@ class PinnedWindow final : public pw::detail::WindowAccess {
       entries_[r].status.state = pw::AgentState::active;
     }
   }
-  [[nodiscard]] int rank() const override { return 0; }
-  [[nodiscard]] int size() const override { return static_cast<int>(entries_.size()); }
+  [[nodiscard]] int rank() const { return 0; }
+  [[nodiscard]] int size() const { return static_cast<int>(entries_.size()); }
   // Checkpoints are not exercised here (no communicator behind this window).
-  [[nodiscard]] MPI_Comm comm() const override { return MPI_COMM_SELF; }
-  void continue_versions(std::uint64_t /*next*/) override {}
-  [[nodiscard]] const pw::Layout& layout() const override { return layout_; }
-  [[nodiscard]] std::uint64_t version() const override { return version_; }
-  [[nodiscard]] pw::RosterEntry roster(int rank) const override {
+  [[nodiscard]] MPI_Comm comm() const { return MPI_COMM_SELF; }
+  void continue_versions(std::uint64_t /*next*/) {}
+  [[nodiscard]] const pw::Layout& layout() const { return layout_; }
+  [[nodiscard]] std::uint64_t version() const { return version_; }
+  [[nodiscard]] pw::RosterEntry roster(int rank) const {
     return entries_.at(static_cast<std::size_t>(rank));
   }
-  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const override {
+  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const {
     std::vector<pw::RosterEntry> out = entries_;
     out[1].publish_time = MPI_Wtime();  // the donor is fresh
     return out;
   }
-  void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
+  void set_status(const pw::AgentStatus& status) { entries_[0].status = status; }
   pw::PublishResult publish(const pw::BoundLayers<pw::ConstLayerRef>& /*layers*/,
-                            const pw::Hyperparameters& /*hyper*/) override {
+                            const pw::Hyperparameters& /*hyper*/) {
     ++publish_calls;
     if (skips > 0) {
       --skips;
@@ -61,7 +82,7 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     return {.published = true, .version = version_};
   }
   pw::PullResult pull(std::span<const int> donors, const pw::BoundLayers<pw::LayerRef>& out,
-                      const pw::PullOptions& /*options*/) override {
+                      const pw::PullOptions& /*options*/) {
     for (const pw::LayerRef& ref : out.refs()) {
       std::fill_n(static_cast<float*>(ref.data()), ref.count(), 1.0F);
     }
@@ -69,8 +90,8 @@ class PinnedWindow final : public pw::detail::WindowAccess {
     r.donors.push_back({.rank = donors[0], .version = 1, .weight = 1.0});
     return r;
   }
-  void progress() override { ++progress_calls; }
-  [[nodiscard]] bool has_rma_readers() const override { return rma_readers; }
+  void progress() { ++progress_calls; }
+  [[nodiscard]] bool has_rma_readers() const { return rma_readers; }
 
   int skips = 0;             ///< publishes still to skip
   int publish_calls = 0;     ///< tries of publish
@@ -97,7 +118,7 @@ struct TwoSteps {
 };
 
 /// Step 1 publishes (first step), step 2 dies; @p skips publishes are skipped from step 2 on.
-TwoSteps run(PinnedWindow& win, pw::detail::AgentBase& core, int skips) {
+TwoSteps run(PinnedWindow& win, SoloCore& core, int skips) {
   std::vector<float> w(8, 0.0F);
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   TwoSteps r;
@@ -116,7 +137,7 @@ pw::Layout layout() {
 
 TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
   PinnedWindow win(layout());
-  pw::detail::AgentBase core(dies_at_age_2(5000.0), 0, 2, win.layout());
+  SoloCore core(dies_at_age_2(5000.0), 0, 2, win.layout());
   const TwoSteps r = run(win, core, 5);
   ASSERT_TRUE(r.first.published);
   EXPECT_EQ(r.first.publish_attempts, 1U);
@@ -131,7 +152,7 @@ TEST(RebirthPublish, APinnedSlotIsRetriedUntilTheReaderLetsGo) {
 
 TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
   PinnedWindow win(layout());
-  pw::detail::AgentBase core(dies_at_age_2(0.0), 0, 2, win.layout());
+  SoloCore core(dies_at_age_2(0.0), 0, 2, win.layout());
   const TwoSteps r = run(win, core, 1);
   ASSERT_TRUE(r.death.died);
   EXPECT_FALSE(r.death.published);
@@ -149,7 +170,7 @@ TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
 
 TEST(RebirthPublish, TheWaitIsBoundedAndOrdinaryPublishesNeverWait) {
   PinnedWindow win(layout());
-  pw::detail::AgentBase core(dies_at_age_2(30.0), 0, 2, win.layout());
+  SoloCore core(dies_at_age_2(30.0), 0, 2, win.layout());
   const auto t0 = std::chrono::steady_clock::now();
   const TwoSteps r = run(win, core, 1 << 30);  // a reader that never lets go
   const double waited =
@@ -174,7 +195,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   PinnedWindow win(layout());
   pw::AgentOptions o;  // no trigger: nobody dies, every step publishes once
   o.selection.k = 1;
-  pw::detail::AgentBase core(o, 0, 2, win.layout());
+  SoloCore core(o, 0, 2, win.layout());
   std::vector<float> w(8, 0.0F);
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   for (int i = 0; i < 10; ++i) (void)core.step(win, i, 0.5, params);
@@ -183,7 +204,7 @@ TEST(StepProgress, OneProgressCallPerStepOnlyWhenSomeoneReadsOverRma) {
   for (int i = 10; i < 20; ++i) (void)core.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10);
   o.serve.progress_in_step = false;
-  pw::detail::AgentBase off(o, 0, 2, win.layout());
+  SoloCore off(o, 0, 2, win.layout());
   for (int i = 0; i < 10; ++i) (void)off.step(win, i, 0.5, params);
   EXPECT_EQ(win.progress_calls, 10) << "serve.progress_in_step = false: none";
 }
@@ -204,7 +225,7 @@ constexpr float kReset = 3.0F;    // what the reset callback writes
 
 /// Agent rank 0 and donors 1..3; a pull from a donor in partial_donors writes half of the
 /// parameters and throws PartialPullError, as a direct pull past its deadline does.
-class PartialWindow final : public pw::detail::WindowAccess {
+class PartialWindow final {
  public:
   explicit PartialWindow(pw::Layout layout) : layout_(std::move(layout)), entries_(4) {
     for (std::size_t r = 0; r < entries_.size(); ++r) {
@@ -215,29 +236,29 @@ class PartialWindow final : public pw::detail::WindowAccess {
       entries_[r].status.metric = 0.1 * static_cast<double>(r);
     }
   }
-  [[nodiscard]] int rank() const override { return 0; }
-  [[nodiscard]] int size() const override { return static_cast<int>(entries_.size()); }
+  [[nodiscard]] int rank() const { return 0; }
+  [[nodiscard]] int size() const { return static_cast<int>(entries_.size()); }
   // Checkpoints are not exercised here (no communicator behind this window).
-  [[nodiscard]] MPI_Comm comm() const override { return MPI_COMM_SELF; }
-  void continue_versions(std::uint64_t /*next*/) override {}
-  [[nodiscard]] const pw::Layout& layout() const override { return layout_; }
-  [[nodiscard]] std::uint64_t version() const override { return version_; }
-  [[nodiscard]] pw::RosterEntry roster(int rank) const override {
+  [[nodiscard]] MPI_Comm comm() const { return MPI_COMM_SELF; }
+  void continue_versions(std::uint64_t /*next*/) {}
+  [[nodiscard]] const pw::Layout& layout() const { return layout_; }
+  [[nodiscard]] std::uint64_t version() const { return version_; }
+  [[nodiscard]] pw::RosterEntry roster(int rank) const {
     return entries_.at(static_cast<std::size_t>(rank));
   }
-  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const override {
+  [[nodiscard]] std::vector<pw::RosterEntry> roster_all(double /*timeout_seconds*/) const {
     std::vector<pw::RosterEntry> out = entries_;
     for (std::size_t r = 1; r < out.size(); ++r) out[r].publish_time = MPI_Wtime();
     return out;
   }
-  void set_status(const pw::AgentStatus& status) override { entries_[0].status = status; }
+  void set_status(const pw::AgentStatus& status) { entries_[0].status = status; }
   pw::PublishResult publish(const pw::BoundLayers<pw::ConstLayerRef>& /*layers*/,
-                            const pw::Hyperparameters& /*hyper*/) override {
+                            const pw::Hyperparameters& /*hyper*/) {
     ++version_;
     return {.published = true, .version = version_};
   }
   pw::PullResult pull(std::span<const int> donors, const pw::BoundLayers<pw::LayerRef>& out,
-                      const pw::PullOptions& options) override {
+                      const pw::PullOptions& options) {
     landings.push_back(options.landing);
     pulled_from.push_back(donors[0]);
     if (partial_donors.count(donors[0]) != 0) {
@@ -257,8 +278,8 @@ class PartialWindow final : public pw::detail::WindowAccess {
     r.donors.push_back({.rank = donors[0], .version = 1, .weight = 1.0});
     return r;
   }
-  void progress() override {}
-  [[nodiscard]] bool has_rma_readers() const override { return false; }
+  void progress() {}
+  [[nodiscard]] bool has_rma_readers() const { return false; }
 
   std::set<int> partial_donors;
   std::vector<pw::Landing> landings;  ///< PullOptions::landing of every pull
@@ -286,7 +307,7 @@ pw::AgentOptions partial_options(bool with_reset, double momentum) {
 
 /// Two steps (the second dies); returns the death's event and leaves the parameters in @p w.
 pw::StepEvent die_once(PartialWindow& win, const pw::AgentOptions& o, std::vector<float>& w) {
-  pw::detail::AgentBase core(o, 0, 4, win.layout());
+  SoloCore core(o, 0, 4, win.layout());
   const pw::LayerRef params[] = {pw::LayerRef(w)};
   (void)core.step(win, 1, 0.5, params);
   return core.step(win, 2, 0.5, params);

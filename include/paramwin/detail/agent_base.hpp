@@ -1,8 +1,7 @@
 #pragma once
 /// @file detail/agent_base.hpp
-/// The non-template boundary of Agent<MemorySpace> (as WindowBase is ParameterWindow's):
-/// the window operations the agent needs whatever the memory space (WindowAccess), and
-/// AgentBase, which holds the step core (private to the library) behind a pointer.
+/// The non-template boundary of Agent<MemorySpace>: AgentBase, which holds the step core
+/// (private to the library) behind a pointer and drives it over the agent's Window.
 
 #include <mpi.h>
 
@@ -26,68 +25,9 @@
 namespace paramwin {
 
 class Policy;
+class Window;
 
 namespace detail {
-
-/// The window operations the agent needs, independent of the memory space.
-class WindowAccess {
- public:
-  WindowAccess() = default;
-  WindowAccess(const WindowAccess&) = delete;
-  WindowAccess& operator=(const WindowAccess&) = delete;
-  WindowAccess(WindowAccess&&) = delete;
-  WindowAccess& operator=(WindowAccess&&) = delete;
-  virtual ~WindowAccess() = default;
-
-  [[nodiscard]] virtual int rank() const = 0;
-  [[nodiscard]] virtual int size() const = 0;
-  [[nodiscard]] virtual MPI_Comm comm() const = 0;
-  virtual void continue_versions(std::uint64_t next) = 0;
-  [[nodiscard]] virtual const Layout& layout() const = 0;
-  [[nodiscard]] virtual std::uint64_t version() const = 0;
-  [[nodiscard]] virtual RosterEntry roster(int rank) const = 0;
-  [[nodiscard]] virtual std::vector<RosterEntry> roster_all(double timeout_seconds) const = 0;
-  virtual void set_status(const AgentStatus& status) = 0;
-  virtual PublishResult publish(const BoundLayers<ConstLayerRef>& layers,
-                                const Hyperparameters& hyper) = 0;
-  virtual PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
-                          const PullOptions& options) = 0;
-  /// Lets MPI progress once (serves RMA readers, completes their pin releases).
-  virtual void progress() = 0;
-  /// Whether some rank reads this window over RMA.
-  [[nodiscard]] virtual bool has_rma_readers() const = 0;
-};
-
-/// WindowAccess over a ParameterWindow<MemorySpace> (or anything with the same members).
-template <class Window>
-class WindowAccessOf final : public WindowAccess {
- public:
-  explicit WindowAccessOf(Window& window) : w_(window) {}
-  [[nodiscard]] int rank() const override { return w_.rank(); }
-  [[nodiscard]] int size() const override { return w_.size(); }
-  [[nodiscard]] MPI_Comm comm() const override { return w_.comm(); }
-  void continue_versions(std::uint64_t next) override { w_.continue_versions(next); }
-  [[nodiscard]] const Layout& layout() const override { return w_.layout(); }
-  [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
-  [[nodiscard]] RosterEntry roster(int rank) const override { return w_.roster(rank); }
-  [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds) const override {
-    return w_.roster_all(timeout_seconds);
-  }
-  void set_status(const AgentStatus& status) override { w_.set_status(status); }
-  PublishResult publish(const BoundLayers<ConstLayerRef>& layers,
-                        const Hyperparameters& hyper) override {
-    return w_.publish(layers, hyper);
-  }
-  PullResult pull(std::span<const int> donors, const BoundLayers<LayerRef>& out,
-                  const PullOptions& options) override {
-    return w_.pull(donors, out, options);
-  }
-  void progress() override { w_.progress(); }
-  [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }
-
- private:
-  Window& w_;
-};
 
 /// @p options with the progress thread that @p serve asks for (progress_thread and its
 /// interval); unchanged when serve.progress_thread is false.
@@ -104,9 +44,9 @@ struct SoloAgentDeleter {
 };
 
 /// What Agent<MemorySpace> calls, whatever its memory space: the one-rank agent's entry
-/// points, each over the window it is given. Move-only; a moved-from AgentBase throws
-/// InvalidArgument from every call but destruction and assignment (the noexcept queries
-/// end the program instead).
+/// points, each over the agent's window (its ParameterWindow, as the Window it is). Move-only; a
+/// moved-from AgentBase throws InvalidArgument from every call but destruction and assignment (the
+/// noexcept queries end the program instead).
 class AgentBase {
  public:
   /// Validates @p options (InvalidArgument), their explore rules against @p layout too.
@@ -117,20 +57,19 @@ class AgentBase {
   [[nodiscard]] static AgentBase create_collective(MPI_Comm comm, AgentOptions options,
                                                    const Layout& layout);
 
-  StepEvent step(WindowAccess& w, std::int64_t iteration, double metric,
+  StepEvent step(Window& w, std::int64_t iteration, double metric,
                  std::span<const LayerRef> params);
-  PublishResult publish(WindowAccess& w, std::span<const ConstLayerRef> params);
-  void leave(WindowAccess& w);
-  void pause(WindowAccess& w);
-  void resume(WindowAccess& w);
+  PublishResult publish(Window& w, std::span<const ConstLayerRef> params);
+  void leave(Window& w);
+  void pause(Window& w);
+  void resume(Window& w);
   [[nodiscard]] bool paused() const noexcept;
 
-  void save_checkpoint(WindowAccess& w, const std::string& path,
-                       std::span<const ConstLayerRef> params);
-  void wait_checkpoint(WindowAccess& w);
-  CheckpointLoad load_checkpoint(WindowAccess& w, const std::string& path,
+  void save_checkpoint(Window& w, const std::string& path, std::span<const ConstLayerRef> params);
+  void wait_checkpoint(Window& w);
+  CheckpointLoad load_checkpoint(Window& w, const std::string& path,
                                  std::span<const LayerRef> params);
-  std::optional<CheckpointLoad> resume_newest(WindowAccess& w, std::span<const LayerRef> params);
+  std::optional<CheckpointLoad> resume_newest(Window& w, std::span<const LayerRef> params);
   void set_checkpoint_hooks(CheckpointHooks hooks);
 
   [[nodiscard]] const Policy& policy() const noexcept;

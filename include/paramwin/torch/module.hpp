@@ -66,7 +66,7 @@ void check_against(const ModuleTensors& tensors, const Layout& window_layout);
 /// exposure), or, for a module bound with bind_live(), just advances the version. Tensors
 /// on a device, or all of them with ModuleOptions::stage_through_host, are copied to host
 /// tensors first.
-PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& module,
+PublishResult publish(Window& window, const ::torch::nn::Module& module,
                       const ModuleOptions& options = {});
 
 /// Pulls @p donors through @p window and writes the result into @p module's exchanged
@@ -74,9 +74,8 @@ PublishResult publish(ParameterWindow<>& window, const ::torch::nn::Module& modu
 /// through a graph recorded before the adoption then fails instead of computing wrong
 /// gradients). Transactional like ParameterWindow::pull: on an exception the module is
 /// unchanged. Device (or forced) tensors are staged through host copies.
-PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
-                 ::torch::nn::Module& module, const PullOptions& pull_options = {},
-                 const ModuleOptions& options = {});
+PullResult adopt(Window& window, std::span<const int> donors, ::torch::nn::Module& module,
+                 const PullOptions& pull_options = {}, const ModuleOptions& options = {});
 
 /// Zero-copy mode, for a window created with Exposure::live: copies @p module's exchanged
 /// tensors into the window memory, then makes each tensor use that memory (set_data under
@@ -84,15 +83,14 @@ PullResult adopt(ParameterWindow<>& window, std::span<const int> donors,
 /// training updates the window directly and publish() only advances the version. The
 /// tensors must be CPU tensors (InvalidArgument otherwise) and ModuleOptions::
 /// stage_through_host must be off. Call unbind_live() before the window is destroyed.
-void bind_live(ParameterWindow<>& window, ::torch::nn::Module& module,
-               const ModuleOptions& options = {});
+void bind_live(Window& window, ::torch::nn::Module& module, const ModuleOptions& options = {});
 
 /// Gives every exchanged tensor of @p module its own memory again (a copy of the current
 /// values), so that the module outlives the window it was bound to.
 void unbind_live(::torch::nn::Module& module, const ModuleOptions& options = {});
 
 /// True when every exchanged tensor of @p module lives in @p window's live memory.
-[[nodiscard]] bool is_bound_live(ParameterWindow<>& window, const ::torch::nn::Module& module,
+[[nodiscard]] bool is_bound_live(Window& window, const ::torch::nn::Module& module,
                                  const ModuleOptions& options = {});
 
 }  // namespace paramwin::torch
