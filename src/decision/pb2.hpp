@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/gp.hpp"
+#include "decision/gp.hpp"
 #include "paramwin/agent_kinds.hpp"
 #include "paramwin/explore.hpp"
 #include "paramwin/hyper.hpp"
