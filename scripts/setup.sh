@@ -69,7 +69,7 @@ fi
 # install_consumer.mixed_mpi, which configures a consumer with it (refused, naming both);
 # without it on a fresh machine the test would not exist (the MPICH build is configured before
 # the Open MPI pass runs). libxxhash-dev: checkpoint checksums. libeigen3-dev: PB2's Gaussian
-# process (src/agent/gp.cpp; header-only, private to the library).
+# process (src/decision/gp.cpp; header-only, private to the library).
 packages+=(mpich libmpich-dev openmpi-bin libopenmpi-dev libxxhash-dev libeigen3-dev)
 [ "$torch" = 1 ] && packages+=(libtorch-dev)
 # slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
