@@ -82,9 +82,13 @@ class Policy {
   Policy(AgentOptions options, int rank, int population);
   /// Policies are values: a copy copies everything, PB2's observations included.
   Policy(const Policy& other);
+  /// Copies @p other (PB2's observations included).
   Policy& operator=(const Policy& other);
+  /// Takes @p other's state; @p other is left valid only to be assigned or destroyed.
   Policy(Policy&& other) noexcept;
+  /// Takes @p other's state; @p other is left valid only to be assigned or destroyed.
   Policy& operator=(Policy&& other) noexcept;
+  /// Destroys the policy (and its PB2 state).
   ~Policy();
 
   /// Reads every agent's roster when the worst-fraction trigger needs it.
