@@ -434,6 +434,7 @@ StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::in
   BoundLayers<LayerRef> ordered;
   std::string bad;
   try {
+    // Qualified: unqualified, argument-dependent lookup also finds std::bind.
     ordered = paramwin::bind(ex.layout(), params, std::string(ex.kind()) + "::step");
     ex.check_params(ordered.refs());
   } catch (const InvalidArgument& e) {
