@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The README's demo: installs what is missing, builds paramwin into build/, then runs the
-# age-replacement example (4 agents, one per MPI rank) with and without replacement and
-# says where its CSVs and plot are.
+# The README's demo: installs what is missing for it (scripts/setup.sh --minimal: no LibTorch,
+# Python, Slurm or linters), builds the library and the age-replacement example into build/
+# (nothing else: the tests, benchmarks and adapter are built by scripts/test.sh, which reuses
+# this build), then runs the example (4 agents, one per MPI rank) with and without
+# replacement and says where its CSVs and plot are. A second run reuses everything.
 #   scripts/demo.sh [--ranks N] [example options, e.g. --steps 1000 --seed 3 --no-plot]
 # Environment: BUILD_DIR (default build), OUT (default out/age_replacement).
 set -euo pipefail
@@ -18,8 +20,8 @@ done
 build_dir=${BUILD_DIR:-build}
 out=${OUT:-out/age_replacement}
 
-# Packages (apt) and a full build with MPICH pinned explicitly.
-bash scripts/setup.sh --build-dir "$build_dir"
+# The packages the demo needs (apt) and a build of what it runs, with MPICH pinned explicitly.
+bash scripts/setup.sh --minimal --build-dir "$build_dir" --target age_replacement
 
 source scripts/lib/run_example.sh
 run_example demo "$build_dir/examples/age_replacement" "$ranks" "$out" \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds (warnings are errors) and runs the whole test suite, once per MPI: MPICH (the
 # primary, build directory `build`) and then Open MPI (`build-openmpi`); each pass prints its
-# wall time. docs/rma-semantics.md says what differs between the two.
+# wall time. docs/rma-semantics.md says what differs between the two. The MPICH pass reuses
+# what scripts/demo.sh built in `build` (scripts/setup.sh configures every build directory
+# with the same flags; only what is new is built).
 #   scripts/test.sh [--mpi mpich|openmpi] [extra ctest arguments]
 # --mpi runs one pass only. This includes the emulated multi-host tests (label multihost: two
 # hosts built from network, IPC, UTS and mount namespaces on this machine, scripts/multihost.sh;

@@ -18,10 +18,7 @@ done
 build_dir=${BUILD_DIR:-build}
 out=${OUT:-out/torch_population}
 
-bash scripts/setup.sh --build-dir "$build_dir" --no-build
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
-      -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
-cmake --build "$build_dir" -j 2 --target torch_population
+bash scripts/setup.sh --build-dir "$build_dir" --target torch_population
 
 source scripts/lib/run_example.sh
 run_example torch_demo "$build_dir/examples/torch_population" "$ranks" "$out" \
