@@ -48,7 +48,7 @@ Exit status 0 when every check passes, 1 with one line per problem ("FILE:LINE: 
    as the library prints them) every key of FILE must have a row, with the same aliases, and
    every row's key must be in FILE. The test suite makes FILE with the program
    paramwin_option_keys (tests/agent/option_keys_main.cpp), which prints the library's option key
-   table (agent_option_keys(), src/agent/option_keys.cpp). Without it the table is not checked.
+   table (agent_option_keys(), src/decision/option_keys.cpp). Without it the table is not checked.
 
 4. Counts. A number in a doc that a test prints or that the sources determine is written
    between markers, ``<!-- count:NAME -->138<!-- /count -->``, and compared with its source:

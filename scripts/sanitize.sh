@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 # compiles, never runs, and the normal passes make it.
 # -O1 -g1 (line tables, enough for the sanitizers' stack traces) instead of RelWithDebInfo's
 # -O2 -g: the sanitized build compiles in about half the time (20 s -> 9 s for
-# src/agent/gp.cpp here); AddressSanitizer's documentation recommends -O1 anyway.
+# src/decision/gp.cpp here); AddressSanitizer's documentation recommends -O1 anyway.
 cmake -S . -B build-asan -DPARAMWIN_BUILD_BENCHMARKS=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
       -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich -DPARAMWIN_WITH_CUDA=OFF \
       -DPARAMWIN_HEADER_CHECK=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null

@@ -57,7 +57,7 @@ done
 # What the library and the C++ examples need (--minimal stops here). The configure needs
 # GoogleTest and Google Benchmark (small, header and static libraries) for the test and
 # benchmark directories; gnuplot-nox draws the examples' plots. libxxhash-dev: checkpoint
-# checksums. libeigen3-dev: PB2's Gaussian process (src/agent/gp.cpp; header-only, private to
+# checksums. libeigen3-dev: PB2's Gaussian process (src/decision/gp.cpp; header-only, private to
 # the library). nlohmann-json3-dev: the event log's JSON, written and read back
 # (src/agent/event.cpp and the tests; header-only, private to the library). libhdf5-*-dev: the
 # parallel HDF5 of this MPI (population checkpoints, docs/checkpoints.md).

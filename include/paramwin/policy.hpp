@@ -21,22 +21,7 @@
 namespace paramwin {
 
 namespace detail {
-class Pb2Explorer;  // src/agent/pb2.hpp
-/// A Policy's PB2 state (explore.kind pb2), owned with value semantics: copies copy it.
-class Pb2Slot {
- public:
-  Pb2Slot() noexcept;
-  explicit Pb2Slot(std::unique_ptr<Pb2Explorer> explorer) noexcept;
-  Pb2Slot(const Pb2Slot& other);
-  Pb2Slot& operator=(const Pb2Slot& other);
-  Pb2Slot(Pb2Slot&& other) noexcept;
-  Pb2Slot& operator=(Pb2Slot&& other) noexcept;
-  ~Pb2Slot();
-  [[nodiscard]] Pb2Explorer* get() const noexcept { return explorer_.get(); }
-
- private:
-  std::unique_ptr<Pb2Explorer> explorer_;
-};
+class Pb2Explorer;  // src/decision/pb2.hpp: PB2's state, private to the library
 }  // namespace detail
 
 /// Rank of each agent that may donate to @p self: published (version > 0), not mid-rebirth,
@@ -95,6 +80,16 @@ class Policy {
  public:
   /// Validates @p options (InvalidArgument) and draws the first maximum age.
   Policy(AgentOptions options, int rank, int population);
+  /// Policies are values: a copy copies everything, PB2's observations included.
+  Policy(const Policy& other);
+  /// Copies @p other (PB2's observations included).
+  Policy& operator=(const Policy& other);
+  /// Takes @p other's state; @p other is left valid only to be assigned or destroyed.
+  Policy(Policy&& other) noexcept;
+  /// Takes @p other's state; @p other is left valid only to be assigned or destroyed.
+  Policy& operator=(Policy&& other) noexcept;
+  /// Destroys the policy (and its PB2 state).
+  ~Policy();
 
   /// Reads every agent's roster when the worst-fraction trigger needs it.
   using RosterReader = std::function<std::vector<RosterEntry>()>;
@@ -190,6 +185,8 @@ class Policy {
   [[nodiscard]] DeathReason decide_now(std::int64_t iteration, double metric,
                                        const RosterReader& rosters, std::uint64_t fingerprint);
 
+  // Every member is copied by Policy(const Policy&) (src/decision/policy.cpp): a new member
+  // goes there too.
   AgentOptions options_;
   int rank_;
   int population_;
@@ -203,7 +200,7 @@ class Policy {
   std::int64_t rebirth_step_ = 0;
   std::uint64_t generation_ = 0;
   DeathReason pending_ = DeathReason::none;
-  detail::Pb2Slot pb2_{};
+  std::unique_ptr<detail::Pb2Explorer> pb2_;  // explore.kind pb2 only
   std::string explore_note_{};
 };
 

@@ -1,5 +1,5 @@
 """Agent options as typed Python keywords, driven by the C++ option key table
-(``_core.option_keys()``, src/agent/option_keys.cpp): every key the library accepts is a
+(``_core.option_keys()``, src/decision/option_keys.cpp): every key the library accepts is a
 keyword here, without a list of its own, so a key added to the C++ table is a keyword at once.
 
 A value is turned into the key's string form by its Python type: bool -> "true"/"false", an

@@ -78,7 +78,7 @@ BoundLayers<ConstLayerRef> bound_const(const Layout& layout, std::span<const Con
   BoundLayers<ConstLayerRef> ordered;
   std::string error;
   try {
-    ordered = bind_step_params(layout, params, caller);
+    ordered = paramwin::bind(layout, params, caller);
     check_readable(ordered, layout, caller);
   } catch (const Error& e) {
     error = e.what();
@@ -237,38 +237,26 @@ void AgentCore::wait_checkpoint(const CheckpointComms& c) {
   agree_or_throw<CheckpointError>(c.all, error);
 }
 
-CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
-                                          const std::string& path,
-                                          std::span<const LayerRef> params) {
-  wait_checkpoint(c);  // HDF5 is used by one thread at a time; the newest save completes
-  const std::string caller = std::string(ex.kind()) + "::load_checkpoint";
-  BoundLayers<LayerRef> ordered;
-  std::string error;
-  try {
-    ordered = bind_step_params(ex.layout(), params, caller);
-    check_readable(ordered, ex.layout(), caller);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  agree_or_throw<InvalidArgument>(c.all, error);
+namespace {
 
-  // Everything that could still fail, on copies: the live agent changes only after every
-  // rank succeeded. The writer reads and validates its agent's share and decides the
-  // agent's policy (restored, or reborn with its own streams); the other ranks of a group
-  // receive that share with the decided state and apply the same.
+// The writer's part of a load, on copies: reads its agent's share of @p path, validates it
+// (@p hyper_words: the layout's hyperparameter words) and decides the agent's @p policy
+// (restored, or reborn with its own streams); the other ranks of a group (c.agent) receive
+// that share with the decided state and apply the same. Returns this rank's error, "" none.
+std::string read_share(const CheckpointComms& c, const std::string& path, const Layout& layout,
+                       std::size_t hyper_words, CheckpointRead& read, AgentSnapshot& s,
+                       Policy& policy) {
+  std::string error;
   const bool writer = c.writers != MPI_COMM_NULL;
-  CheckpointRead read;
-  AgentSnapshot s;
-  Policy policy = policy_;
   if (writer) {
     try {
-      read = read_checkpoint(c.writers, path, ex.layout());
+      read = read_checkpoint(c.writers, path, layout);
       s = decode_agent_state(read.state);
-      if (s.hyper.size() != hyper_.words().size()) {
+      if (s.hyper.size() != hyper_words) {
         throw CheckpointError(
             "paramwin: checkpoint '" + path + "': agent " + std::to_string(read.source) +
             " holds " + std::to_string(s.hyper.size()) +
-            " hyperparameter words, the layout declares " + std::to_string(hyper_.words().size()));
+            " hyperparameter words, the layout declares " + std::to_string(hyper_words));
       }
       if (read.reborn) {
         policy.reborn();
@@ -292,7 +280,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
     int ok = error.empty() ? 1 : 0;  // the writer's verdict
     check_mpi(MPI_Bcast(&ok, 1, MPI_INT, 0, c.agent), "MPI_Bcast(checkpoint verdict)");
     if (ok != 0) {
-      share_read(read, ex.layout(), c.agent);
+      share_read(read, layout, c.agent);
       if (!writer) {
         try {
           s = decode_agent_state(read.state);
@@ -304,11 +292,14 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
       }
     }
   }
-  agree_or_throw<CheckpointError>(c.all, error);
+  return error;
+}
 
-  // A CUDA failure while writing a device layer (after every check passed) leaves that layer
-  // partly written; it is reported on every rank below.
-  for (std::size_t l = 0; l < ordered.size() && error.empty(); ++l) {
+// Writes the layers of @p read into the caller's @p ordered (device layers through CUDA). A
+// CUDA failure (after every check passed) leaves that layer partly written: its error.
+std::string write_layers(const BoundLayers<LayerRef>& ordered, const CheckpointRead& read,
+                         const Layout& layout) {
+  for (std::size_t l = 0; l < ordered.size(); ++l) {
     if (read.layers[l].empty()) continue;
     if (ordered[l].host_accessible()) {
       std::memcpy(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
@@ -317,10 +308,40 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
     try {
       cuda::copy_blocking(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
     } catch (const std::exception& e) {
-      error = "paramwin: load_checkpoint: writing layer '" + ex.layout()[l].name +
-              "' into device memory: " + e.what();
+      return "paramwin: load_checkpoint: writing layer '" + layout[l].name +
+             "' into device memory: " + e.what();
     }
   }
+  return "";
+}
+
+}  // namespace
+
+CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
+                                          const std::string& path,
+                                          std::span<const LayerRef> params) {
+  wait_checkpoint(c);  // HDF5 is used by one thread at a time; the newest save completes
+  const std::string caller = std::string(ex.kind()) + "::load_checkpoint";
+  BoundLayers<LayerRef> ordered;
+  std::string error;
+  try {
+    ordered = paramwin::bind(ex.layout(), params, caller);
+    check_readable(ordered, ex.layout(), caller);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_or_throw<InvalidArgument>(c.all, error);
+
+  // Everything that could still fail, on copies: the live agent changes only after every
+  // rank succeeded.
+  CheckpointRead read;
+  AgentSnapshot s;
+  Policy policy = policy_;
+  error = read_share(c, path, ex.layout(), hyper_.words().size(), read, s, policy);
+  agree_or_throw<CheckpointError>(c.all, error);
+
+  // A layer left partly written is reported on every rank below.
+  error = write_layers(ordered, read, ex.layout());
   policy_ = std::move(policy);
   counters_ = AgentCounters{.steps = policy_.steps(),
                             .age = policy_.age(),
@@ -341,10 +362,23 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
       error = std::string("paramwin: load_checkpoint: the checkpoint hook failed: ") + e.what();
     }
   }
+  republish_loaded(ex, read.reborn, s, ordered);
+  last_checkpoint_ = Clock::now();
+  agree_or_throw<CheckpointError>(c.all, error);
+  // Nobody steps before every agent republished (agree_or_throw's reduction orders it).
+  return CheckpointLoad{.path = path,
+                        .agents = read.agents,
+                        .source = read.source,
+                        .reborn = read.reborn,
+                        .steps = policy_.steps()};
+}
+
+void AgentCore::republish_loaded(RebirthExecutor& ex, bool reborn, const AgentSnapshot& s,
+                                 const BoundLayers<LayerRef>& ordered) {
   // Others find this agent as a donor with the saved version number (a group: the saved
   // publish stamp), as in the run that saved.
-  if (!read.reborn) ex.continue_versions(s.version);
-  if (read.reborn || s.version > 0) {
+  if (!reborn) ex.continue_versions(s.version);
+  if (reborn || s.version > 0) {
     const BoundLayers<ConstLayerRef> refs = ordered.as_const();
     ex.advance_stamp();
     const PublishResult r = ex.publish(refs, hyper_);
@@ -354,21 +388,13 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
     if (!r.published) publish_pending_ = true;
   }
   AgentStatus status = s.status;
-  if (read.reborn) {
+  if (reborn) {
     status.age = policy_.age();
     status.generation = policy_.generation();
     status.state = AgentState::active;
   }
   advertised_ = status.state;
   ex.set_status(status);
-  last_checkpoint_ = Clock::now();
-  agree_or_throw<CheckpointError>(c.all, error);
-  // Nobody steps before every agent republished (agree_or_throw's reduction orders it).
-  return CheckpointLoad{.path = path,
-                        .agents = read.agents,
-                        .source = read.source,
-                        .reborn = read.reborn,
-                        .steps = policy_.steps()};
 }
 
 std::optional<CheckpointLoad> AgentCore::resume_newest(RebirthExecutor& ex,

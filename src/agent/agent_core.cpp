@@ -9,10 +9,9 @@
 
 #include "agent/agent_core.hpp"
 #include "agent/rebirth_executor.hpp"
-#include "agent/rebirth_plan.hpp"
+#include "decision/rebirth_plan.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
-#include "window/binding.hpp"  // bind_layers: the one ref binder of window and agents
 
 namespace paramwin::detail {
 
@@ -31,17 +30,6 @@ AgentCounters counters_of(const Policy& p) {
 }
 
 }  // namespace
-
-BoundLayers<LayerRef> bind_step_params(const Layout& layout, std::span<const LayerRef> params,
-                                       std::string_view caller) {
-  return bind(layout, params, caller);
-}
-
-BoundLayers<ConstLayerRef> bind_step_params(const Layout& layout,
-                                            std::span<const ConstLayerRef> params,
-                                            std::string_view caller) {
-  return bind(layout, params, caller);
-}
 
 std::string expand_rank(std::string path, int rank) {
   const std::string token = "{rank}";
@@ -179,7 +167,7 @@ void AgentCore::prepare_params(double& seconds) {
 
 PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayerRef> params) {
   const std::string caller = std::string(ex.kind()) + "::publish";
-  const BoundLayers<ConstLayerRef> ordered = bind_step_params(ex.layout(), params, caller);
+  const BoundLayers<ConstLayerRef> ordered = paramwin::bind(ex.layout(), params, caller);
   params_prepared_ = false;
   double unused = 0.0;
   prepare_params(unused);
@@ -292,22 +280,28 @@ RebirthPlan AgentCore::plan(RebirthExecutor& ex, const StepEvent& event, bool fi
   return ex.share(std::move(plan), error);
 }
 
+// What attempts() and try_pulls() did.
+struct AgentCore::Attempts {
+  bool reborn = false;       // the agent was reborn (a pull, or the reset callback)
+  bool publish_due = false;  // the cadence's verdict, carried by the first plan
+  bool partial = false;      // some pull left the parameters partly written
+  std::string note{};        // why no rebirth, "clamped: ...", and the like
+  PullOutcome pulled{};      // the pull that succeeded (reborn by a pull)
+};
+
 // The decision and, on a death, up to kAttempts plans: a failed pull excludes its donor (or,
-// blaming none, is retried when the executor says so). Returns whether the agent was reborn;
-// @p note collects why not (or "clamped:"), @p due the cadence's verdict.
-bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                         const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
-                         bool& due, PullOutcome& pulled) {
-  bool partial = false;
-  const bool reborn = try_pulls(ex, params, ordered, event, note, due, pulled, partial);
-  if (reborn || !partial) return reborn;  // reborn after a partial pull: a later pull succeeded
+// blaming none, is retried when the executor says so).
+AgentCore::Attempts AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
+                                        const BoundLayers<LayerRef>& ordered, StepEvent& event) {
+  Attempts a = try_pulls(ex, params, ordered, event);
+  if (a.reborn || !a.partial) return a;  // reborn after a partial pull: a later pull succeeded
   // A direct pull failed midway and no later pull rewrote the parameters: never train on
   // them as they are. The reset callback re-initialises them (validate() requires one for
   // Landing::direct; rebirth_landing() picks direct only when there is one): a rebirth by
   // reset, published like any other.
-  append_note(note, "partial pull: parameters re-initialised by the reset callback");
+  append_note(a.note, "partial pull: parameters re-initialised by the reset callback");
   set_status(ex, AgentState::rebirth, event.iteration, event.metric);
-  pulled = PullOutcome{};
+  a.pulled = PullOutcome{};
   const auto t_mix = Clock::now();
   std::exception_ptr reset_error;
   if (ex.leader()) {
@@ -323,27 +317,47 @@ bool AgentCore::attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
   }
   event.seconds.mix += seconds_since(t_mix);
   ex.share_reset(ordered.refs(), reset_error);
-  return true;
+  a.reborn = true;
+  return a;
 }
 
-bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
-                          const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
-                          bool& due, PullOutcome& pulled, bool& partial) {
+void AgentCore::reset_by_plan(RebirthExecutor& ex, std::span<const LayerRef> params,
+                              const BoundLayers<LayerRef>& ordered, StepEvent& event,
+                              std::uint64_t seed) {
+  prepare_params(event.seconds.mix);
+  const auto t_mix = Clock::now();
+  std::exception_ptr reset_error;
+  if (ex.leader()) {
+    try {
+      policy_.options().reset(params, seed);
+    } catch (...) {
+      reset_error = std::current_exception();
+    }
+  }
+  event.seconds.mix += seconds_since(t_mix);
+  const auto t_share = Clock::now();
+  ex.share_reset(ordered.refs(), reset_error);
+  event.seconds.assemble += seconds_since(t_share);
+}
+
+AgentCore::Attempts AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
+                                         const BoundLayers<LayerRef>& ordered, StepEvent& event) {
+  Attempts a;
   std::vector<int> exclude;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     const auto t = Clock::now();
     const RebirthPlan plan = this->plan(ex, event, attempt == 0, exclude);
     counters_ = plan.counters;
     if (attempt == 0) {
-      due = plan.publish_due;
+      a.publish_due = plan.publish_due;
       event.reason = plan.reason;
       event.step = counters_.steps;
       event.age = counters_.age;
       event.max_age = counters_.max_age;
     }
-    append_note(note, plan.note);
+    append_note(a.note, plan.note);
     event.seconds.decide += seconds_since(t);
-    if (plan.action == PlanAction::none || plan.action == PlanAction::defer) return false;
+    if (plan.action == PlanAction::none || plan.action == PlanAction::defer) return a;
 
     // Chosen first, advertised after: of two agents dying at once, at most one can see the
     // other mid-rebirth, so they never both wait for each other.
@@ -351,21 +365,9 @@ bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
     // The first access to the parameters in this step: their values must be current (a
     // pull blends with them for momentum, and keeps them when it fails).
     if (plan.action == PlanAction::reset) {
-      prepare_params(event.seconds.mix);
-      const auto t_mix = Clock::now();
-      std::exception_ptr reset_error;
-      if (ex.leader()) {
-        try {
-          policy_.options().reset(params, plan.reset_seed);
-        } catch (...) {
-          reset_error = std::current_exception();
-        }
-      }
-      event.seconds.mix += seconds_since(t_mix);
-      const auto t_share = Clock::now();
-      ex.share_reset(ordered.refs(), reset_error);
-      event.seconds.assemble += seconds_since(t_share);
-      return true;
+      reset_by_plan(ex, params, ordered, event, plan.reset_seed);
+      a.reborn = true;
+      return a;
     }
     prepare_params(event.seconds.pull);
     PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
@@ -373,26 +375,27 @@ bool AgentCore::try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
     po.landing = rebirth_landing(policy_.options());
     PullOutcome r = ex.pull(plan, po, ordered, event);
     if (r.ok) {
-      pulled = std::move(r);
-      return true;
+      a.pulled = std::move(r);
+      a.reborn = true;
+      return a;
     }
-    append_note(note, r.why);
+    append_note(a.note, r.why);
     if (r.partial) {
-      partial = true;
+      a.partial = true;
       // With momentum the next pull would blend with the partly written values: reset now.
       if (policy_.options().mixing.momentum != 0.0) {
         set_status(ex, resting_state(), event.iteration, event.metric);
-        return false;
+        return a;
       }
     }
     set_status(ex, resting_state(), event.iteration, event.metric);
     if (r.blame < 0 ? !r.retry
                     : std::find(exclude.begin(), exclude.end(), r.blame) != exclude.end()) {
-      return false;
+      return a;
     }
     if (r.blame >= 0) exclude.push_back(r.blame);
   }
-  return false;
+  return a;
 }
 
 void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered,
@@ -431,7 +434,8 @@ StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::in
   BoundLayers<LayerRef> ordered;
   std::string bad;
   try {
-    ordered = bind_step_params(ex.layout(), params, std::string(ex.kind()) + "::step");
+    // Qualified: unqualified, argument-dependent lookup also finds std::bind.
+    ordered = paramwin::bind(ex.layout(), params, std::string(ex.kind()) + "::step");
     ex.check_params(ordered.refs());
   } catch (const InvalidArgument& e) {
     bad = e.what();
@@ -458,13 +462,8 @@ StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::in
   return event;
 }
 
-StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
-                              std::span<const LayerRef> params,
-                              const BoundLayers<LayerRef>& ordered, const std::string& bad) {
-  // Serve this rank's RMA readers once per step: on MPICH's ch4:ucx their gets wait until
-  // this rank enters MPI, and a trainer loop may make no other MPI call.
-  if (policy_.options().serve.progress_in_step && ex.has_rma_readers()) ex.progress();
-  const StepAgreement in = ex.agree(bad, metric, publish_pending_, paused_);
+StepEvent AgentCore::start_step(RebirthExecutor& ex, std::int64_t iteration,
+                                const StepAgreement& in) {
   ++steps_since_publish_;
   // The step's bound on waiting for other agents (roster reads and pulls share it).
   const double budget = policy_.options().read.timeout_seconds;
@@ -473,7 +472,6 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
   // The decide timer starts after the agreement: for a group, waiting there for the agent's
   // slowest rank is the trainer's imbalance, not the decision's cost.
   const auto t0 = Clock::now();
-
   StepEvent event;
   event.rank = ex.agent_id();
   event.iteration = iteration;
@@ -482,9 +480,90 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
   event.mixing = policy_.options().mixing.kind;
   event.hyper_before = hyper_;
   event.seconds.decide = seconds_since(t0);
-  std::string note;
-  bool died = false;
-  bool due = false;
+  return event;
+}
+
+void AgentCore::rebirth(RebirthExecutor& ex, std::int64_t iteration, const PullOutcome& pulled,
+                        StepEvent& event, std::string& note) {
+  // The leader explores (its own stream) and redraws the maximum age; every rank learns
+  // both with the new generation. A throwing explore function keeps the death pending.
+  const auto t_mix = Clock::now();
+  Hyperparameters next = hyper_;
+  std::exception_ptr explore_error;
+  if (ex.leader()) {
+    try {
+      next = policy_.exploit_explore(hyper_, pulled.donor_hyper, pulled.donor_weights);
+      append_note(note, policy_.explore_note());  // PB2: the GP path or its fallback
+      policy_.reborn();
+      // PB2: the reborn agent's next interval starts from its best donor's metric.
+      if (!event.donors.empty()) {
+        policy_.observe_rebirth(iteration, event.donors.front().metric, next);
+      }
+    } catch (...) {
+      explore_error = std::current_exception();
+    }
+  }
+  counters_ = ex.share_rebirth(counters_of(policy_), next, explore_error);
+  hyper_ = next;
+  event.seconds.mix += seconds_since(t_mix);
+  event.died = true;
+}
+
+void AgentCore::abandon_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                             bool sync_step) {
+  // Never stay advertised as mid-rebirth after an error (others would skip us forever);
+  // an error before that (a throwing trigger: the policy undid the step) changes nothing.
+  if (advertised_ == AgentState::rebirth) set_status(ex, resting_state(), iteration, metric);
+  agreed_.reset();
+  if (sync_step) {
+    // The others wait in the interval's barrier: meet them, then report this error.
+    try {
+      ex.sync_barrier();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the step's own error is the one to report
+    }
+  }
+}
+
+void AgentCore::finish_step(RebirthExecutor& ex, std::span<const LayerRef> params,
+                            const BoundLayers<LayerRef>& ordered, const StepAgreement& in,
+                            bool publish_pending, Attempts& a, StepEvent& event) {
+  const bool died = a.reborn;
+  // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
+  // throwing callback included), they are published by this step or the next. A paused
+  // agent holds every publish (the rebirth's too) for its first step after resume().
+  const bool owed = died || publish_pending || a.publish_due;
+  const bool publish = owed && !in.paused;
+  if (owed) publish_pending_ = true;
+  if (died && in.paused) append_note(a.note, "paused: the republish waits for resume()");
+  event.note = ex.leader() ? a.note : std::string();
+  event.generation = counters_.generation;
+  event.next_max_age = counters_.max_age;
+  // The reborn agent keeps reporting its last metric until the next step measures one.
+  resume_state_ = AgentState::active;
+  set_status(ex, resting_state(), event.iteration, in.metric);
+
+  event.hyper = hyper_;
+  if (publish) ex.advance_stamp();
+  if (died && policy_.options().on_rebirth) {
+    const auto t = Clock::now();
+    policy_.options().on_rebirth(event, params);
+    event.seconds.mix += seconds_since(t);
+  }
+  if (publish) publish_step(ex, ordered, event, died);
+  event.version = ex.version();
+  event.hyper = hyper_;
+  stats_.record(event);
+  if (ex.leader()) log_.write(event);
+}
+
+StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
+                              std::span<const LayerRef> params,
+                              const BoundLayers<LayerRef>& ordered, const std::string& bad) {
+  // Serve this rank's RMA readers once per step: on MPICH's ch4:ucx their gets wait until
+  // this rank enters MPI, and a trainer loop may make no other MPI call.
+  if (policy_.options().serve.progress_in_step && ex.has_rma_readers()) ex.progress();
+  const StepAgreement in = ex.agree(bad, metric, publish_pending_, paused_);
+  StepEvent event = start_step(ex, iteration, in);
   bool publish_pending = in.any_publish_pending;
   // Synchronous PBT: at every interval step each agent publishes, then all agree on one
   // ranking, the worst are reborn from it, and a barrier keeps every donor from publishing
@@ -500,77 +579,21 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
     }
     agreed_ = agreed_ranking(ex, iteration, in.metric, in.paused);
   }
+  Attempts a;
   try {
-    PullOutcome pulled;
-    died = attempts(ex, params, ordered, event, note, due, pulled);
-    if (died) {
-      // The leader explores (its own stream) and redraws the maximum age; every rank learns
-      // both with the new generation. A throwing explore function keeps the death pending.
-      const auto t_mix = Clock::now();
-      Hyperparameters next = hyper_;
-      std::exception_ptr explore_error;
-      if (ex.leader()) {
-        try {
-          next = policy_.exploit_explore(hyper_, pulled.donor_hyper, pulled.donor_weights);
-          append_note(note, policy_.explore_note());  // PB2: the GP path or its fallback
-          policy_.reborn();
-          // PB2: the reborn agent's next interval starts from its best donor's metric.
-          if (!event.donors.empty()) {
-            policy_.observe_rebirth(iteration, event.donors.front().metric, next);
-          }
-        } catch (...) {
-          explore_error = std::current_exception();
-        }
-      }
-      counters_ = ex.share_rebirth(counters_of(policy_), next, explore_error);
-      hyper_ = next;
-      event.seconds.mix += seconds_since(t_mix);
-      event.died = true;
+    a = attempts(ex, params, ordered, event);
+    if (a.reborn) {
+      rebirth(ex, iteration, a.pulled, event, a.note);
     } else if (event.reason != DeathReason::none) {
       event.deferred = true;
     }
   } catch (...) {
-    // Never stay advertised as mid-rebirth after an error (others would skip us forever);
-    // an error before that (a throwing trigger: the policy undid the step) changes nothing.
-    if (advertised_ == AgentState::rebirth) set_status(ex, resting_state(), iteration, in.metric);
-    agreed_.reset();
-    if (sync_step) {
-      // The others wait in the interval's barrier: meet them, then report this error.
-      try {
-        ex.sync_barrier();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the step's own error is the one to report
-      }
-    }
+    abandon_step(ex, iteration, in.metric, sync_step);
     throw;
   }
   agreed_.reset();
   if (sync_step) ex.sync_barrier();
-  // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
-  // throwing callback included), they are published by this step or the next. A paused
-  // agent holds every publish (the rebirth's too) for its first step after resume().
-  const bool owed = died || publish_pending || due;
-  const bool publish = owed && !in.paused;
-  if (owed) publish_pending_ = true;
-  if (died && in.paused) append_note(note, "paused: the republish waits for resume()");
-  event.note = ex.leader() ? note : std::string();
-  event.generation = counters_.generation;
-  event.next_max_age = counters_.max_age;
-  // The reborn agent keeps reporting its last metric until the next step measures one.
-  resume_state_ = AgentState::active;
-  set_status(ex, resting_state(), iteration, in.metric);
-
-  event.hyper = hyper_;
-  if (publish) ex.advance_stamp();
-  if (died && policy_.options().on_rebirth) {
-    const auto t = Clock::now();
-    policy_.options().on_rebirth(event, params);
-    event.seconds.mix += seconds_since(t);
-  }
-  if (publish) publish_step(ex, ordered, event, died);
-  event.version = ex.version();
-  event.hyper = hyper_;
-  stats_.record(event);
-  if (ex.leader()) log_.write(event);
+  finish_step(ex, params, ordered, in, publish_pending, a, event);
   return event;
 }
 

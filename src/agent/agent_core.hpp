@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/async_save.hpp"
+#include "decision/rebirth_plan.hpp"  // RebirthPlan, AgentCounters
 #include "paramwin/agent_options.hpp"
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/checkpoint.hpp"
@@ -28,18 +29,6 @@
 
 namespace paramwin::detail {
 
-/// Binds @p params to @p layout (positional, or named in any order) with the window's
-/// binder (bind()) and returns them in layout order; InvalidArgument naming @p caller
-/// otherwise (count of layers, all named or none, duplicates, element counts, dtypes,
-/// contiguity). Agents bind once per call, before it changes anything.
-[[nodiscard]] BoundLayers<LayerRef> bind_step_params(const Layout& layout,
-                                                     std::span<const LayerRef> params,
-                                                     std::string_view caller);
-/// @copydoc bind_step_params(const Layout&, std::span<const LayerRef>, std::string_view)
-[[nodiscard]] BoundLayers<ConstLayerRef> bind_step_params(const Layout& layout,
-                                                          std::span<const ConstLayerRef> params,
-                                                          std::string_view caller);
-
 /// @p path with every "{rank}" replaced by @p rank (event log paths).
 [[nodiscard]] std::string expand_rank(std::string path, int rank);
 
@@ -47,15 +36,6 @@ namespace paramwin::detail {
 /// @p since_last_publish after the latest one.
 [[nodiscard]] bool publish_due(const PublishOptions& p, std::int64_t steps_since_publish,
                                std::chrono::steady_clock::duration since_last_publish);
-
-/// The policy's counters an agent reports. On the ranks of a group other than the leader,
-/// the leader's, as shared with each step.
-struct AgentCounters {
-  std::int64_t steps = 0;        ///< steps so far
-  std::int64_t age = 0;          ///< steps since (re)birth
-  std::int64_t max_age = 0;      ///< drawn maximum age in force
-  std::uint64_t generation = 0;  ///< rebirths
-};
 
 /// Where an agent's checkpoint collectives run. A one-rank Agent: its window's communicator
 /// for everything. A GroupAgent: the training ranks agree, the leaders (one per agent, agent
@@ -78,7 +58,8 @@ void check_same_sync_options(MPI_Comm comm, const AgentOptions& o);
 
 class RebirthExecutor;  // src/agent/rebirth_executor.hpp
 struct PullOutcome;     // src/agent/rebirth_executor.hpp
-struct RebirthPlan;     // src/agent/rebirth_plan.hpp
+struct StepAgreement;   // src/agent/rebirth_executor.hpp
+struct AgentSnapshot;   // src/checkpoint/agent_state.hpp
 
 /// The step core of every agent: policy, counters, statistics, event log and publishing
 /// state, and the one step sequence (agree, plan, attempt/exclude loop, rebirth, callbacks,
@@ -158,7 +139,6 @@ class AgentCore {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Attempts;
 
   void set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration, double metric);
   /// The state the roster returns to outside a rebirth: paused or active.
@@ -167,17 +147,34 @@ class AgentCore {
   }
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
+  /// What attempts() and try_pulls() did (agent_core.cpp).
+  struct Attempts;
+
   /// The step after binding (@p bad: why binding failed on this rank, "" when it did not).
   StepEvent run_step(RebirthExecutor& ex, std::int64_t iteration, double metric,
                      std::span<const LayerRef> params, const BoundLayers<LayerRef>& ordered,
                      const std::string& bad);
-  bool attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
-                const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
-                bool& due, PullOutcome& pulled);
-  /// The attempts themselves; @p partial: some pull left the parameters partly written.
-  bool try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
-                 const BoundLayers<LayerRef>& ordered, StepEvent& event, std::string& note,
-                 bool& due, PullOutcome& pulled, bool& partial);
+  /// The step's clocks and counters started, its event begun from the agreement @p in.
+  StepEvent start_step(RebirthExecutor& ex, std::int64_t iteration, const StepAgreement& in);
+  /// The decision and its attempts, a partial pull's reset included.
+  Attempts attempts(RebirthExecutor& ex, std::span<const LayerRef> params,
+                    const BoundLayers<LayerRef>& ordered, StepEvent& event);
+  /// The attempts themselves (Attempts::partial: some pull left the parameters partly
+  /// written).
+  Attempts try_pulls(RebirthExecutor& ex, std::span<const LayerRef> params,
+                     const BoundLayers<LayerRef>& ordered, StepEvent& event);
+  /// A plan's PlanAction::reset: the reset callback with @p seed, shared by the leader.
+  void reset_by_plan(RebirthExecutor& ex, std::span<const LayerRef> params,
+                     const BoundLayers<LayerRef>& ordered, StepEvent& event, std::uint64_t seed);
+  /// After the parameters were reborn from @p pulled: explore, redraw, share the counters.
+  void rebirth(RebirthExecutor& ex, std::int64_t iteration, const PullOutcome& pulled,
+               StepEvent& event, std::string& note);
+  /// On an error of the step: the resting state again, and a synchronous step's barrier met.
+  void abandon_step(RebirthExecutor& ex, std::int64_t iteration, double metric, bool sync_step);
+  /// The step's end: what is owed a publish, the roster, on_rebirth, the publish, the record.
+  void finish_step(RebirthExecutor& ex, std::span<const LayerRef> params,
+                   const BoundLayers<LayerRef>& ordered, const StepAgreement& in,
+                   bool publish_pending, Attempts& a, StepEvent& event);
   /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
   /// reader's pin is retried for up to publish.rebirth_wait_ms.
   void publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered, StepEvent& event,
@@ -196,6 +193,10 @@ class AgentCore {
   /// Calls AgentOptions::prepare_params once per step()/publish() (tracked by
   /// params_prepared_), adding its time to @p seconds.
   void prepare_params(double& seconds);
+  /// After a load (@p reborn: this agent restarts from another's share): the saved version
+  /// continued, the parameters republished, the roster status advertised.
+  void republish_loaded(RebirthExecutor& ex, bool reborn, const AgentSnapshot& s,
+                        const BoundLayers<LayerRef>& ordered);
 
   Policy policy_;
   AgentStats stats_;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/rebirth_plan.hpp"
+#include "decision/rebirth_plan.hpp"
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/event.hpp"

@@ -309,6 +309,67 @@ void launch_mix_float(cudaStream_t stream, void* out, const Sources& s, int k, D
   throw Error("paramwin: device mix: float64 wire for a non-float64 layer");
 }
 
+// One layer of a publish whose slot keeps the layer's dtype @p T: 16-byte words copied and
+// checked when both ends are 16-byte aligned (the tail element-wise), else element-wise.
+// Non-finite values record layer1 in @p bad.
+template <class T>
+void launch_same_dtype(cudaStream_t stream, const CopyItem& it, unsigned long long* bad,
+                       unsigned long long layer1) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(it.dst) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(it.src) % 16 == 0;
+  if (!aligned) {
+    convert_kernel<T, T>
+        <<<blocks_for(it.count), kThreads, 0, stream>>>(static_cast<T*>(it.dst),
+                                                        static_cast<const T*>(it.src), it.count,
+                                                        bad, layer1);
+    return;
+  }
+  const std::size_t bytes = it.count * dtype_size(it.to);
+  const std::size_t words = bytes / 16;
+  const std::size_t tail = bytes - words * 16;
+  if (words != 0) {
+    copy_check_kernel<T>
+        <<<blocks_for(words), kThreads, 0, stream>>>(static_cast<uint4*>(it.dst),
+                                                     static_cast<const uint4*>(it.src), words, bad,
+                                                     layer1);
+  }
+  if (tail != 0) {
+    const std::size_t first = words * 16 / dtype_size(it.to);
+    const std::size_t n = it.count - first;
+    auto* dt = static_cast<std::byte*>(it.dst) + words * 16;
+    const auto* st = static_cast<const std::byte*>(it.src) + words * 16;
+    convert_kernel<T, T><<<1, kThreads, 0, stream>>>(reinterpret_cast<T*>(dt),
+                                                     reinterpret_cast<const T*>(st), n, bad,
+                                                     layer1);
+  }
+}
+
+// One layer of a publish (the slot's dtype it.to from the layer's it.from).
+void launch_publish_layer(cudaStream_t stream, const CopyItem& it, unsigned long long* bad,
+                          unsigned long long layer1) {
+  if (it.to == it.from) {
+    switch (it.to) {
+      case kFloat32: return launch_same_dtype<float>(stream, it, bad, layer1);
+      case kFloat64: return launch_same_dtype<double>(stream, it, bad, layer1);
+      case kBfloat16: return launch_same_dtype<Bf16>(stream, it, bad, layer1);
+      case kFloat16: return launch_same_dtype<F16>(stream, it, bad, layer1);
+    }
+  } else if (it.from == kFloat32 && it.to == kBfloat16) {
+    convert_kernel<Bf16, float>
+        <<<blocks_for(it.count), kThreads, 0, stream>>>(static_cast<Bf16*>(it.dst),
+                                                        static_cast<const float*>(it.src), it.count,
+                                                        bad, layer1);
+    return;
+  } else if (it.from == kFloat32 && it.to == kFloat16) {
+    convert_kernel<F16, float>
+        <<<blocks_for(it.count), kThreads, 0, stream>>>(static_cast<F16*>(it.dst),
+                                                        static_cast<const float*>(it.src), it.count,
+                                                        bad, layer1);
+    return;
+  }
+  throw Error("paramwin: device publish: unsupported conversion");
+}
+
 }  // namespace
 
 // --- the free functions ------------------------------------------------------------------------
@@ -534,109 +595,8 @@ std::uint64_t Device::publish(std::span<const CopyItem> items) {
   check(cudaMemcpyAsync(s_->bad, &none, sizeof(none), cudaMemcpyHostToDevice, s_->stream),
         "cudaMemcpyAsync (publish record)");
   for (std::size_t l = 0; l < items.size(); ++l) {
-    const CopyItem& it = items[l];
-    if (it.count == 0) continue;
-    const unsigned long long layer1 = l + 1;
-    const std::size_t bytes = it.count * dtype_size(it.to);
-    const bool aligned = reinterpret_cast<std::uintptr_t>(it.dst) % 16 == 0 &&
-                         reinterpret_cast<std::uintptr_t>(it.src) % 16 == 0;
-    if (it.to == it.from && aligned) {
-      const std::size_t words = bytes / 16;
-      const std::size_t tail = bytes - words * 16;
-      auto* d = static_cast<uint4*>(it.dst);
-      const auto* sw = static_cast<const uint4*>(it.src);
-      if (words != 0) {
-        switch (it.to) {
-          case kFloat32:
-            copy_check_kernel<float>
-                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
-            break;
-          case kFloat64:
-            copy_check_kernel<double>
-                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
-            break;
-          case kBfloat16:
-            copy_check_kernel<Bf16>
-                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
-            break;
-          case kFloat16:
-            copy_check_kernel<F16>
-                <<<blocks_for(words), kThreads, 0, s_->stream>>>(d, sw, words, s_->bad, layer1);
-            break;
-        }
-      }
-      if (tail != 0) {
-        const std::size_t first = words * 16 / dtype_size(it.to);
-        const std::size_t n = it.count - first;
-        auto* dt = static_cast<std::byte*>(it.dst) + words * 16;
-        const auto* st = static_cast<const std::byte*>(it.src) + words * 16;
-        switch (it.to) {
-          case kFloat32:
-            convert_kernel<float, float>
-                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<float*>(dt),
-                                                 reinterpret_cast<const float*>(st), n, s_->bad,
-                                                 layer1);
-            break;
-          case kFloat64:
-            convert_kernel<double, double>
-                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<double*>(dt),
-                                                 reinterpret_cast<const double*>(st), n, s_->bad,
-                                                 layer1);
-            break;
-          case kBfloat16:
-            convert_kernel<Bf16, Bf16>
-                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<Bf16*>(dt),
-                                                 reinterpret_cast<const Bf16*>(st), n, s_->bad,
-                                                 layer1);
-            break;
-          case kFloat16:
-            convert_kernel<F16, F16>
-                <<<1, kThreads, 0, s_->stream>>>(reinterpret_cast<F16*>(dt),
-                                                 reinterpret_cast<const F16*>(st), n, s_->bad,
-                                                 layer1);
-            break;
-        }
-      }
-    } else if (it.to == it.from) {
-      const unsigned g = blocks_for(it.count);
-      switch (it.to) {
-        case kFloat32:
-          convert_kernel<float, float>
-              <<<g, kThreads, 0, s_->stream>>>(static_cast<float*>(it.dst),
-                                               static_cast<const float*>(it.src), it.count, s_->bad,
-                                               layer1);
-          break;
-        case kFloat64:
-          convert_kernel<double, double>
-              <<<g, kThreads, 0, s_->stream>>>(static_cast<double*>(it.dst),
-                                               static_cast<const double*>(it.src), it.count,
-                                               s_->bad, layer1);
-          break;
-        case kBfloat16:
-          convert_kernel<Bf16, Bf16>
-              <<<g, kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
-                                               static_cast<const Bf16*>(it.src), it.count, s_->bad,
-                                               layer1);
-          break;
-        case kFloat16:
-          convert_kernel<F16, F16><<<g, kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
-                                                                   static_cast<const F16*>(it.src),
-                                                                   it.count, s_->bad, layer1);
-          break;
-      }
-    } else if (it.from == kFloat32 && it.to == kBfloat16) {
-      convert_kernel<Bf16, float>
-          <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<Bf16*>(it.dst),
-                                                              static_cast<const float*>(it.src),
-                                                              it.count, s_->bad, layer1);
-    } else if (it.from == kFloat32 && it.to == kFloat16) {
-      convert_kernel<F16, float>
-          <<<blocks_for(it.count), kThreads, 0, s_->stream>>>(static_cast<F16*>(it.dst),
-                                                              static_cast<const float*>(it.src),
-                                                              it.count, s_->bad, layer1);
-    } else {
-      throw Error("paramwin: device publish: unsupported conversion");
-    }
+    if (items[l].count == 0) continue;
+    launch_publish_layer(s_->stream, items[l], s_->bad, l + 1);
     check(cudaGetLastError(), "kernel launch (publish)");
   }
   check(cudaMemcpyAsync(s_->bad_host, s_->bad, sizeof(unsigned long long), cudaMemcpyDeviceToHost,

@@ -131,85 +131,121 @@ void WindowImpl::check_roster_timeout(double timeout_seconds) {
   }
 }
 
-std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ranks,
-                                                         double timeout_seconds,
-                                                         bool mark_late) const {
-  // A remote seqlock read per rank in three phases — sequence word; header and status
-  // block; sequence word again — retried from the start when the sequence moved. Each rank
-  // advances through its phases as its own reads complete, all ranks in flight together and
-  // polled through one MPI_Testsome: one rank that does not answer (busy outside MPI, or
-  // gone) holds up no other. With a deadline the reads land in an arena that outlives them:
-  // a read abandoned at the deadline completes later, into memory the graveyard keeps.
-  const std::size_t n = ranks.size();
-  const double deadline = timeout_seconds > 0.0 ? MPI_Wtime() + timeout_seconds : 0.0;
-  auto arena = std::make_shared<RmaArena>();
-  auto* seq_before = arena->make<std::uint64_t>(n);
-  auto* seq_after = arena->make<std::uint64_t>(n);
-  auto* heads = arena->make<HeadWords>(n);
-  auto* status = arena->make<StatusWords>(n);
-  // The roster copy of the hyperparameters, read with the status block (same seqlock).
-  const std::size_t nh = slots_.hyper_count;
-  auto* hyper = arena->make<std::uint64_t>(std::max<std::size_t>(n * nh, 1));
+namespace {
 
-  constexpr std::size_t kSlots = 3;  // requests per rank in flight (phase 1 has up to three)
-  std::vector<MPI_Request> requests(kSlots * n, MPI_REQUEST_NULL);
+// The remote seqlock reads of one read_remote_rosters() call: per rank three phases —
+// sequence word; header and status block; sequence word again — retried from the start when
+// the sequence moved. Each rank advances through its phases as its own reads complete, all
+// ranks in flight together and polled through one MPI_Testsome: one rank that does not
+// answer (busy outside MPI, or gone) holds up no other. With a deadline the reads land in an
+// arena that outlives them: a read abandoned at the deadline completes later, into memory
+// the graveyard keeps.
+class RemoteRosterReads {
+ public:
+  RemoteRosterReads(std::span<const int> ranks, MPI_Win win, Graveyard& graveyard,
+                    std::size_t hyper_count, double deadline)
+      : ranks_(ranks),
+        win_(win),
+        graveyard_(graveyard),
+        nh_(hyper_count),
+        deadline_(deadline),
+        seq_before_(arena_->make<std::uint64_t>(ranks.size())),
+        seq_after_(arena_->make<std::uint64_t>(ranks.size())),
+        heads_(arena_->make<HeadWords>(ranks.size())),
+        status_(arena_->make<StatusWords>(ranks.size())),
+        // The roster copy of the hyperparameters, read with the status block (same seqlock).
+        hyper_(arena_->make<std::uint64_t>(std::max<std::size_t>(ranks.size() * nh_, 1))),
+        requests_(kSlots * ranks.size(), MPI_REQUEST_NULL),
+        readers_(ranks.size()),
+        completed_(requests_.size()) {}
+
+  // Starts the current phase of rank @p i (index into the ranks).
+  void issue(std::size_t i) {
+    switch (readers_[i].phase) {
+      case 0: get(i, 0, &seq_before_[i], 8, kStatusOffset); break;
+      case 1:
+        get(i, 0, &heads_[i], sizeof(HeadWords), 0);
+        get(i, 1, &status_[i], sizeof(StatusWords), kStatusOffset);
+        if (nh_ != 0) get(i, 2, &hyper_[i * nh_], nh_ * sizeof(std::uint64_t), kRosterHyperOffset);
+        break;
+      default: get(i, 0, &seq_after_[i], 8, kStatusOffset); break;
+    }
+  }
+
+  // Polls once: the indices of the ranks whose read settled now.
+  std::vector<std::size_t> poll() {
+    int count = 0;
+    check_mpi(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &count,
+                           completed_.data(), MPI_STATUSES_IGNORE),
+              "MPI_Testsome(roster)");
+    std::vector<std::size_t> settled;
+    for (int c = 0; c < count && count != MPI_UNDEFINED; ++c) {
+      const std::size_t i =
+          static_cast<std::size_t>(completed_[static_cast<std::size_t>(c)]) / kSlots;
+      if (--readers_[i].in_flight > 0) continue;
+      advance(i);
+      if (readers_[i].done) settled.push_back(i);
+    }
+    return settled;
+  }
+
+  [[nodiscard]] bool done(std::size_t i) const noexcept { return readers_[i].done; }
+
+  // The entry of settled rank @p i (see make_entry).
+  [[nodiscard]] RosterEntry entry(std::size_t i, const Hyperparameters& own,
+                                  std::uint64_t own_fingerprint) const {
+    return make_entry(ranks_[i], heads_[i], status_[i], &hyper_[i * nh_], own, own_fingerprint);
+  }
+
+  // Requests still in flight when the read ends early (deadline, error): to the graveyard
+  // with the arena when there is a deadline, else completed here.
+  void abandon() noexcept {
+    std::vector<MPI_Request> open;
+    for (MPI_Request r : requests_) {
+      if (r != MPI_REQUEST_NULL) open.push_back(r);
+    }
+    std::fill(requests_.begin(), requests_.end(), MPI_REQUEST_NULL);
+    if (open.empty()) return;
+    if (deadline_ > 0.0) {
+      try {
+        graveyard_.requests.insert(graveyard_.requests.end(), open.begin(), open.end());
+        graveyard_.arenas.push_back(arena_);
+        return;
+      } catch (...) {  // no memory to record them: wait for them instead
+      }
+    }
+    MPI_Waitall(static_cast<int>(open.size()), open.data(), MPI_STATUSES_IGNORE);
+  }
+
+ private:
+  static constexpr std::size_t kSlots = 3;  // requests per rank in flight (phase 1: up to 3)
   struct Reader {
     int phase = 0;  // 0: sequence word, 1: header and status, 2: sequence word again
     int in_flight = 0;
     int rounds = 0;
     bool done = false;
   };
-  std::vector<Reader> readers(n);
-  // Requests still in flight when this read ends early (deadline, error): to the graveyard
-  // with the arena when there is a deadline, else completed here.
-  const auto abandon = [&]() noexcept {
-    std::vector<MPI_Request> open;
-    for (MPI_Request r : requests) {
-      if (r != MPI_REQUEST_NULL) open.push_back(r);
-    }
-    std::fill(requests.begin(), requests.end(), MPI_REQUEST_NULL);
-    if (open.empty()) return;
-    if (deadline > 0.0) {
-      try {
-        graveyard_.requests.insert(graveyard_.requests.end(), open.begin(), open.end());
-        graveyard_.arenas.push_back(arena);
-        return;
-      } catch (...) {  // no memory to record them: wait for them instead
-      }
-    }
-    MPI_Waitall(static_cast<int>(open.size()), open.data(), MPI_STATUSES_IGNORE);
-  };
-  const auto get = [&](std::size_t i, std::size_t slot, void* dst, std::size_t bytes,
-                       std::size_t offset) {
+
+  void get(std::size_t i, std::size_t slot, void* dst, std::size_t bytes, std::size_t offset) {
     const int count = static_cast<int>(bytes);
-    check_mpi(MPI_Rget(dst, count, MPI_BYTE, ranks[i], static_cast<MPI_Aint>(offset), count,
-                       MPI_BYTE, rma_win_.get(), &requests[kSlots * i + slot]),
+    check_mpi(MPI_Rget(dst, count, MPI_BYTE, ranks_[i], static_cast<MPI_Aint>(offset), count,
+                       MPI_BYTE, win_, &requests_[kSlots * i + slot]),
               "MPI_Rget(roster)");
-    ++readers[i].in_flight;
-  };
-  const auto issue = [&](std::size_t i) {
-    switch (readers[i].phase) {
-      case 0: get(i, 0, &seq_before[i], 8, kStatusOffset); break;
-      case 1:
-        get(i, 0, &heads[i], sizeof(HeadWords), 0);
-        get(i, 1, &status[i], sizeof(StatusWords), kStatusOffset);
-        if (nh != 0) get(i, 2, &hyper[i * nh], nh * sizeof(std::uint64_t), kRosterHyperOffset);
-        break;
-      default: get(i, 0, &seq_after[i], 8, kStatusOffset); break;
-    }
-  };
+    ++readers_[i].in_flight;
+  }
+
   // A rank whose phase completed: the next phase, a retry, or its entry.
-  const auto advance = [&](std::size_t i) {
-    Reader& r = readers[i];
+  void advance(std::size_t i) {
+    Reader& r = readers_[i];
     if (r.phase < 2) {
       ++r.phase;
       issue(i);
       return;
     }
-    const std::uint64_t before = seq_before[i];
-    if ((before & 1U) != 0 || before != seq_after[i] || status[i].seq != before) {
+    const std::uint64_t before = seq_before_[i];
+    if ((before & 1U) != 0 || before != seq_after_[i] || status_[i].seq != before) {
       if (++r.rounds > 10000) {
-        throw Error("paramwin: roster read of rank " + std::to_string(ranks[i]) +
+        throw Error("paramwin: roster read of rank " + std::to_string(ranks_[i]) +
                     " did not settle after 10000 rounds");
       }
       r.phase = 0;  // the owner wrote meanwhile: read again
@@ -217,41 +253,53 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
       return;
     }
     r.done = true;
-  };
+  }
 
+  std::span<const int> ranks_;
+  MPI_Win win_;
+  Graveyard& graveyard_;
+  std::size_t nh_;
+  double deadline_;
+  std::shared_ptr<RmaArena> arena_ = std::make_shared<RmaArena>();
+  std::uint64_t* seq_before_;
+  std::uint64_t* seq_after_;
+  HeadWords* heads_;
+  StatusWords* status_;
+  std::uint64_t* hyper_;
+  std::vector<MPI_Request> requests_;
+  std::vector<Reader> readers_;
+  std::vector<int> completed_;
+};
+
+}  // namespace
+
+std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ranks,
+                                                         double timeout_seconds,
+                                                         bool mark_late) const {
+  const std::size_t n = ranks.size();
+  const double deadline = timeout_seconds > 0.0 ? MPI_Wtime() + timeout_seconds : 0.0;
+  RemoteRosterReads reads(ranks, rma_win_.get(), graveyard_, slots_.hyper_count, deadline);
   std::vector<RosterEntry> out(n);
-  std::vector<int> completed(requests.size());
   try {
     for (std::size_t i = 0; i < n; ++i) {
-      issue(i);
+      reads.issue(i);
     }
     std::size_t left = n;
     while (left > 0) {
-      int count = 0;
-      check_mpi(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
-                             completed.data(), MPI_STATUSES_IGNORE),
-                "MPI_Testsome(roster)");
-      for (int c = 0; c < count && count != MPI_UNDEFINED; ++c) {
-        const std::size_t i =
-            static_cast<std::size_t>(completed[static_cast<std::size_t>(c)]) / kSlots;
-        if (--readers[i].in_flight > 0) continue;
-        advance(i);
-        if (readers[i].done) {
-          out[i] =
-              make_entry(ranks[i], heads[i], status[i], &hyper[i * nh], hyper_, slots_.fingerprint);
-          --left;
-        }
+      for (const std::size_t i : reads.poll()) {
+        out[i] = reads.entry(i, hyper_, slots_.fingerprint);
+        --left;
       }
       if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {
         int first_late = -1;
         for (std::size_t i = 0; i < n; ++i) {
-          if (readers[i].done) continue;
+          if (reads.done(i)) continue;
           if (first_late < 0) first_late = ranks[i];
           out[i] = RosterEntry{};
           out[i].rank = ranks[i];
           out[i].answered = false;
         }
-        abandon();
+        reads.abandon();
         if (!mark_late) {
           throw TimeoutError(first_late, timeout_text("roster read", first_late));
         }
@@ -259,7 +307,7 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
       }
     }
   } catch (...) {
-    abandon();
+    reads.abandon();
     throw;
   }
   return out;

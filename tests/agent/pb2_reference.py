@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Reference numbers for tests/agent/pb2_test.cpp, computed with numpy.
 
-The time-varying GP of PB2 (src/agent/gp.hpp) on a fixed dataset: posterior means and latent
+The time-varying GP of PB2 (src/decision/gp.hpp) on a fixed dataset: posterior means and latent
 variances at fixed points and the log marginal likelihood for fixed kernels, and the kernel
 the grid fit chooses (the variance at its exact maximiser y' R^-1 y / n). Prints C++
 initialisers; pb2_test.cpp embeds them.
@@ -18,7 +18,7 @@ Y = np.array([0.5, -1.2, 1.1, 0.3, -0.4, 1.6])
 QUERIES = [(0.0, [0.3, 0.4]), (-1.5, [0.7, 0.6]), (2.0, [0.0, 1.0])]
 JITTER = 1e-10
 
-# Same grids as src/agent/gp.hpp.
+# Same grids as src/decision/gp.hpp.
 LENGTHSCALES = [0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5]
 EPSILONS = [0.0, 0.01, 0.03, 0.1, 0.2, 0.5]
 NOISE_RATIOS = [1e-3, 1e-2, 0.05, 0.2, 1.0]

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/gp.hpp"
-#include "agent/pb2.hpp"
+#include "decision/gp.hpp"
+#include "decision/pb2.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/layout.hpp"
 #include "paramwin/policy.hpp"

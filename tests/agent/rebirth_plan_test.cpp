@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "agent/rebirth_plan.hpp"
+#include "decision/rebirth_plan.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
 

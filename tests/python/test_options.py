@@ -90,4 +90,4 @@ def test_docs_list_every_option_once():
     twice = sorted({k for k in listed if listed.count(k) > 1})
     assert not missing and not extra and not twice, (
         f"docs/python.md's option table: add {missing}, remove {extra}, once only {twice} "
-        "(the rows of src/agent/option_keys.cpp)")
+        "(the rows of src/decision/option_keys.cpp)")

@@ -2,7 +2,7 @@
 // PB2's explore (ExploreKind::pb2; Parker-Holder et al., "Provably Efficient Online
 // Hyperparameter Optimization with Population-Based Bandits", NeurIPS 2020; Ray Tune's PB2):
 // the population's recent (time, hyperparameters, improvement) observations, gathered from
-// the roster reads an agent already makes, fit a time-varying GP (src/agent/gp.hpp); a
+// the roster reads an agent already makes, fit a time-varying GP (src/decision/gp.hpp); a
 // reborn agent's rules take the values that maximise its upper confidence bound.
 
 #include <cstddef>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/gp.hpp"
+#include "decision/gp.hpp"
 #include "paramwin/agent_kinds.hpp"
 #include "paramwin/explore.hpp"
 #include "paramwin/hyper.hpp"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "agent/random.hpp"
+#include "decision/random.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/layout.hpp"
 

@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
+#include "decision/eligibility.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
 
@@ -12,20 +14,52 @@ double staleness_seconds(const RosterEntry& entry, double now) noexcept {
   return entry.version == 0 ? 0.0 : std::max(0.0, now - entry.publish_time);
 }
 
+namespace detail {
+
+Ineligible ineligibility(const RosterEntry& e, int self, std::uint64_t fingerprint,
+                         double max_staleness_seconds, double now) noexcept {
+  if (e.rank == self) return Ineligible::self;
+  if (!e.answered) return Ineligible::no_answer;
+  if (e.version == 0) return Ineligible::never_published;
+  if (e.fingerprint != fingerprint) return Ineligible::incompatible;
+  if (e.status.state == AgentState::rebirth) return Ineligible::mid_rebirth;
+  if (e.status.state == AgentState::left) return Ineligible::left;
+  if (e.status.state == AgentState::paused) return Ineligible::paused;
+  if (max_staleness_seconds > 0.0 && staleness_seconds(e, now) > max_staleness_seconds) {
+    return Ineligible::stale;
+  }
+  return Ineligible::none;
+}
+
+std::string describe(Ineligible why, const RosterEntry& e, double max_staleness_seconds,
+                     double now) {
+  switch (why) {
+    case Ineligible::none:
+    case Ineligible::self: return "";
+    case Ineligible::no_answer: return "did not answer the roster read in time";
+    case Ineligible::never_published: return "never published";
+    case Ineligible::incompatible: return "incompatible layout";
+    case Ineligible::mid_rebirth: return "mid-rebirth";
+    case Ineligible::left: return "left";
+    case Ineligible::paused: return "paused";
+    case Ineligible::stale:
+      return "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
+             " s > max_staleness_seconds " + std::to_string(max_staleness_seconds) + ")";
+  }
+  return "";
+}
+
+}  // namespace detail
+
 std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
                                  std::uint64_t fingerprint, double max_staleness_seconds,
                                  double now) {
   std::vector<int> out;
   for (const RosterEntry& e : rosters) {
-    if (e.rank == self || !e.answered || e.version == 0 || e.fingerprint != fingerprint ||
-        e.status.state == AgentState::rebirth || e.status.state == AgentState::left ||
-        e.status.state == AgentState::paused) {
-      continue;
+    if (detail::ineligibility(e, self, fingerprint, max_staleness_seconds, now) ==
+        detail::Ineligible::none) {
+      out.push_back(e.rank);
     }
-    if (max_staleness_seconds > 0.0 && staleness_seconds(e, now) > max_staleness_seconds) {
-      continue;
-    }
-    out.push_back(e.rank);
   }
   std::sort(out.begin(), out.end());
   return out;

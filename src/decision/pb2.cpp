@@ -1,5 +1,5 @@
 // PB2's explore: observations from roster reads, normalisation, the GP-UCB choice.
-#include "agent/pb2.hpp"
+#include "decision/pb2.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <utility>
 
-#include "agent/random.hpp"
+#include "decision/random.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
 
@@ -276,23 +276,5 @@ Pb2Result Pb2Explorer::explore(Hyperparameters& hyper, std::mt19937_64& rng) con
   }
   return result;
 }
-
-}  // namespace paramwin::detail
-
-namespace paramwin::detail {
-
-Pb2Slot::Pb2Slot() noexcept = default;
-Pb2Slot::Pb2Slot(std::unique_ptr<Pb2Explorer> explorer) noexcept : explorer_(std::move(explorer)) {}
-Pb2Slot::Pb2Slot(const Pb2Slot& other)
-    : explorer_(other.explorer_ ? std::make_unique<Pb2Explorer>(*other.explorer_) : nullptr) {}
-Pb2Slot& Pb2Slot::operator=(const Pb2Slot& other) {
-  if (this != &other) {
-    explorer_ = other.explorer_ ? std::make_unique<Pb2Explorer>(*other.explorer_) : nullptr;
-  }
-  return *this;
-}
-Pb2Slot::Pb2Slot(Pb2Slot&& other) noexcept = default;
-Pb2Slot& Pb2Slot::operator=(Pb2Slot&& other) noexcept = default;
-Pb2Slot::~Pb2Slot() = default;
 
 }  // namespace paramwin::detail

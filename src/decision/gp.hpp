@@ -1,5 +1,5 @@
 #pragma once
-// The Gaussian process of PB2 (src/agent/pb2.cpp): a time-varying squared-exponential kernel
+// The Gaussian process of PB2 (src/decision/pb2.cpp): a time-varying squared-exponential kernel
 // over (time, x), exact posterior, log marginal likelihood, and the grid fit of the kernel's
 // hyperparameters. Eigen stays in gp.cpp: this header speaks std::vector.
 

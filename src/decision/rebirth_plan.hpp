@@ -12,13 +12,21 @@
 #include <string>
 #include <vector>
 
-#include "agent/agent_core.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/options.hpp"
 #include "paramwin/policy.hpp"
 #include "paramwin/roster.hpp"
 
 namespace paramwin::detail {
+
+/// The policy's counters an agent reports. On the ranks of a group other than the leader,
+/// the leader's, as shared with each step.
+struct AgentCounters {
+  std::int64_t steps = 0;        ///< steps so far
+  std::int64_t age = 0;          ///< steps since (re)birth
+  std::int64_t max_age = 0;      ///< drawn maximum age in force
+  std::uint64_t generation = 0;  ///< rebirths
+};
 
 /// What the executors do with a plan.
 enum class PlanAction : std::int64_t {

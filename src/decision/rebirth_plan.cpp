@@ -1,5 +1,5 @@
 // RebirthPlan: the planner shared by Agent and GroupAgent, and the plan's wire form.
-#include "agent/rebirth_plan.hpp"
+#include "decision/rebirth_plan.hpp"
 
 #include <algorithm>
 #include <array>

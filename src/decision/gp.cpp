@@ -1,6 +1,6 @@
 // The time-varying Gaussian process of PB2: kernel, exact posterior through a Cholesky
 // factor, log marginal likelihood, and the deterministic grid fit of the kernel.
-#include "agent/gp.hpp"
+#include "decision/gp.hpp"
 
 #include <Eigen/Cholesky>
 #include <Eigen/Core>

@@ -1,11 +1,16 @@
 // Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
 #include <sstream>
 #include <string>
 
-#include "agent/pb2.hpp"
-#include "agent/random.hpp"
+#include "decision/eligibility.hpp"
+#include "decision/pb2.hpp"
+#include "decision/random.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/policy.hpp"
 
@@ -46,24 +51,52 @@ Policy::Policy(AgentOptions options, int rank, int population)
   explore_rng_ = stream(options_.seed, rank_, 4);
   max_age_ = draw_max_age();
   if (options_.explore.kind == ExploreKind::pb2) {
-    pb2_ = detail::Pb2Slot(std::make_unique<detail::Pb2Explorer>(options_.explore.rules,
-                                                                 options_.explore.pb2,
-                                                                 options_.direction));
+    pb2_ = std::make_unique<detail::Pb2Explorer>(options_.explore.rules, options_.explore.pb2,
+                                                 options_.direction);
   }
 }
 
+Policy::Policy(const Policy& other)
+    : options_(other.options_),
+      rank_(other.rank_),
+      population_(other.population_),
+      age_rng_(other.age_rng_),
+      select_rng_(other.select_rng_),
+      reset_rng_(other.reset_rng_),
+      explore_rng_(other.explore_rng_),
+      steps_(other.steps_),
+      age_(other.age_),
+      max_age_(other.max_age_),
+      rebirth_step_(other.rebirth_step_),
+      generation_(other.generation_),
+      pending_(other.pending_),
+      pb2_(other.pb2_ ? std::make_unique<detail::Pb2Explorer>(*other.pb2_) : nullptr),
+      explore_note_(other.explore_note_) {}
+
+Policy& Policy::operator=(const Policy& other) {
+  if (this != &other) {
+    Policy copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+Policy::Policy(Policy&& other) noexcept = default;
+Policy& Policy::operator=(Policy&& other) noexcept = default;
+Policy::~Policy() = default;
+
 void Policy::observe(std::span<const RosterEntry> rosters, std::uint64_t fingerprint) {
-  if (pb2_.get() != nullptr) pb2_.get()->observe(rosters, fingerprint);
+  if (pb2_ != nullptr) pb2_->observe(rosters, fingerprint);
 }
 
 void Policy::observe_rebirth(std::int64_t iteration, double metric, const Hyperparameters& hyper) {
-  if (pb2_.get() != nullptr) {
-    pb2_.get()->start_interval(rank_, generation_, iteration, metric, hyper);
+  if (pb2_ != nullptr) {
+    pb2_->start_interval(rank_, generation_, iteration, metric, hyper);
   }
 }
 
 std::size_t Policy::pb2_observations() const noexcept {
-  return pb2_.get() != nullptr ? pb2_.get()->observations().size() : 0;
+  return pb2_ != nullptr ? pb2_->observations().size() : 0;
 }
 
 std::int64_t Policy::draw_max_age() {
@@ -171,13 +204,89 @@ std::vector<int> Policy::custom_choice(std::vector<int> eligible, std::size_t wa
   return chosen;
 }
 
+namespace {
+
+bool contains(std::span<const int> ranks, int r) {
+  return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+}
+
+// Why select_donors found fewer than k donors: the count, then every other agent left out
+// and why (detail::ineligibility's reasons, plus "excluded" and "not in the top quantile").
+std::string shortfall_message(std::span<const RosterEntry> rosters, int self,
+                              std::uint64_t fingerprint, std::span<const int> exclude,
+                              std::span<const int> outside_top, double bound, double now, int k,
+                              std::size_t eligible) {
+  std::string why =
+      "need " + std::to_string(k) + " donor(s) but only " + std::to_string(eligible) + " eligible";
+  std::string skipped;
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == self) continue;
+    std::string reason;
+    if (contains(exclude, e.rank)) {
+      reason = "excluded";
+    } else {
+      reason =
+          detail::describe(detail::ineligibility(e, self, fingerprint, bound, now), e, bound, now);
+      if (reason.empty() && contains(outside_top, e.rank)) reason = "not in the top quantile";
+    }
+    if (!reason.empty()) {
+      skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(e.rank) +
+                 " " + reason;
+    }
+  }
+  if (!skipped.empty()) why += " (" + skipped + ")";
+  return why;
+}
+
+// @p want donors of @p eligible for the kinds drawn from the selection stream (uniform,
+// truncation: uniform among the top quantile's eligible agents; fittest; tournament).
+std::vector<int> draw_donors(const SelectionOptions& s, const std::vector<int>& eligible,
+                             std::size_t want, std::mt19937_64& rng,
+                             const std::function<bool(int, int)>& better) {
+  std::vector<int> chosen;
+  chosen.reserve(want);
+  std::vector<int> pool = eligible;
+  switch (s.kind) {
+    case SelectionKind::truncation:
+    case SelectionKind::uniform:
+      for (std::size_t i = 0; i < want; ++i) {
+        const std::size_t j = i + static_cast<std::size_t>(below(rng, pool.size() - i));
+        std::swap(pool[i], pool[j]);
+        chosen.push_back(pool[i]);
+      }
+      break;
+    case SelectionKind::fittest:
+      std::sort(pool.begin(), pool.end(), better);
+      chosen.assign(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(want));
+      break;
+    case SelectionKind::tournament:
+      for (std::size_t pick = 0; pick < want; ++pick) {
+        const std::size_t t = std::min(static_cast<std::size_t>(s.tournament_size), pool.size());
+        std::vector<std::size_t> idx(pool.size());
+        for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+        std::size_t winner = 0;
+        for (std::size_t i = 0; i < t; ++i) {
+          const std::size_t j = i + static_cast<std::size_t>(below(rng, idx.size() - i));
+          std::swap(idx[i], idx[j]);
+          if (i == 0 || better(pool[idx[i]], pool[winner])) winner = idx[i];
+        }
+        chosen.push_back(pool[winner]);
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(winner));
+      }
+      break;
+    case SelectionKind::custom: break;  // the caller's Policy::custom_choice
+  }
+  return chosen;
+}
+
+}  // namespace
+
 DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uint64_t fingerprint,
                                   std::span<const int> exclude, double now) {
-  const double bound = options_.selection.max_staleness_seconds;
+  const SelectionOptions& s = options_.selection;
+  const double bound = s.max_staleness_seconds;
   std::vector<int> eligible = eligible_donors(rosters, rank_, fingerprint, bound, now);
-  std::erase_if(eligible, [&](int r) {
-    return std::find(exclude.begin(), exclude.end(), r) != exclude.end();
-  });
+  std::erase_if(eligible, [&](int r) { return contains(exclude, r); });
   const auto metric_of = [&](int r) {
     for (const RosterEntry& e : rosters) {
       if (e.rank == r) return e.status.metric;
@@ -193,7 +302,6 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
     return a < b;
   };
 
-  const SelectionOptions& s = options_.selection;
   // Truncation: only the eligible agents of the top quantile are candidates.
   std::vector<int> outside_top;
   if (s.kind == SelectionKind::truncation) {
@@ -204,7 +312,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
     const std::vector<int> top = best_ranks(rosters, rank_, own, fingerprint, options_.direction,
                                             selection_quantile(options_));
     std::erase_if(eligible, [&](int r) {
-      if (std::find(top.begin(), top.end(), r) != top.end()) return false;
+      if (contains(top, r)) return false;
       outside_top.push_back(r);
       return true;
     });
@@ -214,35 +322,11 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
   choice.candidates = eligible.size();
   auto want = static_cast<std::size_t>(s.k);
   if (eligible.size() < want) {
-    std::string why = "need " + std::to_string(s.k) + " donor(s) but only " +
-                      std::to_string(eligible.size()) + " eligible";
-    std::string skipped;
-    for (const RosterEntry& e : rosters) {
-      if (e.rank == rank_) continue;
-      std::string reason;
-      if (std::find(exclude.begin(), exclude.end(), e.rank) != exclude.end()) reason = "excluded";
-      else if (!e.answered) reason = "did not answer the roster read in time";
-      else if (e.version == 0) reason = "never published";
-      else if (e.fingerprint != fingerprint) reason = "incompatible layout";
-      else if (e.status.state == AgentState::rebirth) reason = "mid-rebirth";
-      else if (e.status.state == AgentState::left) reason = "left";
-      else if (e.status.state == AgentState::paused) reason = "paused";
-      else if (bound > 0.0 && staleness_seconds(e, now) > bound) {
-        reason = "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
-                 " s > max_staleness_seconds " + std::to_string(bound) + ")";
-      } else if (std::find(outside_top.begin(), outside_top.end(), e.rank) != outside_top.end()) {
-        reason = "not in the top quantile";
-      }
-      if (!reason.empty()) {
-        skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(e.rank) +
-                   " " + reason;
-      }
-    }
-    if (!skipped.empty()) why += " (" + skipped + ")";
-    choice.shortfall = why;
+    choice.shortfall = shortfall_message(rosters, rank_, fingerprint, exclude, outside_top, bound,
+                                         now, s.k, eligible.size());
     switch (s.shortfall) {
       case Shortfall::error:
-        throw DonorError(-1, "paramwin: agent " + std::to_string(rank_) + ": " + why +
+        throw DonorError(-1, "paramwin: agent " + std::to_string(rank_) + ": " + choice.shortfall +
                                  "; set selection.shortfall to clamp or defer to tolerate this");
       case Shortfall::defer: return choice;
       case Shortfall::clamp: want = eligible.size(); break;
@@ -250,50 +334,14 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
   }
 
   std::vector<int> chosen;
-  chosen.reserve(want);
-  switch (s.kind) {
-    case SelectionKind::truncation:  // uniform among the top quantile's eligible agents
-    case SelectionKind::uniform: {
-      std::vector<int> pool = eligible;
-      for (std::size_t i = 0; i < want; ++i) {
-        const std::size_t j = i + static_cast<std::size_t>(below(select_rng_, pool.size() - i));
-        std::swap(pool[i], pool[j]);
-        chosen.push_back(pool[i]);
-      }
-      break;
+  if (s.kind != SelectionKind::custom) {
+    chosen = draw_donors(s, eligible, want, select_rng_, better);
+  } else if (want > 0) {
+    chosen = custom_choice(eligible, want, metric_of, better);
+    if (chosen.empty()) {
+      choice.shortfall = "the custom selection chose no donor";
+      return choice;
     }
-    case SelectionKind::fittest: {
-      std::vector<int> pool = eligible;
-      std::sort(pool.begin(), pool.end(), better);
-      chosen.assign(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(want));
-      break;
-    }
-    case SelectionKind::tournament: {
-      std::vector<int> pool = eligible;
-      for (std::size_t pick = 0; pick < want; ++pick) {
-        const std::size_t t = std::min(static_cast<std::size_t>(s.tournament_size), pool.size());
-        std::vector<std::size_t> idx(pool.size());
-        for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-        std::size_t winner = 0;
-        for (std::size_t i = 0; i < t; ++i) {
-          const std::size_t j = i + static_cast<std::size_t>(below(select_rng_, idx.size() - i));
-          std::swap(idx[i], idx[j]);
-          if (i == 0 || better(pool[idx[i]], pool[winner])) winner = idx[i];
-        }
-        chosen.push_back(pool[winner]);
-        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(winner));
-      }
-      break;
-    }
-    case SelectionKind::custom:
-      if (want > 0) {
-        chosen = custom_choice(eligible, want, metric_of, better);
-        if (chosen.empty()) {
-          choice.shortfall = "the custom selection chose no donor";
-          return choice;
-        }
-      }
-      break;
   }
   std::sort(chosen.begin(), chosen.end(), better);
   choice.ranks = chosen;
@@ -373,8 +421,8 @@ Hyperparameters Policy::exploit_explore(const Hyperparameters& own,
   const ExploreOptions& x = options_.explore;
   Hyperparameters out = inherit_hyperparameters(x, own, donors, weights);
   bool explored = false;
-  if (pb2_.get() != nullptr) {
-    const detail::Pb2Result r = pb2_.get()->explore(out, explore_rng_);
+  if (pb2_ != nullptr) {
+    const detail::Pb2Result r = pb2_->explore(out, explore_rng_);
     explore_note_ = r.note;
     explored = r.used_gp;
   }
