@@ -6,7 +6,65 @@
 
 namespace paramwin::python {
 
-// Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
+namespace {
+
+// A layer's dimensions from Python: a tuple of dimensions (() for a 0-dim scalar) or an
+// element count; negative values refused naming the layer.
+std::vector<std::size_t> dims_from(const std::string& name, const py::object& shape) {
+  std::vector<std::size_t> dims;
+  if (py::isinstance<py::int_>(shape)) {
+    const auto count = shape.cast<long long>();
+    if (count < 0) {
+      throw InvalidArgument("paramwin: layer '" + name + "': negative element count " +
+                            std::to_string(count));
+    }
+    dims.push_back(static_cast<std::size_t>(count));
+    return dims;
+  }
+  for (const py::handle d : shape) {
+    const auto e = d.cast<long long>();
+    if (e < 0) {
+      throw InvalidArgument("paramwin: layer '" + name + "': negative dimension " +
+                            std::to_string(e));
+    }
+    dims.push_back(static_cast<std::size_t>(e));
+  }
+  return dims;
+}
+
+// The Layout as a Python sequence of LayerSpec: len, indexing by position or name, iteration,
+// membership by name.
+void bind_layout_sequence(py::class_<Layout>& cls) {
+  cls.def("__len__", &Layout::size)
+      .def(
+          "__getitem__",
+          [](const Layout& self, const py::object& key) -> const LayerSpec& {
+            if (py::isinstance<py::str>(key)) {
+              return self[self.index_of(key.cast<std::string>())];
+            }
+            auto i = key.cast<long long>();
+            if (i < 0) {
+              i += static_cast<long long>(self.size());
+            }
+            if (i < 0 || static_cast<std::size_t>(i) >= self.size()) {
+              throw py::index_error("paramwin: layer index " + std::string(py::str(key)) +
+                                    " out of range (" + std::to_string(self.size()) + " layers)");
+            }
+            return self[static_cast<std::size_t>(i)];
+          },
+          py::return_value_policy::reference_internal)
+      .def(
+          "__iter__",
+          [](const Layout& self) {
+            return py::make_iterator(self.layers().begin(), self.layers().end());
+          },
+          py::keep_alive<0, 1>())
+      .def("__contains__",
+           [](const Layout& self, const std::string& name) { return self.find(name).has_value(); });
+}
+
+}  // namespace
+
 void bind_layout(py::module_& m) {
   py::class_<LayerSpec>(m, "LayerSpec", "One named layer: name, shape, element count, dtype.")
       .def_readonly("name", &LayerSpec::name)
@@ -19,30 +77,14 @@ void bind_layout(py::module_& m) {
       .def("__eq__", [](const LayerSpec& a, const LayerSpec& b) { return a == b; })
       .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.describe() + ")"; });
 
-  py::class_<Layout>(m, "Layout", "Ordered named layers with a fingerprint.")
-      .def(py::init<>())
+  py::class_<Layout> layout(m, "Layout", "Ordered named layers with a fingerprint.");
+  bind_layout_sequence(layout);
+  layout.def(py::init<>())
       .def(
           "add",
           [](Layout& self, std::string name, const py::object& shape,
              const std::string& dtype) -> Layout& {
-            std::vector<std::size_t> dims;
-            if (py::isinstance<py::int_>(shape)) {
-              const auto count = shape.cast<long long>();
-              if (count < 0) {
-                throw InvalidArgument("paramwin: layer '" + name + "': negative element count " +
-                                      std::to_string(count));
-              }
-              dims.push_back(static_cast<std::size_t>(count));
-            } else {
-              for (const py::handle d : shape) {
-                const auto e = d.cast<long long>();
-                if (e < 0) {
-                  throw InvalidArgument("paramwin: layer '" + name + "': negative dimension " +
-                                        std::to_string(e));
-                }
-                dims.push_back(static_cast<std::size_t>(e));
-              }
-            }
+            std::vector<std::size_t> dims = dims_from(name, shape);
             return self.add(std::move(name), std::move(dims), parse_dtype(dtype));
           },
           py::arg("name"), py::arg("shape") = py::tuple(), py::arg("dtype") = "float32",
@@ -71,32 +113,6 @@ void bind_layout(py::module_& m) {
             return d;
           },
           "Declared hyperparameters: name -> type.")
-      .def("__len__", &Layout::size)
-      .def(
-          "__getitem__",
-          [](const Layout& self, const py::object& key) -> const LayerSpec& {
-            if (py::isinstance<py::str>(key)) {
-              return self[self.index_of(key.cast<std::string>())];
-            }
-            auto i = key.cast<long long>();
-            if (i < 0) {
-              i += static_cast<long long>(self.size());
-            }
-            if (i < 0 || static_cast<std::size_t>(i) >= self.size()) {
-              throw py::index_error("paramwin: layer index " + std::string(py::str(key)) +
-                                    " out of range (" + std::to_string(self.size()) + " layers)");
-            }
-            return self[static_cast<std::size_t>(i)];
-          },
-          py::return_value_policy::reference_internal)
-      .def(
-          "__iter__",
-          [](const Layout& self) {
-            return py::make_iterator(self.layers().begin(), self.layers().end());
-          },
-          py::keep_alive<0, 1>())
-      .def("__contains__",
-           [](const Layout& self, const std::string& name) { return self.find(name).has_value(); })
       .def("index_of", &Layout::index_of, py::arg("name"))
       .def_property_readonly("names",
                              [](const Layout& self) {

@@ -56,8 +56,11 @@ inline CheckpointHooks checkpoint_hooks_from(const py::object& save, const py::o
   return h;
 }
 
+/// Binds AgentInterface's checkpoint calls on @p cls (A: Agent<> or GroupAgent).
+template <class A>
+void bind_member_checkpoints(py::class_<A>& cls);
+
 /// Binds AgentInterface's calls on @p cls (A: Agent<> or GroupAgent).
-// Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
 template <class A>
 void bind_member(py::class_<A>& cls) {
   cls.def(
@@ -118,21 +121,25 @@ void bind_member(py::class_<A>& cls) {
           "stats", [](A& a) -> const AgentStats& { return a.stats(); },
           py::return_value_policy::reference_internal)
       .def_property_readonly("event_log", [](A& a) { return a.options().event_log; })
-      .def("summary",
-           [](const A& a) {
-             std::ostringstream out;
-             a.write_summary(out);
-             return out.str();
-           })
-      .def(
-          "save_checkpoint",
-          [](A& a, const std::string& path, const py::object& layers) {
-            A& o = open_member(a);
-            const LayerList list(layers, o.layout());
-            const py::gil_scoped_release release;
-            o.save_checkpoint(path, list.const_refs());
-          },
-          py::arg("path"), py::arg("layers"))
+      .def("summary", [](const A& a) {
+        std::ostringstream out;
+        a.write_summary(out);
+        return out.str();
+      });
+  bind_member_checkpoints(cls);
+}
+
+template <class A>
+void bind_member_checkpoints(py::class_<A>& cls) {
+  cls.def(
+         "save_checkpoint",
+         [](A& a, const std::string& path, const py::object& layers) {
+           A& o = open_member(a);
+           const LayerList list(layers, o.layout());
+           const py::gil_scoped_release release;
+           o.save_checkpoint(path, list.const_refs());
+         },
+         py::arg("path"), py::arg("layers"))
       .def(
           "load_checkpoint",
           [](A& a, const std::string& path, const py::object& layers) {

@@ -68,41 +68,17 @@ void set_memory(WindowOptions& o, std::string_view memory, int cuda_device) {
   o.cuda_device = cuda_device;
 }
 
-// Over 100 lines: one pybind11 registration, a statement per bound name, read as one table.
-void bind_window(py::module_& m) {
-  m.def(
-      "cuda_devices",
-      [] {
-        std::string why;
-        const int n = cuda_device_count(&why);
-        return py::make_tuple(n, why);
-      },
-      "(count, why): the CUDA devices this library sees (0 without a device, a driver or CUDA "
-      "in this build, with CUDA's reason), as device windows see them.");
-  py::class_<Window>(m, "Window",
-                     "ParameterWindow over host or device memory (see paramwin.ParameterWindow).")
-      .def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
-                       const std::string& wire, const std::string& layout_check, bool verify,
-                       bool progress_thread, unsigned progress_interval_us, std::string name,
-                       const std::string& memory, int cuda_device) {
-             const MPI_Comm c = comm_from(comm);
-             WindowOptions o =
-                 window_options(transport, wire, layout_check, verify, progress_thread,
-                                progress_interval_us, std::move(name), memory, cuda_device);
-             const py::gil_scoped_release release;
-             return Window(c, std::move(layout), o);
-           }),
-           py::arg("comm"), py::arg("layout"), py::arg("transport"), py::arg("wire"),
-           py::arg("layout_check"), py::arg("verify"), py::arg("progress_thread"),
-           py::arg("progress_interval_us"), py::arg("name"), py::arg("memory") = "host",
-           py::arg("cuda_device") = kCurrentDevice)
-      .def("close",
-           [](Window& w) {
-             if (w.valid()) {
-               const py::gil_scoped_release release;
-               w.close();
-             }
-           })
+namespace {
+
+// close() and the queries (name, sizes, transports, progress).
+void bind_window_queries(py::class_<Window>& cls) {
+  cls.def("close",
+          [](Window& w) {
+            if (w.valid()) {
+              const py::gil_scoped_release release;
+              w.close();
+            }
+          })
       .def_property_readonly("valid", &Window::valid)
       .def_property_readonly("rank", [](Window& w) { return open(w).rank(); })
       .def_property_readonly("size", [](Window& w) { return open(w).size(); })
@@ -123,26 +99,29 @@ void bind_window(py::module_& m) {
             return std::string(transport_name(open(w).transport_for(rank)));
           },
           py::arg("rank"))
-      .def("progress",
-           [](Window& w) {
-             Window& o = open(w);
+      .def("progress", [](Window& w) {
+        Window& o = open(w);
+        const py::gil_scoped_release release;
+        o.progress();
+      });
+}
+
+// What moves data: publish and pull.
+void bind_window_transfers(py::class_<Window>& cls) {
+  cls.def(
+         "publish",
+         [](Window& w, const py::object& layers, std::uint64_t stamp, const py::object& hyper) {
+           Window& o = open(w);
+           const LayerList list(layers, o.layout());
+           if (hyper.is_none()) {
              const py::gil_scoped_release release;
-             o.progress();
-           })
-      .def(
-          "publish",
-          [](Window& w, const py::object& layers, std::uint64_t stamp, const py::object& hyper) {
-            Window& o = open(w);
-            const LayerList list(layers, o.layout());
-            if (hyper.is_none()) {
-              const py::gil_scoped_release release;
-              return o.publish(list.const_refs(), stamp);
-            }
-            const Hyperparameters h = hyper_from_dict(o.hyperparameters(), hyper);
-            const py::gil_scoped_release release;
-            return o.publish(list.const_refs(), h, stamp);
-          },
-          py::arg("layers"), py::arg("stamp") = 0, py::arg("hyper") = py::none())
+             return o.publish(list.const_refs(), stamp);
+           }
+           const Hyperparameters h = hyper_from_dict(o.hyperparameters(), hyper);
+           const py::gil_scoped_release release;
+           return o.publish(list.const_refs(), h, stamp);
+         },
+         py::arg("layers"), py::arg("stamp") = 0, py::arg("hyper") = py::none())
       .def(
           "pull",
           [](Window& w, const std::vector<int>& donors, const py::object& layers,
@@ -159,15 +138,19 @@ void bind_window(py::module_& m) {
           },
           py::arg("donors"), py::arg("layers"), py::arg("reduction"), py::arg("weights"),
           py::arg("momentum"), py::arg("non_finite"), py::arg("read_mode"),
-          py::arg("optimistic_attempts"), py::arg("chunk_bytes"), py::arg("timeout_seconds"))
-      .def(
-          "roster",
-          [](Window& w, int rank, double timeout_seconds) {
-            Window& o = open(w);
-            const py::gil_scoped_release release;
-            return o.roster(rank, timeout_seconds);
-          },
-          py::arg("rank"), py::arg("timeout_seconds") = 0.0)
+          py::arg("optimistic_attempts"), py::arg("chunk_bytes"), py::arg("timeout_seconds"));
+}
+
+// The roster: read other agents' entries, set this one's.
+void bind_window_roster(py::class_<Window>& cls) {
+  cls.def(
+         "roster",
+         [](Window& w, int rank, double timeout_seconds) {
+           Window& o = open(w);
+           const py::gil_scoped_release release;
+           return o.roster(rank, timeout_seconds);
+         },
+         py::arg("rank"), py::arg("timeout_seconds") = 0.0)
       .def(
           "roster_all",
           [](Window& w, double timeout_seconds) {
@@ -191,6 +174,41 @@ void bind_window(py::module_& m) {
           py::arg("iteration"), py::arg("age"), py::arg("metric"), py::arg("generation"),
           py::arg("state"))
       .def_property_readonly("status", [](Window& w) { return open(w).status(); });
+}
+
+}  // namespace
+
+void bind_window(py::module_& m) {
+  m.def(
+      "cuda_devices",
+      [] {
+        std::string why;
+        const int n = cuda_device_count(&why);
+        return py::make_tuple(n, why);
+      },
+      "(count, why): the CUDA devices this library sees (0 without a device, a driver or CUDA "
+      "in this build, with CUDA's reason), as device windows see them.");
+  py::class_<Window>
+      cls(m, "Window",
+          "ParameterWindow over host or device memory (see paramwin.ParameterWindow).");
+  cls.def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
+                      const std::string& wire, const std::string& layout_check, bool verify,
+                      bool progress_thread, unsigned progress_interval_us, std::string name,
+                      const std::string& memory, int cuda_device) {
+            const MPI_Comm c = comm_from(comm);
+            WindowOptions o =
+                window_options(transport, wire, layout_check, verify, progress_thread,
+                               progress_interval_us, std::move(name), memory, cuda_device);
+            const py::gil_scoped_release release;
+            return Window(c, std::move(layout), o);
+          }),
+          py::arg("comm"), py::arg("layout"), py::arg("transport"), py::arg("wire"),
+          py::arg("layout_check"), py::arg("verify"), py::arg("progress_thread"),
+          py::arg("progress_interval_us"), py::arg("name"), py::arg("memory") = "host",
+          py::arg("cuda_device") = kCurrentDevice);
+  bind_window_queries(cls);
+  bind_window_transfers(cls);
+  bind_window_roster(cls);
 }
 
 }  // namespace paramwin::python
