@@ -613,6 +613,10 @@ def name_index():
                 py_names.update(w for imp in re.findall(r"from\s+[\w.]+\s+import\s+\(?([\w\s,]+)\)?",
                                                         text) for w in re.findall(r"\w+", imp))
                 py_classes.update(re.findall(r"^\s*class\s+(\w+)", text, re.M))
+                # A module-level __getattr__ (PEP 562) serves the names it compares against,
+                # e.g. a deprecated alias: `if name == "TimeoutError":`.
+                if re.search(r"^def __getattr__\(", text, re.M):
+                    py_names.update(re.findall(r"\bname\s*==\s*[\"'](\w+)[\"']", text))
             else:
                 registered = re.findall(r"\"(\w+)\"", text)
                 py_names.update(registered)
