@@ -171,10 +171,12 @@ TEST(Soak, EveryRankPublishesAndPullsEveryPullVerified) {
   const double seconds = soak_seconds();
   const pw::Layout layout = soak_layout();
 
+  // Named (the lane): the lanes' windows of one layout live at once over the same ranks.
   std::vector<pw::ParameterWindow<>> wins;
   for (const Lane& lane : kLanes) {
     wins.emplace_back(MPI_COMM_WORLD, layout,
-                      pw::WindowOptions{.transport = lane.transport, .wire = lane.wire});
+                      pw::WindowOptions{.transport = lane.transport, .wire = lane.wire,
+                                        .name = std::string("soak ") + lane.name});
   }
   Params own(layout);
   Params out(layout);
