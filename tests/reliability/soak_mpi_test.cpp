@@ -175,7 +175,8 @@ TEST(Soak, EveryRankPublishesAndPullsEveryPullVerified) {
   std::vector<pw::ParameterWindow<>> wins;
   for (const Lane& lane : kLanes) {
     wins.emplace_back(MPI_COMM_WORLD, layout,
-                      pw::WindowOptions{.transport = lane.transport, .wire = lane.wire,
+                      pw::WindowOptions{.transport = lane.transport,
+                                        .wire = lane.wire,
                                         .name = std::string("soak ") + lane.name});
   }
   Params own(layout);
