@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -234,9 +235,12 @@ class AveragingState;
 class AveragingAgent {
  public:
   /// Checks @p options on every rank (InvalidArgument on every rank, naming the first failing
-  /// rank, when any is invalid), creates the window, and refuses peers with another layout.
+  /// rank, when any is invalid), refuses ranks with another layout, and creates the window.
+  /// @p site (leave the default: the caller's line) is the window's creation site (see
+  /// ParameterWindow's constructor): unnamed windows pair up by it.
   /// @note Collective over @p comm.
-  AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options = {});
+  AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options = {},
+                 const std::source_location& site = std::source_location::current());
   AveragingAgent(const AveragingAgent&) = delete;
   AveragingAgent& operator=(const AveragingAgent&) = delete;
   AveragingAgent(AveragingAgent&& other) noexcept;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,9 +88,10 @@ std::string log_path(std::string pattern, int rank) {
 
 }  // namespace
 
-AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options)
+AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options,
+                               const std::source_location& site)
     : options_(checked(comm, layout, std::move(options))),
-      window_(comm, std::move(layout), options_.window),
+      window_(comm, std::move(layout), options_.window, site),
       sync_comm_(Comm::dup(comm)),
       rank_(window_.rank()),
       size_(window_.size()),
@@ -170,9 +172,10 @@ BoundLayers<LayerRef> bind_step(const Layout& layout, std::span<const LayerRef> 
 
 }  // namespace
 
-AveragingAgent::AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options)
-    : state_(
-          std::make_unique<detail::AveragingState>(comm, std::move(layout), std::move(options))) {}
+AveragingAgent::AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options,
+                               const std::source_location& site)
+    : state_(std::make_unique<detail::AveragingState>(comm, std::move(layout), std::move(options),
+                                                      site)) {}
 AveragingAgent::AveragingAgent(AveragingAgent&& other) noexcept = default;
 AveragingAgent& AveragingAgent::operator=(AveragingAgent&& other) noexcept = default;
 AveragingAgent::~AveragingAgent() = default;

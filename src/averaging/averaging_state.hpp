@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ struct SeenVersion {
 
 class AveragingState {
  public:
-  AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options);
+  AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options,
+                 const std::source_location& site);
 
   /// The asynchronous round of step steps_ into @p params (inline or background), filling
   /// @p out. Never collective.
