@@ -8,12 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -698,6 +702,123 @@ TEST(AveragingBadInput, WrongSizesThrowBeforeAnythingChanges) {
       pw::InvalidArgument);
   EXPECT_EQ(p.flat(), at7);
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// --- non-finite peers, time-based interval, the event log -----------------------------------
+
+TEST(AveragingSkip, APeerHoldingNonFiniteValuesIsLeftOutAndAloneChangesNothing) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  const int bad = n - 1;
+  Params p;
+  p.init(rank);
+  pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), {});
+  if (rank == bad) {
+    Params nan = p;
+    nan.w[2] = std::numeric_limits<float>::quiet_NaN();
+    (void)agent.publish(nan.crefs());
+  } else {
+    (void)agent.publish(p.crefs());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != bad) {
+    const std::vector<double> before = p.flat();
+    const pw::AveragingRound r = agent.step(p.refs());
+    for (const pw::AveragingPeer& peer : r.peers) {
+      EXPECT_EQ(peer.skipped == pw::SkipReason::non_finite, peer.rank == bad) << peer.rank;
+      if (peer.rank == bad) {
+        EXPECT_EQ(peer.weight, 0.0);
+      }
+    }
+    for (const double v : p.flat()) {
+      EXPECT_TRUE(std::isfinite(v));
+    }
+    if (n == 2) {  // the only peer is non-finite: the read fails, nothing changes
+      EXPECT_FALSE(r.applied);
+      EXPECT_TRUE(has(r.note, "read failed, parameters unchanged")) << r.note;
+      EXPECT_EQ(p.flat(), before);
+    } else {  // the others share the weight: self keeps 1 / (peers + 1) of the roster's count
+      EXPECT_TRUE(r.applied);
+      double total = r.self_weight;
+      for (const pw::AveragingPeer& peer : r.peers) {
+        total += peer.weight;
+      }
+      EXPECT_NEAR(total, 1.0, 1e-12);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(AveragingSchedule, IntervalMsRoundsOnlyOnceTheTimeHasPassed) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  Params p;
+  p.init(rank);
+  {
+    pw::AveragingOptions o;
+    o.interval_ms = 1e9;  // never within this test
+    pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+    (void)agent.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int t = 0; t < 5; ++t) {
+      EXPECT_EQ(agent.step(p.refs()).kind, pw::RoundKind::none);
+    }
+    EXPECT_EQ(agent.rounds(), 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  pw::AveragingOptions o;
+  o.interval_ms = 1.0;
+  o.interval = 1000;  // ignored when interval_ms > 0
+  pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+  (void)agent.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int t = 0; t < 5; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_EQ(agent.step(p.refs()).kind, pw::RoundKind::gossip) << "step " << t + 1;
+  }
+  EXPECT_EQ(agent.rounds(), 5);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(AveragingEvents, TheLogHasOneJsonLinePerAveragingStepWithItsPeers) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const std::string pattern = ::testing::TempDir() + "averaging_events.{rank}.jsonl";
+  std::string path = pattern;
+  path.replace(path.find("{rank}"), 6, std::to_string(rank));
+  Params p;
+  p.init(rank);
+  std::vector<pw::AveragingRound> rounds;
+  {
+    pw::AveragingOptions o;
+    o.warmup_steps = 1;
+    o.interval = 2;
+    o.event_log = pattern;
+    pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+    (void)agent.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int t = 0; t < 7; ++t) {  // step 1 warm-up, gossip at 3, 5, 7
+      rounds.push_back(agent.step(p.refs()));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 4U) << path;
+  EXPECT_EQ(lines[0], pw::to_json(rounds[0]));
+  EXPECT_TRUE(has(lines[0], "\"kind\":\"synchronous\"")) << lines[0];
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const pw::AveragingRound& r = rounds[2 * i];
+    EXPECT_EQ(r.step, static_cast<std::int64_t>(2 * i + 1));
+    EXPECT_EQ(lines[i], pw::to_json(r));
+    EXPECT_TRUE(has(lines[i], "\"kind\":\"gossip\"")) << lines[i];
+    EXPECT_TRUE(has(lines[i], "\"peers\":[{\"rank\":")) << lines[i];
+    EXPECT_TRUE(has(lines[i], "\"version\":" + std::to_string(r.peers.at(0).version))) << lines[i];
+  }
 }
 
 }  // namespace
