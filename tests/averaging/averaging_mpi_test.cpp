@@ -437,9 +437,16 @@ TEST(AveragingSync, WarmupAndCooldownStepsAreTheExactAllreduceMean) {
     all[static_cast<std::size_t>(r)].init(r);
   }
   pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+  if (rank == 0) {
+    agent.pause();  // synchronous steps are collective: a paused agent still takes part
+  }
   for (std::int64_t t = 1; t <= 8; ++t) {
     p.train(rank, t);
+    if (t == 4 && rank == 0) {
+      agent.resume();
+    }
     const pw::AveragingRound r = agent.step(p.refs());
+    EXPECT_EQ(r.paused, rank == 0 && t <= 3);
     const bool sync = t <= 3 || t > 6;
     EXPECT_EQ(r.kind, sync ? pw::RoundKind::synchronous : pw::RoundKind::gossip) << "step " << t;
     if (!sync) {
