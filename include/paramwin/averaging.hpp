@@ -243,7 +243,9 @@ class AveragingAgent {
                  const std::source_location& site = std::source_location::current());
   AveragingAgent(const AveragingAgent&) = delete;
   AveragingAgent& operator=(const AveragingAgent&) = delete;
+  /// Takes over @p other's window and state; @p other throws InvalidArgument from every call.
   AveragingAgent(AveragingAgent&& other) noexcept;
+  /// Frees this agent's window (collectively) and takes over @p other's.
   AveragingAgent& operator=(AveragingAgent&& other) noexcept;
   /// Frees the window. @note Collective over the communicator.
   ~AveragingAgent();
