@@ -202,6 +202,9 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
     }
   }
   s.steps_ = next;
+  if (s.window_.has_rma_readers()) {
+    s.window_.progress();  // serves peers reading this rank over RMA (as Agent::step does)
+  }
   AveragingRound round{.rank = s.rank_, .step = next, .paused = s.paused_};
   const double start = MPI_Wtime();
   if (sync) {

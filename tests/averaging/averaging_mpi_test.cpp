@@ -200,6 +200,14 @@ int exact_mixes(const pw::AveragingOptions& options) {
       } else if (rec.round.kind == pw::RoundKind::none) {
         EXPECT_EQ(rec.after, rec.before) << "step " << rec.round.step << " changed without a round";
       }
+      const pw::Transport want = options.window.transport == pw::Transport::rma
+                                     ? pw::Transport::rma
+                                     : pw::Transport::shm;  // one node: shared memory
+      for (const pw::AveragingPeer& peer : rec.round.peers) {
+        if (peer.skipped == pw::SkipReason::none) {
+          EXPECT_EQ(peer.transport, want) << "rank " << peer.rank;
+        }
+      }
       if (rec.round.kind == pw::RoundKind::gossip && options.self_weight >= 0.0) {
         EXPECT_EQ(rec.round.self_weight, options.self_weight);
       }
@@ -223,6 +231,9 @@ TEST(AveragingExact, EveryMixEqualsTheWeightedMixOfTheRecordedPeerVersions) {
     return std::vector<int>{static_cast<int>((rank + 1 + round % (size - 1)) % size)};
   });
   cases[5].self_weight = 0.25;
+  cases.emplace_back();  // every read over RMA (the peers' steps let MPI progress)
+  cases.back().window.transport = pw::Transport::rma;
+  cases.back().timeout_seconds = 30.0;
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const int mixed = exact_mixes(cases[c]);
     EXPECT_GT(mixed, 0) << "case " << c << " never mixed a peer in";
