@@ -106,7 +106,8 @@ struct AveragingOptions {
   /// > 0: a round at the first step at least this many milliseconds after the previous round
   /// (Bagua's sync_interval_ms) instead of every interval steps. Finite, >= 0.
   double interval_ms = 0.0;
-  /// Weight of the agent's own parameters, in [0, 1). NaN (default): uniform,
+  /// Weight of the agent's own parameters, in [0, 1) (finite and >= 0 when normalize_weights
+  /// scales it with peer_weights). NaN (default): uniform,
   /// 1 / (usable peers + 1). Given without peer_weights: the peers share 1 - self_weight
   /// equally.
   double self_weight = std::numeric_limits<double>::quiet_NaN();
