@@ -97,7 +97,7 @@ struct Topology {
 /// @p rank, no repeats), else what is wrong with them.
 [[nodiscard]] std::string check_peers(std::span<const int> peers, int rank, int size);
 
-/// Options of an AveragingAgent. validate() says what is wrong with them.
+/// Options of an AveragingAgent. check_options() says what is wrong with them.
 struct AveragingOptions {
   Topology topology{};  ///< which peers each round reads
   /// Steps between two asynchronous rounds (>= 1): a round at steps interval, 2*interval, ...
@@ -148,7 +148,7 @@ struct AveragingOptions {
 };
 
 /// "" when @p options are valid for rank @p rank of @p size ranks, else the first problem.
-[[nodiscard]] std::string validate(const AveragingOptions& options, int rank, int size);
+[[nodiscard]] std::string check_options(const AveragingOptions& options, int rank, int size);
 
 /// What a step did with the parameters.
 enum class RoundKind : std::uint8_t {

@@ -69,7 +69,7 @@ void require_one_layout(MPI_Comm comm, const Layout& layout, WireFormat wire) {
 
 /// @p options, checked on every rank of @p comm (InvalidArgument everywhere otherwise).
 AveragingOptions checked(MPI_Comm comm, const Layout& layout, AveragingOptions options) {
-  std::string bad = validate(options, comm_rank(comm), comm_size(comm));
+  std::string bad = check_options(options, comm_rank(comm), comm_size(comm));
   if (bad.empty()) {
     bad = check_layers(options, layout);
   }

@@ -230,7 +230,7 @@ std::string check_peers(std::span<const int> peers, int rank, int size) {
   return {};
 }
 
-std::string validate(const AveragingOptions& options, int rank, int size) {
+std::string check_options(const AveragingOptions& options, int rank, int size) {
   std::string bad = check_schedule(options);
   if (bad.empty()) {
     bad = check_weights(options);

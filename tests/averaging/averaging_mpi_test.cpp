@@ -581,6 +581,10 @@ TEST(AveragingBadInput, BadOptionsThrowOnEveryRank) {
     change(o);
     return o;
   };
+  // check_options: the same checks without an agent, on this rank only.
+  EXPECT_EQ(pw::check_options({}, rank, n), "");
+  EXPECT_TRUE(has(pw::check_options(with([](pw::AveragingOptions& o) { o.interval = 0; }), rank, n),
+                  "interval must be >= 1"));
   refused(with([](pw::AveragingOptions& o) { o.interval = 0; }), "interval must be >= 1 (got 0)");
   refused(with([rank](pw::AveragingOptions& o) { o.interval = rank == 1 ? 0 : 1; }),
           "interval must be >= 1");
