@@ -7,8 +7,8 @@
 #                                [--methods a,b,...] [--conditions a,b,...] [--out DIR]
 #                                [--build-dir DIR] [--png FILE] [--quick] [--no-report]
 # --quick: the suite's short version (6,000 training and 1,000 test images, 60 steps per rank,
-# conditions none and slow_rank unless --conditions says, one seed, no plot; the report fails when a method is missing or
-# a final accuracy is below 60 %). Needs Debian's python3-torch, python3-mpi4py (Open MPI),
+# conditions none and slow_rank unless --conditions says, one seed, no plot; the report fails
+# when a method is missing or a final accuracy is below 60 %). Needs Debian's python3-torch, python3-mpi4py (Open MPI),
 # openmpi-bin, dataset-fashion-mnist and python3-matplotlib (scripts/setup.sh --mpi openmpi
 # installs them). The baselines need no paramwin build; paramwin's methods import the Python
 # package from --build-dir (default build-openmpi) when it is there.
@@ -54,7 +54,8 @@ if [ "$quick" = 1 ]; then
   extra=(--train-subset 6000 --test-subset 1000)
 fi
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || {
-  echo "averaging_fashion.sh: no Fashion-MNIST (Debian's dataset-fashion-mnist: scripts/setup.sh --mpi openmpi)" >&2
+  echo "averaging_fashion.sh: no Fashion-MNIST (Debian's dataset-fashion-mnist:" \
+       "scripts/setup.sh --mpi openmpi)" >&2
   exit 1
 }
 pythonpath=${PYTHONPATH:-}
@@ -66,8 +67,10 @@ launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
 [ "$ranks" -gt "$(nproc)" ] && launcher+=(--oversubscribe)
 mkdir -p "$out"
 rm -f "$out/runs.jsonl"
-{ echo "date: $(date -Is)"; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+{ echo "date: $(date -Is)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+  echo "machine: $(nproc) cores, $cpu"
   echo "ranks: $ranks, seeds: $seeds, steps: $steps, period: $period, warmup: $warmup"
   echo "load before: $(cat /proc/loadavg)"; } > "$out/run.txt"
 for seed in $(seq 1 "$seeds"); do

@@ -112,7 +112,8 @@ def markdown(rows: List[dict]) -> str:
         tt = "—" if t is None else f"{100 * t:.2f} %"
         lines += [
             f"**Condition `{c}`** ({sub[0]['ranks']} ranks, {sub[0]['samples']:,} samples per "
-            f"run, target {tt}; seeds {', '.join(map(str, sub[0]['seeds']))}):",
+            f"run, target {tt}; seeds {', '.join(map(str, sub[0]['seeds']))}; 1-minute load "
+            f"average at the runs' ends, median {med([r['load'] for r in sub]):.1f}):",
             "",
             "| method | population steps/s | x ceiling | slowest rank steps/s | wall s | "
             "final acc rank 0 (%) | final acc average (%) | s to target, rank 0 (seeds) | "
@@ -167,6 +168,7 @@ def plot(by, png: str) -> None:
                 ends = max(r["wall_seconds"] for r in runs)
                 g = [t for t in grid if t <= ends]
                 ax.plot(g, mid[:len(g)], style, color=colors[i % len(colors)],
+                        drawstyle="steps-post",
                         label=f"{m} ({'average' if key == 'acc_avg' else 'rank 0'})")
         target = target_of(by[c])
         if target is not None:
