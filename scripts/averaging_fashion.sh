@@ -7,7 +7,7 @@
 #                                [--methods a,b,...] [--conditions a,b,...] [--out DIR]
 #                                [--build-dir DIR] [--png FILE] [--quick] [--no-report]
 # --quick: the suite's short version (6,000 training and 1,000 test images, 60 steps per rank,
-# conditions none and slow_rank unless --conditions says, one seed, no plot; the report fails
+# conditions none and slow_rank, one seed, unless --conditions or --seeds say; no plot; the report fails
 # when a method is missing or a final accuracy is below 60 %). Needs Debian's python3-torch,
 # python3-mpi4py (Open MPI), openmpi-bin, dataset-fashion-mnist and python3-matplotlib
 # (scripts/setup.sh --mpi openmpi installs them). The baselines need no paramwin build;
@@ -32,10 +32,11 @@ extra=()
 report=1
 quick=0
 conditions_given=0
+seeds_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
-    --seeds) seeds=$2; shift 2 ;;
+    --seeds) seeds=$2; seeds_given=1; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --period) period=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -50,7 +51,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ "$quick" = 1 ]; then
-  seeds=1; steps=60; warmup=10; tick=0.25; points=6
+  steps=60; warmup=10; tick=0.25; points=6
+  [ "$seeds_given" = 1 ] || seeds=1
   [ "$conditions_given" = 1 ] || conditions=none,slow_rank
   extra=(--train-subset 6000 --test-subset 1000)
 fi
