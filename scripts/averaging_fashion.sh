@@ -8,9 +8,9 @@
 #                                [--build-dir DIR] [--png FILE] [--quick] [--no-report]
 # --quick: the suite's short version (6,000 training and 1,000 test images, 60 steps per rank,
 # conditions none and slow_rank, one seed, unless --conditions or --seeds say; no plot; the
-# report fails when a method is missing or a final accuracy is below 60 %). Needs Debian's python3-torch,
-# python3-mpi4py (Open MPI), openmpi-bin, dataset-fashion-mnist and python3-matplotlib
-# (scripts/setup.sh --mpi openmpi installs them). The baselines need no paramwin build;
+# report fails when a method is missing or a final accuracy is below 60 %). Needs Debian's
+# python3-torch, python3-mpi4py (Open MPI), openmpi-bin, dataset-fashion-mnist and
+# python3-matplotlib (scripts/setup.sh --mpi openmpi installs them). The baselines need no paramwin build;
 # paramwin's methods import the Python package from --build-dir (default build-openmpi) when
 # it is there.
 set -euo pipefail
