@@ -10,9 +10,9 @@
 # conditions none and slow_rank, one seed, unless --conditions or --seeds say; no plot; the
 # report fails when a method is missing or a final accuracy is below 60 %). Needs Debian's
 # python3-torch, python3-mpi4py (Open MPI), openmpi-bin, dataset-fashion-mnist and
-# python3-matplotlib (scripts/setup.sh --mpi openmpi installs them). The baselines need no paramwin build;
-# paramwin's methods import the Python package from --build-dir (default build-openmpi) when
-# it is there.
+# python3-matplotlib (scripts/setup.sh --mpi openmpi installs them). The baselines need no
+# paramwin build; paramwin's methods import the Python package from --build-dir (default
+# build-openmpi) when it is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-openmpi
