@@ -4,6 +4,7 @@
 # (one MPI rank each, one thread each) training one model on disjoint shards, equal total
 # samples; then the table and the plot.
 #   scripts/averaging_fashion.sh [--ranks N] [--seeds N] [--steps N] [--period H] [--warmup W]
+#                                [--points N] (most points of a run's accuracy curve)
 #                                [--methods a,b,...] [--conditions a,b,...] [--out DIR]
 #                                [--build-dir DIR] [--png FILE] [--quick] [--no-report]
 # --quick: the suite's short version (6,000 training and 1,000 test images, 60 steps per rank,
@@ -18,11 +19,11 @@ cd "$(dirname "$0")/.."
 build_dir=build-openmpi
 ranks=4
 seeds=3
-steps=600
+steps=300
 period=8
 warmup=50
 tick=1.0
-points=20
+points=10
 methods=ddp,periodic,average_all,no_comm
 conditions=none,slow_rank,random
 out=out/averaging_fashion
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --period) period=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --points) points=$2; shift 2 ;;
     --methods) methods=$2; shift 2 ;;
     --conditions) conditions=$2; conditions_given=1; shift 2 ;;
     --out) out=$2; shift 2 ;;
