@@ -87,7 +87,9 @@ if [ "$minimal" = 0 ]; then
     packages+=(python3-dev pybind11-dev python3-torch python3-mpi4py python3-pytest python3-numpy
               python3-h5py)
     # The Fashion-MNIST population benchmark (benchmarks/pbt_fashion, its short version is a
-    # test of this pass): the dataset (never downloaded) and Optuna, one of its baselines.
+    # test of this pass): the dataset (never downloaded) and Optuna, one of its baselines. The
+    # data-parallel averaging benchmark (benchmarks/averaging_fashion, also a test of this pass)
+    # needs the dataset, python3-torch (gloo), python3-mpi4py and python3-matplotlib above.
     packages+=(dataset-fashion-mnist python3-optuna)
     # python3-venv, python3-pip, python3-build: `pip install .` and `python -m build --wheel` of
     # the package into a virtual environment, offline (docs/python.md; tests python.venv_*).
