@@ -9,6 +9,12 @@ once with the "after" binary (alternating which goes first), so both see the sam
 
 The default suites are the 2-rank and 4-rank ones of scripts/bench.sh (one donor, wire,
 publish, busy donor, roster, k donors).
+
+Each binary's medians are taken per round; the table shows the median of those and their
+range. A benchmark counts as slower (or faster) only when the ranges do not overlap: every
+round of one binary beat every round of the other. These VMs are bimodal run to run (a raw
+1 MiB MPI_Get + flush takes 55-90 us in one run and 250-480 us in the next, with the same
+binary), so a ratio alone, from few rounds, can point either way.
 """
 import argparse
 import json
@@ -67,20 +73,29 @@ def main():
                         samples[which].setdefault(name, []).append(t)
             print(f"bench_compare: round {r + 1}/{a.rounds} done", file=sys.stderr)
     load.append(open("/proc/loadavg").read().split()[0])
-    lines = ["| benchmark | before (ms) | after (ms) | after / before |", "| --- | ---: | ---: | ---: |"]
+    lines = ["| benchmark | before (ms) | before range | after (ms) | after range "
+             "| after / before | verdict |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     ratios = []
+    verdicts = {"slower": 0, "faster": 0, "overlap": 0}
     for name in sorted(samples["after"]):
         if name not in samples["before"]:
             continue
-        b = statistics.median(samples["before"][name])
-        t = statistics.median(samples["after"][name])
+        bs, ts = samples["before"][name], samples["after"][name]
+        b, t = statistics.median(bs), statistics.median(ts)
         ratios.append(t / b)
-        lines.append(f"| `{name}` | {b * 1e3:.3f} | {t * 1e3:.3f} | {t / b:.2f} |")
+        verdict = "slower" if min(ts) > max(bs) else "faster" if max(ts) < min(bs) else "overlap"
+        verdicts[verdict] += 1
+        lines.append(f"| `{name}` | {b * 1e3:.3f} | {min(bs) * 1e3:.3f}-{max(bs) * 1e3:.3f} | "
+                     f"{t * 1e3:.3f} | {min(ts) * 1e3:.3f}-{max(ts) * 1e3:.3f} | {t / b:.2f} | "
+                     f"{verdict} |")
     lines.append("")
     lines.append(f"{len(ratios)} benchmarks; median ratio {statistics.median(ratios):.3f}, "
                  f"min {min(ratios):.2f}, max {max(ratios):.2f}; {a.rounds} interleaved rounds "
                  f"x {a.reps} repetitions per binary; load average {load[0]} before, {load[1]} "
-                 f"after; {time.strftime('%Y-%m-%d')}.")
+                 f"after; {time.strftime('%Y-%m-%d')}. Ranges that do not overlap: "
+                 f"{verdicts['slower']} slower, {verdicts['faster']} faster; "
+                 f"{verdicts['overlap']} overlap.")
     text = "\n".join(lines) + "\n"
     if a.out:
         with open(a.out, "w") as f:

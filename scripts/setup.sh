@@ -102,6 +102,10 @@ if [ "$minimal" = 0 ]; then
   # slurm-wlm, munge: scripts/slurm.sh (the Slurm tests, label slurm); python3-h5py:
   # scripts/slurm/compare_checkpoints.py (the requeue test compares checkpoints with it).
   packages+=(slurm-wlm munge python3-h5py)
+  # git: scripts/tidy.sh and scripts/check_docs.py (tests clang_tidy, docs_check*) list the
+  # tracked sources and check cited commits; iproute2: the emulated hosts of the multihost
+  # tests (scripts/multihost.sh needs `ip`). A fresh Debian 12 (minbase) has neither.
+  packages+=(git iproute2)
 fi
 
 missing=()

@@ -2,7 +2,7 @@
 // a device window refuses, which memory it takes (and the check host windows make once this
 // process has a device window), its device slots and how the ranks of a node share them, and
 // the device part of publish. The protocol around it is publish.cpp's; the pull side is the
-// pull engine's device reader (pull_device.cpp); the bytes move in src/detail/cuda.cu.
+// pull engine's device reader (device_reader.cpp); the bytes move in src/detail/cuda.cu.
 //
 // Each rank allocates its slots on its GPU and maps every other rank's of the node:
 //   - VMM (the default where every rank's GPU and driver support it): cuMemCreate memory,

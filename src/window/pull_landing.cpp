@@ -50,19 +50,6 @@ bool PullEngine::can_land() const {
   return std::none_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.live; });
 }
 
-void PullEngine::release_rma(Donor& d) {
-  if (!d.pinned || d.shm != nullptr) {
-    return;
-  }
-  d.pinned = false;
-  auto* minus = arena_->make<std::int64_t>(1);
-  minus[0] = -1;
-  RmaBatch batch = this->batch();
-  batch.add(minus, d.rank, kRmaPinsOffset);
-  batch.add(minus, d.rank, kRmaPinsOffset + 8);
-  batch.abandon();  // completes locally at the next reap (next pull, progress(), free)
-}
-
 bool PullEngine::lands_straight() const {
   if (options_.momentum != 0.0 || deadline_ > 0.0) {
     return false;
@@ -73,7 +60,7 @@ bool PullEngine::lands_straight() const {
     if (only != nullptr) return false;
     only = &d;
   }
-  if (only == nullptr || only->shm != nullptr) {
+  if (only == nullptr || !only->reader->fetches()) {
     return false;
   }
   const Layout& layout = w_.layout();
@@ -83,11 +70,11 @@ bool PullEngine::lands_straight() const {
   return true;
 }
 
-void PullEngine::issue_line1(RmaBatch& batch, HeadWords* line1) {
+void PullEngine::issue_line1(HeadWords* line1) {
   for (std::size_t i = 0; i < donors_.size(); ++i) {
     const Donor& d = donors_[i];
-    if (!d.skipped && d.shm == nullptr) {
-      batch.get(&line1[i].version, kLine1Bytes, d.rank, kLine1);
+    if (!d.skipped && d.reader->fetches()) {
+      d.reader->start_line1(d, line1[i]);  // lane 0
     }
   }
 }
@@ -96,7 +83,7 @@ bool PullEngine::check_line1(const HeadWords* line1) {
   bool held = true;
   for (std::size_t i = 0; i < donors_.size(); ++i) {
     Donor& d = donors_[i];
-    if (d.skipped || d.shm != nullptr) continue;
+    if (d.skipped || !d.reader->fetches()) continue;
     const HeadWords& h = line1[i];
     if (h.begun > d.version + 1) {
       // A publish overtook the header read before the pin landed: read what the pin holds.
@@ -115,9 +102,9 @@ bool PullEngine::check_line1(const HeadWords* line1) {
 void PullEngine::run_landing() {
   landing_ = Landing::direct;
   for (Donor& d : donors_) {
-    if (d.shm != nullptr) {
-      pin_shm(d);
-      copy_shm_hyper(d);  // pinned: this slot cannot be rewritten until the unpin
+    if (!d.pinned) {  // fetched donors were pinned with their header (read_heads)
+      d.reader->pin(d);
+      d.reader->copy_hyper(d);  // pinned: this slot cannot be rewritten until the unpin
     }
     d.attempts = 1;
     note_record(d);
@@ -152,7 +139,7 @@ void PullEngine::run_landing() {
     if (!written_) throw;
     int rank = donors_.front().rank;
     for (const Donor& d : donors_) {
-      if (!d.skipped && d.shm == nullptr) {
+      if (!d.skipped && d.reader->fetches()) {
         rank = d.rank;
         break;
       }
@@ -160,11 +147,7 @@ void PullEngine::run_landing() {
     throw PartialPullError(rank, partial_text(e.what()), false);
   }
   for (Donor& d : donors_) {
-    if (d.shm != nullptr) {
-      unpin(d);
-    } else {
-      release_rma(d);
-    }
+    d.reader->release(d);
   }
 }
 
@@ -174,41 +157,39 @@ bool PullEngine::land_straight(bool validate, HeadWords* line1) {
   for (Donor& d : donors_) {
     if (!d.skipped) only = &d;
   }
-  RmaBatch batch = this->batch();
-  batch.flush_gets();  // no deadline here: plain gets and one flush, as a raw MPI_Get
-  if (validate) issue_line1(batch, line1);
-  issue_hyper(batch);
+  const InFlight in_flight(*this);
+  only->reader->flush_gets(0);  // no deadline here: plain gets and one flush, as a raw MPI_Get
+  if (validate) issue_line1(line1);
+  issue_hyper(0);
   for (std::size_t l = 0; l < layout.size(); ++l) {
     const SlotLayout::Entry& e = w_.slots().entries[l];
     if (e.count == 0) continue;
     written_ = true;  // from the first get on, the caller's bytes may change
-    batch.get(out_[order_[l]].data(), bytes_of(e.count, e.wire), only->rank,
-              data_offset(*only, Chunk{l, 0, e.count}));
+    only->reader->start_chunk(*only, Chunk{l, 0, e.count}, out_[order_[l]].data(), 0);
   }
-  batch.wait();
+  wait_lane(0);
   return !validate || check_line1(line1);
 }
 
 bool PullEngine::land_chunks(bool validate, HeadWords* line1, std::size_t out_bytes) {
-  RmaBatch batches[2] = {batch(), batch()};
-  auto issue_chunk = [&](std::size_t c, RmaBatch& b) {
-    const Chunk& chunk = chunks_[c];
-    const std::size_t bytes = bytes_of(chunk.count, w_.slots().entries[chunk.layer].wire);
+  const InFlight in_flight(*this);
+  auto issue_chunk = [&](std::size_t c) {
     for (Donor& d : donors_) {
-      if (!d.skipped && d.shm == nullptr) {
-        b.get(d.buffers[c & 1U], bytes, d.rank, data_offset(d, chunk));
+      if (!d.skipped && d.reader->fetches()) {
+        d.reader->start_chunk(d, chunks_[c], nullptr, c & 1U);
       }
     }
   };
-  if (validate) issue_line1(batches[0], line1);
-  issue_hyper(batches[0]);
-  if (!chunks_.empty()) issue_chunk(0, batches[0]);
+  if (validate) issue_line1(line1);
+  issue_hyper(0);
+  if (!chunks_.empty()) issue_chunk(0);
   std::vector<MixSource> sources;
   for (std::size_t c = 0; c <= chunks_.size(); ++c) {
-    if (c + 1 < chunks_.size()) issue_chunk(c + 1, batches[(c + 1) & 1U]);
-    batches[c & 1U].wait();
+    const auto lane = static_cast<unsigned>(c & 1U);
+    if (c + 1 < chunks_.size()) issue_chunk(c + 1);
+    wait_lane(lane);
     if (c == 0 && validate && !check_line1(line1)) {
-      batches[1].wait();  // chunk 1 of the overtaken version lands in a buffer: let it
+      wait_lane(1);  // chunk 1 of the overtaken version lands in a buffer: let it
       return false;
     }
     if (c == chunks_.size()) break;  // only the validation batch (no layer data)
@@ -218,9 +199,7 @@ bool PullEngine::land_chunks(bool validate, HeadWords* line1, std::size_t out_by
     sources.clear();
     for (const Donor& d : donors_) {
       if (d.skipped) continue;
-      const std::byte* src =
-          d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk) : d.buffers[c & 1U];
-      sources.push_back({src, d.weight});
+      sources.push_back({d.reader->at(d, chunk, lane), d.weight});
     }
     written_ = true;
     mix(static_cast<std::byte*>(ref.data()) + bytes_of(chunk.first, ref.dtype()), ref.dtype(),

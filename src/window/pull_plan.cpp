@@ -7,7 +7,6 @@
 #include <cstring>
 #include <string>
 
-#include "detail/kernels.hpp"
 #include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
 #include "window/pull_engine.hpp"
@@ -77,10 +76,8 @@ void PullEngine::validate(std::span<const int> donors) const {
     throw InvalidArgument(where + "Landing::direct reads pinned slots; ReadMode::optimistic "
                                   "never pins first (use ReadMode::automatic or pinned)");
   }
-  if (w_.device() != nullptr) {
-    if (const std::string e = cuda::device_donor_limit_error(donors.size()); !e.empty()) {
-      throw InvalidArgument(where + e);
-    }
+  if (const std::string e = output_->donor_limit_error(donors.size()); !e.empty()) {
+    throw InvalidArgument(where + e);
   }
   if (!std::isfinite(options_.timeout_seconds) || options_.timeout_seconds < 0.0) {
     throw InvalidArgument(where + "timeout_seconds " + std::to_string(options_.timeout_seconds) +
@@ -93,35 +90,15 @@ void PullEngine::validate(std::span<const int> donors) const {
   }
 }
 
-void PullEngine::read_heads(bool pin_rma) {
+void PullEngine::read_heads(bool pin) {
   HeadWords* heads = arena_->make<HeadWords>(donors_.size());
   std::uint64_t* metrics = arena_->make<std::uint64_t>(donors_.size());
   {
-    RmaBatch batch = this->batch();
+    const InFlight in_flight(*this);
     for (std::size_t i = 0; i < donors_.size(); ++i) {
-      const Donor& d = donors_[i];
-      if (d.shm == nullptr) {
-        if (pin_rma) {
-          // Marked first: if the batch is abandoned (deadline), the release is issued too.
-          donors_[i].pinned = donors_[i].ever_pinned = true;
-          auto* in = arena_->make<std::int64_t>(4);
-          in[0] = in[2] = 1;
-          batch.fetch_add(&in[0], &in[1], d.rank, kRmaPinsOffset);
-          batch.fetch_add(&in[2], &in[3], d.rank, kRmaPinsOffset + 8);
-        }
-        batch.get(&heads[i], sizeof(HeadWords), d.rank, 0);
-        batch.get(&metrics[i], 8, d.rank, offsetof(SegmentHeader, metric));
-      } else {
-        heads[i].magic = d.shm->magic.load(std::memory_order_relaxed);
-        heads[i].fingerprint = d.shm->fingerprint.load(std::memory_order_relaxed);
-        heads[i].exposure = d.shm->exposure.load(std::memory_order_relaxed);
-        heads[i].version = d.shm->version.load(std::memory_order_acquire);
-        heads[i].stamp[heads[i].version & 1U] =
-            d.shm->stamp[heads[i].version & 1U].load(std::memory_order_relaxed);
-        metrics[i] = d.shm->metric.load(std::memory_order_relaxed);
-      }
+      donors_[i].reader->start_head(donors_[i], heads[i], metrics[i], pin);
     }
-    batch.wait();
+    wait_lane(0);
   }
   for (std::size_t i = 0; i < donors_.size(); ++i) {
     Donor& d = donors_[i];
@@ -148,11 +125,12 @@ void PullEngine::read_heads(bool pin_rma) {
 }
 
 void PullEngine::plan_chunks() {
-  const bool any_rma =
-      std::any_of(donors_.begin(), donors_.end(), [](const Donor& d) { return d.shm == nullptr; });
-  const std::size_t chunk_bytes = options_.chunk_bytes != 0 ? options_.chunk_bytes
-                                  : any_rma                 ? kRmaChunkBytes
-                                                            : kShmChunkBytes;
+  std::size_t reader_chunk = 0;  // the largest chunk a reader of the pull asks for
+  for (const Reader* r : readers_) {
+    reader_chunk = std::max(reader_chunk, r->chunk_bytes());
+    any_fetch_ = any_fetch_ || r->fetches();
+  }
+  const std::size_t chunk_bytes = options_.chunk_bytes != 0 ? options_.chunk_bytes : reader_chunk;
   const Layout& layout = w_.layout();
   acc_offset_.resize(layout.size());
   std::size_t acc_bytes = 0;
@@ -174,22 +152,20 @@ void PullEngine::plan_chunks() {
     std::uint64_t* hyper = arena_->make<std::uint64_t>(donors_.size() * nh);
     for (std::size_t i = 0; i < donors_.size(); ++i) donors_[i].hyper = hyper + i * nh;
   }
-  if (any_rma) {
+  if (any_fetch_) {
     const std::size_t stride = round_up(max_chunk_wire, kLayerAlign);
-    std::size_t n_rma = 0;
-    for (const Donor& d : donors_) {
-      n_rma += d.shm == nullptr ? 1 : 0;
-    }
-    std::byte* buffers = arena_->make_for_overwrite<std::byte>(2 * n_rma * stride);
+    const auto n_fetched =
+        static_cast<std::size_t>(std::count_if(donors_.begin(), donors_.end(),
+                                               [](const Donor& d) { return d.reader->fetches(); }));
+    std::byte* buffers = arena_->make_for_overwrite<std::byte>(2 * n_fetched * stride);
     std::size_t k = 0;
     for (Donor& d : donors_) {
-      if (d.shm == nullptr) {
+      if (d.reader->fetches()) {
         d.buffers[0] = buffers + (2 * k) * stride;
         d.buffers[1] = buffers + (2 * k + 1) * stride;
         ++k;
       }
     }
-    any_rma_ = true;
   }
 }
 
@@ -237,46 +213,12 @@ bool PullEngine::apply_non_finite() {
   return dropped;
 }
 
-/// Offset, inside the donor's segment, of chunk @p c of the version being read.
-std::size_t PullEngine::data_offset(const Donor& d, const Chunk& c) const {
-  const SlotLayout::Entry& e = w_.slots().entries[c.layer];
-  return slot_offset(d.version, w_.slots().stride, d.live) + e.offset +
-         c.first * dtype_size(e.wire);
+void PullEngine::issue_hyper(unsigned lane) {
+  for (Donor& d : donors_) d.reader->start_hyper(d, lane);
 }
 
-void PullEngine::copy_shm_hyper(Donor& d) const {
-  const std::size_t nh = w_.slots().hyper_count;
-  if (nh == 0 || d.shm == nullptr || d.skipped) return;
-  if (device_read_) {
-    // A device window: the words ride in the device slot (the host may hold no copy).
-    cuda::Device& dev = *w_.device();
-    dev.copy(d.hyper,
-             w_.device_slots(d.rank) + device_slot_offset(d.version, w_.slots().stride) +
-                 w_.slots().hyper_offset,
-             nh * sizeof(std::uint64_t));
-    dev.synchronize();
-    return;
-  }
-  std::memcpy(d.hyper,
-              w_.shm_segment(d.rank) + slot_offset(d.version, w_.slots().stride, d.live) +
-                  w_.slots().hyper_offset,
-              nh * sizeof(std::uint64_t));
-}
-
-void PullEngine::issue_hyper(RmaBatch& batch) {
-  const std::size_t nh = w_.slots().hyper_count;
-  if (nh == 0) return;
-  for (Donor& d : donors_) {
-    if (!d.skipped && d.shm == nullptr) {
-      batch.get(d.hyper, nh * sizeof(std::uint64_t), d.rank,
-                slot_offset(d.version, w_.slots().stride, d.live) + w_.slots().hyper_offset);
-    }
-  }
-}
-
-/// A batch whose reads land in the arena and that honours the pull's deadline.
-RmaBatch PullEngine::batch() const {
-  return RmaBatch(port_.rma_win, &port_.graveyard, arena_, deadline_);
+void PullEngine::wait_lane(unsigned lane) {
+  for (Reader* r : readers_) r->wait(lane);
 }
 
 }  // namespace paramwin::detail

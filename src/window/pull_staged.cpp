@@ -1,7 +1,8 @@
 // The staged pull path: accumulate into the window's scratch chunk by chunk, the next chunk
-// of every RMA donor in flight (MPI_Rget, double buffers) while this one is added; validate
-// every copy with the seqlock (per chunk on shared memory, once at the end over RMA), retry
-// torn donors, pin those that keep tearing, and commit only once every copy is accepted.
+// of every fetched donor in flight (the reader's second lane, double buffers) while this one
+// is added; validate every copy with the seqlock (per chunk where the reader can tell, else
+// once at the end), retry torn donors, pin those that keep tearing, and commit only once
+// every copy is accepted.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -28,11 +29,11 @@ void PullEngine::run_staged() {
     }
     normalise_weights();
     begin_reads(optimistic);
-    if (device_read_) {
-      pass_device();
-    } else {
-      pass();
-    }
+    // A reader that reads every donor may accumulate them all with its own kernels.
+    Reader* sole = readers_.size() == 1 ? readers_.front() : nullptr;
+    acc_ = sole != nullptr ? sole->accumulate_all(donors_, acc_offset_, scratch_bytes_) : nullptr;
+    acc_own_ = acc_ != nullptr;
+    if (!acc_own_) pass();
     end_reads();
     if (settle()) {
       break;
@@ -41,10 +42,14 @@ void PullEngine::run_staged() {
   commit_out();
 }
 
+void PullEngine::commit_out() {
+  output_->commit(out_, order_, acc_, acc_offset_, acc_own_, options_.momentum);
+}
+
 void PullEngine::begin_reads(unsigned optimistic) {
   HeadWords* line1 = arena_->make<HeadWords>(donors_.size());
   {
-    RmaBatch batch = this->batch();
+    const InFlight in_flight(*this);
     for (std::size_t i = 0; i < donors_.size(); ++i) {
       Donor& d = donors_[i];
       d.torn = false;
@@ -52,21 +57,9 @@ void PullEngine::begin_reads(unsigned optimistic) {
       if (d.skipped || d.attempts >= optimistic || d.live) {
         continue;
       }
-      if (d.shm != nullptr) {
-        line1[i].version = d.shm->version.load(std::memory_order_acquire);
-        line1[i].bad_layer[line1[i].version & 1U] =
-            d.shm->bad_layer[line1[i].version & 1U].load(std::memory_order_relaxed);
-        line1[i].stamp[line1[i].version & 1U] =
-            d.shm->stamp[line1[i].version & 1U].load(std::memory_order_relaxed);
-      } else if (d.attempts > 0) {  // the first attempt uses what read_heads saw
-        batch.get(&line1[i].version, kLine1Bytes, d.rank, kLine1);
-      } else {
-        line1[i].version = d.version;
-        line1[i].bad_layer[d.version & 1U] = d.bad_layer;
-        line1[i].stamp[d.version & 1U] = d.stamp;
-      }
+      d.reader->start_line1(d, line1[i]);
     }
-    batch.wait();
+    wait_lane(0);
   }
   for (std::size_t i = 0; i < donors_.size(); ++i) {
     Donor& d = donors_[i];
@@ -74,12 +67,9 @@ void PullEngine::begin_reads(unsigned optimistic) {
       continue;
     }
     if (d.live) {
-      // Live memory has one slot and no protocol: read it as it is now.
-      d.version = d.shm != nullptr ? d.shm->version.load(std::memory_order_acquire) : d.version;
-      d.stamp =
-          d.shm != nullptr ? d.shm->stamp[d.version & 1U].load(std::memory_order_relaxed) : d.stamp;
+      d.reader->refresh_live(d);
     } else if (d.attempts >= optimistic) {
-      pin(d);
+      d.reader->pin(d);
     } else {
       d.version = line1[i].version;
       d.bad_layer = line1[i].bad_layer[d.version & 1U];
@@ -90,90 +80,18 @@ void PullEngine::begin_reads(unsigned optimistic) {
   }
 }
 
-void PullEngine::pin(Donor& d) {
-  if (d.shm != nullptr) {
-    pin_shm(d);
-  } else {
-    pin_rma(d);
-  }
-}
-
-void PullEngine::pin_rma(Donor& d) {
-  // Over RMA a pin cannot be raced against the version read: every round trip waits
-  // for the donor's next trip through MPI, and a donor that publishes faster than
-  // that would make a version-then-pin loop fail forever. So pin both slots first
-  // (the owner then skips every publish), then read the version: the slot it names
-  // cannot be rewritten until the pins are released. Two round trips, no retry.
-  // Marked pinned before the increment: if it is abandoned at the deadline, the release
-  // is issued too, and MPI applies accumulates to one location in order.
-  d.pinned = true;
-  rma_pin_add(d.rank, 1, true);
-  HeadWords* head = arena_->make<HeadWords>(1);
-  {
-    RmaBatch batch = this->batch();
-    batch.get(&head->version, kLine1Bytes, d.rank, kLine1);
-    batch.wait();
-  }
-  d.version = head->version;
-  d.bad_layer = head->bad_layer[d.version & 1U];
-  d.stamp = head->stamp[d.version & 1U];
-  d.ever_pinned = true;
-}
-
-/// Adds @p delta to the RMA pins of both slots at @p rank; waits (deadline) or, when
-/// @p wait is false, leaves the operations to complete in the background.
-void PullEngine::rma_pin_add(int rank, std::int64_t delta, bool wait) {
-  auto* in = arena_->make<std::int64_t>(4);
-  in[0] = delta;
-  in[2] = delta;
-  RmaBatch batch = this->batch();
-  batch.fetch_add(&in[0], &in[1], rank, kRmaPinsOffset);
-  batch.fetch_add(&in[2], &in[3], rank, kRmaPinsOffset + 8);
-  if (wait) {
-    batch.wait();
-  } else {
-    batch.abandon();
-  }
-}
-
-void PullEngine::unpin(Donor& d) {
-  if (!d.pinned) {
-    return;
-  }
-  d.pinned = false;
-  if (d.shm != nullptr) {
-    d.shm->shm_pins[d.version & 1U].fetch_sub(1, std::memory_order_seq_cst);
-  } else {
-    rma_pin_add(d.rank, -1, true);
-  }
-}
-
 void PullEngine::unpin_all_noexcept() noexcept {
   for (Donor& d : donors_) {
-    if (!d.pinned) {
-      continue;
-    }
-    d.pinned = false;
-    if (d.shm != nullptr) {
-      d.shm->shm_pins[d.version & 1U].fetch_sub(1, std::memory_order_seq_cst);
-      continue;
-    }
-    // Unwinding (possibly from a deadline): release the pin without waiting for it; the
-    // request completes in the background (MPI orders accumulates to one location, so it
-    // applies after the pin's increment).
-    try {
-      rma_pin_add(d.rank, -1, false);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while an error unwinds
-    }
+    if (d.pinned) d.reader->release_noexcept(d);
   }
 }
 
 /// True when @p d's values of chunk @p c are the mix itself and can land straight in the
 /// accumulation scratch instead of a chunk buffer (saving a pass over the model): the only
-/// donor left (weight 1), over RMA, a snapshot (live donors are checked for non-finite values
+/// donor left (weight 1), fetched, a snapshot (live donors are checked for non-finite values
 /// while accumulated), and a wire type that is the accumulation type.
 bool PullEngine::lands_in_acc(const Donor& d, const Chunk& c) const {
-  if (d.skipped || d.shm != nullptr || d.live || d.weight != 1.0 ||
+  if (d.skipped || !d.reader->fetches() || d.live || d.weight != 1.0 ||
       std::count_if(donors_.begin(), donors_.end(), [](const Donor& o) { return !o.skipped; }) !=
           1) {
     return false;
@@ -187,15 +105,15 @@ std::byte* PullEngine::acc_at(const Chunk& c) const {
   return acc_ + acc_offset_[c.layer] + c.first * acc_size(w_.layout()[c.layer].dtype);
 }
 
-/// Starts the reads of chunk @p c from every RMA donor; true if one lands in the scratch.
-bool PullEngine::issue(std::size_t c, RmaBatch& batch) {
+/// Starts the reads of chunk @p c from every fetched donor (lane c & 1); true if one lands in
+/// the scratch.
+bool PullEngine::issue(std::size_t c) {
   const Chunk& chunk = chunks_[c];
-  const std::size_t bytes = chunk.count * dtype_size(w_.slots().entries[chunk.layer].wire);
   bool into_acc = false;
   for (Donor& d : donors_) {
-    if (!d.skipped && d.shm == nullptr) {
+    if (!d.skipped && d.reader->fetches()) {
       const bool direct = lands_in_acc(d, chunk);
-      batch.get(direct ? acc_at(chunk) : d.buffers[c & 1U], bytes, d.rank, data_offset(d, chunk));
+      d.reader->start_chunk(d, chunk, direct ? acc_at(chunk) : nullptr, c & 1U);
       into_acc = into_acc || direct;
     }
   }
@@ -204,9 +122,9 @@ bool PullEngine::issue(std::size_t c, RmaBatch& batch) {
 
 void PullEngine::pass() {
   const bool check_live = options_.non_finite != NonFinitePolicy::allow;
-  const bool any_rma = any_rma_;
+  const bool any_fetch = any_fetch_;
   acc_ = port_.scratch.get(scratch_bytes_);
-  RmaBatch batches[2] = {batch(), batch()};
+  const InFlight in_flight(*this);
   // Reads that land in the scratch may still be in flight if this pass ends early (deadline,
   // error, torn donor): the scratch then goes to the graveyard with them.
   struct RetireScratch {
@@ -222,21 +140,22 @@ void PullEngine::pass() {
       }
     }
   } guard{port_};
-  if (any_rma && !chunks_.empty()) {
-    issue_hyper(batches[0]);  // with the first chunk: the same flush, no extra round trip
-    guard.armed = issue(0, batches[0]);
-  } else if (any_rma) {
+  if (any_fetch && !chunks_.empty()) {
+    issue_hyper(0);  // with the first chunk: the same flush, no extra round trip
+    guard.armed = issue(0);
+  } else if (any_fetch) {
     // No layer data at all: the hyperparameters are the whole snapshot.
-    issue_hyper(batches[0]);
-    batches[0].wait();
+    issue_hyper(0);
+    wait_lane(0);
   }
   const Layout& layout = w_.layout();
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    if (any_rma) {
+    const auto lane = static_cast<unsigned>(c & 1U);
+    if (any_fetch) {
       if (c + 1 < chunks_.size()) {
-        guard.armed = issue(c + 1, batches[(c + 1) & 1U]) || guard.armed;
+        guard.armed = issue(c + 1) || guard.armed;
       }
-      batches[c & 1U].wait();
+      wait_lane(lane);
     }
     const Chunk& chunk = chunks_[c];
     const DType layer_dtype = layout[chunk.layer].dtype;
@@ -251,21 +170,16 @@ void PullEngine::pass() {
         first = false;  // already there
         continue;
       }
-      const std::byte* src =
-          d.shm != nullptr ? w_.shm_segment(d.rank) + data_offset(d, chunk) : d.buffers[c & 1U];
-      const bool finite = accumulate(acc, layer_dtype, src, wire, chunk.count, d.weight, first,
-                                     check_live && d.live);
+      const bool finite = accumulate(acc, layer_dtype, d.reader->at(d, chunk, lane), wire,
+                                     chunk.count, d.weight, first, check_live && d.live);
       first = false;
       if (!finite && !d.non_finite) {
         d.non_finite = true;
         d.bad_index = chunk.layer;
       }
-      if (d.shm != nullptr && !d.pinned && !d.live) {
-        std::atomic_thread_fence(std::memory_order_acquire);
-        if (d.shm->begun.load(std::memory_order_relaxed) > d.version + 1) {
-          d.torn = true;  // its slot is being overwritten: no use finishing this round
-          return;         // reads still in flight complete in the background (graveyard)
-        }
+      if (!d.pinned && !d.live && d.reader->overtaken(d)) {
+        d.torn = true;  // its slot is being overwritten: no use finishing this round
+        return;         // reads still in flight complete in the background (graveyard)
       }
     }
   }
@@ -273,21 +187,20 @@ void PullEngine::pass() {
 }
 
 void PullEngine::end_reads() {
-  // Same-node hyperparameters are copied last, before the seqlock check below (or the
+  // Hyperparameters read in place are copied last, before the seqlock check below (or the
   // unpin) that validates them with the layers.
-  for (Donor& d : donors_) copy_shm_hyper(d);
+  for (Donor& d : donors_) d.reader->copy_hyper(d);
   std::uint64_t* begun = arena_->make<std::uint64_t>(donors_.size());
   {
-    RmaBatch batch = this->batch();
+    const InFlight in_flight(*this);
     for (std::size_t i = 0; i < donors_.size(); ++i) {
       const Donor& d = donors_[i];
-      if (!d.skipped && !d.pinned && !d.live && d.shm == nullptr) {
-        batch.get(&begun[i], 8, d.rank, kBegunOffset);
+      if (!d.skipped && !d.pinned && !d.live) {
+        d.reader->start_begun(d, begun[i]);
       }
     }
-    batch.wait();
+    wait_lane(0);
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
   for (std::size_t i = 0; i < donors_.size(); ++i) {
     Donor& d = donors_[i];
     if (d.skipped || d.live) {
@@ -297,9 +210,7 @@ void PullEngine::end_reads() {
       unpin(d);
       continue;
     }
-    const std::uint64_t b =
-        d.shm != nullptr ? d.shm->begun.load(std::memory_order_relaxed) : begun[i];
-    d.torn = d.torn || b > d.version + 1;
+    d.torn = d.torn || begun[i] > d.version + 1;
   }
 }
 
