@@ -7,6 +7,7 @@
 #include "paramwin/agent_kinds.hpp"
 #include "paramwin/agent_options.hpp"
 #include "paramwin/agreement.hpp"
+#include "paramwin/averaging.hpp"
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/dtype.hpp"
 #include "paramwin/enum_names.hpp"

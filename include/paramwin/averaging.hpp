@@ -1,0 +1,300 @@
+#pragma once
+/// @file averaging.hpp
+/// AveragingAgent: data-parallel training of one model by ranks that average their parameters
+/// with each other one-sidedly (asynchronous model averaging, gossip): no deaths, no resets.
+/// Every interval an agent reads the latest published snapshots of the peers its Topology
+/// names and mixes them into its own parameters, new = w_self * own + sum_i w_i * peer_i,
+/// then publishes. Warm-up and cool-down steps average synchronously (MPI_Allreduce).
+/// See docs/averaging.md.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paramwin/enum_names.hpp"
+#include "paramwin/layer_ref.hpp"
+#include "paramwin/layout.hpp"
+#include "paramwin/pull.hpp"
+#include "paramwin/window_core.hpp"
+#include "paramwin/window_options.hpp"
+
+namespace paramwin {
+
+/// How the peers of each averaging round are chosen.
+enum class TopologyKind : std::uint8_t {
+  all = 0,          ///< every other rank, every round (Bagua's mode)
+  random = 1,       ///< k distinct other ranks drawn per round from a seeded stream (KungFu: k 1)
+  ring = 2,         ///< the two neighbours rank - 1 and rank + 1 (one when the size is 2)
+  exponential = 3,  ///< one peer, (rank + 2^i) mod size at round r, i = r mod #{i : 2^i < size}
+  neighbours = 4,   ///< an explicit list of peers per rank (Topology::neighbours)
+  custom = 5,       ///< a callable (round, rank, size) -> peers (Topology::custom)
+};
+
+namespace detail {
+inline constexpr EnumName<TopologyKind> kTopologyKindNames[] = {{TopologyKind::all, "all"},
+                                                                {TopologyKind::random, "random"},
+                                                                {TopologyKind::ring, "ring"},
+                                                                {TopologyKind::exponential,
+                                                                 "exponential"},
+                                                                {TopologyKind::neighbours,
+                                                                 "neighbours"},
+                                                                {TopologyKind::custom, "custom"}};
+}  // namespace detail
+/// Names of TopologyKind.
+template <>
+inline constexpr EnumTable<TopologyKind> enum_table<TopologyKind>{"topology",
+                                                                  detail::kTopologyKindNames};
+
+/// A custom topology: the peers of @p rank at its averaging round @p round (0, 1, ...) in a
+/// population of @p size. Peers must be ranks in [0, size), not @p rank, without repeats.
+using TopologyFunction = std::function<std::vector<int>(std::int64_t round, int rank, int size)>;
+
+/// Which peers an agent reads at each of its averaging rounds (round: the agent's own count of
+/// asynchronous rounds, so the choice is reproducible whatever the other ranks do).
+struct Topology {
+  TopologyKind kind = TopologyKind::all;  ///< the rule
+  int k = 1;                              ///< TopologyKind::random: peers per round, 1..size-1
+  std::uint64_t seed = 0;                 ///< TopologyKind::random: the stream's seed
+  /// TopologyKind::neighbours: one list per rank (size lists), each of distinct other ranks.
+  std::vector<std::vector<int>> neighbours{};
+  TopologyFunction custom{};  ///< TopologyKind::custom: the callable
+
+  /// Every other rank.
+  [[nodiscard]] static Topology all_peers() { return {}; }
+  /// @p peers distinct other ranks per round, drawn from the stream of @p stream_seed.
+  [[nodiscard]] static Topology random_peers(int peers, std::uint64_t stream_seed = 0) {
+    return {.kind = TopologyKind::random, .k = peers, .seed = stream_seed};
+  }
+  /// The two ring neighbours.
+  [[nodiscard]] static Topology ring_peers() { return {.kind = TopologyKind::ring}; }
+  /// SGP's exponential graph: one peer, 2^i ranks ahead.
+  [[nodiscard]] static Topology exponential_peers() { return {.kind = TopologyKind::exponential}; }
+  /// An explicit list of peers per rank.
+  [[nodiscard]] static Topology neighbour_lists(std::vector<std::vector<int>> lists) {
+    return {.kind = TopologyKind::neighbours, .neighbours = std::move(lists)};
+  }
+  /// A callable.
+  [[nodiscard]] static Topology custom_peers(TopologyFunction function) {
+    return {.kind = TopologyKind::custom, .custom = std::move(function)};
+  }
+
+  /// The peers of @p rank at its round @p round, in a population of @p size (unchecked for
+  /// TopologyKind::custom: see check_peers).
+  [[nodiscard]] std::vector<int> peers(std::int64_t round, int rank, int size) const;
+};
+
+/// "" when @p peers are valid peers of @p rank in a population of @p size (ranks in range, not
+/// @p rank, no repeats), else what is wrong with them.
+[[nodiscard]] std::string check_peers(std::span<const int> peers, int rank, int size);
+
+/// Options of an AveragingAgent. check_options() says what is wrong with them.
+struct AveragingOptions {
+  Topology topology{};  ///< which peers each round reads
+  /// Steps between two asynchronous rounds (>= 1): a round at steps interval, 2*interval, ...
+  /// (counted from the end of the warm-up). Ignored when interval_ms > 0.
+  std::int64_t interval = 1;
+  /// > 0: a round at the first step at least this many milliseconds after the previous round
+  /// (Bagua's sync_interval_ms) instead of every interval steps. Finite, >= 0.
+  double interval_ms = 0.0;
+  /// Weight of the agent's own parameters, in [0, 1) (finite and >= 0 when normalize_weights
+  /// scales it with peer_weights). NaN (default): uniform,
+  /// 1 / (usable peers + 1). Given without peer_weights: the peers share 1 - self_weight
+  /// equally.
+  double self_weight = std::numeric_limits<double>::quiet_NaN();
+  /// One weight per peer of a round, in the order the topology names them (finite, >= 0);
+  /// needs self_weight; self_weight + sum must be 1 (within 1e-9) unless normalize_weights.
+  /// Empty: the peers share 1 - self_weight equally. A skipped peer's weight is spread over
+  /// the peers read, in proportion to theirs; self_weight is kept.
+  std::vector<double> peer_weights{};
+  /// Scale self_weight and peer_weights to sum 1 instead of refusing weights that do not.
+  bool normalize_weights = false;
+  /// Steps that average synchronously (MPI_Allreduce mean over the communicator, every step)
+  /// before asynchronous rounds start. Collective: every rank must step through them.
+  std::int64_t warmup_steps = 0;
+  /// Synchronous steps at the end: steps after total_steps - cooldown_steps average with
+  /// MPI_Allreduce (needs total_steps). Collective, as the warm-up.
+  std::int64_t cooldown_steps = 0;
+  /// The run's number of steps, for cooldown_steps (0: unknown, no cool-down).
+  std::int64_t total_steps = 0;
+  /// Publish every this many steps (>= 1): the parameters after the step's mix.
+  std::int64_t publish_every = 1;
+  /// > 0: a peer whose version has not changed over this many of this agent's steps (as this
+  /// agent observed it) is stale and skipped.
+  std::int64_t stale_steps = 0;
+  /// > 0: a peer whose latest publish is older than this (reader's MPI_Wtime minus the
+  /// roster's publish time) is stale and skipped.
+  double stale_seconds = 0.0;
+  /// Background averaging: a round's read is mixed into a correction (mix - own at the read)
+  /// that the next step() adds to the parameters as they are then, so that local progress
+  /// made between the two steps is kept: own_now + (mix - own_at_read). Host float32 and
+  /// float64 layers only.
+  bool background = false;
+  /// Deadline of one round's reads (roster and pull) over RMA, in seconds (0: none). Past it
+  /// the round is left out (parameters unchanged) and says why.
+  double timeout_seconds = 0.0;
+  /// Path of a JSON-lines log of the rounds ("{rank}" is replaced by the rank); empty: none.
+  std::string event_log{};
+  WindowOptions window{};  ///< the agent's window
+};
+
+/// "" when @p options are valid for rank @p rank of @p size ranks, else the first problem.
+[[nodiscard]] std::string check_options(const AveragingOptions& options, int rank, int size);
+
+/// What a step did with the parameters.
+enum class RoundKind : std::uint8_t {
+  none = 0,         ///< no round was due (or the agent is paused)
+  gossip = 1,       ///< an asynchronous round: peers read one-sidedly and mixed in
+  synchronous = 2,  ///< warm-up, cool-down or finish(): MPI_Allreduce mean over every rank
+};
+
+/// Why a peer of a round was not mixed in.
+enum class SkipReason : std::uint8_t {
+  none = 0,             ///< read and mixed in
+  never_published = 1,  ///< version 0
+  paused = 2,           ///< its roster says paused
+  left = 3,             ///< its roster says left
+  stale = 4,            ///< AveragingOptions::stale_steps or stale_seconds
+  non_finite = 5,       ///< its snapshot holds NaN or infinity
+  unreachable = 6,      ///< its roster or snapshot was not read before the deadline
+  zero_weight = 7,      ///< its weight is 0
+};
+
+namespace detail {
+inline constexpr EnumName<RoundKind> kRoundKindNames[] = {{RoundKind::none, "none"},
+                                                          {RoundKind::gossip, "gossip"},
+                                                          {RoundKind::synchronous, "synchronous"}};
+inline constexpr EnumName<SkipReason> kSkipReasonNames[] =
+    {{SkipReason::none, "none"},
+     {SkipReason::never_published, "never_published"},
+     {SkipReason::paused, "paused"},
+     {SkipReason::left, "left"},
+     {SkipReason::stale, "stale"},
+     {SkipReason::non_finite, "non_finite"},
+     {SkipReason::unreachable, "unreachable"},
+     {SkipReason::zero_weight, "zero_weight"}};
+}  // namespace detail
+/// Names of RoundKind.
+template <>
+inline constexpr EnumTable<RoundKind> enum_table<RoundKind>{"round kind", detail::kRoundKindNames};
+/// Names of SkipReason.
+template <>
+inline constexpr EnumTable<SkipReason> enum_table<SkipReason>{"skip reason",
+                                                              detail::kSkipReasonNames};
+
+/// One peer of an averaging round.
+struct AveragingPeer {
+  int rank = -1;                          ///< the peer's rank
+  std::uint64_t version = 0;              ///< the version read (roster's version if skipped)
+  std::uint64_t stamp = 0;                ///< the stamp of that version (the peer's step)
+  double weight = 0.0;                    ///< the weight it got in the mix (0 if skipped)
+  SkipReason skipped = SkipReason::none;  ///< why it was left out
+  Transport transport = Transport::shm;   ///< how it was read
+};
+
+/// What one AveragingAgent::step (or finish) did.
+struct AveragingRound {
+  int rank = -1;                     ///< the agent's rank
+  std::int64_t step = 0;             ///< step() calls so far, this one included
+  std::int64_t round = -1;           ///< the agent's asynchronous round index (-1: none)
+  RoundKind kind = RoundKind::none;  ///< what kind of averaging ran
+  /// The parameters changed: a synchronous mean, or a gossip round with at least one peer
+  /// read (inline), or a background correction added.
+  bool applied = false;
+  /// Background: a correction read at an earlier step was added in this step.
+  bool background_applied = false;
+  double self_weight = 1.0;            ///< weight of the agent's own parameters (1: unchanged)
+  std::vector<AveragingPeer> peers{};  ///< the round's peers in topology order
+  std::string note{};                  ///< why nothing changed, or the read's error
+  bool paused = false;                 ///< the agent was paused
+  bool published = false;              ///< the parameters were published in this step
+  std::uint64_t version = 0;           ///< the agent's publish version after the step
+  std::size_t bytes = 0;               ///< bytes read from peers
+  double seconds = 0.0;                ///< wall time of the averaging (read and mix)
+};
+
+/// One JSON object (no newline) describing @p round (the lines of the event log).
+[[nodiscard]] std::string to_json(const AveragingRound& round);
+
+namespace detail {
+class AveragingState;
+}  // namespace detail
+
+/// One rank of a model trained data-parallel by ranks that average with each other
+/// one-sidedly. Owns its window (every rank of @p comm holds one agent). Move-only; not
+/// thread-safe. Asynchronous steps never wait for another rank; warm-up, cool-down and
+/// finish() are collective.
+class AveragingAgent {
+ public:
+  /// Checks @p options on every rank (InvalidArgument on every rank, naming the first failing
+  /// rank, when any is invalid), refuses ranks with another layout, and creates the window.
+  /// @p site (leave the default: the caller's line) is the window's creation site (see
+  /// ParameterWindow's constructor): unnamed windows pair up by it.
+  /// @note Collective over @p comm.
+  AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options = {},
+                 const std::source_location& site = std::source_location::current());
+  AveragingAgent(const AveragingAgent&) = delete;
+  AveragingAgent& operator=(const AveragingAgent&) = delete;
+  /// Takes over @p other's window and state; @p other throws InvalidArgument from every call.
+  AveragingAgent(AveragingAgent&& other) noexcept;
+  /// Frees this agent's window (collectively) and takes over @p other's.
+  AveragingAgent& operator=(AveragingAgent&& other) noexcept;
+  /// Frees the window. @note Collective over the communicator.
+  ~AveragingAgent();
+
+  /// One training step's averaging: a synchronous mean (warm-up, cool-down: collective), or,
+  /// when a round is due and the agent is not paused, an asynchronous round over the
+  /// topology's peers (background: the previous round's correction is added first), then a
+  /// publish when due. A round without any usable peer leaves @p params unchanged and says
+  /// why. Bad @p params: InvalidArgument before anything changes (on every rank in
+  /// synchronous steps; on this rank only in asynchronous ones, where nobody waits for it).
+  AveragingRound step(std::span<const LayerRef> params);
+  /// @copydoc step(std::span<const LayerRef>)
+  AveragingRound step(std::initializer_list<LayerRef> params) {
+    return step(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Publishes @p params now (e.g. the initial parameters before the first step).
+  PublishResult publish(std::span<const ConstLayerRef> params);
+  /// @copydoc publish(std::span<const ConstLayerRef>)
+  PublishResult publish(std::initializer_list<ConstLayerRef> params) {
+    return publish(std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+  /// Ends the run with one synchronous mean (every rank then holds the same parameters) and
+  /// publishes it; a pending background correction is dropped. @note Collective.
+  AveragingRound finish(std::span<const LayerRef> params);
+  /// @copydoc finish(std::span<const LayerRef>)
+  AveragingRound finish(std::initializer_list<LayerRef> params) {
+    return finish(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
+  /// Bagua's abort(): no more asynchronous reads, no publishes, roster says paused (so no
+  /// peer reads this agent). Synchronous steps still take part (they are collective). A
+  /// pending background correction is dropped. No-op when paused.
+  void pause();
+  /// Bagua's resume(): roster active again; rounds continue. No-op when not paused.
+  void resume();
+  [[nodiscard]] bool is_paused() const;  ///< whether paused
+
+  [[nodiscard]] int rank() const;                         ///< rank in the communicator
+  [[nodiscard]] int size() const;                         ///< ranks in the communicator
+  [[nodiscard]] std::int64_t steps() const;               ///< step() calls so far
+  [[nodiscard]] std::int64_t rounds() const;              ///< asynchronous rounds so far
+  [[nodiscard]] const AveragingOptions& options() const;  ///< as given
+  [[nodiscard]] Window& window();                         ///< the agent's window
+  [[nodiscard]] const Window& window() const;             ///< the agent's window
+
+ private:
+  [[nodiscard]] detail::AveragingState& state() const;
+  std::unique_ptr<detail::AveragingState> state_;
+};
+
+}  // namespace paramwin

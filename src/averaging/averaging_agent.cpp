@@ -1,0 +1,296 @@
+// AveragingAgent: construction (options agreed on every rank, one layout), the step sequence
+// (synchronous mean or asynchronous round, then publish), finish, pause and resume.
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "averaging/averaging_state.hpp"
+#include "detail/mpi_check.hpp"
+#include "mpi/agree.hpp"
+#include "paramwin/averaging.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin {
+
+namespace detail {
+
+namespace {
+
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  return rank;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  return size;
+}
+
+/// Synchronous means and background corrections compute on the host in float32 or float64.
+std::string check_layers(const AveragingOptions& o, const Layout& layout) {
+  const bool needs_host_float = o.warmup_steps > 0 || o.cooldown_steps > 0 || o.background;
+  if (!needs_host_float) {
+    return {};
+  }
+  for (const LayerSpec& spec : layout.layers()) {
+    if (spec.dtype != DType::float32 && spec.dtype != DType::float64) {
+      return "paramwin: AveragingAgent: warm-up, cool-down and background averaging need "
+             "float32 or float64 layers; layer " +
+             spec.describe() + " is not";
+    }
+  }
+  return {};
+}
+
+/// LayoutMismatch on every rank when the ranks' layouts or wire formats differ (a window
+/// created with LayoutCheck::per_donor would let them): averaging mixes whole models. Checked
+/// before the window exists.
+void require_one_layout(MPI_Comm comm, const Layout& layout, WireFormat wire) {
+  const std::uint64_t mine[2] = {layout.fingerprint(), static_cast<std::uint64_t>(wire)};
+  std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(comm_size(comm)));
+  check_mpi(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm),
+            "MPI_Allgather");
+  for (std::size_t r = 1; 2 * r < all.size(); ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
+      throw LayoutMismatch("paramwin: AveragingAgent: every rank needs the same layout, but rank " +
+                           std::to_string(r) + "'s layout (or wire format) differs from rank 0's");
+    }
+  }
+}
+
+/// @p options, checked on every rank of @p comm (InvalidArgument everywhere otherwise).
+AveragingOptions checked(MPI_Comm comm, const Layout& layout, AveragingOptions options) {
+  std::string bad = check_options(options, comm_rank(comm), comm_size(comm));
+  if (bad.empty()) {
+    bad = check_layers(options, layout);
+  }
+  agree_or_throw<InvalidArgument>(comm, bad);
+  require_one_layout(comm, layout, options.window.wire);
+  return options;
+}
+
+std::string log_path(std::string pattern, int rank) {
+  const std::string key = "{rank}";
+  for (std::size_t at = pattern.find(key); at != std::string::npos; at = pattern.find(key)) {
+    pattern.replace(at, key.size(), std::to_string(rank));
+  }
+  return pattern;
+}
+
+}  // namespace
+
+AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options,
+                               const std::source_location& site)
+    : options_(checked(comm, layout, std::move(options))),
+      window_(comm, std::move(layout), options_.window, site),
+      sync_comm_(Comm::dup(comm)),
+      rank_(window_.rank()),
+      size_(window_.size()),
+      last_round_time_(MPI_Wtime()),
+      seen_(static_cast<std::size_t>(size_)) {
+  std::string bad;
+  if (!options_.event_log.empty()) {
+    log_ = std::make_unique<std::ofstream>(log_path(options_.event_log, rank_));
+    if (!*log_) {
+      bad = "paramwin: AveragingAgent: cannot open the event log " +
+            log_path(options_.event_log, rank_);
+    }
+  }
+  agree_or_throw<InvalidArgument>(window_.comm(), bad);
+}
+
+bool AveragingState::synchronous(std::int64_t step) const {
+  return step <= options_.warmup_steps ||
+         (options_.cooldown_steps > 0 && step > options_.total_steps - options_.cooldown_steps);
+}
+
+bool AveragingState::round_due() {
+  if (options_.interval_ms > 0.0) {
+    const double now = MPI_Wtime();
+    if ((now - last_round_time_) * 1e3 < options_.interval_ms) {
+      return false;
+    }
+    last_round_time_ = now;
+    return true;
+  }
+  return (steps_ - options_.warmup_steps) % options_.interval == 0;
+}
+
+PublishResult AveragingState::publish(const BoundLayers<ConstLayerRef>& params) {
+  PublishResult result = window_.publish(params, static_cast<std::uint64_t>(steps_));
+  AgentStatus status = window_.status();
+  status.iteration = steps_;
+  status.age = steps_;
+  status.state = paused_ ? AgentState::paused : AgentState::active;
+  window_.set_status(status);
+  return result;
+}
+
+void AveragingState::log(const AveragingRound& round) {
+  if (log_ && (round.kind != RoundKind::none || round.background_applied)) {
+    *log_ << to_json(round) << '\n';
+    log_->flush();
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+/// Binds @p params; in a synchronous step the error is agreed first (every rank throws).
+BoundLayers<LayerRef> bind_step(const Layout& layout, std::span<const LayerRef> params,
+                                const char* caller, MPI_Comm agree_comm) {
+  std::string bad;
+  BoundLayers<LayerRef> bound;
+  try {
+    bound = paramwin::bind(layout, params, caller);
+    for (const LayerRef& ref : bound.refs()) {
+      if (agree_comm != MPI_COMM_NULL && !ref.host_accessible()) {
+        throw InvalidArgument(std::string("paramwin: ") + caller +
+                              ": synchronous averaging needs host memory");
+      }
+    }
+  } catch (const InvalidArgument& e) {
+    bad = e.what();
+  }
+  if (agree_comm != MPI_COMM_NULL) {
+    detail::agree_or_throw<InvalidArgument>(agree_comm, bad);
+  } else if (!bad.empty()) {
+    throw InvalidArgument(bad);
+  }
+  return bound;
+}
+
+}  // namespace
+
+AveragingAgent::AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options,
+                               const std::source_location& site)
+    : state_(std::make_unique<detail::AveragingState>(comm, std::move(layout), std::move(options),
+                                                      site)) {}
+AveragingAgent::AveragingAgent(AveragingAgent&& other) noexcept = default;
+AveragingAgent& AveragingAgent::operator=(AveragingAgent&& other) noexcept = default;
+AveragingAgent::~AveragingAgent() = default;
+
+detail::AveragingState& AveragingAgent::state() const {
+  if (!state_) {
+    throw InvalidArgument("paramwin: AveragingAgent: used after being moved from");
+  }
+  return *state_;
+}
+
+AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
+  detail::AveragingState& s = state();
+  const std::int64_t next = s.steps_ + 1;
+  const bool sync = s.synchronous(next);
+  const BoundLayers<LayerRef> bound = bind_step(s.window_.layout(), params, "AveragingAgent::step",
+                                                sync ? s.sync_comm_.get() : MPI_COMM_NULL);
+  if (!sync && !s.paused_ && s.options_.topology.kind == TopologyKind::custom) {
+    const std::vector<int> peers = s.options_.topology.peers(s.rounds_, s.rank_, s.size_);
+    const std::string bad = check_peers(peers, s.rank_, s.size_);
+    if (!bad.empty()) {  // checked before anything changes
+      throw InvalidArgument("paramwin: topology custom: round " + std::to_string(s.rounds_) + ": " +
+                            bad);
+    }
+  }
+  s.steps_ = next;
+  if (s.window_.has_rma_readers()) {
+    s.window_.progress();  // serves peers reading this rank over RMA (as Agent::step does)
+  }
+  AveragingRound round{.rank = s.rank_, .step = next, .paused = s.paused_};
+  const double start = MPI_Wtime();
+  if (sync) {
+    s.pending_ = false;
+    s.synchronous_mean(bound);
+    s.last_round_time_ = MPI_Wtime();
+    round.kind = RoundKind::synchronous;
+    round.applied = true;
+    round.self_weight = 1.0 / s.size_;
+  } else if (!s.paused_) {
+    round.background_applied = s.apply_correction(bound);
+    round.applied = round.background_applied;
+    if (s.round_due()) {
+      s.gossip(bound, round);
+    }
+  }
+  round.seconds = MPI_Wtime() - start;
+  if (!s.paused_ && next % s.options_.publish_every == 0) {
+    round.published = s.publish(bound.as_const()).published;
+  }
+  round.version = s.window_.version();
+  s.log(round);
+  return round;
+}
+
+PublishResult AveragingAgent::publish(std::span<const ConstLayerRef> params) {
+  detail::AveragingState& s = state();
+  return s.publish(paramwin::bind(s.window_.layout(), params, "AveragingAgent::publish"));
+}
+
+AveragingRound AveragingAgent::finish(std::span<const LayerRef> params) {
+  detail::AveragingState& s = state();
+  const BoundLayers<LayerRef> bound =
+      bind_step(s.window_.layout(), params, "AveragingAgent::finish", s.sync_comm_.get());
+  std::string bad;
+  for (const LayerSpec& spec : s.window_.layout().layers()) {
+    if (spec.dtype != DType::float32 && spec.dtype != DType::float64) {
+      bad = "paramwin: AveragingAgent::finish: needs float32 or float64 layers; layer " +
+            spec.describe() + " is not";
+    }
+  }
+  detail::agree_or_throw<InvalidArgument>(s.sync_comm_.get(), bad);
+  AveragingRound round{.rank = s.rank_, .step = s.steps_, .paused = s.paused_};
+  const double start = MPI_Wtime();
+  s.pending_ = false;
+  s.synchronous_mean(bound);
+  round.kind = RoundKind::synchronous;
+  round.applied = true;
+  round.self_weight = 1.0 / s.size_;
+  round.seconds = MPI_Wtime() - start;
+  round.published = s.publish(bound.as_const()).published;
+  round.version = s.window_.version();
+  s.log(round);
+  return round;
+}
+
+void AveragingAgent::pause() {
+  detail::AveragingState& s = state();
+  if (s.paused_) {
+    return;
+  }
+  s.paused_ = true;
+  s.pending_ = false;
+  AgentStatus status = s.window_.status();
+  status.state = AgentState::paused;
+  s.window_.set_status(status);
+}
+
+void AveragingAgent::resume() {
+  detail::AveragingState& s = state();
+  if (!s.paused_) {
+    return;
+  }
+  s.paused_ = false;
+  AgentStatus status = s.window_.status();
+  status.state = s.window_.version() > 0 ? AgentState::active : AgentState::fresh;
+  s.window_.set_status(status);
+}
+
+bool AveragingAgent::is_paused() const { return state().paused_; }
+int AveragingAgent::rank() const { return state().rank_; }
+int AveragingAgent::size() const { return state().size_; }
+std::int64_t AveragingAgent::steps() const { return state().steps_; }
+std::int64_t AveragingAgent::rounds() const { return state().rounds_; }
+const AveragingOptions& AveragingAgent::options() const { return state().options_; }
+Window& AveragingAgent::window() { return state().window_; }
+const Window& AveragingAgent::window() const { return state().window_; }
+
+}  // namespace paramwin

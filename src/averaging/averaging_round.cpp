@@ -1,0 +1,269 @@
+// One averaging round: the peers' rosters screened (paused, left, stale, never published,
+// unreachable), the weights, the one-sided weighted pull (inline: straight into the
+// parameters with momentum = self weight; background: into a scratch, kept as a correction),
+// the synchronous mean, and the round as JSON.
+#include <mpi.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "averaging/averaging_state.hpp"
+#include "detail/mpi_check.hpp"
+#include "paramwin/averaging.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::detail {
+
+namespace {
+
+/// Why the peer of @p entry may not be read now (none: it may).
+SkipReason roster_verdict(const RosterEntry& entry, const AveragingOptions& o, SeenVersion& seen,
+                          std::int64_t step) {
+  if (entry.version == 0) {
+    return SkipReason::never_published;
+  }
+  if (entry.status.state == AgentState::paused || entry.status.state == AgentState::rebirth) {
+    return SkipReason::paused;
+  }
+  if (entry.status.state == AgentState::left) {
+    return SkipReason::left;
+  }
+  if (entry.version != seen.version) {
+    seen = {.version = entry.version, .since_step = step};
+  } else if (o.stale_steps > 0 && step - seen.since_step >= o.stale_steps) {
+    return SkipReason::stale;
+  }
+  if (o.stale_seconds > 0.0 && MPI_Wtime() - entry.publish_time > o.stale_seconds) {
+    return SkipReason::stale;
+  }
+  return SkipReason::none;
+}
+
+template <class T>
+void add_correction(void* data, const std::vector<double>& correction) {
+  T* out = static_cast<T*>(data);
+  for (std::size_t i = 0; i < correction.size(); ++i) {
+    out[i] = static_cast<T>(static_cast<double>(out[i]) + correction[i]);
+  }
+}
+
+template <class T>
+void keep_correction(const void* own, const std::vector<char>& mix, double peers_weight,
+                     std::vector<double>& correction) {
+  const T* x = static_cast<const T*>(own);
+  const T* m = reinterpret_cast<const T*>(mix.data());  // the scratch holds T
+  for (std::size_t i = 0; i < correction.size(); ++i) {
+    correction[i] = peers_weight * (static_cast<double>(m[i]) - static_cast<double>(x[i]));
+  }
+}
+
+}  // namespace
+
+void AveragingState::screen(std::span<const int> peers, AveragingRound& out) {
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    AveragingPeer peer{.rank = peers[i]};
+    try {
+      const RosterEntry entry = window_.roster(peers[i], options_.timeout_seconds);
+      peer.version = entry.version;
+      peer.skipped =
+          roster_verdict(entry, options_, seen_[static_cast<std::size_t>(peers[i])], steps_);
+    } catch (const TimeoutError&) {
+      peer.skipped = SkipReason::unreachable;
+    }
+    if (peer.skipped == SkipReason::none && !options_.peer_weights.empty() &&
+        options_.peer_weights[i] <= 0.0) {
+      peer.skipped = SkipReason::zero_weight;
+    }
+    out.peers.push_back(peer);
+  }
+}
+
+void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound& out) {
+  const std::vector<int> peers = options_.topology.peers(rounds_, rank_, size_);
+  out.kind = RoundKind::gossip;
+  out.round = rounds_++;
+  screen(peers, out);
+  std::vector<int> donors;
+  std::vector<double> weights;
+  std::string skipped;
+  for (std::size_t i = 0; i < out.peers.size(); ++i) {
+    const AveragingPeer& p = out.peers[i];
+    if (p.skipped == SkipReason::none) {
+      donors.push_back(p.rank);
+      weights.push_back(options_.peer_weights.empty() ? 1.0 : options_.peer_weights[i]);
+    } else {
+      skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) +
+                 " " + std::string(enum_name(p.skipped));
+    }
+  }
+  if (donors.empty()) {
+    out.note = peers.empty() ? "no peer in this round's topology"
+                             : "no usable peer (" + skipped + "): parameters unchanged";
+    return;
+  }
+  double self = options_.self_weight;
+  if (std::isnan(self)) {
+    self = 1.0 / static_cast<double>(donors.size() + 1);
+  } else if (options_.normalize_weights && !options_.peer_weights.empty()) {
+    double sum = self;
+    for (const double w : options_.peer_weights) {
+      sum += w;
+    }
+    self /= sum;
+  }
+  PullOptions pull{.reduction = Reduction::weighted,
+                   .weights = weights,
+                   .momentum = options_.background ? 0.0 : self,
+                   .non_finite = NonFinitePolicy::skip_donor,
+                   .timeout_seconds = options_.timeout_seconds,
+                   .landing = Landing::transactional};
+  try {
+    if (options_.background) {
+      begin_correction(params, donors, pull, self, out);
+    } else {
+      const PullResult result = window_.pull(donors, params, pull);
+      out.bytes = result.bytes;
+      std::size_t d = 0;
+      for (AveragingPeer& p : out.peers) {
+        if (p.skipped != SkipReason::none) {
+          continue;
+        }
+        const DonorRead& read = result.donors[d++];
+        p.version = read.version;
+        p.stamp = read.stamp;
+        p.transport = read.transport;
+        p.skipped = read.skipped ? SkipReason::non_finite : SkipReason::none;
+        p.weight = (1.0 - self) * read.weight;
+      }
+      out.applied = true;
+    }
+    out.self_weight = self;
+  } catch (const DonorError& e) {  // every peer non-finite, or past the deadline: unchanged
+    for (AveragingPeer& p : out.peers) {
+      if (p.skipped == SkipReason::none) {
+        p.skipped = dynamic_cast<const TimeoutError*>(&e) != nullptr ? SkipReason::unreachable
+                                                                     : SkipReason::non_finite;
+      }
+    }
+    out.note = std::string("read failed, parameters unchanged: ") + e.what();
+  }
+}
+
+void AveragingState::begin_correction(const BoundLayers<LayerRef>& params,
+                                      std::span<const int> donors, const PullOptions& pull,
+                                      double self, AveragingRound& out) {
+  const Layout& layout = window_.layout();
+  std::vector<std::vector<char>> scratch(layout.size());
+  std::vector<LayerRef> refs;
+  refs.reserve(layout.size());
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    scratch[l].resize(layout[l].count * dtype_size(layout[l].dtype));
+    refs.emplace_back("", scratch[l].data(), layout[l].count, layout[l].dtype);
+  }
+  const PullResult result = window_.pull(donors, std::span<const LayerRef>(refs), pull);
+  const double peers_weight = 1.0 - self;
+  std::size_t d = 0;
+  for (AveragingPeer& p : out.peers) {
+    if (p.skipped != SkipReason::none) {
+      continue;
+    }
+    const DonorRead& read = result.donors[d++];
+    p.version = read.version;
+    p.stamp = read.stamp;
+    p.transport = read.transport;
+    p.skipped = read.skipped ? SkipReason::non_finite : SkipReason::none;
+    p.weight = peers_weight * read.weight;
+  }
+  correction_.assign(layout.size(), {});
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    correction_[l].assign(layout[l].count, 0.0);
+    if (layout[l].dtype == DType::float32) {
+      keep_correction<float>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+    } else {
+      keep_correction<double>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+    }
+  }
+  out.bytes = result.bytes;
+  pending_ = true;
+}
+
+bool AveragingState::apply_correction(const BoundLayers<LayerRef>& params) {
+  if (!pending_) {
+    return false;
+  }
+  for (std::size_t l = 0; l < correction_.size(); ++l) {
+    if (window_.layout()[l].dtype == DType::float32) {
+      add_correction<float>(params[l].data(), correction_[l]);
+    } else {
+      add_correction<double>(params[l].data(), correction_[l]);
+    }
+  }
+  pending_ = false;
+  return true;
+}
+
+void AveragingState::synchronous_mean(const BoundLayers<LayerRef>& params) {
+  const double inverse = 1.0 / static_cast<double>(size_);
+  for (std::size_t l = 0; l < params.size(); ++l) {
+    const LayerRef& ref = params[l];
+    const int count = checked_int(ref.count(), "AveragingAgent: layer elements");
+    if (ref.dtype() == DType::float32) {
+      auto* x = static_cast<float*>(ref.data());
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, sync_comm_.get()),
+                "MPI_Allreduce");
+      for (std::size_t i = 0; i < ref.count(); ++i) {
+        x[i] = static_cast<float>(static_cast<double>(x[i]) * inverse);
+      }
+    } else {
+      auto* x = static_cast<double*>(ref.data());
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, sync_comm_.get()),
+                "MPI_Allreduce");
+      for (std::size_t i = 0; i < ref.count(); ++i) {
+        x[i] *= inverse;
+      }
+    }
+  }
+}
+
+}  // namespace paramwin::detail
+
+namespace paramwin {
+
+std::string to_json(const AveragingRound& round) {
+  nlohmann::ordered_json j;
+  j["rank"] = round.rank;
+  j["step"] = round.step;
+  j["round"] = round.round;
+  j["kind"] = std::string(enum_name(round.kind));
+  j["applied"] = round.applied;
+  j["background_applied"] = round.background_applied;
+  j["self_weight"] = round.self_weight;
+  nlohmann::ordered_json peers = nlohmann::ordered_json::array();
+  for (const AveragingPeer& p : round.peers) {
+    nlohmann::ordered_json peer;
+    peer["rank"] = p.rank;
+    peer["version"] = p.version;
+    peer["stamp"] = p.stamp;
+    peer["weight"] = p.weight;
+    peer["skipped"] = std::string(enum_name(p.skipped));
+    peer["transport"] = std::string(enum_name(p.transport));
+    peers.push_back(peer);
+  }
+  j["peers"] = peers;
+  if (!round.note.empty()) {
+    j["note"] = round.note;
+  }
+  j["paused"] = round.paused;
+  j["published"] = round.published;
+  j["version"] = round.version;
+  j["bytes"] = round.bytes;
+  j["seconds"] = round.seconds;
+  return j.dump();
+}
+
+}  // namespace paramwin
