@@ -199,18 +199,8 @@ class Window {
 
  private:
   [[nodiscard]] detail::WindowImpl& impl() const;
-  /// Whether @p refs go through host copies (refuses refs that are not contiguous).
-  template <class Ref>
-  [[nodiscard]] bool needs_staging(std::span<const Ref> refs) const;
-  /// Host copies of @p layers.
-  [[nodiscard]] std::vector<ConstLayerRef> staged_in(std::span<const ConstLayerRef> layers);
-  /// Host copies of @p out (holding its values) for a pull to write; unstage() copies back.
-  [[nodiscard]] std::vector<LayerRef> staged_out(std::span<const LayerRef> out);
-  void unstage(std::span<const LayerRef> out) const;
 
-  std::unique_ptr<detail::WindowImpl> impl_;
-  HostStaging staging_;
-  std::vector<std::vector<char>> staged_;  // host copies of the caller's layers, by position
+  std::unique_ptr<detail::WindowImpl> impl_;  // holds the placement (and its staging buffers)
 };
 
 }  // namespace paramwin

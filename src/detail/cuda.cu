@@ -19,7 +19,7 @@
 namespace paramwin::detail::cuda {
 namespace {
 
-// DType's values (paramwin/dtype.hpp; device_memory.cpp checks that they agree).
+// DType's values (paramwin/dtype.hpp; device_placement.cpp checks that they agree).
 constexpr DType kFloat32 = static_cast<DType>(1);
 constexpr DType kFloat64 = static_cast<DType>(2);
 constexpr DType kBfloat16 = static_cast<DType>(3);

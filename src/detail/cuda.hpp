@@ -18,7 +18,7 @@
 namespace paramwin {
 // The layers' element type (paramwin/dtype.hpp), declared opaquely: cuda.cu is compiled by
 // nvcc, whose front end does not take all of the C++20 headers (enum_names.hpp); it names
-// the values itself (checked against dtype.hpp in device_memory.cpp).
+// the values itself (checked against dtype.hpp in device_placement.cpp).
 enum class DType : std::uint8_t;
 }  // namespace paramwin
 

@@ -18,8 +18,6 @@
 namespace paramwin::torch {
 namespace {
 
-using detail::needs_staging;
-
 std::string shape_text(std::span<const std::size_t> shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -59,8 +57,8 @@ ModuleTensors checked(const Window& window, const ::torch::nn::Module& module,
   return mt;
 }
 
-void bump_versions(const ModuleTensors& mt) {
-  for (const ::torch::Tensor& t : mt.tensors) t.unsafeGetTensorImpl()->bump_version();
+void bump_versions(const std::vector<::torch::Tensor>& tensors) {
+  for (const ::torch::Tensor& t : tensors) t.unsafeGetTensorImpl()->bump_version();
 }
 
 }  // namespace
@@ -158,11 +156,38 @@ void synchronize_current(const ::torch::Device& device) {
   guard.getStream(device).synchronize();
 }
 
+std::vector<ConstLayerRef> const_refs(const std::vector<LayerRef>& refs) {
+  std::vector<ConstLayerRef> in;
+  in.reserve(refs.size());
+  for (const LayerRef& r : refs) in.push_back(r.as_const());
+  return in;
+}
+
+/// A device window's layers for @p mt: every tensor's own memory, CUDA tensors tagged as
+/// device memory (read once the device's current stream has produced them; momentum reads
+/// the current values too); the window checks each layer's memory and device. Nothing is
+/// staged: a device window takes device memory as it is.
+std::vector<LayerRef> device_window_refs(const ModuleTensors& mt) {
+  std::vector<LayerRef> refs;
+  refs.reserve(mt.tensors.size());
+  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
+    const ::torch::Tensor& t = mt.tensors[i];
+    const LayerSpec& spec = mt.layout[i];
+    if (t.is_cuda()) {
+      synchronize_current(t.device());
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype, device_memory);
+    } else {
+      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
+    }
+  }
+  return refs;
+}
+
 }  // namespace
 
 PublishResult publish(Window& window, const ::torch::nn::Module& module,
                       const ModuleOptions& options) {
-  const ModuleTensors mt = checked(window, module, options);
+  ModuleTensors mt = checked(window, module, options);
   if (window.options().exposure == Exposure::live) {
     for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
       if (mt.tensors[i].data_ptr() != live_memory(window, i)) {
@@ -173,55 +198,34 @@ PublishResult publish(Window& window, const ::torch::nn::Module& module,
     }
     return window.publish();
   }
-  std::vector<::torch::Tensor> staged;  // keeps host copies alive through the publish
-  std::vector<ConstLayerRef> refs;
-  refs.reserve(mt.tensors.size());
-  const bool device_window = window.options().memory == Memory::cuda;
-  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
-    const ::torch::Tensor& t = mt.tensors[i];
-    const LayerSpec& spec = mt.layout[i];
-    if (device_window && t.is_cuda()) {
-      // A device window reads CUDA tensors in place (it checks their device): once the
-      // device's current stream has produced them.
-      synchronize_current(t.device());
-      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype, device_memory);
-    } else if (needs_staging(t, options)) {
-      staged.push_back(t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
-      refs.emplace_back(spec.name, staged.back().data_ptr(), spec.count, spec.dtype);
-    } else {
-      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
-    }
+  if (window.options().memory == Memory::cuda) {
+    return window.publish(const_refs(device_window_refs(mt)));
   }
-  return window.publish(refs);
+  // The adapter's one staging of torch tensors (detail::DeviceStaging, as TorchAgent's):
+  // tensors that need it through host buffers, the others in place.
+  detail::DeviceStaging staging(options);
+  staging.bind(std::move(mt));
+  staging.to_layers();
+  return window.publish(const_refs(staging.refs()));
 }
 
 PullResult adopt(Window& window, std::span<const int> donors, ::torch::nn::Module& module,
                  const PullOptions& pull_options, const ModuleOptions& options) {
-  const ModuleTensors mt = checked(window, module, options);
+  ModuleTensors mt = checked(window, module, options);
   ::torch::NoGradGuard no_grad;
-  std::vector<::torch::Tensor> staged(mt.tensors.size());
-  std::vector<LayerRef> refs;
-  refs.reserve(mt.tensors.size());
-  const bool device_window = window.options().memory == Memory::cuda;
-  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
-    const ::torch::Tensor& t = mt.tensors[i];
-    const LayerSpec& spec = mt.layout[i];
-    if (device_window && t.is_cuda()) {
-      synchronize_current(t.device());  // momentum reads the current values
-      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype, device_memory);
-    } else if (needs_staging(t, options)) {
-      // Current values too: momentum blends with them, and a failed pull leaves them as is.
-      staged[i] = t.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      refs.emplace_back(spec.name, staged[i].data_ptr(), spec.count, spec.dtype);
-    } else {
-      refs.emplace_back(spec.name, t.data_ptr(), spec.count, spec.dtype);
-    }
+  if (window.options().memory == Memory::cuda) {
+    PullResult result = window.pull(donors, device_window_refs(mt), pull_options);
+    bump_versions(mt.tensors);
+    return result;
   }
-  PullResult result = window.pull(donors, refs, pull_options);
-  for (std::size_t i = 0; i < mt.tensors.size(); ++i) {
-    if (staged[i].defined()) mt.tensors[i].detach().copy_(staged[i]);
-  }
-  bump_versions(mt);
+  // Current values too (to_layers): momentum blends with them, and a failed pull leaves the
+  // tensors as they are (from_layers only after a pull that returned).
+  detail::DeviceStaging staging(options);
+  staging.bind(std::move(mt));
+  staging.to_layers();
+  PullResult result = window.pull(donors, staging.refs(), pull_options);
+  staging.from_layers();
+  bump_versions(staging.tensors());
   return result;
 }
 
@@ -251,7 +255,7 @@ void bind_live(Window& window, ::torch::nn::Module& module, const ModuleOptions&
     blob.copy_(t);
     ::torch::Tensor(t).set_data(blob);
   }
-  bump_versions(mt);
+  bump_versions(mt.tensors);
 }
 
 void unbind_live(::torch::nn::Module& module, const ModuleOptions& options) {

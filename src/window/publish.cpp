@@ -5,14 +5,13 @@
 // finiteness record), release fence, version = p. A reader of version v accepts its copy only
 // if begun <= v + 1 afterwards, i.e. publish v + 2 (the next one to write slot v % 2) had not
 // started. In live mode there is one slot, the trainer's own memory: publish only advances
-// the version.
+// the version. The bytes of the slot are the placement's to write (placement.hpp): the host
+// slot by default, a GPU placement its own slots.
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <cstring>
 #include <string>
 
-#include "detail/kernels.hpp"
 #include "paramwin/error.hpp"
 #include "window/window_impl.hpp"
 
@@ -47,36 +46,23 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     }
   }
 
-  std::uint64_t bad_layer = live ? kUnknownFinite : 0;
-  if (device_) {
-    // A device window: the same protocol, the bytes on the GPU (device_memory.cpp). A CUDA
-    // failure leaves the version where it was (begun restored: the slot was never announced).
-    try {
-      bad_layer = publish_device(layers, order, p);
-    } catch (...) {
-      h.begun.store(version_, std::memory_order_relaxed);
-      throw;
-    }
-  }
-  std::byte* dst = segment_.data() + slot_offset(p, slots_.stride, live);
-  for (std::size_t layer = 0; !device_ && layer < order.size(); ++layer) {
-    const ConstLayerRef& ref = layers[order[layer]];
-    const SlotLayout::Entry& e = slots_.entries[layer];
-    if (live && ref.data() == dst + e.offset) {
-      continue;  // already the live memory
-    }
-    // The whole slot is written: large enough in all, every layer streams (kernels.hpp).
-    const bool finite =
-        convert(dst + e.offset, e.wire, ref.data(), ref.dtype(), e.count, slots_.payload_bytes);
-    if (!finite && bad_layer == 0) {
-      bad_layer = layer + 1;
-    }
-  }
-
-  // The hyperparameters ride in the slot, after the layers: same seqlock, same copy.
-  if (slots_.hyper_count != 0 && !device_) {
-    std::memcpy(dst + slots_.hyper_offset, hyper_.words().data(),
-                slots_.hyper_count * sizeof(std::uint64_t));
+  // The layers, then the hyperparameters (same seqlock, same copy). A failure (a GPU's)
+  // leaves the version where it was (begun restored: the slot was never announced).
+  std::uint64_t bad_layer = 0;
+  try {
+    bad_layer = placement_->write_slot(
+        SlotWrite{.layers = layers,
+                  .order = order,
+                  .slots = &slots_,
+                  .hyper = hyper_.words(),
+                  .version = p,
+                  .live = live,
+                  .host_slot = host_slots_ == 0
+                                   ? nullptr
+                                   : segment_.data() + slot_offset(p, slots_.stride, live)});
+  } catch (...) {
+    if (!live) h.begun.store(version_, std::memory_order_relaxed);
+    throw;
   }
   h.bad_layer[slot].store(bad_layer, std::memory_order_relaxed);
   h.stamp[p & 1U].store(stamp, std::memory_order_relaxed);  // by version: live has one slot

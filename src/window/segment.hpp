@@ -42,7 +42,7 @@ struct alignas(64) SegmentHeader {
   std::atomic<std::uint64_t> slot_bytes;   // payload bytes of one slot
   std::atomic<std::uint64_t> slot_stride;  // distance between slot 0 and slot 1
   std::atomic<std::uint64_t> exposure;     // Exposure: snapshot (two slots) or live (one)
-  std::atomic<std::uint64_t> host_slots;   // slots in this segment (host_slot_count())
+  std::atomic<std::uint64_t> host_slots;   // slots in this segment (Placement::host_slots())
   std::atomic<std::uint64_t> memory;       // Memory: where the slots readers map live
 
   // line 1: publish seqlock, written by the owner only
@@ -132,18 +132,6 @@ struct SlotLayout {
   return exposure == Exposure::live ? 1 : 2;
 }
 
-/// Number of slots a segment holds in host memory: all of them for a host window; for a
-/// device window (Memory::cuda, whose slots live on the GPU) a host copy of both only when
-/// some rank reads this window over RMA (@p rma_readers, WindowImpl::has_rma_readers()),
-/// which cannot map GPU memory; none otherwise.
-[[nodiscard]] constexpr std::size_t host_slot_count(Exposure exposure, Memory memory,
-                                                    bool rma_readers) noexcept {
-  if (memory == Memory::cuda) {
-    return rma_readers ? slot_count(exposure) : 0;
-  }
-  return slot_count(exposure);
-}
-
 /// Total segment bytes: header page plus @p host_slots slots.
 [[nodiscard]] constexpr std::size_t segment_bytes(const SlotLayout& slots,
                                                   std::size_t host_slots) noexcept {
@@ -154,12 +142,6 @@ struct SlotLayout {
 [[nodiscard]] constexpr std::size_t slot_offset(std::uint64_t version, std::size_t stride,
                                                 bool live) noexcept {
   return kPage + (live ? 0 : (version & 1U) * stride);
-}
-
-/// Byte offset, inside a device window's device slots, of the slot holding @p version.
-[[nodiscard]] constexpr std::size_t device_slot_offset(std::uint64_t version,
-                                                       std::size_t stride) noexcept {
-  return (version & 1U) * stride;
 }
 
 }  // namespace paramwin::detail

@@ -397,7 +397,7 @@ void WindowImpl::check_memory() const {
           " in wire format, held " +
           (slots == 2   ? "twice for the two snapshot slots"
            : slots == 1 ? "once (live exposure)"
-                        : "on the GPU (a device window without RMA readers)") +
+                        : placement_->slots_elsewhere()) +
           ", plus a header page)";
       if (node_size > 1) {
         what += " and the " + std::to_string(node_size) + " ranks on this node need " +

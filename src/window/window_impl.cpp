@@ -75,13 +75,17 @@ bool abort_on_unwind_from_environment() {
 // --- creation ---------------------------------------------------------------------------
 
 WindowImpl::WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options,
-                       const std::source_location& site)
+                       const std::source_location& site, const HostStaging& staging)
     : layout_(std::move(layout)),
       options_(options),
       site_(site_text(site)),
       abort_on_unwind_(options.abort_on_unwind || abort_on_unwind_from_environment()),
+      placement_(make_placement(options, staging)),
       hyper_(layout_.make_hyperparameters()),
       roster_hyper_(hyper_.words().begin(), hyper_.words().end()) {
+  if (options.memory != Memory::host) {
+    gpu_ = placement_.get();
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized == 0 || mpi_finalized()) {
@@ -109,29 +113,14 @@ void WindowImpl::check_options() const {
   const WindowOptions& o = options_;
   if (o.transport > Transport::rma || o.wire > WireFormat::float16 ||
       o.layout_check > LayoutCheck::per_donor || o.exposure > Exposure::live ||
-      o.memory > Memory::cuda) {
+      !enum_valid(o.memory)) {
     throw InvalidArgument("paramwin: WindowOptions holds an out-of-range enumerator");
   }
   if (o.exposure == Exposure::live && o.wire != WireFormat::native) {
     throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own memory, so its "
                           "wire format must be WireFormat::native");
   }
-  if (o.memory == Memory::cuda) {
-    if (o.exposure == Exposure::live) {
-      throw InvalidArgument("paramwin: Exposure::live exposes the trainer's own host memory; a "
-                            "device window (Memory::cuda) publishes snapshots only");
-    }
-    if (o.stage_through_host) {
-      throw InvalidArgument("paramwin: stage_through_host stages device memory through a host "
-                            "window; a device window (Memory::cuda) takes device memory as it "
-                            "is: use one or the other");
-    }
-    if (o.cuda_device < kCurrentDevice) {
-      throw InvalidArgument("paramwin: WindowOptions::cuda_device " +
-                            std::to_string(o.cuda_device) +
-                            " is not a device ordinal (>= 0, or kCurrentDevice)");
-    }
-  }
+  placement_->check_options(o);
   if (o.progress_thread) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
@@ -181,7 +170,7 @@ void WindowImpl::create(MPI_Comm comm) {
   // Whether anyone reads this rank over RMA (its owner must then let MPI progress): a rank
   // on another node, or a rank whose transport is rma (transports may differ across ranks).
   rma_readers_ = size_ > 1 && (any_rma || node_comm_.size() < size_);
-  host_slots_ = host_slot_count(options_.exposure, options_.memory, rma_readers_);
+  host_slots_ = placement_->host_slots(options_.exposure, rma_readers_);
   check_memory();
   create_windows();
   // What follows the collective creations is local until verify(): a rank that fails here
@@ -194,9 +183,14 @@ void WindowImpl::create(MPI_Comm comm) {
     local_error = std::current_exception();
   }
   agree_or_rethrow<VerificationError>(comm_.get(), local_error);
-  if (options_.memory == Memory::cuda) {
-    create_device_slots();
-  }
+  placement_->create(PlacementSetup{.comm = comm_.get(),
+                                    .node_comm = node_comm_.get(),
+                                    .node_to_comm = node_to_comm_,
+                                    .rank = rank_,
+                                    .size = size_,
+                                    .options = &options_,
+                                    .slots = &slots_,
+                                    .site = &site_});
 
   if (options_.verify) {
     verify();
@@ -347,7 +341,7 @@ MpiStatus WindowImpl::free_mpi() noexcept {
   // Reads abandoned at a deadline complete now: every peer is in MPI (the free is collective).
   graveyard_.reap(true);
   MpiStatus first;
-  first.note(free_device_slots());
+  first.note(placement_->free());
   first.note(rma_win_.free_noexcept());
   first.note(shm_win_.free_noexcept());
   first.note(node_comm_.free_noexcept());
@@ -362,8 +356,7 @@ void WindowImpl::release() noexcept {
     // (free_at_finalize); the handles left only forget themselves, without MPI calls.
     forget_live_window(this);
     stop_progress_thread();
-    if (device_) device_->unmap_peers();
-    device_.reset();
+    placement_->abandon();
     (void)rma_win_.free_noexcept();
     (void)shm_win_.free_noexcept();
     (void)node_comm_.free_noexcept();

@@ -5,6 +5,8 @@
 // Where its members live: creation, progress and destruction in window_impl.cpp; the
 // creation checks in verify.cpp; publish() in publish.cpp; the roster in roster.cpp; pull()
 // in pull.cpp (the engine: pull_engine.hpp, pull_plan.cpp, pull_direct.cpp, pull_staged.cpp).
+// Where the caller's parameters live is the window's Placement (placement.hpp), chosen once
+// at creation; the GPU placement's accessors below are defined in device_placement.cpp.
 
 #include <mpi.h>
 
@@ -31,6 +33,7 @@
 #include "paramwin/roster.hpp"
 #include "window/binding.hpp"
 #include "window/live_windows.hpp"
+#include "window/placement.hpp"
 #include "window/rma_batch.hpp"
 #include "window/segment.hpp"
 
@@ -39,17 +42,32 @@ namespace paramwin::detail {
 using ByteView =
     Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-/// Records that this process created a device window: from then on host windows check that
-/// the layers they are given as host memory are not device memory (device_memory.cpp).
-void note_device_window() noexcept;
+/// Number of slots a segment holds in host memory: all of them for a host window; for a
+/// device window (Memory::cuda, whose slots live on the GPU) a host copy of both only when
+/// some rank reads this window over RMA (@p rma_readers, WindowImpl::has_rma_readers()),
+/// which cannot map GPU memory; none otherwise.
+[[nodiscard]] constexpr std::size_t host_slot_count(Exposure exposure, Memory memory,
+                                                    bool rma_readers) noexcept {
+  if (memory == Memory::cuda) {
+    return rma_readers ? slot_count(exposure) : 0;
+  }
+  return slot_count(exposure);
+}
+
+/// Byte offset, inside a device window's device slots, of the slot holding @p version.
+[[nodiscard]] constexpr std::size_t device_slot_offset(std::uint64_t version,
+                                                       std::size_t stride) noexcept {
+  return (version & 1U) * stride;
+}
 
 // Final, so never a base; owned and deleted as WindowImpl (FinalizeClient's destructor is
 // protected): its destructor need not be virtual.
 // NOLINTNEXTLINE(cppcoreguidelines-virtual-class-destructor): see above
 class WindowImpl final : public FinalizeClient {
  public:
+  /// @p staging: the copies of the caller's memory kind, for a placement that stages.
   WindowImpl(MPI_Comm comm, Layout layout, const WindowOptions& options,
-             const std::source_location& site);
+             const std::source_location& site, const HostStaging& staging);
   WindowImpl(const WindowImpl&) = delete;
   WindowImpl& operator=(const WindowImpl&) = delete;
   WindowImpl(WindowImpl&&) = delete;
@@ -127,24 +145,27 @@ class WindowImpl final : public FinalizeClient {
     return shm_base_[static_cast<std::size_t>(rank)];
   }
 
-  // --- device windows (Memory::cuda, docs/gpu.md) -----------------------------------------
-  /// This rank's GPU side (slots, stream, kernels); nullptr for a host window.
-  [[nodiscard]] cuda::Device* device() const noexcept { return device_.get(); }
-  /// The device slots of the same-node rank @p rank as mapped here (nullptr if on another
-  /// node or a host window).
-  [[nodiscard]] const std::byte* device_slots(int rank) const noexcept {
-    return device_base_.empty() ? nullptr : device_base_[static_cast<std::size_t>(rank)];
-  }
-  /// Slots held in this rank's host segment (host_slot_count()).
+  // --- where the caller's parameters live (placement.hpp) --------------------------------
+  /// The window's placement: stages the caller's layers (Window's publish and pull).
+  [[nodiscard]] Placement& placement() const noexcept { return *placement_; }
+  /// Slots held in this rank's host segment (Placement::host_slots()).
   [[nodiscard]] std::size_t host_slots() const noexcept { return host_slots_; }
   /// Throws InvalidArgument, naming the layer, unless every layer of @p refs (in layout
-  /// order through @p order) is memory this window can take: device memory on this
-  /// window's GPU for a device window; for a host window, not device memory declared as
-  /// host memory (checked once a device window exists in this process).
+  /// order through @p order) is memory this window's placement takes.
   void check_layer_memory(std::span<const ConstLayerRef> refs, std::span<const std::size_t> order,
-                          const char* operation) const;
+                          const char* operation) const {
+    placement_->check_layers(layout_, refs, order, operation);
+  }
   void check_layer_memory(std::span<const LayerRef> refs, std::span<const std::size_t> order,
-                          const char* operation) const;
+                          const char* operation) const {
+    placement_->check_layers(layout_, refs, order, operation);
+  }
+  /// The GPU placement's side (slots, stream, kernels; docs/gpu.md), for the pull engine's
+  /// device reader: nullptr for a host window.
+  [[nodiscard]] cuda::Device* device() const noexcept;
+  /// The device slots of the same-node rank @p rank as mapped here (nullptr if on another
+  /// node or a host window).
+  [[nodiscard]] const std::byte* device_slots(int rank) const noexcept;
 
  private:
   // FinalizeClient: MPI_Finalize frees the window while MPI still works; it then stays an
@@ -174,22 +195,6 @@ class WindowImpl final : public FinalizeClient {
   void init_segment();
   /// shm_base_: every comm rank on this node mapped to its segment.
   void map_node_segments();
-  /// Device windows: allocates this rank's device slots, shares them within the node (VMM
-  /// memory and descriptors where every rank can, else CUDA IPC; device_slots.cpp) and maps
-  /// the peers' (collective; Error on every rank when a rank fails).
-  void create_device_slots();
-  /// This rank's Device with VMM or cudaMalloc slots (collective: Error on every rank).
-  void allocate_device_slots(bool vmm);
-  /// Exports this rank's slots, passes the handles within the node and maps the peers'
-  /// (collective: Error on every rank, the mappings made so far kept for free_device_slots).
-  void map_device_slots(bool vmm);
-  /// Device windows: unmaps the peers, waits for the node's ranks to have done so, frees this
-  /// rank's device slots (collective over the node; never throws).
-  MpiStatus free_device_slots() noexcept;
-  /// Publish of a device window: the layers (device memory) into the device slot of
-  /// version @p p, and into the host copy when there is one. Returns the finiteness record.
-  std::uint64_t publish_device(std::span<const ConstLayerRef> layers,
-                               std::span<const std::size_t> order, std::uint64_t p);
   void verify();
   void check_layouts_strict(std::uint64_t slot_fingerprint);
   void release() noexcept;
@@ -233,10 +238,9 @@ class WindowImpl final : public FinalizeClient {
   ByteView segment_;                      // this rank's segment: header page + two slots
   std::vector<std::byte*> shm_base_;      // per comm rank: segment base if on this node
   std::vector<int> node_to_comm_;         // per node rank: its rank in comm_
-  std::size_t host_slots_ = 2;            // slots in the host segment (host_slot_count())
-  std::unique_ptr<cuda::Device> device_;  // device windows: this rank's GPU side
-  std::vector<std::byte*> device_base_;   // per comm rank: device slots if on this node
-  bool device_setup_ = false;             // create_device_slots() began (on every rank alike)
+  std::size_t host_slots_ = 2;            // slots in the host segment (Placement::host_slots)
+  std::unique_ptr<Placement> placement_;  // chosen once, at construction
+  Placement* gpu_ = nullptr;              // placement_ when it is the GPU placement
   std::uint64_t version_ = 0;
   bool rma_readers_ = false;
   AgentStatus status_;
