@@ -21,6 +21,23 @@ namespace paramwin::detail {
 
 namespace {
 
+/// Records what the pull read from each peer still in (in order; the pull's donors are
+/// those peers): version, stamp, transport, a non-finite skip, and its weight in the mix.
+void record_reads(const PullResult& result, double self, AveragingRound& out) {
+  std::size_t d = 0;
+  for (AveragingPeer& p : out.peers) {
+    if (p.skipped != SkipReason::none) {
+      continue;
+    }
+    const DonorRead& read = result.donors[d++];
+    p.version = read.version;
+    p.stamp = read.stamp;
+    p.transport = read.transport;
+    p.skipped = read.skipped ? SkipReason::non_finite : SkipReason::none;
+    p.weight = (1.0 - self) * read.weight;
+  }
+}
+
 /// Why the peer of @p entry may not be read now (none: it may).
 SkipReason roster_verdict(const RosterEntry& entry, const AveragingOptions& o, SeenVersion& seen,
                           std::int64_t step) {
@@ -128,18 +145,7 @@ void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound&
     } else {
       const PullResult result = window_.pull(donors, params, pull);
       out.bytes = result.bytes;
-      std::size_t d = 0;
-      for (AveragingPeer& p : out.peers) {
-        if (p.skipped != SkipReason::none) {
-          continue;
-        }
-        const DonorRead& read = result.donors[d++];
-        p.version = read.version;
-        p.stamp = read.stamp;
-        p.transport = read.transport;
-        p.skipped = read.skipped ? SkipReason::non_finite : SkipReason::none;
-        p.weight = (1.0 - self) * read.weight;
-      }
+      record_reads(result, self, out);
       out.applied = true;
     }
     out.self_weight = self;
@@ -166,19 +172,8 @@ void AveragingState::begin_correction(const BoundLayers<LayerRef>& params,
     refs.emplace_back("", scratch[l].data(), layout[l].count, layout[l].dtype);
   }
   const PullResult result = window_.pull(donors, std::span<const LayerRef>(refs), pull);
+  record_reads(result, self, out);
   const double peers_weight = 1.0 - self;
-  std::size_t d = 0;
-  for (AveragingPeer& p : out.peers) {
-    if (p.skipped != SkipReason::none) {
-      continue;
-    }
-    const DonorRead& read = result.donors[d++];
-    p.version = read.version;
-    p.stamp = read.stamp;
-    p.transport = read.transport;
-    p.skipped = read.skipped ? SkipReason::non_finite : SkipReason::none;
-    p.weight = peers_weight * read.weight;
-  }
   correction_.assign(layout.size(), {});
   for (std::size_t l = 0; l < layout.size(); ++l) {
     correction_[l].assign(layout[l].count, 0.0);
