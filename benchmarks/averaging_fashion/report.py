@@ -12,7 +12,8 @@ time to the target, the synchronous method's (ddp's) median final accuracy in th
 minus 0.5 points, for both models (with how many seeds reached it). --check exits non-zero
 when a method, condition or seed is missing or a final accuracy is below --floor (rank 0's for
 every method, the average model's too except for no_comm, whose average is of independently
-trained models).
+trained models). A second table holds issue 34's targets for paramwin's methods, each marked
+met or not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import sys
 from collections import defaultdict
 from typing import Dict, List, Optional
 
-ORDER = ["ddp", "periodic", "average_all", "no_comm"]
+ORDER = ["ddp", "periodic", "average_all", "paramwin_inline", "paramwin_background",
+         "paramwin_hierarchical", "no_comm"]
 CONDITIONS = ["none", "slow_rank", "random"]
 SYNC = "ddp"
 CEILING = "no_comm"
@@ -133,6 +135,69 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def median_time(curves, key: str, target: Optional[float]) -> float:
+    """Median over seeds of the time to ``target`` (inf where a seed never reached it)."""
+    if target is None:
+        return float("nan")
+    times = [time_to(c, key, target) for c in curves]
+    return statistics.median(float("inf") if t is None else t for t in times)
+
+
+def targets(by) -> List[dict]:
+    """Issue 34's targets for each paramwin method (rank 0's model: what one rank holds)."""
+    out = []
+    for c in [c for c in CONDITIONS if c in by]:
+        target = target_of(by[c])
+        if target is None:
+            continue
+        cond = by[c]
+        t_of = {m: median_time([r["curve"] for r in cond[m].values()], "acc_rank0", target)
+                for m in cond}
+        acc = {m: med([r["final_acc_rank0"] for r in cond[m].values()]) for m in cond}
+        baselines = [m for m in cond if m not in (CEILING,) and not m.startswith("paramwin")]
+        best = min((t_of[m] for m in baselines), default=float("nan"))
+        for m in [m for m in ordered(cond) if m.startswith("paramwin")]:
+            seeds = [s for s in cond[m] if s in cond.get(CEILING, {})]
+            ratio = med([cond[m][s]["population_steps_per_s"] /
+                         cond[CEILING][s]["population_steps_per_s"] for s in seeds])
+            row = {"condition": c, "method": m,
+                   "acc_gap": 100 * (acc[m] - acc[SYNC]),
+                   "ratio": ratio,
+                   "time_vs_sync": t_of[m] / t_of[SYNC] if t_of[SYNC] else float("nan"),
+                   "time_vs_best": t_of[m] / best if best else float("nan")}
+            checks = [("final accuracy within 0.5 points of ddp", row["acc_gap"] >= -0.5,
+                       f"{row['acc_gap']:+.2f} points")]
+            if c == "slow_rank":
+                checks.append(("population steps/s >= 0.9x ceiling", ratio >= 0.9,
+                               f"{ratio:.2f}x"))
+                checks.append(("time to target <= 0.6x ddp's", row["time_vs_sync"] <= 0.6,
+                               f"{row['time_vs_sync']:.2f}x"))
+            if c == "none":
+                checks.append(("time to target <= 1.1x the best baseline's",
+                               row["time_vs_best"] <= 1.1, f"{row['time_vs_best']:.2f}x"))
+            row["checks"] = checks
+            out.append(row)
+    return out
+
+
+def targets_markdown(rows: List[dict]) -> str:
+    if not rows:
+        return ""
+    lines = ["**Issue 34's targets** (paramwin's methods; rank 0's model; medians over seeds):",
+             "", "| condition | method | target | measured | met |",
+             "| --- | --- | --- | ---: | --- |"]
+    for r in rows:
+        for what, ok, value in r["checks"]:
+            lines.append(f"| {r['condition']} | {r['method']} | {what} | {value} | "
+                         f"{'yes' if ok else 'no'} |")
+    lines.append("")
+    lines.append("Time to target: median seconds until rank 0's held-out accuracy reached ddp's "
+                 "median final accuracy minus 0.5 points (a seed that never reached it counts "
+                 "as infinitely late), over the same for ddp (or the fastest baseline that is "
+                 "not no_comm).")
+    return "\n".join(lines)
+
+
 def ordered_conditions(rows) -> List[str]:
     seen = []
     for r in rows:
@@ -221,6 +286,9 @@ def main() -> int:
             print("report: " + "; ".join(bad), file=sys.stderr)
             return 1
     text = markdown(summary(by))
+    goals = targets_markdown(targets(by))
+    if goals:
+        text += "\n\n" + goals
     print(text)
     if o.markdown:
         with open(o.markdown, "w") as f:

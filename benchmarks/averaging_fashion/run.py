@@ -2,7 +2,7 @@
 own shard (data-parallel training), for every method and condition asked, one seed.
 
     mpiexec.openmpi -n 4 /usr/bin/python3 benchmarks/averaging_fashion/run.py --seed 1 \\
-        --methods ddp,periodic,average_all,no_comm --conditions none,slow_rank,random
+        --methods ddp,periodic,paramwin_inline,no_comm --conditions none,slow_rank,random
 
 (as root add ``--allow-run-as-root``, with more ranks than cores ``--oversubscribe``.) The ranks
 are launched by mpiexec, not torchrun, because paramwin's averaging methods need an MPI
@@ -43,7 +43,9 @@ def free_port() -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", default="ddp,periodic,average_all,no_comm",
+    p.add_argument("--methods",
+                   default="ddp,periodic,average_all,paramwin_inline,paramwin_background,"
+                           "paramwin_hierarchical,no_comm",
                    help=f"comma-separated, of: {', '.join(methods.available())}")
     p.add_argument("--conditions", default=",".join(H.CONDITIONS))
     p.add_argument("--seed", type=int, default=1)

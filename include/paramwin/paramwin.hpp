@@ -16,6 +16,7 @@
 #include "paramwin/explore.hpp"
 #include "paramwin/group_agent.hpp"
 #include "paramwin/groups.hpp"
+#include "paramwin/hierarchical_averaging.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"

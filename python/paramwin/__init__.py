@@ -18,17 +18,20 @@ from .errors import (CallbackError, CheckpointError, DonorError, Error,  # noqa:
 from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa: E402
                     DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
                     RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
-                    mpi_vendor)
+                    AveragingPeer, AveragingRound, HierarchicalRound, mpi_vendor)
 from .enums import (AgentState, DeathReason, DeviceWindows, DType, ExploreKind,  # noqa: E402
                     Exposure, Memory, FitnessWeighting, HyperDistribution, HyperInherit,
                     HyperScale, HyperType, Landing, LayoutCheck, MetricDirection, MixingKind,
                     NonFinitePolicy, PausedDeaths, Phase, ReadMode, Reduction, Role,
-                    SelectionKind, Shortfall, Transport, WireFormat)
+                    RoundKind, SelectionKind, Shortfall, SkipReason, TopologyKind, Transport,
+                    WireFormat)
 from ._tensors import named_layout as layout_of  # noqa: E402
 from ._options import OptionKey, agent_config, option_table  # noqa: E402
 from .window import ParameterWindow  # noqa: E402
 from .agent import Agent, ExploreContext  # noqa: E402
 from .groups import AgentGroups, GroupAgent  # noqa: E402
+from .averaging import (AveragingAgent, HierarchicalAveragingAgent,  # noqa: E402
+                        topology_peers)
 
 
 def __getattr__(name: str) -> type:
@@ -49,17 +52,20 @@ def option_keys():
 
 
 __all__ = [
-    "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "CallbackError",
+    "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "AveragingAgent",
+    "AveragingPeer", "AveragingRound", "CallbackError",
     "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DeviceWindows", "DonorError",
     "DonorRead", "DonorRecord", "Error", "ExploreContext", "ExploreKind", "Exposure",
-    "FitnessWeighting", "GroupAgent", "HyperDistribution", "HyperInherit", "HyperScale",
+    "FitnessWeighting", "GroupAgent", "HierarchicalAveragingAgent", "HierarchicalRound",
+    "HyperDistribution", "HyperInherit", "HyperScale",
     "HyperType", "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck",
     "LayoutMismatch", "Memory", "MetricDirection", "MixingKind", "MpiError", "NonFinitePolicy",
     "OptionKey", "ParameterWindow", "PausedDeaths", "Phase", "PhaseSeconds", "PublishResult",
-    "PullResult", "ReadMode", "ReadTimeout", "Reduction", "Role", "RosterEntry", "SelectionContext",
-    "SelectionKind", "Shortfall", "StepEvent", "TimerSummary", "Transport", "TriggerContext",
-    "VerificationError", "WireFormat", "agent_config", "layout_of", "mpi_vendor", "option_keys",
-    "option_table", "__version__",
+    "PullResult", "ReadMode", "ReadTimeout", "Reduction", "Role", "RosterEntry", "RoundKind",
+    "SelectionContext",
+    "SelectionKind", "Shortfall", "SkipReason", "StepEvent", "TimerSummary", "TopologyKind",
+    "Transport", "TriggerContext", "VerificationError", "WireFormat", "agent_config", "layout_of",
+    "mpi_vendor", "option_keys", "option_table", "topology_peers", "__version__",
 ]
 
 __version__: str = _build_info.VERSION

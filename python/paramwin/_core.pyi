@@ -329,3 +329,81 @@ class GroupAgent(_Member):
     ranks_per_agent: int
     leader: bool
     epoch: int
+
+class AveragingPeer:
+    """One peer of an averaging round."""
+    rank: int
+    version: int
+    stamp: int
+    weight: float
+    skipped: str
+    transport: str
+
+class AveragingRound:
+    """What one averaging step (or finish) did."""
+    rank: int
+    step: int
+    round: int
+    kind: str
+    applied: bool
+    background_applied: bool
+    self_weight: float
+    peers: List[AveragingPeer]
+    note: str
+    paused: bool
+    published: bool
+    version: int
+    bytes: int
+    seconds: float
+    def to_json(self) -> str: ...
+
+def topology_peers(kind: str, k: int, seed: int, neighbours: List[List[int]],
+                   custom: Optional[Callable[[int, int, int], List[int]]], round: int, rank: int,
+                   size: int) -> List[int]: ...
+
+class HierarchicalRound:
+    """What one hierarchical averaging step (or finish) did."""
+    group: int
+    group_size: int
+    group_seconds: float
+    across: AveragingRound
+
+class AveragingAgent:
+    """AveragingAgent (see paramwin.AveragingAgent)."""
+    def __init__(self, comm: Any, layout: Layout, options: Mapping[str, Any]) -> None: ...
+    def step(self, layers: Sequence[Descriptor]) -> AveragingRound: ...
+    def publish(self, layers: Sequence[Descriptor]) -> PublishResult: ...
+    def finish(self, layers: Sequence[Descriptor]) -> AveragingRound: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def is_paused(self) -> bool: ...
+    def close(self) -> None: ...
+    valid: bool
+    steps: int
+    layout: Layout
+    rank: int
+    size: int
+    rounds: int
+    version: int
+    memory: str
+    def roster_all(self, timeout_seconds: float = ...) -> List[RosterEntry]: ...
+
+class HierarchicalAveragingAgent:
+    """HierarchicalAveragingAgent (see paramwin.HierarchicalAveragingAgent)."""
+    def __init__(self, groups: AgentGroups, layout: Layout, options: Mapping[str, Any]) -> None: ...
+    def step(self, layers: Sequence[Descriptor]) -> HierarchicalRound: ...
+    def publish(self, layers: Sequence[Descriptor]) -> PublishResult: ...
+    def finish(self, layers: Sequence[Descriptor]) -> HierarchicalRound: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def is_paused(self) -> bool: ...
+    def close(self) -> None: ...
+    valid: bool
+    steps: int
+    layout: Layout
+    group: int
+    groups: int
+    rank_in_group: int
+    group_size: int
+    leader: bool
+    rounds: int

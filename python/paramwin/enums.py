@@ -15,7 +15,7 @@ __all__ = [
     "Shortfall", "PausedDeaths", "DType", "Phase", "HyperInherit", "HyperScale",
     "HyperDistribution", "Role", "HyperType", "ReadMode", "Landing", "Reduction",
     "NonFinitePolicy", "AgentState", "Transport", "WireFormat", "Exposure", "LayoutCheck",
-    "ExploreKind", "Memory", "DeviceWindows", "ENUMS",
+    "ExploreKind", "Memory", "DeviceWindows", "TopologyKind", "RoundKind", "SkipReason", "ENUMS",
 ]
 
 
@@ -61,3 +61,6 @@ LayoutCheck = ENUMS["LayoutCheck"]
 ExploreKind = ENUMS["ExploreKind"]
 Memory = ENUMS["Memory"]
 DeviceWindows = ENUMS["DeviceWindows"]
+TopologyKind = ENUMS["TopologyKind"]
+RoundKind = ENUMS["RoundKind"]
+SkipReason = ENUMS["SkipReason"]

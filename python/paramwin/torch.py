@@ -22,10 +22,11 @@ from ._device_windows import WindowChoice, choose_window, device_obstacle
 from ._lifetime import close_after_block
 from ._tensors import named_layout
 from .agent import Agent
+from .averaging import AveragingAgent
 from .groups import AgentGroups, GroupAgent
 from .errors import InvalidArgument
 
-__all__ = ["TorchAgent", "layout_of"]
+__all__ = ["TorchAgent", "TorchAveragingAgent", "layout_of"]
 
 
 def _named_parameters(module: _torch.nn.Module) -> List[Tuple[str, _torch.nn.Parameter]]:
@@ -306,3 +307,89 @@ class TorchAgent:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         close_after_block(self, "TorchAgent", exc_type, exc, tb)
+
+
+class TorchAveragingAgent:
+    """One rank of a module trained data-parallel by ranks that average their parameters
+    one-sidedly (paramwin.AveragingAgent over ``module.named_parameters()``; collective
+    creation over ``comm``).
+
+    ``TorchAveragingAgent(module, comm=None, device_windows="auto", **options)``: options are
+    AveragingAgent's keywords. Call ``step()`` after every ``optimizer.step()`` (it mixes the
+    peers into the parameters in place and publishes), ``finish()`` at the end (collective:
+    every rank then holds the mean). The first ``step()`` publishes the initial parameters
+    first if ``publish()`` was not called. The optimizer's state (Adam's moments, momentum
+    buffers) is each rank's own and is kept: only the parameters are mixed.
+
+    CUDA modules: as TorchAgent, ``device_windows="auto"`` gives a device window (parameters
+    read and written in place on their GPU) when every rank's parameters are CUDA tensors on
+    one device; otherwise they are staged through host memory. Background averaging and the
+    synchronous means compute on the host, so they need host (or staged) parameters.
+    """
+
+    def __init__(self, module: _torch.nn.Module, comm: Any = None, *,
+                 device_windows: str = "auto", **options: Any):
+        named = _named_parameters(module)
+        if not named:
+            raise InvalidArgument("paramwin: the module has no parameters")
+        self.module = module
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        choice = choose_window(comm, device_windows, options.pop("memory", "host"),
+                               lambda: device_obstacle([(n, p.detach()) for n, p in named]))
+        options.pop("cuda_device", None)  # the device window's is the tensors' device
+        self._device = choice.cuda_device if choice.memory == "cuda" else None
+        self.agent = AveragingAgent(layout_of(module), comm, memory=choice.memory,
+                                    cuda_device=choice.cuda_device, **options)
+        self._published = False
+
+    @property
+    def device_window(self) -> bool:
+        """True when the window is a device window (parameters in place on their GPU)."""
+        return self._device is not None
+
+    def _data(self) -> Dict[str, _torch.Tensor]:
+        return {name: p.data for name, p in zip(self._names, self._params)}
+
+    def publish(self) -> "_core.PublishResult":
+        """Publishes the module's parameters now (the initial ones, before the first step)."""
+        self._published = True
+        return self.agent.publish(self._data())
+
+    def step(self) -> "_core.AveragingRound":
+        """The step's averaging into the module's parameters (see AveragingAgent.step)."""
+        if not self._published:
+            self.publish()
+        with _torch.no_grad():
+            return self.agent.step(self._data())
+
+    def finish(self) -> "_core.AveragingRound":
+        """The closing synchronous mean (collective; see AveragingAgent.finish)."""
+        with _torch.no_grad():
+            return self.agent.finish(self._data())
+
+    def pause(self) -> None:
+        """See AveragingAgent.pause."""
+        self.agent.pause()
+
+    def resume(self) -> None:
+        """See AveragingAgent.resume."""
+        self.agent.resume()
+
+    def close(self) -> None:
+        """Frees the window (collective)."""
+        self.agent.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self.agent.closed
+
+    rank = property(lambda self: self.agent.rank, doc="This rank in the communicator.")
+    size = property(lambda self: self.agent.size, doc="Ranks in the communicator.")
+
+    def __enter__(self) -> "TorchAveragingAgent":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        close_after_block(self, "TorchAveragingAgent", exc_type, exc, tb)

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "paramwin/agent_options.hpp"
+#include "paramwin/error.hpp"
+#include "paramwin/groups.hpp"
 #include "paramwin/hyper.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
@@ -30,6 +32,7 @@ void bind_enums(py::module_& m);
 void bind_groups(py::module_& m);
 void bind_group_agent(py::module_& m);
 void bind_comm(py::module_& m);
+void bind_averaging(py::module_& m);
 
 /// A hyperparameter set as a dict name -> int (int64) or float (float64).
 py::dict hyper_to_dict(const Hyperparameters& h);
@@ -66,6 +69,21 @@ MPI_Comm comm_from(const py::handle& comm);
 /// An mpi4py communicator over @p comm (not owned: the Python object never frees it), or
 /// None for MPI_COMM_NULL.
 py::object comm_to_py(MPI_Comm comm);
+
+/// AgentGroups with an explicit close() (paramwin._core.AgentGroups): its communicators are
+/// freed collectively, so Python frees them at a call every rank makes, not whenever the
+/// collector runs.
+struct PyGroups {
+  std::unique_ptr<AgentGroups> groups;
+
+  /// The groups; InvalidArgument once closed.
+  [[nodiscard]] const AgentGroups& get() const {
+    if (!groups) {
+      throw InvalidArgument("paramwin: the AgentGroups is closed");
+    }
+    return *groups;
+  }
+};
 
 /// Python's layer descriptors, turned into layer references once the GIL is released.
 ///

@@ -5,6 +5,7 @@
 // Needs no Python and no MPI initialisation (the stub generator is a plain program).
 
 #include "paramwin/agent_kinds.hpp"
+#include "paramwin/averaging.hpp"
 #include "paramwin/dtype.hpp"
 #include "paramwin/enum_names.hpp"
 #include "paramwin/event.hpp"
@@ -48,6 +49,9 @@ void for_each_enum(F&& f) {
   f.template operator()<ExploreKind>("ExploreKind");
   f.template operator()<Memory>("Memory");
   f.template operator()<torch::DeviceWindows>("DeviceWindows");
+  f.template operator()<TopologyKind>("TopologyKind");
+  f.template operator()<RoundKind>("RoundKind");
+  f.template operator()<SkipReason>("SkipReason");
 }
 
 }  // namespace paramwin::python

@@ -13,22 +13,6 @@
 #include "paramwin/groups.hpp"
 
 namespace paramwin::python {
-namespace {
-
-// AgentGroups with an explicit close(): its communicators are freed collectively, so Python
-// frees them at a call every rank makes, not whenever the collector runs.
-struct PyGroups {
-  std::unique_ptr<AgentGroups> groups;
-
-  [[nodiscard]] const AgentGroups& get() const {
-    if (!groups) {
-      throw InvalidArgument("paramwin: the AgentGroups is closed");
-    }
-    return *groups;
-  }
-};
-
-}  // namespace
 
 void bind_groups(py::module_& m) {
   py::class_<PyGroups>(m, "AgentGroups", "AgentGroups (see paramwin.AgentGroups).")
