@@ -56,7 +56,7 @@ std::vector<std::vector<double>> all_of(const std::vector<double>& v, MPI_Comm c
   MPI_Allgather(v.data(), static_cast<int>(kN), MPI_DOUBLE, flat.data(), static_cast<int>(kN),
                 MPI_DOUBLE, comm);
   std::vector<std::vector<double>> out;
-  for (int r = 0; r < n; ++r) {
+  for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
     out.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(r * kN),
                      flat.begin() + static_cast<std::ptrdiff_t>((r + 1) * kN));
   }
