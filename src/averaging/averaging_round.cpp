@@ -183,23 +183,27 @@ void AveragingState::begin_correction(const BoundLayers<LayerRef>& params,
                                       std::span<const int> donors, const PullOptions& pull,
                                       double self, AveragingRound& out) {
   const Layout& layout = window_.layout();
-  std::vector<std::vector<char>> scratch(layout.size());
+  if (correction_.size() != layout.size()) {  // allocated once, reused by every round
+    correction_.resize(layout.size());
+    inline_scratch_.resize(layout.size());
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      correction_[l].resize(layout[l].count);
+      inline_scratch_[l].resize(layout[l].count * dtype_size(layout[l].dtype));
+    }
+  }
   std::vector<LayerRef> refs;
   refs.reserve(layout.size());
   for (std::size_t l = 0; l < layout.size(); ++l) {
-    scratch[l].resize(layout[l].count * dtype_size(layout[l].dtype));
-    refs.emplace_back("", scratch[l].data(), layout[l].count, layout[l].dtype);
+    refs.emplace_back("", inline_scratch_[l].data(), layout[l].count, layout[l].dtype);
   }
   const PullResult result = window_.pull(donors, std::span<const LayerRef>(refs), pull);
   record_reads(result, self, out);
   const double peers_weight = 1.0 - self;
-  correction_.assign(layout.size(), {});
   for (std::size_t l = 0; l < layout.size(); ++l) {
-    correction_[l].assign(layout[l].count, 0.0);
     if (layout[l].dtype == DType::float32) {
-      keep_correction<float>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+      keep_correction<float>(params[l].data(), inline_scratch_[l], peers_weight, correction_[l]);
     } else {
-      keep_correction<double>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+      keep_correction<double>(params[l].data(), inline_scratch_[l], peers_weight, correction_[l]);
     }
   }
   out.bytes = result.bytes;

@@ -97,7 +97,8 @@ class AveragingState {
   double last_round_time_ = 0.0;
   bool paused_ = false;
   std::vector<SeenVersion> seen_;
-  std::vector<std::vector<double>> correction_;  // per layer, background read inline
+  std::vector<std::vector<double>> correction_;    // per layer, background read inline
+  std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)
   bool pending_ = false;
   std::unique_ptr<std::ofstream> log_;
   // Background with the worker: "" when its reads overlap the trainer, else why not (or
