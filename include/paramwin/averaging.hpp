@@ -134,11 +134,17 @@ struct AveragingOptions {
   /// > 0: a peer whose latest publish is older than this (reader's MPI_Wtime minus the
   /// roster's publish time) is stale and skipped.
   double stale_seconds = 0.0;
-  /// Background averaging: a round's read is mixed into a correction (mix - own at the read)
-  /// that the next step() adds to the parameters as they are then, so that local progress
-  /// made between the two steps is kept: own_now + (mix - own_at_read). Host float32 and
-  /// float64 layers only.
+  /// Background averaging (Bagua's design): a round's read of the peers runs while the
+  /// trainer computes, and its mix lands as a correction at a later step(), added to the
+  /// parameters as they are then, so that the local progress made meanwhile is kept:
+  /// own_now + (1 - self)(peers' mix - own_at_read). With background_worker (and a window
+  /// where it is safe, see AveragingAgent::background_inline_reason) the read runs on the
+  /// agent's worker thread and step() never waits for it; otherwise it runs inside the step
+  /// that begins the round and lands at the next step. Host float32 and float64 layers only.
   bool background = false;
+  /// Background: read on the agent's worker thread (true), or inside step() (false: the read
+  /// does not overlap the trainer; its correction still lands at the next step).
+  bool background_worker = true;
   /// Deadline of one round's reads (roster and pull) over RMA, in seconds (0: none). Past it
   /// the round is left out (parameters unchanged) and says why.
   double timeout_seconds = 0.0;
@@ -212,6 +218,19 @@ struct AveragingRound {
   bool applied = false;
   /// Background: a correction read at an earlier step was added in this step.
   bool background_applied = false;
+  /// Background: the round reported here (round, peers, self_weight, bytes, seconds, note)
+  /// was read on the agent's worker thread. Its read began at read_step and finished before
+  /// this step, which collected it (and added its correction: background_applied). False for
+  /// a round read inside step() (AveragingAgent::background_inline_reason says why).
+  bool overlapped = false;
+  /// Background: the step whose call began the read of the round reported here (inline:
+  /// this step; its correction lands at the next); 0 when no round is reported.
+  std::int64_t read_step = 0;
+  /// Background on the worker: the round whose read this step began (-1: none).
+  std::int64_t started_round = -1;
+  /// Background on the worker: a round was due, but the read of the previous one had not
+  /// finished, so none began (the step did not wait; note says which read was running).
+  bool busy = false;
   double self_weight = 1.0;            ///< weight of the agent's own parameters (1: unchanged)
   std::vector<AveragingPeer> peers{};  ///< the round's peers in topology order
   std::string note{};                  ///< why nothing changed, or the read's error
@@ -219,7 +238,9 @@ struct AveragingRound {
   bool published = false;              ///< the parameters were published in this step
   std::uint64_t version = 0;           ///< the agent's publish version after the step
   std::size_t bytes = 0;               ///< bytes read from peers
-  double seconds = 0.0;                ///< wall time of the averaging (read and mix)
+  /// Wall time of the averaging in this step (read and mix); for a round read on the worker
+  /// (overlapped), the read's own time there.
+  double seconds = 0.0;
 };
 
 /// One JSON object (no newline) describing @p round (the lines of the event log).
@@ -230,9 +251,10 @@ class AveragingState;
 }  // namespace detail
 
 /// One rank of a model trained data-parallel by ranks that average with each other
-/// one-sidedly. Owns its window (every rank of @p comm holds one agent). Move-only; not
-/// thread-safe. Asynchronous steps never wait for another rank; warm-up, cool-down and
-/// finish() are collective.
+/// one-sidedly. Owns its window (every rank of @p comm holds one agent), and with background
+/// averaging on a worker thread that reads the peers. Move-only; not thread-safe (one thread
+/// calls it; the worker is internal). Asynchronous steps never wait for another rank; warm-up,
+/// cool-down and finish() are collective.
 class AveragingAgent {
  public:
   /// Checks @p options on every rank (InvalidArgument on every rank, naming the first failing
@@ -253,10 +275,15 @@ class AveragingAgent {
 
   /// One training step's averaging: a synchronous mean (warm-up, cool-down: collective), or,
   /// when a round is due and the agent is not paused, an asynchronous round over the
-  /// topology's peers (background: the previous round's correction is added first), then a
-  /// publish when due. A round without any usable peer leaves @p params unchanged and says
-  /// why. Bad @p params: InvalidArgument before anything changes (on every rank in
-  /// synchronous steps; on this rank only in asynchronous ones, where nobody waits for it).
+  /// topology's peers, then a publish when due. Background on the worker: a round whose read
+  /// has finished is collected and its correction added first; then, when a round is due and
+  /// no read is running, the next read begins on the worker (own parameters copied as
+  /// own_at_read) and step() returns without waiting for it; what the read threw other than
+  /// a DonorError (which becomes the round's note) is rethrown by the step that collects it,
+  /// before anything changes. Background inline: the previous round's correction is added
+  /// first, then the round is read. A round without any usable peer leaves @p params unchanged and
+  /// says why. Bad @p params: InvalidArgument before anything changes (on every rank in synchronous
+  /// steps; on this rank only in asynchronous ones, where nobody waits for it).
   AveragingRound step(std::span<const LayerRef> params);
   /// @copydoc step(std::span<const LayerRef>)
   AveragingRound step(std::initializer_list<LayerRef> params) {
@@ -269,7 +296,8 @@ class AveragingAgent {
     return publish(std::span<const ConstLayerRef>(params.begin(), params.size()));
   }
   /// Ends the run with one synchronous mean (every rank then holds the same parameters) and
-  /// publishes it; a pending background correction is dropped. @note Collective.
+  /// publishes it; a pending background correction is dropped (a read still running on the
+  /// worker is waited for first). @note Collective.
   AveragingRound finish(std::span<const LayerRef> params);
   /// @copydoc finish(std::span<const LayerRef>)
   AveragingRound finish(std::initializer_list<LayerRef> params) {
@@ -278,7 +306,8 @@ class AveragingAgent {
 
   /// Bagua's abort(): no more asynchronous reads, no publishes, roster says paused (so no
   /// peer reads this agent). Synchronous steps still take part (they are collective). A
-  /// pending background correction is dropped. No-op when paused.
+  /// pending background correction is dropped; a read still running on the worker is not
+  /// waited for and is dropped when it ends. No-op when paused.
   void pause();
   /// Bagua's resume(): roster active again; rounds continue. No-op when not paused.
   void resume();
@@ -289,8 +318,18 @@ class AveragingAgent {
   [[nodiscard]] std::int64_t steps() const;               ///< step() calls so far
   [[nodiscard]] std::int64_t rounds() const;              ///< asynchronous rounds so far
   [[nodiscard]] const AveragingOptions& options() const;  ///< as given
-  [[nodiscard]] Window& window();                         ///< the agent's window
-  [[nodiscard]] const Window& window() const;             ///< the agent's window
+  /// The layout (never waits for a background read, unlike window()).
+  [[nodiscard]] const Layout& layout() const;
+  /// The agent's window. Waits for a background read running on the worker (its round is
+  /// still collected by the next step()), so the caller may use the window until then.
+  [[nodiscard]] Window& window();
+  /// @copydoc window()
+  [[nodiscard]] const Window& window() const;
+  /// Background averaging: "" when its reads run on the worker thread, else why they run
+  /// inside step() (decided once, at construction): AveragingOptions::background_worker is
+  /// false, the window's slots live on a GPU, or MPI's thread level is not
+  /// MPI_THREAD_MULTIPLE. "background averaging is off" without AveragingOptions::background.
+  [[nodiscard]] const std::string& background_inline_reason() const;
 
  private:
   [[nodiscard]] detail::AveragingState& state() const;

@@ -24,7 +24,8 @@
 namespace paramwin {
 
 namespace detail {
-class WindowImpl;  // NOLINT(cppcoreguidelines-virtual-class-destructor): final; window_impl.hpp
+class WindowImpl;   // NOLINT(cppcoreguidelines-virtual-class-destructor): final; window_impl.hpp
+class WorkerReads;  // src/window/worker_reads.hpp: a second thread's reads of a window
 }  // namespace detail
 
 /// How a window copies the caller's layers to and from host memory when they are staged
@@ -198,6 +199,7 @@ class Window {
   [[nodiscard]] const AgentStatus& status() const;
 
  private:
+  friend class detail::WorkerReads;  // reads from a worker thread with their own buffers
   [[nodiscard]] detail::WindowImpl& impl() const;
 
   std::unique_ptr<detail::WindowImpl> impl_;  // holds the placement (and its staging buffers)

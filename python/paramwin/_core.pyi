@@ -347,6 +347,10 @@ class AveragingRound:
     kind: str
     applied: bool
     background_applied: bool
+    overlapped: bool
+    read_step: int
+    started_round: int
+    busy: bool
     self_weight: float
     peers: List[AveragingPeer]
     note: str
@@ -385,6 +389,7 @@ class AveragingAgent:
     size: int
     rounds: int
     version: int
+    background_inline_reason: str
     memory: str
     def roster_all(self, timeout_seconds: float = ...) -> List[RosterEntry]: ...
 

@@ -53,8 +53,9 @@ _DEFAULTS: Dict[str, Any] = {
     "interval": 1, "interval_ms": 0.0, "self_weight": None, "peer_weights": None,
     "normalize_weights": False, "warmup_steps": 0, "cooldown_steps": 0, "total_steps": 0,
     "publish_every": 1, "stale_steps": 0, "stale_seconds": 0.0, "background": False,
-    "timeout_seconds": 0.0, "event_log": None, "transport": "auto", "wire": "native",
-    "verify": True, "name": "", "memory": "host", "cuda_device": -1,
+    "background_worker": True, "timeout_seconds": 0.0, "event_log": None,
+    "transport": "auto", "wire": "native", "verify": True, "name": "", "memory": "host",
+    "cuda_device": -1,
 }
 
 
@@ -160,8 +161,11 @@ class AveragingAgent(_Averaging):
     - ``warmup_steps``, ``cooldown_steps`` with ``total_steps``: synchronous means
       (MPI_Allreduce) at the start and the end.
     - ``publish_every``, ``stale_steps``, ``stale_seconds``, ``timeout_seconds``.
-    - ``background``: the peers read at a round are added as a correction
-      ``mix - own_at_read`` at a later step, keeping the local progress made meanwhile.
+    - ``background``: a round's read of the peers runs on the agent's worker thread while the
+      trainer computes (``background_worker=True``, the default, where the window and MPI's
+      thread level allow it: ``background_inline_reason`` says why not), and its mix lands as
+      a correction ``(1 - self_weight)(mix - own_at_read)`` at a later step, keeping the local
+      progress made meanwhile; ``step()`` never waits for the read.
     - ``event_log``: a JSON-lines file of the rounds ("{rank}" replaced by the rank).
     - the window's ``transport``, ``wire``, ``verify``, ``name``, ``memory``, ``cuda_device``.
 
@@ -190,6 +194,9 @@ class AveragingAgent(_Averaging):
     size = property(lambda self: self._agent.size, doc="Ranks in the communicator.")
     rounds = property(lambda self: self._agent.rounds, doc="Asynchronous rounds so far.")
     version = property(lambda self: self._agent.version, doc="Completed publishes of this rank.")
+    background_inline_reason = property(
+        lambda self: self._agent.background_inline_reason,
+        doc='Background averaging: "" when its reads run on the worker thread, else why not.')
     memory = property(lambda self: self._agent.memory,
                       doc='Where the snapshots live: "host", or "cuda" for a device window.')
 

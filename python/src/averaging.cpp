@@ -39,7 +39,7 @@ struct Held {
   }
 };
 
-const Layout& layout_of(AveragingAgent& a) { return a.window().layout(); }
+const Layout& layout_of(AveragingAgent& a) { return a.layout(); }
 const Layout& layout_of(HierarchicalAveragingAgent& a) { return a.layout(); }
 
 /// The calls both averaging agents offer: step, publish, finish (GIL released), pause,
@@ -141,6 +141,8 @@ const OptionSetter kOptionSetters[] = {
     {"stale_seconds",
      [](AveragingOptions& o, const py::handle& v) { o.stale_seconds = v.cast<double>(); }},
     {"background", [](AveragingOptions& o, const py::handle& v) { o.background = v.cast<bool>(); }},
+    {"background_worker",
+     [](AveragingOptions& o, const py::handle& v) { o.background_worker = v.cast<bool>(); }},
     {"timeout_seconds",
      [](AveragingOptions& o, const py::handle& v) { o.timeout_seconds = v.cast<double>(); }},
     {"event_log",
@@ -226,6 +228,10 @@ void bind_averaging_records(py::module_& m) {
                              [](const AveragingRound& r) { return std::string(enum_name(r.kind)); })
       .def_readonly("applied", &AveragingRound::applied)
       .def_readonly("background_applied", &AveragingRound::background_applied)
+      .def_readonly("overlapped", &AveragingRound::overlapped)
+      .def_readonly("read_step", &AveragingRound::read_step)
+      .def_readonly("started_round", &AveragingRound::started_round)
+      .def_readonly("busy", &AveragingRound::busy)
       .def_readonly("self_weight", &AveragingRound::self_weight)
       .def_readonly("peers", &AveragingRound::peers)
       .def_readonly("note", &AveragingRound::note)
@@ -294,6 +300,11 @@ void bind_averaging(py::module_& m) {
       .def_property_readonly("rounds", [](Held<AveragingAgent>& a) { return a.get().rounds(); })
       .def_property_readonly("version",
                              [](Held<AveragingAgent>& a) { return a.get().window().version(); })
+      .def_property_readonly(
+          "background_inline_reason",
+          [](Held<AveragingAgent>& a) { return a.get().background_inline_reason(); },
+          "Background averaging: \"\" when its reads run on the worker thread, else why they "
+          "run inside step().")
       .def_property_readonly("memory",
                              [](Held<AveragingAgent>& a) {
                                return std::string(enum_name(a.get().window().options().memory));

@@ -106,6 +106,7 @@ AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions op
     }
   }
   agree_or_throw<InvalidArgument>(window_.comm(), bad);
+  start_worker();
 }
 
 bool AveragingState::synchronous(std::int64_t step) const {
@@ -136,7 +137,8 @@ PublishResult AveragingState::publish(const BoundLayers<ConstLayerRef>& params) 
 }
 
 void AveragingState::log(const AveragingRound& round) {
-  if (log_ && (round.kind != RoundKind::none || round.background_applied)) {
+  if (log_ && (round.kind != RoundKind::none || round.background_applied || round.busy ||
+               round.started_round >= 0)) {
     *log_ << to_json(round) << '\n';
     log_->flush();
   }
@@ -209,11 +211,16 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   const double start = MPI_Wtime();
   if (sync) {
     s.pending_ = false;
+    s.quiesce();
     s.synchronous_mean(bound);
     s.last_round_time_ = MPI_Wtime();
     round.kind = RoundKind::synchronous;
     round.applied = true;
     round.self_weight = 1.0 / s.size_;
+  } else if (s.has_worker() && s.paused_) {
+    s.collect_dropped();
+  } else if (s.has_worker()) {
+    s.overlap_step(bound, round);
   } else if (!s.paused_) {
     round.background_applied = s.apply_correction(bound);
     round.applied = round.background_applied;
@@ -221,7 +228,9 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
       s.gossip(bound, round);
     }
   }
-  round.seconds = MPI_Wtime() - start;
+  if (!round.overlapped) {  // an overlapped round reports its read's own time on the worker
+    round.seconds = MPI_Wtime() - start;
+  }
   if (!s.paused_ && next % s.options_.publish_every == 0) {
     round.published = s.publish(bound.as_const()).published;
   }
@@ -250,6 +259,7 @@ AveragingRound AveragingAgent::finish(std::span<const LayerRef> params) {
   AveragingRound round{.rank = s.rank_, .step = s.steps_, .paused = s.paused_};
   const double start = MPI_Wtime();
   s.pending_ = false;
+  s.quiesce();
   s.synchronous_mean(bound);
   round.kind = RoundKind::synchronous;
   round.applied = true;
@@ -268,6 +278,7 @@ void AveragingAgent::pause() {
   }
   s.paused_ = true;
   s.pending_ = false;
+  s.drop_in_flight();
   AgentStatus status = s.window_.status();
   status.state = AgentState::paused;
   s.window_.set_status(status);
@@ -290,7 +301,20 @@ int AveragingAgent::size() const { return state().size_; }
 std::int64_t AveragingAgent::steps() const { return state().steps_; }
 std::int64_t AveragingAgent::rounds() const { return state().rounds_; }
 const AveragingOptions& AveragingAgent::options() const { return state().options_; }
-Window& AveragingAgent::window() { return state().window_; }
-const Window& AveragingAgent::window() const { return state().window_; }
+// The layout never changes after creation: reading it never waits for the worker.
+const Layout& AveragingAgent::layout() const { return state().window_.layout(); }
+Window& AveragingAgent::window() {
+  detail::AveragingState& s = state();
+  s.wait_for_worker();
+  return s.window_;
+}
+const Window& AveragingAgent::window() const {
+  const detail::AveragingState& s = state();
+  s.wait_for_worker();
+  return s.window_;
+}
+const std::string& AveragingAgent::background_inline_reason() const {
+  return state().inline_reason_;
+}
 
 }  // namespace paramwin

@@ -19,10 +19,6 @@
 
 namespace paramwin::detail {
 
-namespace {
-
-/// Records what the pull read from each peer still in (in order; the pull's donors are
-/// those peers): version, stamp, transport, a non-finite skip, and its weight in the mix.
 void record_reads(const PullResult& result, double self, AveragingRound& out) {
   std::size_t d = 0;
   for (AveragingPeer& p : out.peers) {
@@ -37,6 +33,8 @@ void record_reads(const PullResult& result, double self, AveragingRound& out) {
     p.weight = (1.0 - self) * read.weight;
   }
 }
+
+namespace {
 
 /// Why the peer of @p entry may not be read now (none: it may).
 SkipReason roster_verdict(const RosterEntry& entry, const AveragingOptions& o, SeenVersion& seen,
@@ -81,14 +79,17 @@ void keep_correction(const void* own, const std::vector<char>& mix, double peers
 
 }  // namespace
 
-void AveragingState::screen(std::span<const int> peers, AveragingRound& out) {
+void AveragingState::screen(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
+                            AveragingRound& out) {
   for (std::size_t i = 0; i < peers.size(); ++i) {
     AveragingPeer peer{.rank = peers[i]};
     try {
-      const RosterEntry entry = window_.roster(peers[i], options_.timeout_seconds);
+      const RosterEntry entry = reads != nullptr
+                                    ? reads->roster(peers[i], options_.timeout_seconds)
+                                    : window_.roster(peers[i], options_.timeout_seconds);
       peer.version = entry.version;
       peer.skipped =
-          roster_verdict(entry, options_, seen_[static_cast<std::size_t>(peers[i])], steps_);
+          roster_verdict(entry, options_, seen_[static_cast<std::size_t>(peers[i])], step);
     } catch (const TimeoutError&) {
       peer.skipped = SkipReason::unreachable;
     }
@@ -100,55 +101,50 @@ void AveragingState::screen(std::span<const int> peers, AveragingRound& out) {
   }
 }
 
-void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound& out) {
-  const std::vector<int> peers = options_.topology.peers(rounds_, rank_, size_);
-  out.kind = RoundKind::gossip;
-  out.round = rounds_++;
-  screen(peers, out);
-  std::vector<int> donors;
-  std::vector<double> weights;
+bool AveragingState::plan_round(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
+                                AveragingRound& out, RoundPlan& plan) {
+  screen(peers, step, reads, out);
   std::string skipped;
   for (std::size_t i = 0; i < out.peers.size(); ++i) {
     const AveragingPeer& p = out.peers[i];
     if (p.skipped == SkipReason::none) {
-      donors.push_back(p.rank);
-      weights.push_back(options_.peer_weights.empty() ? 1.0 : options_.peer_weights[i]);
+      plan.donors.push_back(p.rank);
+      plan.weights.push_back(options_.peer_weights.empty() ? 1.0 : options_.peer_weights[i]);
     } else {
       skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) +
                  " " + std::string(enum_name(p.skipped));
     }
   }
-  if (donors.empty()) {
+  if (plan.donors.empty()) {
     out.note = peers.empty() ? "no peer in this round's topology"
                              : "no usable peer (" + skipped + "): parameters unchanged";
-    return;
+    return false;
   }
-  double self = options_.self_weight;
-  if (std::isnan(self)) {
-    self = 1.0 / static_cast<double>(donors.size() + 1);
+  plan.self = options_.self_weight;
+  if (std::isnan(plan.self)) {
+    plan.self = 1.0 / static_cast<double>(plan.donors.size() + 1);
   } else if (options_.normalize_weights && !options_.peer_weights.empty()) {
-    double sum = self;
+    double sum = plan.self;
     for (const double w : options_.peer_weights) {
       sum += w;
     }
-    self /= sum;
+    plan.self /= sum;
   }
-  PullOptions pull{.reduction = Reduction::weighted,
-                   .weights = weights,
-                   .momentum = options_.background ? 0.0 : self,
-                   .non_finite = NonFinitePolicy::skip_donor,
-                   .timeout_seconds = options_.timeout_seconds,
-                   .landing = Landing::transactional};
+  return true;
+}
+
+PullOptions AveragingState::pull_options(const RoundPlan& plan, double momentum) const {
+  return PullOptions{.reduction = Reduction::weighted,
+                     .weights = plan.weights,
+                     .momentum = momentum,
+                     .non_finite = NonFinitePolicy::skip_donor,
+                     .timeout_seconds = options_.timeout_seconds,
+                     .landing = Landing::transactional};
+}
+
+void AveragingState::guarded_read(AveragingRound& out, const std::function<void()>& read) {
   try {
-    if (options_.background) {
-      begin_correction(params, donors, pull, self, out);
-    } else {
-      const PullResult result = window_.pull(donors, params, pull);
-      out.bytes = result.bytes;
-      record_reads(result, self, out);
-      out.applied = true;
-    }
-    out.self_weight = self;
+    read();
   } catch (const DonorError& e) {  // every peer non-finite, or past the deadline: unchanged
     for (AveragingPeer& p : out.peers) {
       if (p.skipped == SkipReason::none) {
@@ -160,27 +156,54 @@ void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound&
   }
 }
 
+void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound& out) {
+  const std::vector<int> peers = options_.topology.peers(rounds_, rank_, size_);
+  out.kind = RoundKind::gossip;
+  out.round = rounds_++;
+  RoundPlan plan;
+  if (!plan_round(peers, steps_, nullptr, out, plan)) {
+    return;
+  }
+  const PullOptions pull = pull_options(plan, options_.background ? 0.0 : plan.self);
+  guarded_read(out, [&] {
+    if (options_.background) {
+      out.read_step = steps_;
+      begin_correction(params, plan.donors, pull, plan.self, out);
+    } else {
+      const PullResult result = window_.pull(plan.donors, params, pull);
+      out.bytes = result.bytes;
+      record_reads(result, plan.self, out);
+      out.applied = true;
+    }
+    out.self_weight = plan.self;
+  });
+}
+
 void AveragingState::begin_correction(const BoundLayers<LayerRef>& params,
                                       std::span<const int> donors, const PullOptions& pull,
                                       double self, AveragingRound& out) {
   const Layout& layout = window_.layout();
-  std::vector<std::vector<char>> scratch(layout.size());
+  if (correction_.size() != layout.size()) {  // allocated once, reused by every round
+    correction_.resize(layout.size());
+    inline_scratch_.resize(layout.size());
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      correction_[l].resize(layout[l].count);
+      inline_scratch_[l].resize(layout[l].count * dtype_size(layout[l].dtype));
+    }
+  }
   std::vector<LayerRef> refs;
   refs.reserve(layout.size());
   for (std::size_t l = 0; l < layout.size(); ++l) {
-    scratch[l].resize(layout[l].count * dtype_size(layout[l].dtype));
-    refs.emplace_back("", scratch[l].data(), layout[l].count, layout[l].dtype);
+    refs.emplace_back("", inline_scratch_[l].data(), layout[l].count, layout[l].dtype);
   }
   const PullResult result = window_.pull(donors, std::span<const LayerRef>(refs), pull);
   record_reads(result, self, out);
   const double peers_weight = 1.0 - self;
-  correction_.assign(layout.size(), {});
   for (std::size_t l = 0; l < layout.size(); ++l) {
-    correction_[l].assign(layout[l].count, 0.0);
     if (layout[l].dtype == DType::float32) {
-      keep_correction<float>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+      keep_correction<float>(params[l].data(), inline_scratch_[l], peers_weight, correction_[l]);
     } else {
-      keep_correction<double>(params[l].data(), scratch[l], peers_weight, correction_[l]);
+      keep_correction<double>(params[l].data(), inline_scratch_[l], peers_weight, correction_[l]);
     }
   }
   out.bytes = result.bytes;
@@ -237,6 +260,10 @@ std::string to_json(const AveragingRound& round) {
   j["kind"] = std::string(enum_name(round.kind));
   j["applied"] = round.applied;
   j["background_applied"] = round.background_applied;
+  j["overlapped"] = round.overlapped;
+  j["read_step"] = round.read_step;
+  j["started_round"] = round.started_round;
+  j["busy"] = round.busy;
   j["self_weight"] = round.self_weight;
   nlohmann::ordered_json peers = nlohmann::ordered_json::array();
   for (const AveragingPeer& p : round.peers) {

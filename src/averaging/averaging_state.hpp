@@ -1,16 +1,21 @@
 #pragma once
 // AveragingState: what an AveragingAgent holds (its window, options, counters, what it saw of
-// its peers, the pending background correction, the event log), and the round's parts.
+// its peers, the pending background correction or the background round in flight on the
+// worker, the event log), and the round's parts.
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <source_location>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "averaging/background_worker.hpp"
 #include "mpi/handles.hpp"
 #include "paramwin/averaging.hpp"
 #include "paramwin/bound_layers.hpp"
@@ -22,6 +27,28 @@ namespace paramwin::detail {
 struct SeenVersion {
   std::uint64_t version = 0;
   std::int64_t since_step = 0;
+};
+
+/// Records what the pull read from each peer still in (in order; the pull's donors are
+/// those peers): version, stamp, transport, a non-finite skip, and its weight in the mix.
+void record_reads(const PullResult& result, double self, AveragingRound& out);
+
+/// The weights of one round: the peers read and their given weights, and the self weight.
+struct RoundPlan {
+  std::vector<int> donors;
+  std::vector<double> weights;
+  double self = 1.0;
+};
+
+/// A background round read on the worker: what the owner hands over (round, step, peers)
+/// and what the worker fills (out: peers, weights, bytes, seconds, note; mixed; error).
+struct BackgroundJob {
+  std::int64_t round = -1;
+  std::int64_t step = 0;
+  std::vector<int> peers;
+  AveragingRound out;
+  bool mixed = false;        // the worker's mix holds the peers' weighted mean: apply it
+  std::exception_ptr error;  // what the read threw: rethrown by the step that collects it
 };
 
 class AveragingState {
@@ -45,6 +72,21 @@ class AveragingState {
   /// Writes @p round to the event log, if any.
   void log(const AveragingRound& round);
 
+  // --- background rounds on the worker (averaging_background.cpp) --------------------------
+  /// An asynchronous step with the worker: collects a finished round (its correction added
+  /// to @p params), then begins the next read when one is due and none is in flight.
+  void overlap_step(const BoundLayers<LayerRef>& params, AveragingRound& out);
+  /// Paused: collects a finished round without applying it (nothing else).
+  void collect_dropped();
+  /// Waits for the read in flight and drops it (synchronous steps, finish()).
+  void quiesce();
+  /// pause(): the read in flight, if any, is dropped when it completes (no wait).
+  void drop_in_flight() { drop_in_flight_ = in_flight_; }
+  /// Waits for the read in flight; its result stays for the next step (window()).
+  void wait_for_worker() const;
+  /// Whether background rounds run on the worker thread.
+  [[nodiscard]] bool has_worker() const noexcept { return worker_ != nullptr; }
+
   AveragingOptions options_;  // checked on every rank before the window exists
   Window window_;
   Comm sync_comm_;  // the synchronous means' communicator
@@ -55,16 +97,50 @@ class AveragingState {
   double last_round_time_ = 0.0;
   bool paused_ = false;
   std::vector<SeenVersion> seen_;
-  std::vector<std::vector<double>> correction_;  // per layer, background
+  std::vector<std::vector<double>> correction_;    // per layer, background read inline
+  std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)
   bool pending_ = false;
   std::unique_ptr<std::ofstream> log_;
+  // Background with the worker: "" when its reads overlap the trainer, else why not (or
+  // "background averaging is off").
+  std::string inline_reason_;
 
  private:
-  /// Reads the roster of each of @p peers and says which are usable (SkipReason::none).
-  void screen(std::span<const int> peers, AveragingRound& out);
+  /// Reads the roster of each of @p peers at step @p step (through @p reads: the worker's,
+  /// or the window's own when null) and says which are usable (SkipReason::none).
+  void screen(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
+              AveragingRound& out);
+  /// Screens @p peers and forms the weights; false (out.note says why) when none is usable.
+  bool plan_round(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
+                  AveragingRound& out, RoundPlan& plan);
+  /// The pull of @p plan (weighted, momentum @p momentum, transactional).
+  [[nodiscard]] PullOptions pull_options(const RoundPlan& plan, double momentum) const;
+  /// Runs @p read (the round's pull); a DonorError (every peer non-finite, or past the
+  /// deadline) leaves out every peer still in and notes why instead of throwing.
+  void guarded_read(AveragingRound& out, const std::function<void()>& read);
+  /// The worker's job: the round of job_ read into mix_.
+  void read_in_background();
+  /// Starts the worker on round rounds_ of step steps_.
+  void start_background_round();
+  /// Takes the finished round off the worker into @p out (rethrows what it threw); returns
+  /// whether its mix is to be applied.
+  bool collect(AveragingRound& out);
+  /// Sets up the worker (constructor).
+  void start_worker();
   /// Background: the peers' mix into scratch, then the correction (1 - self)(mix - own).
   void begin_correction(const BoundLayers<LayerRef>& params, std::span<const int> donors,
                         const PullOptions& pull, double self, AveragingRound& out);
+
+  // The round in flight on the worker. The worker writes job_ and mix_ between start() and
+  // the end of its job; the owner reads them only after (BackgroundWorker::busy() false),
+  // and writes at_read_ (own parameters when the round began) only while the worker is idle.
+  std::vector<std::vector<std::byte>> mix_;      // per layer, the layer's type
+  std::vector<LayerRef> mix_refs_;               // over mix_
+  std::vector<std::vector<std::byte>> at_read_;  // per layer, the layer's type
+  BackgroundJob job_;
+  bool in_flight_ = false;                    // job_ handed to the worker, not collected yet
+  bool drop_in_flight_ = false;               // pause(): collect it without applying it
+  std::unique_ptr<BackgroundWorker> worker_;  // last: stopped before the rest goes
 };
 
 }  // namespace paramwin::detail

@@ -93,6 +93,10 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
 }
 
 RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
+  return roster(rank, timeout_seconds, graveyard_);
+}
+
+RosterEntry WindowImpl::roster(int rank, double timeout_seconds, Graveyard& graveyard) const {
   check_rank(rank, "roster:");
   check_roster_timeout(timeout_seconds);
   if (rank == rank_ || transport_for(rank) == Transport::shm) {
@@ -100,7 +104,7 @@ RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
   }
   // Only this rank's block: a dead or busy third rank cannot hold it up.
   const int one[1] = {rank};
-  return read_remote_rosters(one, timeout_seconds, false).front();
+  return read_remote_rosters(one, timeout_seconds, false, graveyard).front();
 }
 
 std::vector<RosterEntry> WindowImpl::roster_all(double timeout_seconds) const {
@@ -116,7 +120,7 @@ std::vector<RosterEntry> WindowImpl::roster_all(double timeout_seconds) const {
     }
   }
   if (!remote.empty()) {
-    std::vector<RosterEntry> got = read_remote_rosters(remote, timeout_seconds, true);
+    std::vector<RosterEntry> got = read_remote_rosters(remote, timeout_seconds, true, graveyard_);
     for (std::size_t i = 0; i < remote.size(); ++i) {
       out[static_cast<std::size_t>(remote[i])] = got[i];
     }
@@ -274,11 +278,11 @@ class RemoteRosterReads {
 }  // namespace
 
 std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ranks,
-                                                         double timeout_seconds,
-                                                         bool mark_late) const {
+                                                         double timeout_seconds, bool mark_late,
+                                                         Graveyard& graveyard) const {
   const std::size_t n = ranks.size();
   const double deadline = timeout_seconds > 0.0 ? MPI_Wtime() + timeout_seconds : 0.0;
-  RemoteRosterReads reads(ranks, rma_win_.get(), graveyard_, slots_.hyper_count, deadline);
+  RemoteRosterReads reads(ranks, rma_win_.get(), graveyard, slots_.hyper_count, deadline);
   std::vector<RosterEntry> out(n);
   try {
     for (std::size_t i = 0; i < n; ++i) {

@@ -323,6 +323,20 @@ void WindowImpl::progress() {
   graveyard_.reap(false);
 }
 
+void WindowImpl::adopt(Graveyard& other) {
+  // Room first: the inserts below then cannot throw halfway (copies of handles and pointers).
+  graveyard_.requests.reserve(graveyard_.requests.size() + other.requests.size());
+  graveyard_.arenas.reserve(graveyard_.arenas.size() + other.arenas.size());
+  graveyard_.blocks.reserve(graveyard_.blocks.size() + other.blocks.size());
+  graveyard_.requests.insert(graveyard_.requests.end(), other.requests.begin(),
+                             other.requests.end());
+  graveyard_.arenas.insert(graveyard_.arenas.end(), other.arenas.begin(), other.arenas.end());
+  graveyard_.blocks.insert(graveyard_.blocks.end(), other.blocks.begin(), other.blocks.end());
+  other.requests.clear();
+  other.arenas.clear();
+  other.blocks.clear();
+}
+
 // --- destruction ------------------------------------------------------------------------
 
 LiveWindow WindowImpl::live_entry(std::uint64_t fingerprint) const {

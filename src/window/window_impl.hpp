@@ -120,6 +120,9 @@ class WindowImpl final : public FinalizeClient {
 
   /// @p timeout_seconds > 0 bounds the RMA reads (TimeoutError past it; 0: no bound).
   [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
+  /// roster(), with reads abandoned at the deadline left in @p graveyard instead of the
+  /// window's (WorkerReads: a thread other than the owner's).
+  [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds, Graveyard& graveyard) const;
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const noexcept { return status_; }
@@ -134,6 +137,11 @@ class WindowImpl final : public FinalizeClient {
   void progress();
   /// Number of RMA operations abandoned at a deadline that have not completed yet.
   [[nodiscard]] std::size_t pending_rma() noexcept { return graveyard_.pending(); }
+  /// Takes over what @p other holds (requests abandoned at a deadline, their buffers): they
+  /// complete with the window's own (progress(), at the latest when the window is freed).
+  void adopt(Graveyard& other);
+  /// The RMA window pulls read through (MPI_WIN_NULL on a communicator of one process).
+  [[nodiscard]] MPI_Win rma_win() const noexcept { return rma_win_.get(); }
 
   // --- the segments of this node's ranks (read by the pull engine and the roster) ---------
   /// Header of the same-node rank @p rank (nullptr if on another node).
@@ -216,8 +224,8 @@ class WindowImpl final : public FinalizeClient {
   /// Transport::rma) over RMA, in the order given. Past the deadline: with @p mark_late the
   /// ranks that have not answered come back with answered = false, else TimeoutError.
   [[nodiscard]] std::vector<RosterEntry> read_remote_rosters(std::span<const int> ranks,
-                                                             double timeout_seconds,
-                                                             bool mark_late) const;
+                                                             double timeout_seconds, bool mark_late,
+                                                             Graveyard& graveyard) const;
   static void check_roster_timeout(double timeout_seconds);
 
   Comm comm_;

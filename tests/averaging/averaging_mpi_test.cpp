@@ -1,8 +1,9 @@
 // AveragingAgent: every gossip mix equals the exact weighted mix of the peer versions it
 // recorded (every rank publishes known values, gathered at the end); consensus for every
 // topology with training off; paused and silent peers skipped, never waited for; warm-up and
-// cool-down are exact allreduce means; background averaging keeps the local progress; bad
-// input throws on every rank with nothing changed.
+// cool-down are exact allreduce means; background averaging keeps the local progress (read
+// inline or on the worker thread, whose reads never make a step wait and are dropped safely by
+// pause, finish and destruction); bad input throws on every rank with nothing changed.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -507,6 +508,7 @@ TEST(AveragingBackground, TheCorrectionIsAppliedAtTheNextStepKeepingTheLocalProg
   const int rank = pw::test::world_rank();
   pw::AveragingOptions o;
   o.background = true;
+  o.background_worker = false;  // read inside step(), applied at the next step
   o.topology = pw::Topology::random_peers(1, 11);
   Params p;
   p.init(rank);
@@ -546,6 +548,211 @@ TEST(AveragingBackground, TheCorrectionIsAppliedAtTheNextStepKeepingTheLocalProg
     ++kept;
   }
   EXPECT_GT(kept, 10);
+}
+
+/// Background on the worker: trains and steps for @p seconds with @p pause_ms between steps
+/// (the workers' time to finish; the ranks' step counts differ), then checks every step against the
+/// published table: a collected correction is (1 - self)(mix of the recorded peer versions -
+/// own_at_read), own_at_read being the parameters after the step that began the read, added to the
+/// parameters as they are when it lands; every round begun is collected once, in order, at a
+/// later step (but the last, which may still run). Returns the corrections checked.
+int worker_rounds_keep_the_local_progress(const pw::AveragingOptions& o, double seconds,
+                                          int pause_ms) {
+  const int rank = pw::test::world_rank();
+  Params p;
+  p.init(rank);
+  Published published;
+  std::vector<Record> records;
+  {
+    pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+    EXPECT_EQ(agent.background_inline_reason(), "");  // the tests run MPI_THREAD_MULTIPLE
+    const pw::PublishResult first = agent.publish(p.crefs());
+    published.add(rank, first.version, 0, p);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double end = MPI_Wtime() + seconds;
+    for (int t = 1; MPI_Wtime() < end; ++t) {
+      p.train(rank, t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      Record rec{.before = p.flat(), .after = {}, .round = {}};
+      rec.round = agent.step(p.refs());
+      rec.after = p.flat();
+      if (rec.round.published) {
+        published.add(rank, rec.round.version, static_cast<std::uint64_t>(t), p);
+      }
+      records.push_back(std::move(rec));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  published.gather();
+  std::vector<std::int64_t> begun;  // step of each round begun, by round index
+  std::int64_t next_collected = 0;
+  int kept = 0;
+  for (const Record& rec : records) {
+    const pw::AveragingRound& r = rec.round;
+    if (r.kind == pw::RoundKind::gossip) {  // a round collected from the worker
+      EXPECT_TRUE(r.overlapped);
+      EXPECT_EQ(r.round, next_collected++) << "step " << r.step;
+      EXPECT_EQ(r.read_step, begun.at(static_cast<std::size_t>(r.round))) << "step " << r.step;
+      EXPECT_LT(r.read_step, r.step);
+      EXPECT_EQ(r.background_applied, r.note.empty()) << r.note;
+    }
+    if (r.started_round >= 0) {
+      EXPECT_EQ(r.started_round, static_cast<std::int64_t>(begun.size()));
+      begun.push_back(r.step);
+    }
+    if (!r.background_applied) {
+      EXPECT_EQ(rec.after, rec.before) << "step " << r.step << " changed without a correction";
+      continue;
+    }
+    const std::vector<double>& at_read =
+        records.at(static_cast<std::size_t>(r.read_step - 1)).after;
+    std::vector<double> want = rec.before;
+    for (std::size_t i = 0; i < kN; ++i) {
+      want[i] -= (1.0 - r.self_weight) * at_read[i];
+    }
+    double total = r.self_weight;
+    for (const pw::AveragingPeer& peer : r.peers) {
+      if (peer.skipped == pw::SkipReason::none) {
+        const auto& v = published.table.at({peer.rank, peer.version}).second;
+        for (std::size_t i = 0; i < kN; ++i) {
+          want[i] += peer.weight * v[i];
+        }
+        total += peer.weight;
+      }
+    }
+    EXPECT_NEAR(total, 1.0, 1e-12);
+    for (std::size_t i = 0; i < kN; ++i) {
+      EXPECT_TRUE(close(rec.after[i], want[i], i))
+          << "step " << r.step << " (read at " << r.read_step << ") element " << i;
+    }
+    ++kept;
+  }
+  // Every round begun was collected, but at most the last one (still running at the end).
+  EXPECT_GE(next_collected + 1, static_cast<std::int64_t>(begun.size()));
+  return kept;
+}
+
+TEST(AveragingBackground, OnTheWorkerEveryCorrectionKeepsTheLocalProgressExactly) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  pw::AveragingOptions o;
+  o.background = true;
+  o.topology = pw::Topology::random_peers(1, 11);
+  EXPECT_GE(worker_rounds_keep_the_local_progress(o, 1.0, 2), 5);
+  // Every read over RMA, from the worker thread: a round took 0.2-0.6 s with 4 ranks on this
+  // 2-core machine (each of its round trips waits for the peer's process to be scheduled).
+  o.topology = pw::Topology::all_peers();
+  o.window.transport = pw::Transport::rma;
+  o.timeout_seconds = 30.0;
+  EXPECT_GE(worker_rounds_keep_the_local_progress(o, 4.0, 2), 2);
+}
+
+bool is_mpich() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  return std::string(version).find("MPICH") != std::string::npos;
+}
+
+TEST(AveragingBackground, APeerBusyForSecondsNeverMakesAStepWait) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  const int slow = n - 1;
+  pw::AveragingOptions o;
+  o.background = true;
+  o.topology = pw::Topology::all_peers();
+  // Over RMA, which on MPICH completes a read only once its target enters MPI: the slow rank
+  // sleeps outside MPI for 1.5 s between its steps, so a read of it waits that long.
+  o.window.transport = pw::Transport::rma;
+  o.timeout_seconds = 0.6;
+  Params p;
+  p.init(rank);
+  pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+  (void)agent.publish(p.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == slow) {
+    for (int t = 1; t <= 2; ++t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      p.train(rank, t);
+      (void)agent.step(p.refs());
+    }
+  } else {
+    double longest = 0.0;
+    int busy = 0;
+    bool slow_unreachable = false;
+    const double end = MPI_Wtime() + 3.3;
+    for (int t = 1; MPI_Wtime() < end; ++t) {
+      p.train(rank, t);
+      const double start = MPI_Wtime();
+      const pw::AveragingRound r = agent.step(p.refs());
+      longest = std::max(longest, MPI_Wtime() - start);
+      busy += r.busy ? 1 : 0;
+      for (const pw::AveragingPeer& peer : r.peers) {
+        slow_unreachable =
+            slow_unreachable || (peer.rank == slow && peer.skipped == pw::SkipReason::unreachable);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_LT(longest, 0.5) << "a step waited for a read";
+    if (is_mpich()) {  // the reads of the slow rank ran into the deadline on the worker
+      EXPECT_TRUE(slow_unreachable);
+      EXPECT_GT(busy, 0);
+    }
+    std::printf("rank %d: longest step %.4f s, %d steps found a read still running\n", rank,
+                longest, busy);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(AveragingBackground, PauseFinishAndDestructionWithAReadInFlightNeitherHangNorApplyIt) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int n = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  const int slow = n - 1;
+  pw::AveragingOptions o;
+  o.background = true;
+  o.topology = pw::Topology::all_peers();
+  o.window.transport = pw::Transport::rma;  // a read of the sleeping rank stays in flight
+  Params p;
+  p.init(rank);
+  {
+    pw::AveragingAgent agent(MPI_COMM_WORLD, layout(), o);
+    (void)agent.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == slow) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      (void)agent.step(p.refs());
+    } else {
+      EXPECT_EQ(agent.step(p.refs()).started_round, 0);
+      const double start = MPI_Wtime();
+      agent.pause();  // does not wait for the read of round 0
+      EXPECT_LT(MPI_Wtime() - start, 0.5);
+      const std::vector<double> before = p.flat();
+      const pw::AveragingRound paused = agent.step(p.refs());
+      EXPECT_TRUE(paused.paused);
+      EXPECT_EQ(paused.kind, pw::RoundKind::none);
+      EXPECT_EQ(p.flat(), before);
+      agent.resume();
+      (void)agent.window();  // waits for the read of round 0 (the slow rank's step serves it)
+      const pw::AveragingRound next = agent.step(p.refs());
+      EXPECT_FALSE(next.background_applied);  // round 0 was dropped by the pause
+      EXPECT_NE(next.kind, pw::RoundKind::gossip);
+      EXPECT_EQ(next.started_round, 1);
+      EXPECT_EQ(p.flat(), before);
+    }
+    // finish() with a read in flight: waits for it, drops it, and every rank holds the mean.
+    (void)agent.step(p.refs());
+    const pw::AveragingRound f = agent.finish(p.refs());
+    EXPECT_EQ(f.kind, pw::RoundKind::synchronous);
+    EXPECT_FALSE(f.background_applied);
+    EXPECT_LE(spread(p), 0.0);
+    // Destruction with a read in flight: the slow rank stays out of MPI for a while first.
+    (void)agent.step(p.refs());
+    if (rank == slow) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // --- bad input: every rank throws, nothing changes ------------------------------------------
