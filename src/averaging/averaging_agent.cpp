@@ -196,7 +196,7 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   const BoundLayers<LayerRef> bound = bind_step(s.window_.layout(), params, "AveragingAgent::step",
                                                 sync ? s.sync_comm_.get() : MPI_COMM_NULL);
   if (!sync && !s.paused_ && s.options_.topology.kind == TopologyKind::custom) {
-    const std::vector<int> peers = s.options_.topology.peers(s.rounds_, s.rank_, s.size_);
+    const std::vector<int>& peers = s.round_peers();
     const std::string bad = check_peers(peers, s.rank_, s.size_);
     if (!bad.empty()) {  // checked before anything changes
       throw InvalidArgument("paramwin: topology custom: round " + std::to_string(s.rounds_) + ": " +

@@ -92,7 +92,7 @@ void AveragingState::start_background_round() {
   job_ = BackgroundJob{};
   job_.round = rounds_;
   job_.step = steps_;
-  job_.peers = options_.topology.peers(rounds_, rank_, size_);
+  job_.peers = round_peers();
   job_.out.kind = RoundKind::gossip;
   job_.out.round = rounds_++;
   job_.out.read_step = steps_;

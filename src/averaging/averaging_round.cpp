@@ -156,8 +156,16 @@ void AveragingState::guarded_read(AveragingRound& out, const std::function<void(
   }
 }
 
+const std::vector<int>& AveragingState::round_peers() {
+  if (peers_round_ != rounds_) {
+    peers_ = options_.topology.peers(rounds_, rank_, size_);
+    peers_round_ = rounds_;
+  }
+  return peers_;
+}
+
 void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound& out) {
-  const std::vector<int> peers = options_.topology.peers(rounds_, rank_, size_);
+  const std::vector<int> peers = round_peers();
   out.kind = RoundKind::gossip;
   out.round = rounds_++;
   RoundPlan plan;

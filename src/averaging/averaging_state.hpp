@@ -59,6 +59,9 @@ class AveragingState {
   /// The asynchronous round of step steps_ into @p params (inline or background), filling
   /// @p out. Never collective.
   void gossip(const BoundLayers<LayerRef>& params, AveragingRound& out);
+  /// The peers the topology names for round rounds_: asked once per round index (a custom
+  /// callable is called once, whether step() checks them early or the round reads them).
+  [[nodiscard]] const std::vector<int>& round_peers();
   /// Adds the pending background correction to @p params, if any.
   bool apply_correction(const BoundLayers<LayerRef>& params);
   /// MPI_Allreduce mean of @p params over the communicator. @note Collective.
@@ -94,6 +97,8 @@ class AveragingState {
   int size_ = 1;
   std::int64_t steps_ = 0;
   std::int64_t rounds_ = 0;
+  std::int64_t peers_round_ = -1;  // the round whose peers peers_ holds (round_peers)
+  std::vector<int> peers_;
   double last_round_time_ = 0.0;
   bool paused_ = false;
   std::vector<SeenVersion> seen_;
