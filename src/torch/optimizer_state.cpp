@@ -35,16 +35,17 @@ const ::torch::optim::OptimizerOptions* group_options(::torch::optim::Optimizer&
   return nullptr;
 }
 
-/// The family of @p optimizer; InvalidArgument for any other optimizer.
-OptimizerFamily family_of(::torch::optim::Optimizer& optimizer) {
+/// The family of @p optimizer; InvalidArgument for any other optimizer (@p option: the option
+/// that asked for its state, for the message).
+OptimizerFamily family_of(::torch::optim::Optimizer& optimizer, const std::string& option) {
   // AdamW first: it is not derived from Adam in LibTorch, but be explicit anyway.
   if (dynamic_cast<::torch::optim::AdamW*>(&optimizer) != nullptr) return OptimizerFamily::adamw;
   if (dynamic_cast<::torch::optim::Adam*>(&optimizer) != nullptr) return OptimizerFamily::adam;
   if (dynamic_cast<::torch::optim::SGD*>(&optimizer) != nullptr) return OptimizerFamily::sgd;
-  throw InvalidArgument(
-      "paramwin::torch: TorchAgentOptions::inherit_optimizer_state supports torch::optim::Adam, "
-      "AdamW and SGD (with momentum); this optimizer is " +
-      optimizer_type_name(optimizer) + " (turn inherit_optimizer_state off to reset its state)");
+  throw InvalidArgument("paramwin::torch: " + option +
+                        " supports torch::optim::Adam, AdamW and SGD (with momentum); this "
+                        "optimizer is " +
+                        optimizer_type_name(optimizer) + " (turn the option off)");
 }
 
 const char* family_name(OptimizerFamily family) {
@@ -114,8 +115,8 @@ std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
 }
 
 OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
-                                           const ModuleTensors& module_tensors)
-    : family_(family_of(optimizer)) {
+                                           const ModuleTensors& module_tensors, std::string option)
+    : option_(std::move(option)), family_(family_of(optimizer, option_)) {
   for (std::size_t i = 0; i < module_tensors.tensors.size(); ++i) {
     if (module_tensors.is_buffer[i]) continue;
     const ::torch::Tensor& param = module_tensors.tensors[i];
@@ -162,8 +163,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
   }
   if (fields_.empty()) {
     throw InvalidArgument(
-        std::string("paramwin::torch: TorchAgentOptions::inherit_optimizer_state: the ") +
-        family_name(family_) +
+        "paramwin::torch: " + option_ + ": the " + family_name(family_) +
         " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
         "parameter of the module in its groups)");
   }
@@ -178,7 +178,7 @@ void OptimizerStateLayers::append_to(Layout& layout) const {
 }
 
 void OptimizerStateLayers::check_family(::torch::optim::Optimizer& optimizer) const {
-  const OptimizerFamily now = family_of(optimizer);
+  const OptimizerFamily now = family_of(optimizer, option_);
   if (now != family_) {
     throw InvalidArgument(std::string("paramwin::torch: the optimizer is now ") + family_name(now) +
                           " but its state layers were made for " + family_name(family_) +

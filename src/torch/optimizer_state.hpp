@@ -29,7 +29,9 @@ class OptimizerStateLayers {
   /// Inspects @p optimizer for the parameters of @p module_tensors (buffers have no state).
   /// Throws InvalidArgument for an optimizer other than Adam, AdamW or SGD, and for an SGD
   /// none of whose groups has momentum (it keeps no state).
-  OptimizerStateLayers(::torch::optim::Optimizer& optimizer, const ModuleTensors& module_tensors);
+  /// @p option names the option that asked for the state, in those messages.
+  OptimizerStateLayers(::torch::optim::Optimizer& optimizer, const ModuleTensors& module_tensors,
+                       std::string option = "TorchAgentOptions::inherit_optimizer_state");
 
   /// Appends the state layers to @p layout (after the module's).
   void append_to(Layout& layout) const;
@@ -64,6 +66,7 @@ class OptimizerStateLayers {
   };
   void check_family(::torch::optim::Optimizer& optimizer) const;
 
+  std::string option_;
   OptimizerFamily family_;
   std::vector<Field> fields_;
   std::vector<LayerRef> refs_;
