@@ -124,7 +124,11 @@ struct AveragingAgent::Impl {
     ::torch::NoGradGuard no_grad;
     staging.from_layers();
     for (const ::torch::Tensor& t : staging.tensors()) t.unsafeGetTensorImpl()->bump_version();
-    if (state_layers) states_mixed += state_layers->restore(*optimizer, staging.tensors());
+    if (state_layers) {
+      // Adam's step count stays each rank's own (its bias correction follows its own steps).
+      states_mixed +=
+          state_layers->restore(*optimizer, staging.tensors(), /*keep_own_counts=*/true);
+    }
   }
 
   /// bind(), or, when the module no longer fits, the core's call with no parameters (bad

@@ -108,6 +108,19 @@ void restore_adam(State& state, const std::string& field, const ::torch::Tensor&
   }
 }
 
+/// The step count of Adam's (AdamW's) entry @p entry; 0 without one, and for SGD.
+std::int64_t own_step(OptimizerFamily family, const ::torch::optim::OptimizerParamState* entry) {
+  if (entry == nullptr) return 0;
+  switch (family) {
+    case OptimizerFamily::adam:
+      return static_cast<const ::torch::optim::AdamParamState*>(entry)->step();
+    case OptimizerFamily::adamw:
+      return static_cast<const ::torch::optim::AdamWParamState*>(entry)->step();
+    case OptimizerFamily::sgd: return 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
@@ -217,7 +230,8 @@ void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
 }
 
 std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
-                                          const std::vector<::torch::Tensor>& params) {
+                                          const std::vector<::torch::Tensor>& params,
+                                          bool keep_own_counts) {
   check_family(optimizer);
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
@@ -230,8 +244,12 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
     const ::torch::Tensor& param = params[fields_[begin].param];
     const auto key = state_key(state, param);
     const double mixed = fields_[end - 1].buffer.item<double>();
-    const auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
-    if (count <= 0) {
+    auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
+    if (keep_own_counts) {
+      const auto it = state.find(key);
+      count = own_step(family_, it == state.end() ? nullptr : it->second.get());
+    }
+    if (count <= 0 && !keep_own_counts) {
       state.erase(key);
     } else {
       auto& slot = state[key];

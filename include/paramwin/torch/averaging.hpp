@@ -30,10 +30,11 @@ struct TorchAveragingOptions {
   /// (the same layers as TorchAgentOptions::inherit_optimizer_state, published in the same
   /// snapshot: "optimizer/<param>/exp_avg", ".../exp_avg_sq", ".../max_exp_avg_sq" with
   /// amsgrad, ".../step" for Adam and AdamW; ".../momentum_buffer", ".../has_momentum_buffer"
-  /// for SGD with momentum). Adam's step count is mixed too and rounded; an entry whose mixed
-  /// step (or SGD presence) rounds to 0 is erased. Needs an optimizer (Adam, AdamW or SGD with
-  /// momentum; InvalidArgument on every rank otherwise). Off (the default): every rank keeps
-  /// its own optimizer state.
+  /// for SGD with momentum). The mixed tensors are written into the optimizer (an entry is
+  /// created for a parameter without one); Adam's step count stays each rank's own (its bias
+  /// correction follows its own steps). Needs an optimizer (Adam, AdamW or SGD with momentum;
+  /// InvalidArgument on every rank otherwise). Off (the default): every rank keeps its own
+  /// optimizer state.
   bool mix_optimizer_state = false;
 };
 
