@@ -94,6 +94,10 @@ void train(torch::nn::Module& m, int rank, std::int64_t step) {
   }
 }
 
+bool has_text(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 bool close(double got, double want, bool float32) {
   const double tol = float32 ? 2e-6 * std::max(1.0, std::abs(want)) : 1e-12;
   return std::abs(got - want) <= tol;
@@ -394,6 +398,20 @@ TEST(TorchAveragingSync, WarmupAndFinishAreTheExactMeanAndPauseIsForwarded) {
   std::vector<double> rank0 = mine;
   MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   EXPECT_EQ(mine, rank0) << "finish() left the ranks different";
+}
+
+TEST(TorchAveragingSync, AMovedFromAgentThrowsAndTheMovedToOneAverages) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  MixNet m;
+  init(*m, world_rank());
+  pwt::AveragingAgent a(MPI_COMM_WORLD, *m);
+  pwt::AveragingAgent b(std::move(a));
+  EXPECT_TRUE(has_text(message_of<pw::Error>([&] { (void)a.step(); }), "moved from"));  // NOLINT
+  (void)b.publish();
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_TRUE(b.step().applied);
+  EXPECT_EQ(&b.module(), m.get());
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // --- the optimizer's state ---------------------------------------------------------------------
