@@ -496,6 +496,73 @@ TEST(TorchAveragingOptimizer, AdamStateIsMixedWithTheParametersWeightsWhenAsked)
   EXPECT_EQ(agent.optimizer_states_mixed(), 3U * static_cast<std::uint64_t>(mixed));
 }
 
+namespace {
+
+/// The module, then per parameter SGD's momentum buffer and its presence (1 or 0).
+std::vector<double> with_sgd_state(torch::nn::Module& m, torch::optim::Optimizer* opt) {
+  std::vector<double> out = flat(m);
+  for (const torch::Tensor& p : m.parameters()) {
+    const auto* sgd = static_cast<torch::optim::SGDParamState*>(pwt::optimizer_state(*opt, p));
+    const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
+    const torch::Tensor t = (present ? sgd->momentum_buffer() : torch::zeros_like(p))
+                                .detach()
+                                .to(torch::kDouble)
+                                .contiguous()
+                                .reshape({-1});
+    out.insert(out.end(), t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    out.push_back(present ? 1.0 : 0.0);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TorchAveragingOptimizer, SgdMomentumBuffersAreMixedWithTheParametersWeights) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = world_rank();
+  MixNet m;
+  init(*m, rank);
+  torch::optim::SGD sgd(m->parameters(),
+                        torch::optim::SGDOptions(1e-2 * (rank + 1)).momentum(0.5 + 0.1 * rank));
+  pw::AveragingOptions o;
+  o.topology = pw::Topology::ring_peers();
+  pwt::TorchAveragingOptions to;
+  to.mix_optimizer_state = true;
+  pwt::AveragingAgent agent(MPI_COMM_WORLD, *m, sgd, o, to);
+  Published published;
+  const std::vector<Record> records = run(agent, *m, published, 12, &sgd, with_sgd_state);
+  // Per element: 1 float32, 0 float64, 2 the presence flag (each rank's own).
+  std::vector<int> kinds;
+  for (const torch::Tensor& t : pwt::collect(*m).tensors) {
+    kinds.insert(kinds.end(), static_cast<std::size_t>(t.numel()),
+                 t.scalar_type() == torch::kFloat);
+  }
+  for (const torch::Tensor& p : m->parameters()) {
+    kinds.insert(kinds.end(), static_cast<std::size_t>(p.numel()),
+                 p.scalar_type() == torch::kFloat);
+    kinds.push_back(2);
+  }
+  int mixed = 0;
+  for (const Record& rec : records) {
+    if (rec.round.kind != pw::RoundKind::gossip || !rec.round.applied) continue;
+    const std::vector<double> want = expected_mix(rec.round, rec.before, published);
+    if (want.empty()) continue;
+    ASSERT_EQ(want.size(), kinds.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (kinds[i] == 2) {
+        EXPECT_EQ(rec.after[i], 1.0) << "a mixed momentum buffer is always written";
+      } else {
+        EXPECT_TRUE(close(rec.after[i], want[i], kinds[i] == 1))
+            << "rank " << rank << " step " << rec.round.step << " element " << i << ": "
+            << rec.after[i] << " != " << want[i];
+      }
+    }
+    ++mixed;
+  }
+  EXPECT_GT(mixed, 0);
+  EXPECT_EQ(agent.optimizer_states_mixed(), 3U * static_cast<std::uint64_t>(mixed));
+}
+
 TEST(TorchAveragingOptimizer, WithoutTheOptionEveryRankKeepsItsOwnState) {
   PARAMWIN_REQUIRE_RANKS(2);
   const int rank = world_rank();
