@@ -27,6 +27,7 @@
 #include "paramwin/device_choice.hpp"
 #include "paramwin/error.hpp"
 #include "state_key.hpp"
+#include "tensor_watch.hpp"
 
 namespace paramwin::torch {
 
@@ -52,39 +53,6 @@ std::size_t reset_optimizer_state(::torch::optim::Optimizer& optimizer,
   return it == state.end() ? nullptr : it->second.get();
 }
 
-namespace {
-
-/// What one tensor of the module looked like when the agent bound it: any difference on a
-/// later step means the module's tensors changed (a parameter replaced or added, the module
-/// moved to another device, a tensor reshaped or made non-contiguous), and they are collected
-/// again.
-struct Seen {
-  const c10::TensorImpl* impl = nullptr;
-  const void* data = nullptr;
-  std::vector<std::int64_t> sizes;
-  ::torch::ScalarType dtype = ::torch::kFloat;
-  ::torch::Device device{::torch::kCPU};
-  bool contiguous = true;
-
-  explicit Seen(const ::torch::Tensor& t) {
-    if (!t.defined()) return;
-    impl = t.unsafeGetTensorImpl();
-    data = t.data_ptr();
-    sizes = t.sizes().vec();
-    dtype = t.scalar_type();
-    device = t.device();
-    contiguous = t.is_contiguous();
-  }
-
-  [[nodiscard]] bool matches(const ::torch::Tensor& t) const {
-    if (!t.defined()) return impl == nullptr;
-    return impl == t.unsafeGetTensorImpl() && data == t.data_ptr() && dtype == t.scalar_type() &&
-           device == t.device() && contiguous == t.is_contiguous() && t.sizes().equals(sizes);
-  }
-};
-
-}  // namespace
-
 struct TorchAgent::Impl {
   ::torch::nn::Module* module = nullptr;
   ::torch::optim::Optimizer* borrowed = nullptr;
@@ -108,11 +76,10 @@ struct TorchAgent::Impl {
   // An Agent<> (one rank) or a GroupAgent (g ranks): the adapter needs only the interface.
   std::unique_ptr<AgentInterface> agent;
 
-  // The module's tensors as bound (collected again only when seen no longer matches them),
+  // The module's tensors as bound (collected again only when the watch sees them changed),
   // where the window's layers for them are (host staging buffers, or the tensors in place),
   // and the refs the agent is given: those layers, then the optimizer's state layers.
-  bool bound = false;
-  std::vector<Seen> seen;
+  detail::TensorWatch watch;
   std::unique_ptr<detail::LayerSource> layers;
   std::vector<LayerRef> refs;
 
@@ -297,40 +264,19 @@ struct TorchAgent::Impl {
     if (hyper->read(optimizer(), values)) agent->set_hyperparameters(values);
   }
 
-  /// The module's tensors in collection order, unchecked (what seen is compared with).
-  [[nodiscard]] std::vector<::torch::Tensor> listed() const {
-    std::vector<::torch::Tensor> all = module->parameters(/*recurse=*/true);
-    if (options.module.buffers) {
-      std::vector<::torch::Tensor> buffers = module->buffers(/*recurse=*/true);
-      all.insert(all.end(), buffers.begin(), buffers.end());
-    }
-    return all;
-  }
-
-  [[nodiscard]] bool unchanged(const std::vector<::torch::Tensor>& all) const {
-    if (!bound || all.size() != seen.size()) return false;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!seen[i].matches(all[i])) return false;
-    }
-    return true;
-  }
-
   /// Makes refs point at the window's layers for the module's current tensors: a cheap
   /// comparison each call; the module is collected and checked against the layout again
   /// only when its tensors changed (InvalidArgument naming the tensor if they no longer fit).
   void bind() {
-    std::vector<::torch::Tensor> all = listed();
-    if (unchanged(all)) return;
+    std::vector<::torch::Tensor> all = detail::listed(*module, options.module);
+    if (watch.unchanged(all)) return;
     ModuleTensors mt = collect(*module, options.module);
     check_against(mt, module_layout);
     layers->bind(std::move(mt));
-    seen.clear();
-    seen.reserve(all.size());
-    for (const ::torch::Tensor& t : all) seen.emplace_back(t);
+    watch.record(all);
     refs = layers->refs();
     if (state_layers)
       refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
-    bound = true;
   }
 
   /// Gives the window's layers the module's values (and the optimizer's state, when it is

@@ -35,16 +35,17 @@ const ::torch::optim::OptimizerOptions* group_options(::torch::optim::Optimizer&
   return nullptr;
 }
 
-/// The family of @p optimizer; InvalidArgument for any other optimizer.
-OptimizerFamily family_of(::torch::optim::Optimizer& optimizer) {
+/// The family of @p optimizer; InvalidArgument for any other optimizer (@p option: the option
+/// that asked for its state, for the message).
+OptimizerFamily family_of(::torch::optim::Optimizer& optimizer, const std::string& option) {
   // AdamW first: it is not derived from Adam in LibTorch, but be explicit anyway.
   if (dynamic_cast<::torch::optim::AdamW*>(&optimizer) != nullptr) return OptimizerFamily::adamw;
   if (dynamic_cast<::torch::optim::Adam*>(&optimizer) != nullptr) return OptimizerFamily::adam;
   if (dynamic_cast<::torch::optim::SGD*>(&optimizer) != nullptr) return OptimizerFamily::sgd;
-  throw InvalidArgument(
-      "paramwin::torch: TorchAgentOptions::inherit_optimizer_state supports torch::optim::Adam, "
-      "AdamW and SGD (with momentum); this optimizer is " +
-      optimizer_type_name(optimizer) + " (turn inherit_optimizer_state off to reset its state)");
+  throw InvalidArgument("paramwin::torch: " + option +
+                        " supports torch::optim::Adam, AdamW and SGD (with momentum); this "
+                        "optimizer is " +
+                        optimizer_type_name(optimizer) + " (turn the option off)");
 }
 
 const char* family_name(OptimizerFamily family) {
@@ -107,6 +108,19 @@ void restore_adam(State& state, const std::string& field, const ::torch::Tensor&
   }
 }
 
+/// The step count of Adam's (AdamW's) entry @p entry; 0 without one, and for SGD.
+std::int64_t own_step(OptimizerFamily family, const ::torch::optim::OptimizerParamState* entry) {
+  if (entry == nullptr) return 0;
+  switch (family) {
+    case OptimizerFamily::adam:
+      return static_cast<const ::torch::optim::AdamParamState*>(entry)->step();
+    case OptimizerFamily::adamw:
+      return static_cast<const ::torch::optim::AdamWParamState*>(entry)->step();
+    case OptimizerFamily::sgd: return 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
@@ -114,8 +128,8 @@ std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
 }
 
 OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
-                                           const ModuleTensors& module_tensors)
-    : family_(family_of(optimizer)) {
+                                           const ModuleTensors& module_tensors, std::string option)
+    : option_(std::move(option)), family_(family_of(optimizer, option_)) {
   for (std::size_t i = 0; i < module_tensors.tensors.size(); ++i) {
     if (module_tensors.is_buffer[i]) continue;
     const ::torch::Tensor& param = module_tensors.tensors[i];
@@ -162,8 +176,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
   }
   if (fields_.empty()) {
     throw InvalidArgument(
-        std::string("paramwin::torch: TorchAgentOptions::inherit_optimizer_state: the ") +
-        family_name(family_) +
+        "paramwin::torch: " + option_ + ": the " + family_name(family_) +
         " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
         "parameter of the module in its groups)");
   }
@@ -178,7 +191,7 @@ void OptimizerStateLayers::append_to(Layout& layout) const {
 }
 
 void OptimizerStateLayers::check_family(::torch::optim::Optimizer& optimizer) const {
-  const OptimizerFamily now = family_of(optimizer);
+  const OptimizerFamily now = family_of(optimizer, option_);
   if (now != family_) {
     throw InvalidArgument(std::string("paramwin::torch: the optimizer is now ") + family_name(now) +
                           " but its state layers were made for " + family_name(family_) +
@@ -217,7 +230,8 @@ void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
 }
 
 std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
-                                          const std::vector<::torch::Tensor>& params) {
+                                          const std::vector<::torch::Tensor>& params,
+                                          bool keep_own_counts) {
   check_family(optimizer);
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
@@ -230,8 +244,12 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
     const ::torch::Tensor& param = params[fields_[begin].param];
     const auto key = state_key(state, param);
     const double mixed = fields_[end - 1].buffer.item<double>();
-    const auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
-    if (count <= 0) {
+    auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
+    if (keep_own_counts) {
+      const auto it = state.find(key);
+      count = own_step(family_, it == state.end() ? nullptr : it->second.get());
+    }
+    if (count <= 0 && !keep_own_counts) {
       state.erase(key);
     } else {
       auto& slot = state[key];

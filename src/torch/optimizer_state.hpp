@@ -29,7 +29,9 @@ class OptimizerStateLayers {
   /// Inspects @p optimizer for the parameters of @p module_tensors (buffers have no state).
   /// Throws InvalidArgument for an optimizer other than Adam, AdamW or SGD, and for an SGD
   /// none of whose groups has momentum (it keeps no state).
-  OptimizerStateLayers(::torch::optim::Optimizer& optimizer, const ModuleTensors& module_tensors);
+  /// @p option names the option that asked for the state, in those messages.
+  OptimizerStateLayers(::torch::optim::Optimizer& optimizer, const ModuleTensors& module_tensors,
+                       std::string option = "TorchAgentOptions::inherit_optimizer_state");
 
   /// Appends the state layers to @p layout (after the module's).
   void append_to(Layout& layout) const;
@@ -44,9 +46,11 @@ class OptimizerStateLayers {
   void capture(::torch::optim::Optimizer& optimizer, const std::vector<::torch::Tensor>& params);
   /// Writes the buffers (a rebirth's mix) into @p optimizer's state of @p params. A parameter
   /// whose mixed step (Adam, AdamW) or mixed presence (SGD) rounds to 0 gets no state (erased:
-  /// the optimizer starts it afresh). Returns the number of entries written.
+  /// the optimizer starts it afresh). With @p keep_own_counts (averaging) the mixed tensors are
+  /// always written and Adam's step count stays the entry's own (0 for a new entry): the mixed
+  /// count and presence are ignored. Returns the number of entries written.
   std::size_t restore(::torch::optim::Optimizer& optimizer,
-                      const std::vector<::torch::Tensor>& params);
+                      const std::vector<::torch::Tensor>& params, bool keep_own_counts = false);
   /// Zeros every buffer (step 0: restore() then erases every entry).
   void clear();
   /// Moves the buffers (zeros) to CUDA device @p device, with refs tagged device_memory: the
@@ -64,6 +68,7 @@ class OptimizerStateLayers {
   };
   void check_family(::torch::optim::Optimizer& optimizer) const;
 
+  std::string option_;
   OptimizerFamily family_;
   std::vector<Field> fields_;
   std::vector<LayerRef> refs_;
