@@ -1,8 +1,10 @@
-// paramwin._core.AveragingAgent: the library's AveragingAgent (paramwin/averaging.hpp) with
-// its options as keywords, its rounds as read-only records whose enum fields read as strings
-// ("gossip", "stale", "shm"), and a custom topology as a Python callable. The pure-Python
-// paramwin.AveragingAgent wraps it (arrays and tensors, staging, context manager). step(),
-// publish() and finish() release the GIL; a custom topology takes it back while it runs.
+// paramwin._core.AveragingAgent and HierarchicalAveragingAgent: the library's averaging agents
+// (paramwin/averaging.hpp, hierarchical_averaging.hpp) with their options as one dict, their
+// rounds as read-only records whose enum fields read as strings ("gossip", "stale", "shm"),
+// and a custom topology as a Python callable. The pure-Python paramwin.AveragingAgent and
+// HierarchicalAveragingAgent wrap them (arrays and tensors, staging, context manager).
+// step(), publish() and finish() release the GIL; a custom topology takes it back while it
+// runs.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -39,9 +41,6 @@ struct Held {
   }
 };
 
-const Layout& layout_of(AveragingAgent& a) { return a.layout(); }
-const Layout& layout_of(HierarchicalAveragingAgent& a) { return a.layout(); }
-
 /// The calls both averaging agents offer: step, publish, finish (GIL released), pause,
 /// resume, close and the common queries.
 template <class A>
@@ -50,7 +49,7 @@ void bind_calls(py::class_<Held<A>>& cls) {
          "step",
          [](Held<A>& a, const py::handle& layers) {
            A& o = a.get();
-           const LayerList list(layers, layout_of(o));
+           const LayerList list(layers, o.layout());
            const py::gil_scoped_release release;
            return o.step(list.refs());
          },
@@ -59,7 +58,7 @@ void bind_calls(py::class_<Held<A>>& cls) {
           "publish",
           [](Held<A>& a, const py::handle& layers) {
             A& o = a.get();
-            const LayerList list(layers, layout_of(o));
+            const LayerList list(layers, o.layout());
             const py::gil_scoped_release release;
             return o.publish(list.const_refs());
           },
@@ -68,7 +67,7 @@ void bind_calls(py::class_<Held<A>>& cls) {
           "finish",
           [](Held<A>& a, const py::handle& layers) {
             A& o = a.get();
-            const LayerList list(layers, layout_of(o));
+            const LayerList list(layers, o.layout());
             const py::gil_scoped_release release;
             return o.finish(list.refs());
           },
@@ -83,7 +82,7 @@ void bind_calls(py::class_<Held<A>>& cls) {
            })
       .def_property_readonly("valid", [](Held<A>& a) { return a.agent.has_value(); })
       .def_property_readonly("steps", [](Held<A>& a) { return a.get().steps(); })
-      .def_property_readonly("layout", [](Held<A>& a) { return layout_of(a.get()); });
+      .def_property_readonly("layout", [](Held<A>& a) { return a.get().layout(); });
 }
 
 // The topology from the Python keywords: a kind name with its k and seed, neighbour lists,
