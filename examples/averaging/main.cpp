@@ -193,6 +193,11 @@ void train(const Config& c, int rank, int n) {
   paramwin::Layout layout;
   layout.add("w", kFeatures).add("b", 1);
   paramwin::AveragingAgent agent(MPI_COMM_WORLD, layout, averaging_options(c, n));
+  if (c.background && rank == 0) {
+    const std::string& why = agent.background_inline_reason();
+    std::printf("background reads %s%s\n",
+                why.empty() ? "on the worker thread" : "inline: ", why.c_str());
+  }
   const Shard shard(rank);
   std::mt19937 gen(static_cast<unsigned>(7 + rank));
   std::vector<float> w(kFeatures, 0.0F);
@@ -238,7 +243,9 @@ void train(const Config& c, int rank, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // MPI_THREAD_MULTIPLE: with --background the agent's worker thread reads the peers.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   int n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "averaging/averaging_state.hpp"
@@ -88,11 +89,11 @@ void AveragingState::read_in_background() {
   job_.out.seconds = MPI_Wtime() - t0;
 }
 
-void AveragingState::start_background_round() {
+void AveragingState::start_background_round(std::vector<int> peers) {
   job_ = BackgroundJob{};
   job_.round = rounds_;
   job_.step = steps_;
-  job_.peers = round_peers();
+  job_.peers = std::move(peers);
   job_.out.kind = RoundKind::gossip;
   job_.out.round = rounds_++;
   job_.out.read_step = steps_;
@@ -130,6 +131,11 @@ void AveragingState::overlap_step(const BoundLayers<LayerRef>& params, Averaging
   const bool apply = in_flight_ && !worker_->busy() && collect(out);
   const bool due = round_due();
   const bool start = due && !(in_flight_ && worker_->busy());
+  // The round's peers before anything changes (a custom topology's callable may throw).
+  std::vector<int> peers;
+  if (start) {
+    peers = round_peers();
+  }
   if (due && !start) {
     out.busy = true;
     out.note = (out.note.empty() ? "" : out.note + "; ") + "round due, but the read of round " +
@@ -153,7 +159,7 @@ void AveragingState::overlap_step(const BoundLayers<LayerRef>& params, Averaging
   out.background_applied = apply;
   if (start) {
     out.started_round = rounds_;
-    start_background_round();
+    start_background_round(std::move(peers));
   }
 }
 

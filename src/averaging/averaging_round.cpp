@@ -168,6 +168,9 @@ void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound&
   const std::vector<int> peers = round_peers();
   out.kind = RoundKind::gossip;
   out.round = rounds_++;
+  if (options_.background) {
+    out.read_step = steps_;  // read now, inline; its correction lands at the next step
+  }
   RoundPlan plan;
   if (!plan_round(peers, steps_, nullptr, out, plan)) {
     return;
@@ -175,7 +178,6 @@ void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound&
   const PullOptions pull = pull_options(plan, options_.background ? 0.0 : plan.self);
   guarded_read(out, [&] {
     if (options_.background) {
-      out.read_step = steps_;
       begin_correction(params, plan.donors, pull, plan.self, out);
     } else {
       const PullResult result = window_.pull(plan.donors, params, pull);

@@ -125,8 +125,8 @@ class AveragingState {
   void guarded_read(AveragingRound& out, const std::function<void()>& read);
   /// The worker's job: the round of job_ read into mix_.
   void read_in_background();
-  /// Starts the worker on round rounds_ of step steps_.
-  void start_background_round();
+  /// Starts the worker on round rounds_ of step steps_, over @p peers.
+  void start_background_round(std::vector<int> peers);
   /// Takes the finished round off the worker into @p out (rethrows what it threw); returns
   /// whether its mix is to be applied.
   bool collect(AveragingRound& out);

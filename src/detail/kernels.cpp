@@ -23,7 +23,10 @@
 // x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), and the loader picks the best clone once (ifunc).
 // Same source, same IEEE arithmetic (no FP contraction, see src/CMakeLists.txt), so every clone
 // gives the same bits (tests/detail/detail_test.cpp checks the running clone against dtype.hpp).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+// Not under ThreadSanitizer: it instruments the clones' ifunc resolvers, which the loader runs
+// before the sanitizer's runtime exists (a crash at start-up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
+    !defined(__SANITIZE_THREAD__)
 #define PARAMWIN_KERNEL_CLONES 1
 #define PARAMWIN_KERNEL \
   __attribute__((flatten, target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
