@@ -335,6 +335,9 @@ TEST(TorchAveragingBackground, TheCorrectionIsAppliedAtTheNextStepKeepingTheLoca
   PARAMWIN_REQUIRE_RANKS(2);
   pw::AveragingOptions o;
   o.background = true;
+  // The read inside the step, so that its correction lands at the very next step (the
+  // worker's asynchronous landing is checked by the core's averaging_mpi_test).
+  o.background_worker = false;
   o.topology = pw::Topology::random_peers(1, 11);
   MixNet m;
   init(*m, world_rank());
