@@ -321,32 +321,25 @@ class TorchAveragingAgent:
     first if ``publish()`` was not called. The optimizer's state (Adam's moments, momentum
     buffers) is each rank's own and is kept: only the parameters are mixed.
 
-    CUDA modules: as TorchAgent, ``device_windows="auto"`` gives a device window (parameters
-    read and written in place on their GPU) when every rank's parameters are CUDA tensors on
-    one device; otherwise they are staged through host memory. Background averaging and the
-    synchronous means compute on the host, so they need host (or staged) parameters.
+    CUDA modules: their parameters are staged through host buffers (copied in before a step,
+    copied back when the step changed them), as in the C++ adapter: warm-up, cool-down,
+    ``finish()`` and background corrections compute on the host, so an averaging agent has
+    no device window (``memory="cuda"`` raises InvalidArgument).
     """
 
-    def __init__(self, module: _torch.nn.Module, comm: Any = None, *,
-                 device_windows: str = "auto", **options: Any):
+    def __init__(self, module: _torch.nn.Module, comm: Any = None, **options: Any):
         named = _named_parameters(module)
         if not named:
             raise InvalidArgument("paramwin: the module has no parameters")
+        if str(options.get("memory", "host")) != "host":
+            raise InvalidArgument("paramwin: TorchAveragingAgent: the synchronous means and "
+                                  "background corrections run on the host, so it has no device "
+                                  "window (memory must be \"host\"; CUDA parameters are staged)")
         self.module = module
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        choice = choose_window(comm, device_windows, options.pop("memory", "host"),
-                               lambda: device_obstacle([(n, p.detach()) for n, p in named]))
-        options.pop("cuda_device", None)  # the device window's is the tensors' device
-        self._device = choice.cuda_device if choice.memory == "cuda" else None
-        self.agent = AveragingAgent(layout_of(module), comm, memory=choice.memory,
-                                    cuda_device=choice.cuda_device, **options)
+        self.agent = AveragingAgent(layout_of(module), comm, **options)
         self._published = False
-
-    @property
-    def device_window(self) -> bool:
-        """True when the window is a device window (parameters in place on their GPU)."""
-        return self._device is not None
 
     def _data(self) -> Dict[str, _torch.Tensor]:
         return {name: p.data for name, p in zip(self._names, self._params)}

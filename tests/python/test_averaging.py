@@ -219,8 +219,9 @@ def test_torch_module_averages_in_place(comm):
     model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     storage = [p.data_ptr() for p in model.parameters()]
+    with pytest.raises(paramwin.InvalidArgument, match="host"):
+        TorchAveragingAgent(model, comm, memory="cuda")
     with TorchAveragingAgent(model, comm, topology="all") as agent:
-        assert not agent.device_window
         for _ in range(3):
             x = torch.randn(8, 5)
             loss = model(x).pow(2).mean()
