@@ -3,12 +3,16 @@
 latest published parameters one-sidedly through shared memory and mixing them in
 (``topology="all"``, uniform weights), every ``max(1, H // 4)`` steps: a round costs a read of
 the peers' 400 KB snapshots and a mix, no rank waits for another, so it can run four times as
-often as the synchronous methods' all-reduce. No warm-up (every rank starts from the same
-initial weights); ``finish`` is the agent's closing collective mean. Each rank's optimizer
+often as the synchronous methods' all-reduce. A peer whose version has not changed over 4 of
+this rank's steps is skipped as stale (``stale_steps=4``: a rank stalled by a slowdown is not
+mixed in while it stalls; a rank 2x slower publishes every 2 steps and is never skipped). No
+warm-up (every rank starts from the same initial weights); ``finish`` is the agent's closing collective mean. Each rank's optimizer
 state stays its own. Needs this build's Python package (scripts/averaging_fashion.sh puts
 ``--build-dir``'s on the path)."""
 
 from paramwin.torch import TorchAveragingAgent
+
+STALE_STEPS = 4
 
 
 class ParamwinAveraging:
@@ -20,6 +24,7 @@ class ParamwinAveraging:
     def wrap(self, run, model):
         self.agent = TorchAveragingAgent(model, run.comm.Dup(), topology="all",
                                          interval=self.interval, background=self.background,
+                                         stale_steps=STALE_STEPS,
                                          name=f"averaging_fashion.{run.method}.{run.condition}")
         self.agent.publish()
         return model
