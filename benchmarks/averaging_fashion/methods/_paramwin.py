@@ -6,8 +6,8 @@ the peers' 400 KB snapshots and a mix, no rank waits for another, so it can run 
 often as the synchronous methods' all-reduce. A peer whose version has not changed over 4 of
 this rank's steps is skipped as stale (``stale_steps=4``: a rank stalled by a slowdown is not
 mixed in while it stalls; a rank 2x slower publishes every 2 steps and is never skipped). No
-warm-up (every rank starts from the same initial weights); ``finish`` is the agent's closing collective mean. Each rank's optimizer
-state stays its own. Needs this build's Python package (scripts/averaging_fashion.sh puts
+warm-up (every rank starts from the same initial weights); ``finish`` is the agent's closing
+collective mean. Each rank's optimizer state stays its own. Needs this build's Python package (scripts/averaging_fashion.sh puts
 ``--build-dir``'s on the path)."""
 
 from paramwin.torch import TorchAveragingAgent
