@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "averaging/averaging_state.hpp"
+#include "averaging/mean.hpp"
 #include "detail/mpi_check.hpp"
 #include "paramwin/averaging.hpp"
 #include "paramwin/error.hpp"
@@ -235,27 +236,30 @@ bool AveragingState::apply_correction(const BoundLayers<LayerRef>& params) {
   return true;
 }
 
-void AveragingState::synchronous_mean(const BoundLayers<LayerRef>& params) {
-  const double inverse = 1.0 / static_cast<double>(size_);
+void allreduce_mean(const BoundLayers<LayerRef>& params, MPI_Comm comm, int size,
+                    const char* what) {
+  const double inverse = 1.0 / static_cast<double>(size);
   for (std::size_t l = 0; l < params.size(); ++l) {
     const LayerRef& ref = params[l];
-    const int count = checked_int(ref.count(), "AveragingAgent: layer elements");
+    const int count = checked_int(ref.count(), what);
     if (ref.dtype() == DType::float32) {
       auto* x = static_cast<float*>(ref.data());
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, sync_comm_.get()),
-                "MPI_Allreduce");
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce");
       for (std::size_t i = 0; i < ref.count(); ++i) {
         x[i] = static_cast<float>(static_cast<double>(x[i]) * inverse);
       }
     } else {
       auto* x = static_cast<double*>(ref.data());
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, sync_comm_.get()),
-                "MPI_Allreduce");
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
       for (std::size_t i = 0; i < ref.count(); ++i) {
         x[i] *= inverse;
       }
     }
   }
+}
+
+void AveragingState::synchronous_mean(const BoundLayers<LayerRef>& params) {
+  allreduce_mean(params, sync_comm_.get(), size_, "AveragingAgent: layer elements");
 }
 
 }  // namespace paramwin::detail

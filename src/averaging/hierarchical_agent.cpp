@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "averaging/mean.hpp"
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
 #include "mpi/handles.hpp"
@@ -178,28 +179,8 @@ BoundLayers<LayerRef> HierarchicalState::bind_agreed(std::span<const LayerRef> p
 }
 
 void HierarchicalState::group_mean(const BoundLayers<LayerRef>& params) const {
-  if (group_size_ == 1) {
-    return;
-  }
-  const double inverse = 1.0 / static_cast<double>(group_size_);
-  for (std::size_t l = 0; l < params.size(); ++l) {
-    const LayerRef& ref = params[l];
-    const int count = checked_int(ref.count(), "HierarchicalAveragingAgent: layer elements");
-    if (ref.dtype() == DType::float32) {
-      auto* x = static_cast<float*>(ref.data());
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, group_.get()),
-                "MPI_Allreduce");
-      for (std::size_t i = 0; i < ref.count(); ++i) {
-        x[i] = static_cast<float>(static_cast<double>(x[i]) * inverse);
-      }
-    } else {
-      auto* x = static_cast<double*>(ref.data());
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, group_.get()),
-                "MPI_Allreduce");
-      for (std::size_t i = 0; i < ref.count(); ++i) {
-        x[i] *= inverse;
-      }
-    }
+  if (group_size_ > 1) {
+    allreduce_mean(params, group_.get(), group_size_, "HierarchicalAveragingAgent: layer elements");
   }
 }
 
