@@ -137,17 +137,7 @@ TEST(HierarchicalAveraging, InGroupMeanIsExactAndLeaderMixesReachTheGroup) {
     packed.push_back(static_cast<double>(version));
     packed.insert(packed.end(), values.begin(), values.end());
   }
-  int count = static_cast<int>(packed.size());
-  const int n = pw::test::world_size();
-  std::vector<int> counts(static_cast<std::size_t>(n));
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  std::vector<int> displs(static_cast<std::size_t>(n), 0);
-  for (std::size_t r = 1; r < displs.size(); ++r) {
-    displs[r] = displs[r - 1] + counts[r - 1];
-  }
-  std::vector<double> all(static_cast<std::size_t>(displs.back() + counts.back()));
-  MPI_Allgatherv(packed.data(), count, MPI_DOUBLE, all.data(), counts.data(), displs.data(),
-                 MPI_DOUBLE, MPI_COMM_WORLD);
+  const std::vector<double> all = pw::test::allgather_doubles(packed);
   std::map<std::pair<int, std::uint64_t>, std::vector<double>> table;
   for (std::size_t at = 0; at < all.size(); at += 2 + kN) {
     table[{static_cast<int>(all[at]), static_cast<std::uint64_t>(all[at + 1])}] =

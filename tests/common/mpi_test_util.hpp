@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace paramwin::test {
 
@@ -30,6 +31,24 @@ inline int world_size() {
                    << ::paramwin::test::world_size();             \
     }                                                             \
   } while (0)
+
+/// Every rank's @p mine concatenated in rank order, on every rank (MPI_Allgatherv over
+/// COMM_WORLD; the ranks may contribute different lengths). @note Collective.
+inline std::vector<double> allgather_doubles(const std::vector<double>& mine) {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<std::size_t>(n));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> displs(static_cast<std::size_t>(n), 0);
+  for (std::size_t r = 1; r < displs.size(); ++r) {
+    displs[r] = displs[r - 1] + counts[r - 1];
+  }
+  std::vector<double> all(static_cast<std::size_t>(displs.back() + counts.back()));
+  MPI_Allgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), displs.data(),
+                 MPI_DOUBLE, MPI_COMM_WORLD);
+  return all;
+}
 
 /// Deterministic test value of element @p i of layer @p layer on @p rank at @p version.
 inline float value(int rank, int layer, std::size_t i, std::uint64_t version = 0) {

@@ -120,15 +120,7 @@ struct Published {
       mine.push_back(static_cast<double>(value.first));
       mine.insert(mine.end(), value.second.begin(), value.second.end());
     }
-    const int size = world_size();
-    int count = static_cast<int>(mine.size());
-    std::vector<int> counts(static_cast<std::size_t>(size));
-    MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    std::vector<int> displs(static_cast<std::size_t>(size), 0);
-    for (std::size_t r = 1; r < displs.size(); ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    std::vector<double> all(static_cast<std::size_t>(displs.back() + counts.back()));
-    MPI_Allgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), displs.data(),
-                   MPI_DOUBLE, MPI_COMM_WORLD);
+    const std::vector<double> all = pw::test::allgather_doubles(mine);
     for (std::size_t at = 0; at + 3 + n <= all.size(); at += 3 + n) {
       std::vector<double> v(all.begin() + static_cast<std::ptrdiff_t>(at + 3),
                             all.begin() + static_cast<std::ptrdiff_t>(at + 3 + n));
