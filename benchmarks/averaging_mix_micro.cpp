@@ -1,7 +1,8 @@
 // One inline averaging round (AveragingAgent, topology all: n - 1 peers + self, uniform
 // weights) against a hand-written mix of as many local buffers with the same weights, both
 // over N float32 on rank 0, while the other ranks wait without spinning (docs/averaging.md,
-// "Cost of a round"). Prints medians and minimums of 11 repetitions and the kernel that ran.
+// "Cost of a round"); and a symmetric (mean-preserving) round over the same peers, alternating
+// with them. Prints medians and minimums of 11 repetitions and the kernel that ran.
 //   mpiexec -n 4 paramwin_averaging_mix_micro [N]
 #include <mpi.h>
 
@@ -62,8 +63,12 @@ void run(std::size_t n) {
   paramwin::AveragingOptions options;
   options.publish_every = 1 << 30;  // time the round alone
   paramwin::AveragingAgent agent(MPI_COMM_WORLD, layout, options);
+  options.symmetric = true;
+  paramwin::AveragingAgent symmetric(MPI_COMM_WORLD, layout, options);
   std::vector<float> w(n, static_cast<float>(rank));
+  std::vector<float> v(n, static_cast<float>(rank));
   (void)agent.publish({w});
+  (void)symmetric.publish({v});
   polite_barrier();
   if (rank == 0) {
     const std::vector<std::vector<float>> local(static_cast<std::size_t>(size - 1),
@@ -71,18 +76,23 @@ void run(std::size_t n) {
     const float a = 1.0F / static_cast<float>(size);
     std::vector<double> round_s;
     std::vector<double> hand_s;
+    std::vector<double> symmetric_s;
     for (int rep = 0; rep < 11; ++rep) {
       round_s.push_back(agent.step({w}).seconds);
       const double start = MPI_Wtime();
       hand_mix(w, local, a);
       hand_s.push_back(MPI_Wtime() - start);
+      symmetric_s.push_back(symmetric.step({v}).seconds);
     }
     std::sort(round_s.begin(), round_s.end());
     std::sort(hand_s.begin(), hand_s.end());
+    std::sort(symmetric_s.begin(), symmetric_s.end());
     std::printf("%zu float32, %d peers + self: round median %.2f ms (min %.2f), hand-written mix "
-                "median %.2f ms (min %.2f), ratio of medians %.2f; kernels: %s\n",
+                "median %.2f ms (min %.2f), ratio of medians %.2f; symmetric round median "
+                "%.2f ms (min %.2f), %.2fx the round; kernels: %s\n",
                 n, size - 1, round_s[5] * 1e3, round_s[0] * 1e3, hand_s[5] * 1e3, hand_s[0] * 1e3,
-                round_s[5] / hand_s[5], paramwin::detail::kernel_summary().c_str());
+                round_s[5] / hand_s[5], symmetric_s[5] * 1e3, symmetric_s[0] * 1e3,
+                symmetric_s[5] / round_s[5], paramwin::detail::kernel_summary().c_str());
   }
   polite_barrier();
 }

@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Dict, List, Optional
 
 ORDER = ["ddp", "periodic", "average_all", "paramwin_inline", "paramwin_background",
-         "paramwin_hierarchical", "no_comm"]
+         "paramwin_symmetric", "paramwin_hierarchical", "no_comm"]
 CONDITIONS = ["none", "slow_rank", "random"]
 SYNC = "ddp"
 CEILING = "no_comm"

@@ -145,6 +145,15 @@ struct AveragingOptions {
   /// Background: read on the agent's worker thread (true), or inside step() (false: the read
   /// does not overlap the trainer; its correction still lands at the next step).
   bool background_worker = true;
+  /// Symmetric, mean-preserving averaging (pairwise exchange): a round that moves this
+  /// agent w_i (y_i - own) towards peer i's snapshot y_i also moves peer i by -w_i (y_i - own),
+  /// added to a shared-memory inbox of peer i under its lock and drained into its parameters
+  /// at its next step (or synchronous step, or finish()). The two changes cancel, so averaging
+  /// leaves the population's mean unchanged (up to rounding into the layer's type), which
+  /// pull-only gossip does not. Needs every rank on one node, host float32 or float64 layers
+  /// and inline rounds (background false); costs one float64 per element per rank. Default
+  /// weights: w_i = 1 / (2 * usable peers + 1) (each exchange is applied on both sides).
+  bool symmetric = false;
   /// Deadline of one round's reads (roster and pull) over RMA, in seconds (0: none). Past it
   /// the round is left out (parameters unchanged) and says why.
   double timeout_seconds = 0.0;
@@ -231,6 +240,9 @@ struct AveragingRound {
   /// Background on the worker: a round was due, but the read of the previous one had not
   /// finished, so none began (the step did not wait; note says which read was running).
   bool busy = false;
+  /// Symmetric averaging: the exchanges peers made with this agent since its previous step
+  /// (their -w (y - x) terms) that this step added to the parameters before its own round.
+  std::int64_t received = 0;
   double self_weight = 1.0;            ///< weight of the agent's own parameters (1: unchanged)
   std::vector<AveragingPeer> peers{};  ///< the round's peers in topology order
   std::string note{};                  ///< why nothing changed, or the read's error

@@ -351,6 +351,7 @@ class AveragingRound:
     read_step: int
     started_round: int
     busy: bool
+    received: int
     self_weight: float
     peers: List[AveragingPeer]
     note: str

@@ -53,7 +53,7 @@ _DEFAULTS: Dict[str, Any] = {
     "interval": 1, "interval_ms": 0.0, "self_weight": None, "peer_weights": None,
     "normalize_weights": False, "warmup_steps": 0, "cooldown_steps": 0, "total_steps": 0,
     "publish_every": 1, "stale_steps": 0, "stale_seconds": 0.0, "background": False,
-    "background_worker": True, "timeout_seconds": 0.0, "event_log": None,
+    "background_worker": True, "symmetric": False, "timeout_seconds": 0.0, "event_log": None,
     "transport": "auto", "wire": "native", "verify": True, "name": "", "memory": "host",
     "cuda_device": -1,
 }
@@ -166,6 +166,10 @@ class AveragingAgent(_Averaging):
       thread level allow it: ``background_inline_reason`` says why not), and its mix lands as
       a correction ``(1 - self_weight)(mix - own_at_read)`` at a later step, keeping the local
       progress made meanwhile; ``step()`` never waits for the read.
+    - ``symmetric``: mean-preserving pairwise exchange on one node: a round that moves this
+      rank towards a peer also moves the peer back by as much (through its shared-memory
+      inbox, drained at its next step), so averaging never moves the population's mean;
+      inline rounds only (``background=False``), host float32/float64 layers.
     - ``event_log``: a JSON-lines file of the rounds ("{rank}" replaced by the rank).
     - the window's ``transport``, ``wire``, ``verify``, ``name``, ``memory``, ``cuda_device``.
 

@@ -142,6 +142,7 @@ const OptionSetter kOptionSetters[] = {
     {"background", [](AveragingOptions& o, const py::handle& v) { o.background = v.cast<bool>(); }},
     {"background_worker",
      [](AveragingOptions& o, const py::handle& v) { o.background_worker = v.cast<bool>(); }},
+    {"symmetric", [](AveragingOptions& o, const py::handle& v) { o.symmetric = v.cast<bool>(); }},
     {"timeout_seconds",
      [](AveragingOptions& o, const py::handle& v) { o.timeout_seconds = v.cast<double>(); }},
     {"event_log",
@@ -231,6 +232,7 @@ void bind_averaging_records(py::module_& m) {
       .def_readonly("read_step", &AveragingRound::read_step)
       .def_readonly("started_round", &AveragingRound::started_round)
       .def_readonly("busy", &AveragingRound::busy)
+      .def_readonly("received", &AveragingRound::received)
       .def_readonly("self_weight", &AveragingRound::self_weight)
       .def_readonly("peers", &AveragingRound::peers)
       .def_readonly("note", &AveragingRound::note)

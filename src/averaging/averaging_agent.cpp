@@ -37,16 +37,21 @@ int comm_size(MPI_Comm comm) {
 
 /// Synchronous means and background corrections compute on the host in float32 or float64.
 std::string check_layers(const AveragingOptions& o, const Layout& layout) {
-  const bool needs_host_float = o.warmup_steps > 0 || o.cooldown_steps > 0 || o.background;
+  const bool needs_host_float =
+      o.warmup_steps > 0 || o.cooldown_steps > 0 || o.background || o.symmetric;
   if (!needs_host_float) {
     return {};
   }
   for (const LayerSpec& spec : layout.layers()) {
     if (spec.dtype != DType::float32 && spec.dtype != DType::float64) {
-      return "paramwin: AveragingAgent: warm-up, cool-down and background averaging need "
-             "float32 or float64 layers; layer " +
+      return "paramwin: AveragingAgent: warm-up, cool-down, background and symmetric "
+             "averaging need float32 or float64 layers; layer " +
              spec.describe() + " is not";
     }
+  }
+  if (o.symmetric && o.window.memory != Memory::host) {
+    return "paramwin: AveragingAgent: symmetric averaging exchanges through host memory; "
+           "WindowOptions::memory must be host";
   }
   return {};
 }
@@ -106,7 +111,18 @@ AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions op
     }
   }
   agree_or_throw<InvalidArgument>(window_.comm(), bad);
+  if (options_.symmetric) {
+    inbox_ = std::make_unique<ExchangeInbox>(sync_comm_.get(), window_.layout());
+  }
   start_worker();
+}
+
+std::int64_t AveragingState::drain_all(const BoundLayers<LayerRef>& params) {
+  if (!inbox_) {
+    return 0;
+  }
+  check_mpi(MPI_Barrier(sync_comm_.get()), "MPI_Barrier");
+  return inbox_->drain(params);
 }
 
 bool AveragingState::synchronous(std::int64_t step) const {
@@ -150,15 +166,16 @@ namespace {
 
 /// Binds @p params; in a synchronous step the error is agreed first (every rank throws).
 BoundLayers<LayerRef> bind_step(const Layout& layout, std::span<const LayerRef> params,
-                                const char* caller, MPI_Comm agree_comm) {
+                                const char* caller, MPI_Comm agree_comm, bool symmetric) {
   std::string bad;
   BoundLayers<LayerRef> bound;
   try {
     bound = paramwin::bind(layout, params, caller);
     for (const LayerRef& ref : bound.refs()) {
-      if (agree_comm != MPI_COMM_NULL && !ref.host_accessible()) {
-        throw InvalidArgument(std::string("paramwin: ") + caller +
-                              ": synchronous averaging needs host memory");
+      if ((agree_comm != MPI_COMM_NULL || symmetric) && !ref.host_accessible()) {
+        throw InvalidArgument(std::string("paramwin: ") + caller + ": " +
+                              (symmetric ? "symmetric" : "synchronous") +
+                              " averaging needs host memory");
       }
     }
   } catch (const InvalidArgument& e) {
@@ -193,8 +210,9 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   detail::AveragingState& s = state();
   const std::int64_t next = s.steps_ + 1;
   const bool sync = s.synchronous(next);
-  const BoundLayers<LayerRef> bound = bind_step(s.window_.layout(), params, "AveragingAgent::step",
-                                                sync ? s.sync_comm_.get() : MPI_COMM_NULL);
+  const BoundLayers<LayerRef> bound =
+      bind_step(s.window_.layout(), params, "AveragingAgent::step",
+                sync ? s.sync_comm_.get() : MPI_COMM_NULL, s.options_.symmetric);
   if (!sync && !s.paused_ && s.options_.topology.kind == TopologyKind::custom) {
     const std::vector<int>& peers = s.round_peers();
     const std::string bad = check_peers(peers, s.rank_, s.size_);
@@ -212,6 +230,7 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   if (sync) {
     s.pending_ = false;
     s.quiesce();
+    round.received = s.drain_all(bound);
     s.synchronous_mean(bound);
     s.last_round_time_ = MPI_Wtime();
     round.kind = RoundKind::synchronous;
@@ -221,12 +240,15 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
     s.collect_dropped();
   } else if (s.has_worker()) {
     s.overlap_step(bound, round);
-  } else if (!s.paused_) {
-    round.background_applied = s.apply_correction(bound);
-    round.applied = round.background_applied;
-    if (s.round_due()) {
-      s.gossip(bound, round);
+  } else {
+    round.received = s.drain(bound);  // symmetric: peers' halves of their exchanges, even paused
+    if (!s.paused_) {
+      round.background_applied = s.apply_correction(bound);
+      if (s.round_due()) {
+        s.gossip(bound, round);
+      }
     }
+    round.applied = round.applied || round.background_applied || round.received > 0;
   }
   if (!round.overlapped) {  // an overlapped round reports its read's own time on the worker
     round.seconds = MPI_Wtime() - start;
@@ -247,7 +269,8 @@ PublishResult AveragingAgent::publish(std::span<const ConstLayerRef> params) {
 AveragingRound AveragingAgent::finish(std::span<const LayerRef> params) {
   detail::AveragingState& s = state();
   const BoundLayers<LayerRef> bound =
-      bind_step(s.window_.layout(), params, "AveragingAgent::finish", s.sync_comm_.get());
+      bind_step(s.window_.layout(), params, "AveragingAgent::finish", s.sync_comm_.get(),
+                s.options_.symmetric);
   std::string bad;
   for (const LayerSpec& spec : s.window_.layout().layers()) {
     if (spec.dtype != DType::float32 && spec.dtype != DType::float64) {
@@ -260,6 +283,7 @@ AveragingRound AveragingAgent::finish(std::span<const LayerRef> params) {
   const double start = MPI_Wtime();
   s.pending_ = false;
   s.quiesce();
+  round.received = s.drain_all(bound);
   s.synchronous_mean(bound);
   round.kind = RoundKind::synchronous;
   round.applied = true;
@@ -279,6 +303,7 @@ void AveragingAgent::pause() {
   s.paused_ = true;
   s.pending_ = false;
   s.drop_in_flight();
+  s.set_inbox_open(false);  // peers' exchanges already in still land at the next step
   AgentStatus status = s.window_.status();
   status.state = AgentState::paused;
   s.window_.set_status(status);
@@ -290,6 +315,7 @@ void AveragingAgent::resume() {
     return;
   }
   s.paused_ = false;
+  s.set_inbox_open(true);
   AgentStatus status = s.window_.status();
   status.state = s.window_.version() > 0 ? AgentState::active : AgentState::fresh;
   s.window_.set_status(status);

@@ -122,8 +122,9 @@ bool AveragingState::plan_round(std::span<const int> peers, std::int64_t step, W
     return false;
   }
   plan.self = options_.self_weight;
-  if (std::isnan(plan.self)) {
-    plan.self = 1.0 / static_cast<double>(plan.donors.size() + 1);
+  if (std::isnan(plan.self)) {  // symmetric: each exchange also moves the peer, by as much
+    const auto usable = static_cast<double>(plan.donors.size());
+    plan.self = options_.symmetric ? (usable + 1.0) / (2.0 * usable + 1.0) : 1.0 / (usable + 1.0);
   } else if (options_.normalize_weights && !options_.peer_weights.empty()) {
     double sum = plan.self;
     for (const double w : options_.peer_weights) {
@@ -174,6 +175,10 @@ void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound&
   }
   RoundPlan plan;
   if (!plan_round(peers, steps_, nullptr, out, plan)) {
+    return;
+  }
+  if (options_.symmetric) {
+    exchange_round(params, plan, out);
     return;
   }
   const PullOptions pull = pull_options(plan, options_.background ? 0.0 : plan.self);
@@ -278,6 +283,7 @@ std::string to_json(const AveragingRound& round) {
   j["read_step"] = round.read_step;
   j["started_round"] = round.started_round;
   j["busy"] = round.busy;
+  j["received"] = round.received;
   j["self_weight"] = round.self_weight;
   nlohmann::ordered_json peers = nlohmann::ordered_json::array();
   for (const AveragingPeer& p : round.peers) {

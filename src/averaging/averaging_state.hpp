@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "averaging/background_worker.hpp"
+#include "averaging/exchange_inbox.hpp"
 #include "mpi/handles.hpp"
 #include "paramwin/averaging.hpp"
 #include "paramwin/bound_layers.hpp"
@@ -62,6 +63,20 @@ class AveragingState {
   /// The peers the topology names for round rounds_: asked once per round index (a custom
   /// callable is called once, whether step() checks them early or the round reads them).
   [[nodiscard]] const std::vector<int>& round_peers();
+  /// Symmetric averaging: adds the exchanges peers deposited in this agent's inbox to
+  /// @p params; returns how many (0 when not symmetric).
+  std::int64_t drain(const BoundLayers<LayerRef>& params) {
+    return inbox_ ? inbox_->drain(params) : 0;
+  }
+  /// Symmetric averaging before a synchronous mean: every rank's deposits are in (a barrier:
+  /// no rank is in an asynchronous round then), drained into @p params. @note Collective.
+  std::int64_t drain_all(const BoundLayers<LayerRef>& params);
+  /// Opens or closes the inbox (resume, pause); nothing without symmetric averaging.
+  void set_inbox_open(bool open) {
+    if (inbox_) {
+      inbox_->set_open(open);
+    }
+  }
   /// Adds the pending background correction to @p params, if any.
   bool apply_correction(const BoundLayers<LayerRef>& params);
   /// MPI_Allreduce mean of @p params over the communicator. @note Collective.
@@ -120,6 +135,10 @@ class AveragingState {
                   AveragingRound& out, RoundPlan& plan);
   /// The pull of @p plan (weighted, momentum @p momentum, transactional).
   [[nodiscard]] PullOptions pull_options(const RoundPlan& plan, double momentum) const;
+  /// Symmetric round (exchange.cpp): each usable peer read on its own into the scratch and
+  /// exchanged through its inbox, then the accumulated moves added to @p params.
+  void exchange_round(const BoundLayers<LayerRef>& params, const RoundPlan& plan,
+                      AveragingRound& out);
   /// Runs @p read (the round's pull); a DonorError (every peer non-finite, or past the
   /// deadline) leaves out every peer still in and notes why instead of throwing.
   void guarded_read(AveragingRound& out, const std::function<void()>& read);
@@ -145,6 +164,8 @@ class AveragingState {
   BackgroundJob job_;
   bool in_flight_ = false;                    // job_ handed to the worker, not collected yet
   bool drop_in_flight_ = false;               // pause(): collect it without applying it
+  std::unique_ptr<ExchangeInbox> inbox_;          // symmetric averaging's mailboxes
+  std::vector<std::vector<double>> exchange_acc_;  // per layer, a symmetric round's moves
   std::unique_ptr<BackgroundWorker> worker_;  // last: stopped before the rest goes
 };
 

@@ -142,6 +142,10 @@ std::string check_schedule(const AveragingOptions& o) {
       !std::isfinite(o.timeout_seconds) || o.timeout_seconds < 0.0) {
     return "AveragingOptions: stale_seconds and timeout_seconds must be finite and >= 0";
   }
+  if (o.symmetric && o.background) {
+    return "AveragingOptions: symmetric averaging runs its rounds inline: set background to "
+           "false (a background correction lands after the peer's half of the exchange)";
+  }
   return {};
 }
 

@@ -139,6 +139,34 @@ def test_rounds_without_training_reach_consensus_and_finish_is_the_mean(comm, to
         assert np.max(np.abs(values[0] - mean)) < 1.0  # near the start's mean, not equal
 
 
+@pytest.mark.parametrize("topology", ["all", "random"])
+def test_symmetric_rounds_reach_consensus_at_the_starting_mean(comm, topology):
+    need_ranks(comm, 2)
+    rank = comm.Get_rank()
+    params = initial(rank)
+    mean = sum(flat(initial(r)) for r in range(comm.Get_size())) / comm.Get_size()
+    with paramwin.AveragingAgent(layout(), comm, topology=topology, seed=5,
+                                 symmetric=True) as agent:
+        agent.publish(params)
+        comm.Barrier()
+        received = 0
+        for _ in range(400):
+            received += agent.step(params).received
+            comm.Barrier()
+            values = comm.allgather(flat(params))
+            if max(np.max(np.abs(v - values[0])) for v in values) < 1e-6:
+                break
+        agent.pause()
+        comm.Barrier()  # every round's exchanges are in the inboxes
+        r = agent.step(params)  # paused: drains only
+        received += r.received
+        assert r.round == -1
+        assert comm.allreduce(received) > 0
+        held = np.mean(comm.allgather(flat(params)), axis=0)
+        np.testing.assert_allclose(held, mean, rtol=0, atol=1e-12)  # the mean never moved
+        assert np.max(np.abs(flat(params) - mean)) < 1e-6
+
+
 def test_background_rounds_are_applied_and_finish_agrees(comm):
     need_ranks(comm, 2)
     rank = comm.Get_rank()
@@ -186,6 +214,8 @@ def test_bad_options_are_refused_on_every_rank(comm):
         paramwin.AveragingAgent(layout(), comm, self_weight=-1.0 if rank == 0 else 0.5)
     with pytest.raises(paramwin.InvalidArgument, match="topology"):
         paramwin.AveragingAgent(layout(), comm, topology=[[5]] * comm.Get_size())
+    with pytest.raises(paramwin.InvalidArgument, match="symmetric averaging runs its rounds"):
+        paramwin.AveragingAgent(layout(), comm, symmetric=True, background=True)
     with pytest.raises(paramwin.InvalidArgument, match="topology"):
         paramwin.AveragingAgent(layout(), comm, topology=3.5)
     other = paramwin.Layout().add("w", SHAPE, "float64")
