@@ -62,7 +62,9 @@ void run(std::size_t n) {
   layout.add("w", n);
   paramwin::AveragingOptions options;
   options.publish_every = 1 << 30;  // time the round alone
+  options.window.name = "mix_micro.pull";
   paramwin::AveragingAgent agent(MPI_COMM_WORLD, layout, options);
+  options.window.name = "mix_micro.symmetric";
   options.symmetric = true;
   paramwin::AveragingAgent symmetric(MPI_COMM_WORLD, layout, options);
   std::vector<float> w(n, static_cast<float>(rank));
