@@ -5,6 +5,7 @@
 # samples; then the table and the plot.
 #   scripts/averaging_fashion.sh [--ranks N] [--seeds N] [--steps N] [--period H] [--warmup W]
 #                                [--points N] (most points of a run's accuracy curve)
+#                                [--tick S] (seconds between a rank's parameter copies)
 #                                [--methods a,b,...] [--conditions a,b,...] [--out DIR]
 #                                [--build-dir DIR] [--png FILE] [--quick] [--no-report]
 # --quick: the suite's short version (6,000 training and 1,000 test images, 60 steps per rank,
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --period) period=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --points) points=$2; shift 2 ;;
+    --tick) tick=$2; shift 2 ;;
     --methods) methods=$2; shift 2 ;;
     --conditions) conditions=$2; conditions_given=1; shift 2 ;;
     --out) out=$2; shift 2 ;;
