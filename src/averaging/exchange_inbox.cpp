@@ -100,11 +100,11 @@ ExchangeInbox::ExchangeInbox(MPI_Comm comm, const Layout& layout) {
   int size = 0;
   check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  std::size_t total = 0;
   for (const LayerSpec& spec : layout.layers()) {
-    offsets_.push_back(total);
-    total += spec.count;
+    offsets_.push_back(total_);
+    total_ += spec.count;
   }
+  const std::size_t total = total_;
   const std::size_t bytes = kHeaderBytes + total * sizeof(double);
   void* mine = nullptr;
   win_ = Win::allocate_shared_locked(static_cast<MPI_Aint>(bytes), comm, &mine);
@@ -173,6 +173,34 @@ std::int64_t ExchangeInbox::drain(const BoundLayers<LayerRef>& params) {
   h.pending.store(0, std::memory_order_relaxed);
   release(h.lock);
   return received;
+}
+
+void ExchangeInbox::add_pending_to(std::span<const LayerRef> copies) {
+  Header& h = header(rank_);
+  take(h.lock, 0.0);
+  const double* inbox = values(rank_);
+  for (std::size_t l = 0; l < copies.size(); ++l) {
+    const LayerRef& x = copies[l];
+    const double* in = inbox + offsets_[l];
+    for (std::size_t i = 0; i < x.count(); ++i) {
+      if (x.dtype() == DType::float32) {
+        auto* f = static_cast<float*>(x.data());
+        f[i] = static_cast<float>(static_cast<double>(f[i]) + in[i]);
+      } else {
+        static_cast<double*>(x.data())[i] += in[i];
+      }
+    }
+  }
+  release(h.lock);
+}
+
+void ExchangeInbox::clear() {
+  Header& h = header(rank_);
+  take(h.lock, 0.0);
+  double* inbox = values(rank_);
+  std::fill(inbox, inbox + total_, 0.0);
+  h.pending.store(0, std::memory_order_relaxed);
+  release(h.lock);
 }
 
 void ExchangeInbox::set_open(bool open) {

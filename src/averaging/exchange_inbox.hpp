@@ -42,6 +42,13 @@ class ExchangeInbox {
                   double weight, std::vector<std::vector<double>>& accumulator, double deadline);
   /// Adds this rank's inbox to @p params and empties it; returns the exchanges it held.
   std::int64_t drain(const BoundLayers<LayerRef>& params);
+  /// Adds this rank's inbox to @p copies (host copies of the parameters, the layout's types)
+  /// and leaves the inbox as it is: what the parameters will be once it is drained (a
+  /// checkpoint's values).
+  void add_pending_to(std::span<const LayerRef> copies);
+  /// Empties this rank's inbox (a checkpoint was loaded: the exchanges pending belong to the
+  /// parameters it replaced).
+  void clear();
   /// Opens (resume) or closes (pause) this rank's inbox to deposits.
   void set_open(bool open);
 
@@ -53,6 +60,7 @@ class ExchangeInbox {
   Win win_;
   std::vector<std::byte*> bases_;        // every rank's segment, mapped here
   std::vector<std::size_t> offsets_;     // per layer, first accumulator element
+  std::size_t total_ = 0;                // accumulator elements (the layout's)
   int rank_ = 0;
 };
 
