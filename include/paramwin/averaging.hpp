@@ -250,6 +250,7 @@ struct AveragingRound {
 namespace detail {
 class AveragingState;
 }  // namespace detail
+class HierarchicalAveragingAgent;
 
 /// One rank of a model trained data-parallel by ranks that average with each other
 /// one-sidedly. Owns its window (every rank of @p comm holds one agent), and with background
@@ -365,6 +366,7 @@ class AveragingAgent {
   [[nodiscard]] const std::string& background_inline_reason() const;
 
  private:
+  friend class HierarchicalAveragingAgent;  // its checkpoints hold its leader's agent's state
   [[nodiscard]] detail::AveragingState& state() const;
   std::unique_ptr<detail::AveragingState> state_;
 };

@@ -86,8 +86,8 @@ void bind_calls(py::class_<Held<A>>& cls) {
       .def_property_readonly("layout", [](Held<A>& a) { return a.get().layout(); });
 }
 
-/// The checkpoint calls (docs/averaging.md, "Checkpoints"): save, load (GIL released; the
-/// hooks take it back) and the owner's hooks.
+/// The checkpoint calls of both averaging agents (docs/averaging.md, "Checkpoints"): save and
+/// load, the GIL released (AveragingAgent's hooks take it back).
 template <class A>
 void bind_checkpoints(py::class_<Held<A>>& cls) {
   cls.def(
@@ -107,13 +107,7 @@ void bind_checkpoints(py::class_<Held<A>>& cls) {
             const py::gil_scoped_release release;
             return o.load_checkpoint(path, list.refs());
           },
-          py::arg("path"), py::arg("layers"))
-      .def(
-          "set_checkpoint_hooks",
-          [](Held<A>& a, const py::object& save, const py::object& load) {
-            a.get().set_checkpoint_hooks(checkpoint_hooks_from(save, load));
-          },
-          py::arg("save"), py::arg("load"));
+          py::arg("path"), py::arg("layers"));
 }
 
 // The topology from the Python keywords: a kind name with its k and seed, neighbour lists,
@@ -326,6 +320,12 @@ void bind_averaging(py::module_& m) {
            py::arg("comm"), py::arg("layout"), py::arg("options"));
   bind_calls(flat);
   bind_checkpoints(flat);
+  flat.def(
+      "set_checkpoint_hooks",
+      [](Held<AveragingAgent>& a, const py::object& save, const py::object& load) {
+        a.get().set_checkpoint_hooks(checkpoint_hooks_from(save, load));
+      },
+      py::arg("save"), py::arg("load"));
   flat.def_property_readonly("rank", [](Held<AveragingAgent>& a) { return a.get().rank(); })
       .def_property_readonly("size", [](Held<AveragingAgent>& a) { return a.get().size(); })
       .def_property_readonly("rounds", [](Held<AveragingAgent>& a) { return a.get().rounds(); })
@@ -362,6 +362,7 @@ void bind_averaging(py::module_& m) {
              }),
              py::arg("groups"), py::arg("layout"), py::arg("options"));
   bind_calls(tiered);
+  bind_checkpoints(tiered);
   using Tiered = Held<HierarchicalAveragingAgent>;
   tiered.def_property_readonly("group", [](Tiered& a) { return a.get().group(); })
       .def_property_readonly("groups", [](Tiered& a) { return a.get().groups(); })

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "averaging/averaging_checkpoint.hpp"
 #include "averaging/averaging_state.hpp"
 #include "checkpoint/file.hpp"
 #include "checkpoint/host_layers.hpp"
@@ -24,23 +25,16 @@
 
 namespace paramwin {
 
-namespace {
+namespace detail {
 
+namespace {
 constexpr const char* kStateFormat = "paramwin-averaging-state";
 constexpr std::int64_t kStateVersion = 1;
+}  // namespace
 
-/// What a checkpoint holds of one AveragingAgent besides its parameters.
-struct AveragingSnapshot {
-  int rank = 0;
-  int size = 0;
-  std::int64_t steps = 0;
-  std::int64_t rounds = 0;
-  bool paused = false;
-  std::uint64_t version = 0;
-  std::vector<detail::SeenVersion> seen;  // per rank (stale_steps)
-};
-
-std::string encode(const detail::AveragingState& s) {
+std::string take_averaging_state(AveragingState& s) {
+  s.pending_ = false;  // a resumed run has no correction in flight: neither has this one
+  s.quiesce();
   nlohmann::ordered_json j;
   j["format"] = kStateFormat;
   j["format_version"] = kStateVersion;
@@ -51,17 +45,14 @@ std::string encode(const detail::AveragingState& s) {
   j["paused"] = s.paused_;
   j["version"] = s.window_.version();
   nlohmann::ordered_json seen = nlohmann::ordered_json::array();
-  for (const detail::SeenVersion& v : s.seen_) {
+  for (const SeenVersion& v : s.seen_) {
     seen.push_back(nlohmann::ordered_json::array({v.version, v.since_step}));
   }
   j["seen"] = seen;
   return j.dump();
 }
 
-/// The state of the file's agent @p source, or CheckpointError saying what is wrong with it.
-AveragingSnapshot decode(const std::string& text, const std::string& path, int source) {
-  const std::string where = "paramwin: checkpoint '" + path + "': agent " +
-                            std::to_string(source) + ": ";
+AveragingSnapshot decode_averaging_state(const std::string& text, const std::string& where) {
   if (text.starts_with("paramwin-agent-state")) {
     throw CheckpointError(where +
                           "written by a population of Agents (dying agents), not by "
@@ -73,7 +64,8 @@ AveragingSnapshot decode(const std::string& text, const std::string& path, int s
     if (j.at("format").get<std::string>() != kStateFormat ||
         j.at("format_version").get<std::int64_t>() != kStateVersion) {
       throw CheckpointError(where + "not an AveragingAgent state of format version " +
-                            std::to_string(kStateVersion));
+                            std::to_string(kStateVersion) + " (format '" +
+                            j.at("format").get<std::string>() + "')");
     }
     AveragingSnapshot s{.rank = j.at("rank").get<int>(),
                         .size = j.at("size").get<int>(),
@@ -99,6 +91,32 @@ AveragingSnapshot decode(const std::string& text, const std::string& path, int s
   }
 }
 
+void restore_averaging_state(AveragingState& s, const AveragingSnapshot& snap,
+                             const BoundLayers<ConstLayerRef>& loaded) {
+  s.pending_ = false;
+  s.quiesce();
+  s.steps_ = snap.steps;
+  s.rounds_ = snap.rounds;
+  s.peers_round_ = -1;
+  s.paused_ = snap.paused;
+  s.seen_ = snap.seen;
+  s.last_round_time_ = MPI_Wtime();
+  s.window_.continue_versions(snap.version);
+  if (snap.version > 0) {
+    (void)s.publish(loaded);  // nobody reads while every rank is in the load
+    return;
+  }
+  AgentStatus status = s.window_.status();
+  status.iteration = s.steps_;
+  status.age = s.steps_;
+  status.state = s.paused_ ? AgentState::paused : AgentState::fresh;
+  s.window_.set_status(status);
+}
+
+}  // namespace detail
+
+namespace {
+
 /// The "options" attribute: what the saving agents ran with (for the reader of the file).
 std::string describe(const AveragingOptions& o) {
   std::ostringstream s;
@@ -113,7 +131,7 @@ std::string describe(const AveragingOptions& o) {
 
 /// The file's share of this rank, checked to be this population's: CheckpointError (on this
 /// rank) otherwise.
-AveragingSnapshot check_share(const detail::CheckpointRead& read, const std::string& path,
+detail::AveragingSnapshot check_share(const detail::CheckpointRead& read, const std::string& path,
                               int rank, int size) {
   if (read.agents != size) {
     throw CheckpointError("paramwin: checkpoint '" + path + "': written by a population of " +
@@ -121,7 +139,9 @@ AveragingSnapshot check_share(const detail::CheckpointRead& read, const std::str
                           std::to_string(size) +
                           " (an averaging population resumes with as many ranks as it saved)");
   }
-  AveragingSnapshot s = decode(read.state, path, read.source);
+  detail::AveragingSnapshot s = detail::decode_averaging_state(
+      read.state, "paramwin: checkpoint '" + path + "': agent " + std::to_string(read.source) +
+                      ": ");
   if (s.size != size || s.rank != rank) {
     throw CheckpointError("paramwin: checkpoint '" + path + "': agent " +
                           std::to_string(read.source) + " says it was rank " +
@@ -139,10 +159,8 @@ void AveragingAgent::save_checkpoint(const std::string& path,
   const Layout& layout = s.window_.layout();
   const BoundLayers<ConstLayerRef> ordered =
       detail::bind_readable(layout, params, comm, "AveragingAgent::save_checkpoint");
-  s.pending_ = false;  // the resumed run has no correction in flight: neither has this one
-  s.quiesce();
   detail::AgentRecord mine{.ordered = ordered,
-                           .state = encode(s),
+                           .state = detail::take_averaging_state(s),
                            .extras = {},
                            .metric = 0.0,
                            .generation = 0,
@@ -173,7 +191,7 @@ CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path,
       detail::bind_readable(layout, params, comm, "AveragingAgent::load_checkpoint");
   // Everything that can fail first, on copies (read_checkpoint agrees on its own errors).
   const detail::CheckpointRead read = detail::read_checkpoint(comm, path, layout);
-  AveragingSnapshot snap;
+  detail::AveragingSnapshot snap;
   std::string error;
   try {
     snap = check_share(read, path, s.rank_, s.size_);
@@ -182,25 +200,8 @@ CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path,
   }
   detail::agree_or_throw<CheckpointError>(comm, error);
 
-  s.pending_ = false;
-  s.quiesce();
   error = detail::write_layers(ordered, read.layers, layout);
-  s.steps_ = snap.steps;
-  s.rounds_ = snap.rounds;
-  s.peers_round_ = -1;
-  s.paused_ = snap.paused;
-  s.seen_ = snap.seen;
-  s.last_round_time_ = MPI_Wtime();
-  s.window_.continue_versions(snap.version);
-  if (snap.version > 0) {
-    (void)s.publish(ordered.as_const());  // nobody reads while every rank is in the load
-  } else {
-    AgentStatus status = s.window_.status();
-    status.iteration = s.steps_;
-    status.age = s.steps_;
-    status.state = s.paused_ ? AgentState::paused : AgentState::fresh;
-    s.window_.set_status(status);
-  }
+  detail::restore_averaging_state(s, snap, ordered.as_const());
   if (s.hooks_.load && error.empty()) {
     try {
       s.hooks_.load(read.extras, false);

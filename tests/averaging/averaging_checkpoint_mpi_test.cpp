@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint_test_util.hpp"
@@ -328,4 +329,93 @@ TEST(AveragingCheckpoint, BadFilesAndParametersThrowOnEveryRankAndChangeNothing)
   const pw::CheckpointLoad l = a.load_checkpoint(good, q.refs());
   EXPECT_EQ(l.steps, 3);
   EXPECT_TRUE(q == p);
+}
+
+namespace {
+
+/// Lockstep of a hierarchy: train, step, barrier, the leaders publish, barrier. Returns per
+/// step the leader's round index and the parameters.
+std::vector<std::pair<std::int64_t, Params>> hierarchy_lockstep(pw::HierarchicalAveragingAgent& h,
+                                                                 Params& p, std::int64_t from,
+                                                                 std::int64_t to) {
+  const int rank = pw::test::world_rank();
+  std::vector<std::pair<std::int64_t, Params>> out;
+  for (std::int64_t t = from; t <= to; ++t) {
+    p.train(rank, t);
+    const pw::HierarchicalRound r = h.step(p.refs());
+    out.emplace_back(r.across.round, p);
+    MPI_Barrier(MPI_COMM_WORLD);
+    (void)h.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(HierarchicalCheckpoint, EveryTrainingRankResumesAndTheLeadersRoundsContinue) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  if (pw::test::world_size() % 2 != 0) GTEST_SKIP() << "groups of 2 ranks";
+  const std::string dir = fresh_dir("hierarchy");
+  const std::string path = dir + "/tiers.h5";
+  const int rank = pw::test::world_rank();
+  const pw::AgentGroups groups(MPI_COMM_WORLD, pw::GroupOptions{.ranks_per_agent = 2});
+  pw::AveragingOptions o;
+  o.topology = pw::Topology::ring_peers();
+  o.warmup_steps = 1;
+  o.publish_every = std::int64_t{1} << 40;
+  Params p;
+  p.init(rank);
+  Params at_save;
+  std::vector<std::pair<std::int64_t, Params>> original;
+  {
+    pw::HierarchicalAveragingAgent h(groups, layout(), o);
+    (void)h.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    (void)hierarchy_lockstep(h, p, 1, 5);
+    p.train(rank, 100);  // the members of a group differ at the save
+    h.save_checkpoint(path, p.crefs());
+    at_save = p;
+    original = hierarchy_lockstep(h, p, 6, 12);
+  }
+  Params q;
+  pw::HierarchicalAveragingAgent h(groups, layout(), o);
+  const pw::CheckpointLoad l = h.load_checkpoint(path, q.refs());
+  EXPECT_EQ(l.agents, pw::test::world_size());
+  EXPECT_EQ(l.steps, 5);
+  EXPECT_TRUE(q == at_save) << "rank " << rank << ": not its own saved parameters";
+  EXPECT_EQ(h.steps(), 5);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto resumed = hierarchy_lockstep(h, q, 6, 12);
+  ASSERT_EQ(resumed.size(), original.size());
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    EXPECT_EQ(resumed[i].first, original[i].first) << "step " << 6 + i;
+    EXPECT_TRUE(resumed[i].second == original[i].second) << "step " << 6 + i;
+  }
+  // A file of flat AveragingAgents is not a hierarchy's, and the other way round.
+  Params r;
+  r.init(rank);
+  {
+    pw::AveragingAgent flat(MPI_COMM_WORLD, layout(), {});
+    flat.save_checkpoint(dir + "/flat.h5", r.crefs());
+    const Params before = r;
+    try {
+      (void)flat.load_checkpoint(path, r.refs());
+      ADD_FAILURE() << "an AveragingAgent loaded a hierarchy's checkpoint";
+    } catch (const pw::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("hierarchical"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(r == before);
+  }
+  const Params before = q;
+  try {
+    (void)h.load_checkpoint(dir + "/flat.h5", q.refs());
+    ADD_FAILURE() << "a hierarchy loaded an AveragingAgent checkpoint";
+  } catch (const pw::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a HierarchicalAveragingAgent state"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(q == before);
+  EXPECT_EQ(h.steps(), 12);
 }

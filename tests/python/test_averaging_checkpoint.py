@@ -31,13 +31,15 @@ def shared_dir(comm, tmp_path):
 
 
 def lockstep(comm, agent, params, steps):
-    """Per step: train, step (no publish), barrier, publish, barrier; returns (peers, values)."""
+    """Per step: train, step (no publish), barrier, publish, barrier; returns the rounds' peers
+    and indices and the values."""
     rank = comm.Get_rank()
     out = []
     for t in steps:
         params["w"] += np.float32(0.01 * np.sin(t + rank))
         params["b"] += 0.02 * np.cos(0.5 * t + rank)
         r = agent.step(params)
+        r = getattr(r, "across", r)  # a hierarchy: the leader's round
         out.append(([p.rank for p in r.peers], r.round, params["w"].copy(), params["b"].copy()))
         comm.Barrier()
         agent.publish(params)
@@ -147,3 +149,30 @@ def test_torch_agent_restores_the_module_and_the_optimizer(comm, tmp_path):
         for p, q in zip(net.parameters(), net2.parameters()):
             assert torch.equal(opt.state[p]["exp_avg_sq"], opt2.state[q]["exp_avg_sq"])
         comm.Barrier()
+
+
+def test_hierarchy_resumes_every_training_rank(comm, tmp_path):
+    need_ranks(comm, 2)
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if n % 2:
+        pytest.skip("needs groups of 2 ranks")
+    path = os.path.join(shared_dir(comm, tmp_path), "tiers.h5")
+    options = dict(topology="ring", publish_every=NEVER)
+    params = initial(rank)
+    with paramwin.AgentGroups(comm, ranks_per_agent=2) as groups:
+        with paramwin.HierarchicalAveragingAgent(groups, layout(), **options) as a:
+            a.publish(params)
+            comm.Barrier()
+            lockstep(comm, a, params, range(1, 4))
+            params["b"] += rank  # the members of a group differ at the save
+            a.save_checkpoint(path, params)
+            saved = {k: v.copy() for k, v in params.items()}
+            original = lockstep(comm, a, params, range(4, 8))
+        loaded = {"w": np.zeros((4, 3), np.float32), "b": np.zeros(3)}
+        with paramwin.HierarchicalAveragingAgent(groups, layout(), **options) as b:
+            assert b.load_checkpoint(path, loaded).steps == 3 and b.steps == 3
+            assert (loaded["w"] == saved["w"]).all() and (loaded["b"] == saved["b"]).all()
+            comm.Barrier()
+            resumed = lockstep(comm, b, loaded, range(4, 8))
+    for (_, r0, w0, b0), (_, r1, w1, b1) in zip(original, resumed):
+        assert r1 == r0 and (w1 == w0).all() and (b1 == b0).all()
