@@ -44,14 +44,19 @@ struct Params {
   std::vector<pw::LayerRef> refs() { return {w, b}; }
   [[nodiscard]] std::vector<pw::ConstLayerRef> crefs() const { return {w, b}; }
   void init(int rank) {
-    for (std::size_t i = 0; i < kW; ++i) w[i] = static_cast<float>(0.1 * rank + 0.01 * i);
-    for (std::size_t i = 0; i < kB; ++i) b[i] = 1.0 - 0.2 * rank + 0.03 * i;
+    for (std::size_t i = 0; i < kW; ++i) {
+      w[i] = static_cast<float>(0.1 * rank + 0.01 * static_cast<double>(i));
+    }
+    for (std::size_t i = 0; i < kB; ++i) b[i] = 1.0 - 0.2 * rank + 0.03 * static_cast<double>(i);
   }
   void train(int rank, std::int64_t step) {
+    const auto t = static_cast<double>(step);
     for (std::size_t i = 0; i < kW; ++i) {
-      w[i] += static_cast<float>(0.01 * std::sin(0.3 * step + rank + static_cast<double>(i)));
+      w[i] += static_cast<float>(0.01 * std::sin(0.3 * t + rank + static_cast<double>(i)));
     }
-    for (std::size_t i = 0; i < kB; ++i) b[i] += 0.02 * std::cos(0.2 * step + rank + i);
+    for (std::size_t i = 0; i < kB; ++i) {
+      b[i] += 0.02 * std::cos(0.2 * t + rank + static_cast<double>(i));
+    }
   }
   bool operator==(const Params&) const = default;
 };
@@ -195,25 +200,31 @@ TEST(AveragingCheckpoint, ASaveDropsTheBackgroundReadInFlight) {
   o.background = true;  // on the worker where MPI allows it, inline otherwise
   Params p;
   p.init(rank);
-  pw::AveragingAgent a(MPI_COMM_WORLD, layout(), o);
-  (void)a.publish(p.crefs());
-  MPI_Barrier(MPI_COMM_WORLD);
-  for (int t = 1; t <= 3; ++t) (void)a.step(p.refs());
-  const pw::AveragingRound began = a.step(p.refs());  // begins a read (worker) or reads (inline)
-  EXPECT_TRUE(began.started_round >= 0 || began.busy || began.read_step == 4)
-      << pw::to_json(began);
-  a.save_checkpoint(path, p.crefs());
-  const Params saved = p;
-  const pw::AveragingRound next = a.step(p.refs());
-  EXPECT_FALSE(next.background_applied) << "the save dropped the read, but " << pw::to_json(next);
-  EXPECT_TRUE(p == saved);  // nothing landed (the next read began, if any, lands later)
-  MPI_Barrier(MPI_COMM_WORLD);
+  Params saved;
+  std::int64_t rounds_after = 0;
+  {
+    pw::AveragingAgent a(MPI_COMM_WORLD, layout(), o);
+    (void)a.publish(p.crefs());
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int t = 1; t <= 3; ++t) (void)a.step(p.refs());
+    const pw::AveragingRound began = a.step(p.refs());  // begins a read (worker) or reads
+    EXPECT_TRUE(began.started_round >= 0 || began.busy || began.read_step == 4)
+        << pw::to_json(began);
+    a.save_checkpoint(path, p.crefs());
+    saved = p;
+    const pw::AveragingRound next = a.step(p.refs());
+    EXPECT_FALSE(next.background_applied) << "the save dropped the read, but "
+                                          << pw::to_json(next);
+    EXPECT_TRUE(p == saved);  // nothing landed (the next read began, if any, lands later)
+    rounds_after = a.rounds();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   Params q;
   pw::AveragingAgent b(MPI_COMM_WORLD, layout(), o);
   (void)b.load_checkpoint(path, q.refs());
   EXPECT_TRUE(q == saved);
   EXPECT_EQ(b.steps(), 4);
-  EXPECT_EQ(b.rounds(), a.rounds() - 1);  // the saving run began one more read since
+  EXPECT_EQ(b.rounds(), rounds_after - 1);  // the saving run began one more read since
 }
 
 namespace {
@@ -373,7 +384,9 @@ TEST(HierarchicalCheckpoint, EveryTrainingRankResumesAndTheLeadersRoundsContinue
     (void)h.publish(p.crefs());
     MPI_Barrier(MPI_COMM_WORLD);
     (void)hierarchy_lockstep(h, p, 1, 5);
-    p.train(rank, 100);  // the members of a group differ at the save
+    // The members of a group differ at the save (the leaders' parameters stay the ones they
+    // published: the load republishes what it loads).
+    if (!h.leader()) p.train(rank, 100);
     h.save_checkpoint(path, p.crefs());
     at_save = p;
     original = hierarchy_lockstep(h, p, 6, 12);
