@@ -113,6 +113,18 @@ void restore_averaging_state(AveragingState& s, const AveragingSnapshot& snap,
   s.window_.set_status(status);
 }
 
+AgentRecord averaging_record(const BoundLayers<ConstLayerRef>& ordered, std::string state,
+                             std::int64_t steps) {
+  return AgentRecord{.ordered = ordered,
+                     .state = std::move(state),
+                     .extras = {},
+                     .metric = 0.0,
+                     .generation = 0,
+                     .steps = steps,
+                     .age = steps,
+                     .iteration = steps};
+}
+
 }  // namespace detail
 
 namespace {
@@ -159,14 +171,8 @@ void AveragingAgent::save_checkpoint(const std::string& path,
   const Layout& layout = s.window_.layout();
   const BoundLayers<ConstLayerRef> ordered =
       detail::bind_readable(layout, params, comm, "AveragingAgent::save_checkpoint");
-  detail::AgentRecord mine{.ordered = ordered,
-                           .state = detail::take_averaging_state(s),
-                           .extras = {},
-                           .metric = 0.0,
-                           .generation = 0,
-                           .steps = s.steps_,
-                           .age = s.steps_,
-                           .iteration = s.steps_};
+  detail::AgentRecord mine =
+      detail::averaging_record(ordered, detail::take_averaging_state(s), s.steps_);
   std::vector<std::vector<std::byte>> copies;  // host copies of device layers
   std::string error;
   try {

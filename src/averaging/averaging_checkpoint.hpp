@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "averaging/averaging_state.hpp"
+#include "checkpoint/file.hpp"
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/layer_ref.hpp"
 
@@ -34,5 +35,10 @@ struct AveragingSnapshot {
 /// publishes @p loaded under the saved version unless the saved agent had never published.
 void restore_averaging_state(AveragingState& s, const AveragingSnapshot& snap,
                              const BoundLayers<ConstLayerRef>& loaded);
+
+/// What one rank of an averaging population contributes to a checkpoint: @p ordered, its
+/// @p state text, its step count (no metric: the file's agents are all equal).
+[[nodiscard]] AgentRecord averaging_record(const BoundLayers<ConstLayerRef>& ordered,
+                                           std::string state, std::int64_t steps);
 
 }  // namespace paramwin::detail

@@ -117,16 +117,8 @@ void HierarchicalAveragingAgent::save_checkpoint(const std::string& path,
   const BoundLayers<ConstLayerRef> ordered = detail::bind_readable(
       s.layout_, params, comm, "HierarchicalAveragingAgent::save_checkpoint");
   const std::string across = s.across_ ? detail::take_averaging_state(s.across_->state()) : "";
-  const detail::AgentRecord mine{.ordered = ordered,
-                                 .state = encode(s, across),
-                                 .extras = {},
-                                 .metric = 0.0,
-                                 .generation = 0,
-                                 .steps = s.steps_,
-                                 .age = s.steps_,
-                                 .iteration = s.steps_};
   detail::write_checkpoint(
-      comm, path, s.layout_, mine,
+      comm, path, s.layout_, detail::averaging_record(ordered, encode(s, across), s.steps_),
       detail::SaveSettings{.options = "kind=hierarchical-averaging groups=" +
                                       std::to_string(s.groups_)});
 }
