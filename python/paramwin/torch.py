@@ -320,6 +320,9 @@ class TorchAveragingAgent:
     every rank then holds the mean). The first ``step()`` publishes the initial parameters
     first if ``publish()`` was not called. The optimizer's state (Adam's moments, momentum
     buffers) is each rank's own and is kept: only the parameters are mixed.
+    ``save_checkpoint(path, optimizer=None)`` and ``load_checkpoint(path, optimizer=None)``
+    save and restore the averaging population (AveragingAgent's checkpoints) with the
+    optimizer's ``state_dict`` when one is given.
 
     CUDA modules: their parameters are staged through host buffers (copied in before a step,
     copied back when the step changed them), as in the C++ adapter: warm-up, cool-down,
