@@ -319,14 +319,17 @@ TEST(AveragingCheckpoint, BadFilesAndParametersThrowOnEveryRankAndChangeNothing)
 
   // Bad parameters on one rank: InvalidArgument on every rank, for a load and a save.
   std::vector<float> short_w(kW - 1);
-  refused<pw::InvalidArgument>(a, p, "", [&] {
+  refused<pw::InvalidArgument>(a, p, rank == n - 1 ? "expects 6 elements, got 5"
+                                                    : "rank " + std::to_string(n - 1) + " failed",
+                               [&] {
     if (rank == n - 1) {
       (void)a.load_checkpoint(good, {pw::LayerRef(short_w), pw::LayerRef(p.b)});
     } else {
       (void)a.load_checkpoint(good, p.refs());
     }
   });
-  refused<pw::InvalidArgument>(a, p, "", [&] {
+  refused<pw::InvalidArgument>(a, p, rank == 0 ? "got 1 layers, the layout has 2" : "rank 0 failed",
+                               [&] {
     if (rank == 0) {
       a.save_checkpoint(dir + "/never.h5", {pw::ConstLayerRef(p.w)});
     } else {
