@@ -97,7 +97,8 @@ void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
                                 const std::string& path, std::span<const ConstLayerRef> params) {
   wait_checkpoint(c);  // the previous asynchronous save first (and its error)
   save_bound(ex, c, path,
-             bind_readable(ex.layout(), params, c.all, std::string(ex.kind()) + "::save_checkpoint"));
+             bind_readable(ex.layout(), params, c.all,
+                           std::string(ex.kind()) + "::save_checkpoint"));
 }
 
 void AgentCore::save_bound(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,

@@ -54,10 +54,9 @@ std::string take_averaging_state(AveragingState& s) {
 
 AveragingSnapshot decode_averaging_state(const std::string& text, const std::string& where) {
   if (text.starts_with("paramwin-agent-state")) {
-    throw CheckpointError(where +
-                          "written by a population of Agents (dying agents), not by "
-                          "AveragingAgents: an AveragingAgent loads only AveragingAgent "
-                          "checkpoints");
+    throw CheckpointError(where + "written by a population of Agents (dying agents), not by "
+                                  "AveragingAgents: an AveragingAgent loads only AveragingAgent "
+                                  "checkpoints");
   }
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
@@ -75,8 +74,8 @@ AveragingSnapshot decode_averaging_state(const std::string& text, const std::str
                         .version = j.at("version").get<std::uint64_t>(),
                         .seen = {}};
     for (const nlohmann::json& v : j.at("seen")) {
-      s.seen.push_back({.version = v.at(0).get<std::uint64_t>(),
-                        .since_step = v.at(1).get<std::int64_t>()});
+      s.seen.push_back(
+          {.version = v.at(0).get<std::uint64_t>(), .since_step = v.at(1).get<std::int64_t>()});
     }
     if (s.steps < 0 || s.rounds < 0 || s.rounds > s.steps ||
         s.seen.size() != static_cast<std::size_t>(s.size)) {
@@ -133,27 +132,26 @@ namespace {
 std::string describe(const AveragingOptions& o) {
   std::ostringstream s;
   s << "kind=averaging topology=" << enum_name(o.topology.kind) << " k=" << o.topology.k
-    << " seed=" << o.topology.seed << " interval=" << o.interval
-    << " interval_ms=" << o.interval_ms << " warmup_steps=" << o.warmup_steps
-    << " cooldown_steps=" << o.cooldown_steps << " total_steps=" << o.total_steps
-    << " publish_every=" << o.publish_every << " stale_steps=" << o.stale_steps
-    << " background=" << (o.background ? 1 : 0);
+    << " seed=" << o.topology.seed << " interval=" << o.interval << " interval_ms=" << o.interval_ms
+    << " warmup_steps=" << o.warmup_steps << " cooldown_steps=" << o.cooldown_steps
+    << " total_steps=" << o.total_steps << " publish_every=" << o.publish_every
+    << " stale_steps=" << o.stale_steps << " background=" << (o.background ? 1 : 0);
   return s.str();
 }
 
 /// The file's share of this rank, checked to be this population's: CheckpointError (on this
 /// rank) otherwise.
 detail::AveragingSnapshot check_share(const detail::CheckpointRead& read, const std::string& path,
-                              int rank, int size) {
+                                      int rank, int size) {
   if (read.agents != size) {
     throw CheckpointError("paramwin: checkpoint '" + path + "': written by a population of " +
                           std::to_string(read.agents) + " averaging agents, this one has " +
                           std::to_string(size) +
                           " (an averaging population resumes with as many ranks as it saved)");
   }
-  detail::AveragingSnapshot s = detail::decode_averaging_state(
-      read.state, "paramwin: checkpoint '" + path + "': agent " + std::to_string(read.source) +
-                      ": ");
+  detail::AveragingSnapshot s =
+      detail::decode_averaging_state(read.state, "paramwin: checkpoint '" + path + "': agent " +
+                                                     std::to_string(read.source) + ": ");
   if (s.size != size || s.rank != rank) {
     throw CheckpointError("paramwin: checkpoint '" + path + "': agent " +
                           std::to_string(read.source) + " says it was rank " +
@@ -219,9 +217,11 @@ CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path,
   }
   // Nobody steps before every agent republished (the agreement's reduction orders it).
   detail::agree_or_throw<CheckpointError>(comm, error);
-  return CheckpointLoad{
-      .path = path, .agents = read.agents, .source = read.source, .reborn = false,
-      .steps = s.steps_};
+  return CheckpointLoad{.path = path,
+                        .agents = read.agents,
+                        .source = read.source,
+                        .reborn = false,
+                        .steps = s.steps_};
 }
 
 void AveragingAgent::set_checkpoint_hooks(CheckpointHooks hooks) {

@@ -79,8 +79,8 @@ HierarchySnapshot decode(const std::string& text, const std::string& where) {
 /// agent across groups): CheckpointError (on this rank) otherwise.
 HierarchySnapshot check_share(const detail::HierarchicalState& s, const detail::CheckpointRead& r,
                               const std::string& path, detail::AveragingSnapshot& across) {
-  const std::string where = "paramwin: checkpoint '" + path + "': agent " +
-                            std::to_string(r.source) + ": ";
+  const std::string where =
+      "paramwin: checkpoint '" + path + "': agent " + std::to_string(r.source) + ": ";
   const int training = s.training_.size();
   if (r.agents != training) {
     throw CheckpointError("paramwin: checkpoint '" + path + "': written by " +
@@ -90,13 +90,12 @@ HierarchySnapshot check_share(const detail::HierarchicalState& s, const detail::
   HierarchySnapshot h = decode(r.state, where);
   if (h.group != s.group_id_ || h.groups != s.groups_ || h.rank_in_group != s.rank_in_group_ ||
       h.group_size != s.group_size_) {
-    throw CheckpointError(where + "saved as rank " + std::to_string(h.rank_in_group) + " of " +
-                          std::to_string(h.group_size) + " in group " + std::to_string(h.group) +
-                          " of " + std::to_string(h.groups) + "; this rank is rank " +
-                          std::to_string(s.rank_in_group_) + " of " +
-                          std::to_string(s.group_size_) + " in group " +
-                          std::to_string(s.group_id_) + " of " + std::to_string(s.groups_) +
-                          " (load with the groups that saved)");
+    throw CheckpointError(
+        where + "saved as rank " + std::to_string(h.rank_in_group) + " of " +
+        std::to_string(h.group_size) + " in group " + std::to_string(h.group) + " of " +
+        std::to_string(h.groups) + "; this rank is rank " + std::to_string(s.rank_in_group_) +
+        " of " + std::to_string(s.group_size_) + " in group " + std::to_string(s.group_id_) +
+        " of " + std::to_string(s.groups_) + " (load with the groups that saved)");
   }
   if (s.across_) {
     across = detail::decode_averaging_state(h.across, where + "the leader's agent: ");
@@ -114,21 +113,21 @@ void HierarchicalAveragingAgent::save_checkpoint(const std::string& path,
                                                  std::span<const ConstLayerRef> params) {
   detail::HierarchicalState& s = state();
   const MPI_Comm comm = s.training_.get();
-  const BoundLayers<ConstLayerRef> ordered = detail::bind_readable(
-      s.layout_, params, comm, "HierarchicalAveragingAgent::save_checkpoint");
+  const BoundLayers<ConstLayerRef> ordered =
+      detail::bind_readable(s.layout_, params, comm, "HierarchicalAveragingAgent::save_checkpoint");
   const std::string across = s.across_ ? detail::take_averaging_state(s.across_->state()) : "";
-  detail::write_checkpoint(
-      comm, path, s.layout_, detail::averaging_record(ordered, encode(s, across), s.steps_),
-      detail::SaveSettings{.options = "kind=hierarchical-averaging groups=" +
-                                      std::to_string(s.groups_)});
+  detail::write_checkpoint(comm, path, s.layout_,
+                           detail::averaging_record(ordered, encode(s, across), s.steps_),
+                           detail::SaveSettings{.options = "kind=hierarchical-averaging groups=" +
+                                                           std::to_string(s.groups_)});
 }
 
 CheckpointLoad HierarchicalAveragingAgent::load_checkpoint(const std::string& path,
                                                            std::span<const LayerRef> params) {
   detail::HierarchicalState& s = state();
   const MPI_Comm comm = s.training_.get();
-  const BoundLayers<LayerRef> ordered = detail::bind_readable(
-      s.layout_, params, comm, "HierarchicalAveragingAgent::load_checkpoint");
+  const BoundLayers<LayerRef> ordered =
+      detail::bind_readable(s.layout_, params, comm, "HierarchicalAveragingAgent::load_checkpoint");
   const detail::CheckpointRead read = detail::read_checkpoint(comm, path, s.layout_);
   HierarchySnapshot h;
   detail::AveragingSnapshot across;
@@ -148,9 +147,11 @@ CheckpointLoad HierarchicalAveragingAgent::load_checkpoint(const std::string& pa
   }
   // Nobody steps before every leader republished.
   detail::agree_or_throw<CheckpointError>(comm, error);
-  return CheckpointLoad{
-      .path = path, .agents = read.agents, .source = read.source, .reborn = false,
-      .steps = s.steps_};
+  return CheckpointLoad{.path = path,
+                        .agents = read.agents,
+                        .source = read.source,
+                        .reborn = false,
+                        .steps = s.steps_};
 }
 
 }  // namespace paramwin

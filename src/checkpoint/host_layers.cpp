@@ -27,8 +27,7 @@ void check_readable(const BoundLayers<Ref>& ordered, const Layout& layout,
 }
 
 template void check_readable(const BoundLayers<LayerRef>&, const Layout&, const std::string&);
-template void check_readable(const BoundLayers<ConstLayerRef>&, const Layout&,
-                             const std::string&);
+template void check_readable(const BoundLayers<ConstLayerRef>&, const Layout&, const std::string&);
 
 template <class Ref>
 BoundLayers<Ref> bind_readable(const Layout& layout, std::span<const Ref> params, MPI_Comm comm,

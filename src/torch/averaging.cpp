@@ -242,8 +242,7 @@ void AveragingAgent::save_checkpoint(const std::string& path) {
 
 CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path) {
   Impl& impl = live();
-  impl.bind_or_fail(
-      [&] { return impl.agent->load_checkpoint(path, std::span<const LayerRef>()); });
+  impl.bind_or_fail([&] { return impl.agent->load_checkpoint(path, std::span<const LayerRef>()); });
   return impl.agent->load_checkpoint(path, impl.refs);
 }
 

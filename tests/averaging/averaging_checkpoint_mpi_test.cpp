@@ -76,8 +76,7 @@ struct Seen {
 
 /// Steps @p from..@p to in lockstep: train, step (never publishing: publish_every is huge),
 /// barrier, publish, barrier. @p before_step (if set) runs first at each step.
-std::vector<Seen> lockstep(pw::AveragingAgent& agent, Params& p, std::int64_t from,
-                           std::int64_t to,
+std::vector<Seen> lockstep(pw::AveragingAgent& agent, Params& p, std::int64_t from, std::int64_t to,
                            const std::function<void(std::int64_t)>& before_step = {}) {
   const int rank = agent.rank();
   std::vector<Seen> out;
@@ -213,8 +212,7 @@ TEST(AveragingCheckpoint, ASaveDropsTheBackgroundReadInFlight) {
     a.save_checkpoint(path, p.crefs());
     saved = p;
     const pw::AveragingRound next = a.step(p.refs());
-    EXPECT_FALSE(next.background_applied) << "the save dropped the read, but "
-                                          << pw::to_json(next);
+    EXPECT_FALSE(next.background_applied) << "the save dropped the read, but " << pw::to_json(next);
     EXPECT_TRUE(p == saved);  // nothing landed (the next read began, if any, lands later)
     rounds_after = a.rounds();
     MPI_Barrier(MPI_COMM_WORLD);
@@ -295,8 +293,9 @@ TEST(AveragingCheckpoint, BadFilesAndParametersThrowOnEveryRankAndChangeNothing)
     MPI_Barrier(MPI_COMM_WORLD);  // refused()'s barrier on rank 0
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  refused<pw::CheckpointError>(a, p, "population of 1 averaging agents, this one has " +
-                                         std::to_string(n),
+  refused<pw::CheckpointError>(a, p,
+                               "population of 1 averaging agents, this one has " +
+                                   std::to_string(n),
                                [&] { (void)a.load_checkpoint(dir + "/alone.h5", p.refs()); });
 
   // A checkpoint of Agents (dying agents), and an Agent given an averaging checkpoint.
@@ -319,23 +318,24 @@ TEST(AveragingCheckpoint, BadFilesAndParametersThrowOnEveryRankAndChangeNothing)
 
   // Bad parameters on one rank: InvalidArgument on every rank, for a load and a save.
   std::vector<float> short_w(kW - 1);
-  refused<pw::InvalidArgument>(a, p, rank == n - 1 ? "expects 6 elements, got 5"
-                                                    : "rank " + std::to_string(n - 1) + " failed",
-                               [&] {
-    if (rank == n - 1) {
-      (void)a.load_checkpoint(good, {pw::LayerRef(short_w), pw::LayerRef(p.b)});
-    } else {
-      (void)a.load_checkpoint(good, p.refs());
-    }
-  });
+  refused<pw::InvalidArgument>(
+      a, p,
+      rank == n - 1 ? "expects 6 elements, got 5" : "rank " + std::to_string(n - 1) + " failed",
+      [&] {
+        if (rank == n - 1) {
+          (void)a.load_checkpoint(good, {pw::LayerRef(short_w), pw::LayerRef(p.b)});
+        } else {
+          (void)a.load_checkpoint(good, p.refs());
+        }
+      });
   refused<pw::InvalidArgument>(a, p, rank == 0 ? "got 1 layers, the layout has 2" : "rank 0 failed",
                                [&] {
-    if (rank == 0) {
-      a.save_checkpoint(dir + "/never.h5", {pw::ConstLayerRef(p.w)});
-    } else {
-      a.save_checkpoint(dir + "/never.h5", p.crefs());
-    }
-  });
+                                 if (rank == 0) {
+                                   a.save_checkpoint(dir + "/never.h5", {pw::ConstLayerRef(p.w)});
+                                 } else {
+                                   a.save_checkpoint(dir + "/never.h5", p.crefs());
+                                 }
+                               });
   EXPECT_FALSE(std::filesystem::exists(dir + "/never.h5"));
 
   // The good file still loads.
@@ -350,8 +350,8 @@ namespace {
 /// Lockstep of a hierarchy: train, step, barrier, the leaders publish, barrier. Returns per
 /// step the leader's round index and the parameters.
 std::vector<std::pair<std::int64_t, Params>> hierarchy_lockstep(pw::HierarchicalAveragingAgent& h,
-                                                                 Params& p, std::int64_t from,
-                                                                 std::int64_t to) {
+                                                                Params& p, std::int64_t from,
+                                                                std::int64_t to) {
   const int rank = pw::test::world_rank();
   std::vector<std::pair<std::int64_t, Params>> out;
   for (std::int64_t t = from; t <= to; ++t) {
