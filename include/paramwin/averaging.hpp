@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/enum_names.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
@@ -261,6 +262,7 @@ struct AveragingRound {
 namespace detail {
 class AveragingState;
 }  // namespace detail
+class HierarchicalAveragingAgent;
 
 /// One rank of a model trained data-parallel by ranks that average with each other
 /// one-sidedly. Owns its window (every rank of @p comm holds one agent), and with background
@@ -316,6 +318,38 @@ class AveragingAgent {
     return finish(std::span<const LayerRef>(params.begin(), params.size()));
   }
 
+  /// Saves the whole averaging population into one parallel-HDF5 checkpoint @p path (the
+  /// format of Agent's checkpoints, docs/checkpoints.md; one agent per rank): every rank's
+  /// @p params (host memory, or device memory CUDA knows), its state (steps, rounds, paused,
+  /// publish version, what it saw of its peers) and the blobs of its checkpoint hooks.
+  /// Written as "<path>.tmp" and renamed once complete. Background averaging: a read running
+  /// on the worker is waited for, and it and a pending correction are dropped (as by a
+  /// synchronous step), so that a run resumed from the file continues as this one does.
+  /// Bad @p params: InvalidArgument on every rank; a failed write: CheckpointError on every
+  /// rank (the previous file at @p path is intact). @note Collective.
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params);
+  /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
+  void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
+    save_checkpoint(path, std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+  /// Continues from checkpoint @p path, written by save_checkpoint over as many ranks as this
+  /// agent's: fills @p params with this rank's saved parameters, restores the agent's state
+  /// (its next rounds are the ones the saving run made after the save: same round indices,
+  /// so the same peers) and publishes the loaded parameters under the saved version number
+  /// (unless the saved agent had never published). A pending background correction is
+  /// dropped. Everything is checked on every rank before anything changes: a missing or
+  /// corrupted file, another layout, another number of ranks, a checkpoint of Agents (a
+  /// population of dying agents) throw CheckpointError on every rank, bad @p params
+  /// InvalidArgument; the agent and @p params are then unchanged. @note Collective.
+  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params);
+  /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
+  CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
+    return load_checkpoint(path, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+  /// Adds the owner's own state to this agent's checkpoints (as Agent::set_checkpoint_hooks:
+  /// e.g. the LibTorch adapter's optimizer state). The load hook gets reborn = false.
+  void set_checkpoint_hooks(CheckpointHooks hooks);
+
   /// Bagua's abort(): no more asynchronous reads, no publishes, roster says paused (so no
   /// peer reads this agent). Synchronous steps still take part (they are collective). A
   /// pending background correction is dropped; a read still running on the worker is not
@@ -344,6 +378,7 @@ class AveragingAgent {
   [[nodiscard]] const std::string& background_inline_reason() const;
 
  private:
+  friend class HierarchicalAveragingAgent;  // its checkpoints hold its leader's agent's state
   [[nodiscard]] detail::AveragingState& state() const;
   std::unique_ptr<detail::AveragingState> state_;
 };

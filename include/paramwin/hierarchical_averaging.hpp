@@ -13,8 +13,10 @@
 #include <memory>
 #include <source_location>
 #include <span>
+#include <string>
 
 #include "paramwin/averaging.hpp"
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "paramwin/layout.hpp"
@@ -87,6 +89,32 @@ class HierarchicalAveragingAgent {
   /// @copydoc finish(std::span<const LayerRef>)
   HierarchicalRound finish(std::initializer_list<LayerRef> params) {
     return finish(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
+  /// Saves the hierarchy into one parallel-HDF5 checkpoint @p path (the format of
+  /// AveragingAgent's, one agent per training rank, in training-rank order): every training
+  /// rank's @p params (the members of a group differ between steps), its step count and
+  /// pause, and on each leader its AveragingAgent's state across groups (whose background
+  /// read in flight is waited for and dropped with a pending correction, as by
+  /// AveragingAgent::save_checkpoint). Bad @p params: InvalidArgument on every training
+  /// rank; a failed write: CheckpointError on every training rank.
+  /// @note Collective over every training rank.
+  void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params);
+  /// @copydoc save_checkpoint(const std::string&, std::span<const ConstLayerRef>)
+  void save_checkpoint(const std::string& path, std::initializer_list<ConstLayerRef> params) {
+    save_checkpoint(path, std::span<const ConstLayerRef>(params.begin(), params.size()));
+  }
+  /// Continues from checkpoint @p path, written by save_checkpoint with the same groups
+  /// (as many training ranks, the same group of each): fills @p params with this rank's
+  /// saved parameters, restores the step count and pause, and each leader's agent across
+  /// groups as AveragingAgent::load_checkpoint does (published under the saved version).
+  /// CheckpointError on every training rank for a missing or bad file, another layout,
+  /// other groups, a file of AveragingAgents or Agents; InvalidArgument for bad @p params;
+  /// nothing changed then. @note Collective over every training rank.
+  CheckpointLoad load_checkpoint(const std::string& path, std::span<const LayerRef> params);
+  /// @copydoc load_checkpoint(const std::string&, std::span<const LayerRef>)
+  CheckpointLoad load_checkpoint(const std::string& path, std::initializer_list<LayerRef> params) {
+    return load_checkpoint(path, std::span<const LayerRef>(params.begin(), params.size()));
   }
 
   /// Pauses the group's averaging across groups (AveragingAgent::pause on the leader; the

@@ -4,6 +4,7 @@ parameters with each other one-sidedly (asynchronous model averaging, gossip), t
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _core
@@ -103,6 +104,28 @@ class _Averaging:
         result = call(batch.descriptors)
         if applied(result):
             batch.write_back()
+        return result
+
+    # -- checkpoints (docs/averaging.md, "Checkpoints"; the files are the C++ library's) ----
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"], params: Params) -> None:
+        """Saves the averaging population into the parallel-HDF5 checkpoint ``path``: every
+        rank its ``params`` and its state (steps, rounds, paused, publish version; a
+        hierarchy: every training rank's, the leaders' agents across groups). A background
+        read in flight is waited for and dropped, with a pending correction. Collective;
+        CheckpointError (InvalidArgument for bad ``params``) on every rank."""
+        batch = self._layers(params, writable=False)
+        self._agent.save_checkpoint(os.fspath(path), batch.descriptors)
+
+    def load_checkpoint(self, path: Union[str, "os.PathLike[str]"],
+                        params: Params) -> "_core.CheckpointLoad":
+        """Continues from checkpoint ``path`` (written by Python or C++ over as many ranks, a
+        hierarchy: with the same groups): fills ``params``, restores the agent's state so that
+        its next rounds are the saving run's, and publishes them. Collective. CheckpointError
+        on every rank for a missing file, another layout or number of ranks, or a checkpoint
+        of another kind of agent; nothing changed."""
+        batch = self._layers(params, writable=True)
+        result = self._agent.load_checkpoint(os.fspath(path), batch.descriptors)
+        batch.write_back()
         return result
 
     def pause(self) -> None:
@@ -207,6 +230,15 @@ class AveragingAgent(_Averaging):
     def roster_all(self, *, timeout_seconds: float = 0.0) -> List["_core.RosterEntry"]:
         """Every rank's roster, indexed by rank (no collective)."""
         return self._agent.roster_all(timeout_seconds)
+
+    # -- checkpoints: save_checkpoint and load_checkpoint are _Averaging's -------------------
+    def set_checkpoint_hooks(self, save: Optional[Callable[[], Dict[str, bytes]]] = None,
+                             load: Optional[Callable[[Dict[str, bytes], bool], None]] = None
+                             ) -> None:
+        """Adds the owner's own state to this agent's checkpoints: ``save()`` returns blobs
+        name -> bytes (same names on every rank); ``load(blobs, reborn)`` receives them once a
+        load validated the file (``reborn`` is always False here)."""
+        self._agent.set_checkpoint_hooks(save, load)
 
     def __repr__(self) -> str:
         if self.closed:

@@ -320,6 +320,9 @@ class TorchAveragingAgent:
     every rank then holds the mean). The first ``step()`` publishes the initial parameters
     first if ``publish()`` was not called. The optimizer's state (Adam's moments, momentum
     buffers) is each rank's own and is kept: only the parameters are mixed.
+    ``save_checkpoint(path, optimizer=None)`` and ``load_checkpoint(path, optimizer=None)``
+    save and restore the averaging population (AveragingAgent's checkpoints) with the
+    optimizer's ``state_dict`` when one is given.
 
     CUDA modules: their parameters are staged through host buffers (copied in before a step,
     copied back when the step changed them), as in the C++ adapter: warm-up, cool-down,
@@ -360,6 +363,48 @@ class TorchAveragingAgent:
         """The closing synchronous mean (collective; see AveragingAgent.finish)."""
         with _torch.no_grad():
             return self.agent.finish(self._data())
+
+    # -- checkpoints ------------------------------------------------------------------------
+    OPTIMIZER_BLOB = "optimizer.python"
+
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"],
+                        optimizer: Optional[_torch.optim.Optimizer] = None) -> None:
+        """Saves the averaging population into checkpoint ``path`` (AveragingAgent.
+        save_checkpoint): the module's parameters, the agent's state and, given an
+        ``optimizer``, its state_dict (the blob ``optimizer.python``, as TorchAgent's).
+        Collective: every rank passes an optimizer, or none does."""
+        def blobs() -> Dict[str, bytes]:
+            out = io.BytesIO()
+            _torch.save(optimizer.state_dict(), out)
+            return {self.OPTIMIZER_BLOB: out.getvalue()}
+
+        self.agent.set_checkpoint_hooks(blobs if optimizer is not None else None, None)
+        try:
+            with _torch.no_grad():
+                self.agent.save_checkpoint(path, self._data())
+        finally:
+            self.agent.set_checkpoint_hooks(None, None)
+
+    def load_checkpoint(self, path: Union[str, "os.PathLike[str]"],
+                        optimizer: Optional[_torch.optim.Optimizer] = None
+                        ) -> "_core.CheckpointLoad":
+        """Continues from checkpoint ``path`` (AveragingAgent.load_checkpoint): the module's
+        parameters, the agent's state (the next rounds are the saving run's; the loaded
+        parameters are published) and, given an ``optimizer`` and a file that holds its
+        state_dict, the optimizer's state. Collective; on an error nothing changed."""
+        def restore(blobs: Dict[str, bytes], reborn: bool) -> None:
+            blob = blobs.get(self.OPTIMIZER_BLOB)
+            if blob is not None:
+                optimizer.load_state_dict(_torch.load(io.BytesIO(blob)))
+
+        self.agent.set_checkpoint_hooks(None, restore if optimizer is not None else None)
+        try:
+            with _torch.no_grad():
+                result = self.agent.load_checkpoint(path, self._data())
+        finally:
+            self.agent.set_checkpoint_hooks(None, None)
+        self._published = True  # the load published the loaded parameters
+        return result
 
     def pause(self) -> None:
         """See AveragingAgent.pause."""

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "member.hpp"  // checkpoint_hooks_from
 #include "paramwin/averaging.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/groups.hpp"
@@ -83,6 +84,30 @@ void bind_calls(py::class_<Held<A>>& cls) {
       .def_property_readonly("valid", [](Held<A>& a) { return a.agent.has_value(); })
       .def_property_readonly("steps", [](Held<A>& a) { return a.get().steps(); })
       .def_property_readonly("layout", [](Held<A>& a) { return a.get().layout(); });
+}
+
+/// The checkpoint calls of both averaging agents (docs/averaging.md, "Checkpoints"): save and
+/// load, the GIL released (AveragingAgent's hooks take it back).
+template <class A>
+void bind_checkpoints(py::class_<Held<A>>& cls) {
+  cls.def(
+         "save_checkpoint",
+         [](Held<A>& a, const std::string& path, const py::handle& layers) {
+           A& o = a.get();
+           const LayerList list(layers, o.layout());
+           const py::gil_scoped_release release;
+           o.save_checkpoint(path, list.const_refs());
+         },
+         py::arg("path"), py::arg("layers"))
+      .def(
+          "load_checkpoint",
+          [](Held<A>& a, const std::string& path, const py::handle& layers) {
+            A& o = a.get();
+            const LayerList list(layers, o.layout());
+            const py::gil_scoped_release release;
+            return o.load_checkpoint(path, list.refs());
+          },
+          py::arg("path"), py::arg("layers"));
 }
 
 // The topology from the Python keywords: a kind name with its k and seed, neighbour lists,
@@ -296,6 +321,13 @@ void bind_averaging(py::module_& m) {
            }),
            py::arg("comm"), py::arg("layout"), py::arg("options"));
   bind_calls(flat);
+  bind_checkpoints(flat);
+  flat.def(
+      "set_checkpoint_hooks",
+      [](Held<AveragingAgent>& a, const py::object& save, const py::object& load) {
+        a.get().set_checkpoint_hooks(checkpoint_hooks_from(save, load));
+      },
+      py::arg("save"), py::arg("load"));
   flat.def_property_readonly("rank", [](Held<AveragingAgent>& a) { return a.get().rank(); })
       .def_property_readonly("size", [](Held<AveragingAgent>& a) { return a.get().size(); })
       .def_property_readonly("rounds", [](Held<AveragingAgent>& a) { return a.get().rounds(); })
@@ -332,6 +364,7 @@ void bind_averaging(py::module_& m) {
              }),
              py::arg("groups"), py::arg("layout"), py::arg("options"));
   bind_calls(tiered);
+  bind_checkpoints(tiered);
   using Tiered = Held<HierarchicalAveragingAgent>;
   tiered.def_property_readonly("group", [](Tiered& a) { return a.get().group(); })
       .def_property_readonly("groups", [](Tiered& a) { return a.get().groups(); })

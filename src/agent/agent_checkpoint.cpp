@@ -19,8 +19,8 @@
 #include "checkpoint/agent_state.hpp"
 #include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"
+#include "checkpoint/host_layers.hpp"
 #include "checkpoint/path.hpp"
-#include "detail/cuda.hpp"
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
 #include "paramwin/error.hpp"
@@ -30,62 +30,6 @@ namespace paramwin::detail {
 namespace {
 
 constexpr std::size_t kMaxBcastBytes = std::size_t{1} << 30;  // per broadcast, below INT_MAX
-
-// Throws InvalidArgument naming @p caller unless every layer of @p ordered is host memory or
-// device memory CUDA knows (a device window's layers: checkpoints copy them through the host).
-template <class Ref>
-void check_readable(const BoundLayers<Ref>& ordered, const Layout& layout,
-                    const std::string& caller) {
-  for (std::size_t l = 0; l < ordered.size(); ++l) {
-    const Ref& r = ordered[l];
-    if (r.host_accessible() || r.count() == 0 || cuda::classify(r.data()).device) continue;
-    throw InvalidArgument("paramwin: " + caller + ": layer '" + layout[l].name +
-                          "' is neither host memory nor device memory that CUDA knows "
-                          "(checkpoints read and write the parameters on the host, copying "
-                          "device layers" +
-                          (cuda::built() ? "" : "; this paramwin was built without CUDA") + ")");
-  }
-}
-
-// @p ordered with every device layer replaced by a host copy kept in @p copies (checkpoints
-// write from the host); @p ordered itself when every layer is host memory.
-BoundLayers<ConstLayerRef> on_host(const BoundLayers<ConstLayerRef>& ordered,
-                                   std::vector<std::vector<std::byte>>& copies) {
-  const std::span<const ConstLayerRef> refs = ordered.refs();
-  if (std::all_of(refs.begin(), refs.end(),
-                  [](const ConstLayerRef& r) { return r.host_accessible(); })) {
-    return ordered;
-  }
-  copies.assign(refs.size(), {});
-  std::vector<ConstLayerRef> host;
-  host.reserve(refs.size());
-  for (std::size_t l = 0; l < refs.size(); ++l) {
-    const ConstLayerRef& r = refs[l];
-    if (r.host_accessible()) {
-      host.push_back(r);
-      continue;
-    }
-    copies[l].resize(r.count() * dtype_size(r.dtype()));
-    cuda::copy_blocking(copies[l].data(), r.data(), copies[l].size());
-    host.emplace_back(r.name(), copies[l].data(), r.count(), r.dtype());
-  }
-  return BoundLayersAccess::make(std::move(host), ordered.layout_fingerprint());
-}
-
-// @p params bound (once) and checked for a save, agreed over @p comm.
-BoundLayers<ConstLayerRef> bound_const(const Layout& layout, std::span<const ConstLayerRef> params,
-                                       MPI_Comm comm, const std::string& caller) {
-  BoundLayers<ConstLayerRef> ordered;
-  std::string error;
-  try {
-    ordered = paramwin::bind(layout, params, caller);
-    check_readable(ordered, layout, caller);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  agree_or_throw<InvalidArgument>(comm, error);
-  return ordered;
-}
 
 // What a save writes of @p o: the direction, the checkpoint options and the options' text.
 SaveSettings save_settings(const AgentOptions& o) {
@@ -153,7 +97,8 @@ void AgentCore::save_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
                                 const std::string& path, std::span<const ConstLayerRef> params) {
   wait_checkpoint(c);  // the previous asynchronous save first (and its error)
   save_bound(ex, c, path,
-             bound_const(ex.layout(), params, c.all, std::string(ex.kind()) + "::save_checkpoint"));
+             bind_readable(ex.layout(), params, c.all,
+                           std::string(ex.kind()) + "::save_checkpoint"));
 }
 
 void AgentCore::save_bound(RebirthExecutor& ex, const CheckpointComms& c, const std::string& path,
@@ -295,42 +240,15 @@ std::string read_share(const CheckpointComms& c, const std::string& path, const 
   return error;
 }
 
-// Writes the layers of @p read into the caller's @p ordered (device layers through CUDA). A
-// CUDA failure (after every check passed) leaves that layer partly written: its error.
-std::string write_layers(const BoundLayers<LayerRef>& ordered, const CheckpointRead& read,
-                         const Layout& layout) {
-  for (std::size_t l = 0; l < ordered.size(); ++l) {
-    if (read.layers[l].empty()) continue;
-    if (ordered[l].host_accessible()) {
-      std::memcpy(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
-      continue;
-    }
-    try {
-      cuda::copy_blocking(ordered[l].data(), read.layers[l].data(), read.layers[l].size());
-    } catch (const std::exception& e) {
-      return "paramwin: load_checkpoint: writing layer '" + layout[l].name +
-             "' into device memory: " + e.what();
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointComms& c,
                                           const std::string& path,
                                           std::span<const LayerRef> params) {
   wait_checkpoint(c);  // HDF5 is used by one thread at a time; the newest save completes
-  const std::string caller = std::string(ex.kind()) + "::load_checkpoint";
-  BoundLayers<LayerRef> ordered;
+  const BoundLayers<LayerRef> ordered =
+      bind_readable(ex.layout(), params, c.all, std::string(ex.kind()) + "::load_checkpoint");
   std::string error;
-  try {
-    ordered = paramwin::bind(ex.layout(), params, caller);
-    check_readable(ordered, ex.layout(), caller);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  agree_or_throw<InvalidArgument>(c.all, error);
 
   // Everything that could still fail, on copies: the live agent changes only after every
   // rank succeeded.
@@ -341,7 +259,7 @@ CheckpointLoad AgentCore::load_checkpoint(RebirthExecutor& ex, const CheckpointC
   agree_or_throw<CheckpointError>(c.all, error);
 
   // A layer left partly written is reported on every rank below.
-  error = write_layers(ordered, read, ex.layout());
+  error = write_layers(ordered, read.layers, ex.layout());
   policy_ = std::move(policy);
   counters_ = AgentCounters{.steps = policy_.steps(),
                             .age = policy_.age(),

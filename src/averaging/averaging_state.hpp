@@ -20,6 +20,7 @@
 #include "mpi/handles.hpp"
 #include "paramwin/averaging.hpp"
 #include "paramwin/bound_layers.hpp"
+#include "paramwin/checkpoint.hpp"
 #include "paramwin/window_core.hpp"
 
 namespace paramwin::detail {
@@ -121,6 +122,7 @@ class AveragingState {
   std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)
   bool pending_ = false;
   std::unique_ptr<std::ofstream> log_;
+  CheckpointHooks hooks_;  // the owner's blobs in checkpoints (averaging_checkpoint.cpp)
   // Background with the worker: "" when its reads overlap the trainer, else why not (or
   // "background averaging is off").
   std::string inline_reason_;

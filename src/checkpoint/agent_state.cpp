@@ -90,6 +90,10 @@ AgentSnapshot decode_agent_state(std::string_view text) {
     const std::string_view line = text.substr(i, j - i);
     i = j + 1;
     if (first) {
+      if (line.starts_with("{\"format\":\"paramwin-averaging-state")) {
+        bad("written by a population of AveragingAgents, not by Agents: an Agent loads only "
+            "Agent checkpoints");
+      }
       if (line != kFormat) bad("unknown format '" + std::string(line.substr(0, 40)) + "'");
       first = false;
       continue;

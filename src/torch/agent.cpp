@@ -3,8 +3,6 @@
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -13,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <source_location>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -306,11 +303,8 @@ struct TorchAgent::Impl {
     CheckpointHooks h;
     h.save = [this] {
       stage_in();  // the layers the save reads hold the module's current values
-      ::torch::serialize::OutputArchive archive;
-      optimizer().save(archive);
-      std::ostringstream out;
-      archive.save_to(out);
-      return std::vector<CheckpointBlob>{CheckpointBlob{.name = "optimizer", .bytes = out.str()}};
+      return std::vector<CheckpointBlob>{
+          CheckpointBlob{.name = "optimizer", .bytes = detail::optimizer_archive(optimizer())}};
     };
     h.load = [this](const std::vector<CheckpointBlob>& blobs, bool reborn) {
       take_layers(/*clear_gradients=*/true);
@@ -321,11 +315,7 @@ struct TorchAgent::Impl {
         return;
       }
       for (const CheckpointBlob& b : blobs) {
-        if (b.name != "optimizer") continue;
-        std::istringstream in(b.bytes);
-        ::torch::serialize::InputArchive archive;
-        archive.load_from(in);
-        optimizer().load(archive);
+        if (b.name == "optimizer") detail::load_optimizer_archive(optimizer(), b.bytes);
       }
     };
     return h;

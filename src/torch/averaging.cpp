@@ -92,6 +92,30 @@ struct AveragingAgent::Impl {
     paramwin::detail::agree_or_rethrow<InvalidArgument>(comm, error);
     agent = std::make_unique<paramwin::AveragingAgent>(comm, std::move(layout),
                                                        std::move(averaging), site);
+    agent->set_checkpoint_hooks(checkpoint_hooks());
+  }
+
+  /// Checkpoints: the optimizer's whole state (LibTorch's archive, as TorchAgent's) rides in
+  /// the blob "optimizer"; a load writes the layers into the module, then the archive into
+  /// the optimizer (`this` is stable: the hooks survive moves of the agent).
+  CheckpointHooks checkpoint_hooks() {
+    CheckpointHooks h;
+    h.save = [this] {
+      std::vector<CheckpointBlob> blobs;
+      if (optimizer != nullptr) {
+        blobs.push_back({.name = "optimizer", .bytes = detail::optimizer_archive(*optimizer)});
+      }
+      return blobs;
+    };
+    h.load = [this](const std::vector<CheckpointBlob>& blobs, bool /*reborn*/) {
+      take_module_layers();
+      for (const CheckpointBlob& b : blobs) {
+        if (b.name == "optimizer" && optimizer != nullptr) {
+          detail::load_optimizer_archive(*optimizer, b.bytes);
+        }
+      }
+    };
+    return h;
   }
 
   void bind_collected(ModuleTensors mt) {
@@ -119,11 +143,17 @@ struct AveragingAgent::Impl {
     staging.to_layers();
   }
 
-  /// The layers changed (a mix, a mean, a correction): into the module and the optimizer.
-  void take_layers() {
+  /// The module's layers changed (a mix, a mean, a correction, a load): into its tensors,
+  /// whose autograd versions are bumped.
+  void take_module_layers() {
     ::torch::NoGradGuard no_grad;
     staging.from_layers();
     for (const ::torch::Tensor& t : staging.tensors()) t.unsafeGetTensorImpl()->bump_version();
+  }
+
+  /// The layers changed (a mix, a mean, a correction): into the module and the optimizer.
+  void take_layers() {
+    take_module_layers();
     if (state_layers) {
       // Adam's step count stays each rank's own (its bias correction follows its own steps).
       states_mixed +=
@@ -198,6 +228,22 @@ AveragingRound AveragingAgent::finish() {
   AveragingRound round = impl.agent->finish(impl.refs);
   if (round.applied) impl.take_layers();
   return round;
+}
+
+void AveragingAgent::save_checkpoint(const std::string& path) {
+  Impl& impl = live();
+  impl.bind_or_fail([&] { impl.agent->save_checkpoint(path, std::span<const ConstLayerRef>()); });
+  impl.stage_in();
+  std::vector<ConstLayerRef> as_const;
+  as_const.reserve(impl.refs.size());
+  for (const LayerRef& r : impl.refs) as_const.push_back(r.as_const());
+  impl.agent->save_checkpoint(path, as_const);
+}
+
+CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path) {
+  Impl& impl = live();
+  impl.bind_or_fail([&] { return impl.agent->load_checkpoint(path, std::span<const LayerRef>()); });
+  return impl.agent->load_checkpoint(path, impl.refs);
 }
 
 void AveragingAgent::pause() { live().agent->pause(); }

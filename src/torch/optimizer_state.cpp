@@ -7,11 +7,14 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <typeinfo>
 #include <utility>
@@ -291,6 +294,21 @@ void OptimizerStateLayers::place_on(const ::torch::Device& device) {
     f.buffer = ::torch::zeros_like(f.buffer, ::torch::TensorOptions().device(device));
     refs_.emplace_back(f.spec.name, f.buffer.data_ptr(), f.spec.count, f.spec.dtype, device_memory);
   }
+}
+
+std::string optimizer_archive(::torch::optim::Optimizer& optimizer) {
+  ::torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void load_optimizer_archive(::torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  std::istringstream in(bytes);
+  ::torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  optimizer.load(archive);
 }
 
 }  // namespace paramwin::torch::detail

@@ -74,6 +74,12 @@ class OptimizerStateLayers {
   std::vector<LayerRef> refs_;
 };
 
+/// @p optimizer's whole state in LibTorch's own archive (per parameter e.g. Adam's step and
+/// moments, and the parameter groups' options): the blob "optimizer" of a checkpoint.
+[[nodiscard]] std::string optimizer_archive(::torch::optim::Optimizer& optimizer);
+/// Loads optimizer_archive's @p bytes into @p optimizer.
+void load_optimizer_archive(::torch::optim::Optimizer& optimizer, const std::string& bytes);
+
 /// Demangled type name of @p optimizer (for messages).
 [[nodiscard]] std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer);
 

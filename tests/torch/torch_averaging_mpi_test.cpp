@@ -4,7 +4,8 @@
 // buffers; consensus with training off; background corrections keep the local progress; the
 // optimizer's state is mixed with the same weights when asked and kept otherwise; modules of
 // another layout, unsupported or non-contiguous parameters and a module that no longer fits
-// are refused on every rank. The CUDA case skips without a GPU.
+// are refused on every rank; a checkpoint resumes the module and Adam exactly. The CUDA case
+// skips without a GPU.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -704,6 +705,109 @@ TEST(TorchAveragingBadInput, AModuleThatNoLongerFitsFailsASynchronousStepOnEvery
   // Once the module fits again every rank steps on (a rebind, then the next warm-up mean).
   EXPECT_EQ(agent.step().kind, pw::RoundKind::synchronous);
   EXPECT_EQ(agent.staging_stats().binds, last ? 2U : 1U);
+}
+
+// --- checkpoints -------------------------------------------------------------------------------
+
+namespace {
+
+/// The optimizer's Adam step count of every parameter, then the module: what a resume must
+/// reproduce.
+std::vector<double> adam_and_module(torch::nn::Module& m, torch::optim::Optimizer& opt) {
+  std::vector<double> out = flat(m);
+  for (const torch::Tensor& p : m.parameters()) {
+    const auto* adam = static_cast<torch::optim::AdamParamState*>(pwt::optimizer_state(opt, p));
+    out.push_back(adam == nullptr ? -1.0 : static_cast<double>(adam->step()));
+    if (adam != nullptr) {
+      const torch::Tensor v = adam->exp_avg_sq().detach().to(torch::kDouble).reshape({-1});
+      out.insert(out.end(), v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
+    }
+  }
+  return out;
+}
+
+/// Steps @p from..@p to in lockstep: a deterministic Adam step, the agent's step (which never
+/// publishes), barrier, publish, barrier. Returns per step the round's peers and the state.
+std::vector<std::pair<std::vector<int>, std::vector<double>>> torch_lockstep(
+    pwt::AveragingAgent& agent, MixNet& m, torch::optim::Adam& adam, std::int64_t from,
+    std::int64_t to) {
+  const int rank = agent.rank();
+  std::vector<std::pair<std::vector<int>, std::vector<double>>> out;
+  for (std::int64_t t = from; t <= to; ++t) {
+    adam.zero_grad();
+    const torch::Tensor x = torch::full({1, 3}, 0.1 * static_cast<double>(t % 5) + rank);
+    const torch::Tensor loss = m->fc->forward(x).pow(2).sum() + m->offset.pow(2).sum();
+    loss.backward();
+    adam.step();
+    const pw::AveragingRound r = agent.step();
+    std::vector<int> peers;
+    for (const pw::AveragingPeer& p : r.peers) peers.push_back(p.rank);
+    out.emplace_back(peers, adam_and_module(*m, adam));
+    MPI_Barrier(MPI_COMM_WORLD);
+    (void)agent.publish();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TorchAveragingCheckpoint, AResumedRunContinuesTheModuleAndAdamBitForBit) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = world_rank();
+  const std::string path = "torch_averaging_checkpoint.np" + std::to_string(world_size()) + ".h5";
+  pw::AveragingOptions o;
+  o.topology = pw::Topology::random_peers(1, 5);
+  o.warmup_steps = 1;
+  o.publish_every = std::int64_t{1} << 40;
+  for (const bool mix_state : {false, true}) {
+    pwt::TorchAveragingOptions to;
+    to.mix_optimizer_state = mix_state;
+    std::vector<double> at_save;
+    std::vector<std::pair<std::vector<int>, std::vector<double>>> original;
+    {
+      MixNet m;
+      init(*m, rank);
+      torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-2));
+      pwt::AveragingAgent a(MPI_COMM_WORLD, *m, adam, o, to);
+      (void)a.publish();
+      MPI_Barrier(MPI_COMM_WORLD);
+      (void)torch_lockstep(a, m, adam, 1, 6);
+      a.save_checkpoint(path);
+      at_save = adam_and_module(*m, adam);
+      original = torch_lockstep(a, m, adam, 7, 14);
+    }
+    MixNet m;
+    init(*m, rank + 7);  // other values: everything comes from the file
+    torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-2));
+    pwt::AveragingAgent b(MPI_COMM_WORLD, *m, adam, o, to);
+    const pw::CheckpointLoad l = b.load_checkpoint(path);
+    EXPECT_EQ(l.steps, 6);
+    EXPECT_EQ(b.steps(), 6);
+    EXPECT_EQ(adam_and_module(*m, adam), at_save) << "mix_optimizer_state " << mix_state;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto resumed = torch_lockstep(b, m, adam, 7, 14);
+    ASSERT_EQ(resumed.size(), original.size());
+    bool peers_read = false;
+    for (std::size_t i = 0; i < original.size(); ++i) {
+      EXPECT_EQ(resumed[i].first, original[i].first) << "step " << 7 + i;
+      EXPECT_EQ(resumed[i].second, original[i].second)
+          << "step " << 7 + i << " mix_optimizer_state " << mix_state;
+      peers_read = peers_read || !original[i].first.empty();
+    }
+    EXPECT_TRUE(peers_read);
+  }
+  // A module of another layout cannot load the file (on every rank, nothing changed).
+  torch::nn::Linear lin(3, 3);
+  torch::optim::Adam adam(lin->parameters());
+  pwt::AveragingAgent c(MPI_COMM_WORLD, *lin, adam, o);
+  const torch::Tensor before = lin->weight.detach().clone();
+  const std::string what = message_of<pw::CheckpointError>([&] { (void)c.load_checkpoint(path); });
+  EXPECT_TRUE(has_text(what, "another layout")) << what;
+  EXPECT_TRUE(torch::equal(lin->weight, before));
+  EXPECT_EQ(c.steps(), 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::remove(path.c_str());
 }
 
 // --- CUDA (skips without a GPU) ------------------------------------------------------------------

@@ -92,6 +92,19 @@ class AveragingAgent {
   /// @note Collective.
   AveragingRound finish();
 
+  /// Saves the averaging population into checkpoint @p path
+  /// (paramwin::AveragingAgent::save_checkpoint): the module's tensors (and the optimizer's
+  /// state layers with mix_optimizer_state), the agent's state and, in the agent's blob
+  /// "optimizer", the optimizer's whole state (LibTorch's archive, as TorchAgent's
+  /// checkpoints). Bad tensors: InvalidArgument on every rank. @note Collective.
+  void save_checkpoint(const std::string& path);
+  /// Continues from checkpoint @p path (paramwin::AveragingAgent::load_checkpoint): the
+  /// module's tensors (autograd versions bumped), the agent's state (the next rounds are the
+  /// saving run's) and, when the file holds one, the optimizer's state; then publishes.
+  /// Errors on every rank, with the module, the optimizer and the agent unchanged.
+  /// @note Collective.
+  CheckpointLoad load_checkpoint(const std::string& path);
+
   /// Bagua's abort() (paramwin::AveragingAgent::pause): no reads, no publishes.
   void pause();
   /// Bagua's resume().
