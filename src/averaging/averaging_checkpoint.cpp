@@ -100,6 +100,7 @@ void restore_averaging_state(AveragingState& s, const AveragingSnapshot& snap,
   s.paused_ = snap.paused;
   s.seen_ = snap.seen;
   s.last_round_time_ = MPI_Wtime();
+  s.reset_inbox();  // the exchanges pending belong to the parameters the load replaces
   s.window_.continue_versions(snap.version);
   if (snap.version > 0) {
     (void)s.publish(loaded);  // nobody reads while every rank is in the load
@@ -172,6 +173,7 @@ void AveragingAgent::save_checkpoint(const std::string& path,
   detail::AgentRecord mine =
       detail::averaging_record(ordered, detail::take_averaging_state(s), s.steps_);
   std::vector<std::vector<std::byte>> copies;  // host copies of device layers
+  std::vector<std::vector<std::byte>> pending;  // symmetric: parameters + exchanges pending
   std::string error;
   try {
     if (s.hooks_.save) {
@@ -182,6 +184,7 @@ void AveragingAgent::save_checkpoint(const std::string& path,
     error = std::string("paramwin: AveragingAgent::save_checkpoint: ") + e.what();
   }
   detail::agree_or_throw<CheckpointError>(comm, error);
+  mine.ordered = s.with_pending(mine.ordered, pending);  // host layers: symmetric needs them
   detail::write_checkpoint(comm, path, layout, mine,
                            detail::SaveSettings{.options = describe(s.options_)});
 }

@@ -72,6 +72,14 @@ class AveragingState {
   /// Symmetric averaging before a synchronous mean: every rank's deposits are in (a barrier:
   /// no rank is in an asynchronous round then), drained into @p params. @note Collective.
   std::int64_t drain_all(const BoundLayers<LayerRef>& params);
+  /// A checkpoint's values of @p ordered (host layers): with symmetric averaging, after a
+  /// barrier (every rank's exchanges are in), copies (kept in @p copies) with this rank's
+  /// pending exchanges added, the inbox left as it is; @p ordered itself otherwise.
+  /// @note Collective with symmetric averaging.
+  [[nodiscard]] BoundLayers<ConstLayerRef> with_pending(
+      const BoundLayers<ConstLayerRef>& ordered, std::vector<std::vector<std::byte>>& copies);
+  /// After a load: the inbox emptied and opened unless paused (nothing without symmetric).
+  void reset_inbox();
   /// Opens or closes the inbox (resume, pause); nothing without symmetric averaging.
   void set_inbox_open(bool open) {
     if (inbox_) {

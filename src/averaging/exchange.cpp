@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <vector>
 
 #include "averaging/averaging_state.hpp"
+#include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::detail {
@@ -101,6 +103,33 @@ void AveragingState::exchange_round(const BoundLayers<LayerRef>& params, const R
   }
   out.self_weight = 1.0 - moved;
   out.applied = true;
+}
+
+BoundLayers<ConstLayerRef> AveragingState::with_pending(
+    const BoundLayers<ConstLayerRef>& ordered, std::vector<std::vector<std::byte>>& copies) {
+  if (!inbox_) {
+    return ordered;
+  }
+  check_mpi(MPI_Barrier(sync_comm_.get()), "MPI_Barrier");
+  copies.assign(ordered.size(), {});
+  std::vector<LayerRef> refs;
+  std::vector<ConstLayerRef> out;
+  for (std::size_t l = 0; l < ordered.size(); ++l) {
+    const ConstLayerRef& r = ordered[l];
+    copies[l].resize(r.count() * dtype_size(r.dtype()));
+    std::memcpy(copies[l].data(), r.data(), copies[l].size());
+    refs.emplace_back(r.name(), copies[l].data(), r.count(), r.dtype());
+    out.emplace_back(r.name(), copies[l].data(), r.count(), r.dtype());
+  }
+  inbox_->add_pending_to(refs);
+  return BoundLayersAccess::make(std::move(out), ordered.layout_fingerprint());
+}
+
+void AveragingState::reset_inbox() {
+  if (inbox_) {
+    inbox_->clear();
+    inbox_->set_open(!paused_);
+  }
 }
 
 }  // namespace paramwin::detail

@@ -116,8 +116,11 @@ void HierarchicalAveragingAgent::save_checkpoint(const std::string& path,
   const BoundLayers<ConstLayerRef> ordered =
       detail::bind_readable(s.layout_, params, comm, "HierarchicalAveragingAgent::save_checkpoint");
   const std::string across = s.across_ ? detail::take_averaging_state(s.across_->state()) : "";
+  std::vector<std::vector<std::byte>> pending;  // a symmetric leader's exchanges pending
+  const BoundLayers<ConstLayerRef> values =
+      s.across_ ? s.across_->state().with_pending(ordered, pending) : ordered;
   detail::write_checkpoint(comm, path, s.layout_,
-                           detail::averaging_record(ordered, encode(s, across), s.steps_),
+                           detail::averaging_record(values, encode(s, across), s.steps_),
                            detail::SaveSettings{.options = "kind=hierarchical-averaging groups=" +
                                                            std::to_string(s.groups_)});
 }

@@ -1,7 +1,7 @@
 // Symmetric (mean-preserving) averaging: one exchange moves both sides by the same amount in
 // opposite directions (the reader at its step, the peer when it drains its inbox); with
 // training off every topology reaches consensus while the population's mean stays where it
-// started (to 1e-12 in float64); finish() after rounds only some
+// started (to 1e-12 in float64); a checkpoint holds the exchanges still pending; finish() after rounds only some
 // ranks made is the exact mean of the starting values; a paused peer's inbox is closed; bad
 // input is refused on every rank.
 #include <mpi.h>
@@ -267,6 +267,50 @@ TEST(SymmetricAveraging, FinishAfterRoundsOfSomeRanksIsTheExactMeanOfTheStart) {
   const std::vector<double> got = flat(m);
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], mean[i], i < kX ? 1e-12 : 2e-6) << "element " << i;
+  }
+}
+
+TEST(SymmetricAveraging, ACheckpointHoldsTheExchangesStillPendingAndALoadEmptiesTheInbox) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  const std::string path = "symmetric_checkpoint_np" + std::to_string(n) + ".h5";
+  pw::AveragingOptions o;
+  o.symmetric = true;
+  Model m(rank);
+  const std::vector<double> start = sum_over_ranks(flat(m));
+  pw::AveragingAgent agent(MPI_COMM_WORLD, model_layout(), o);
+  (void)agent.publish(m.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_TRUE(agent.step(m.refs()).applied);  // the others' halves wait in their inboxes
+  }
+  agent.save_checkpoint(path, m.crefs());
+  if (rank != 0) {  // the live run keeps its pending exchanges: they land at the next step
+    agent.pause();  // (which then makes no round of its own)
+    EXPECT_EQ(agent.step(m.refs()).received, 1);
+    agent.resume();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<double> saved = flat(m);  // what the file must hold
+  const std::pair<double, double> live = drift(m, start);
+  EXPECT_LE(live.first, 1e-12);
+  EXPECT_LE(live.second, 1e-6);
+  if (rank == 0) {
+    (void)agent.step(m.refs());  // more exchanges pending in the others' inboxes
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  (void)agent.load_checkpoint(path, m.refs());
+  EXPECT_EQ(flat(m), saved) << "the file holds the parameters with the exchanges added";
+  agent.pause();
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(agent.step(m.refs()).received, 0) << "the load left exchanges pending";
+  const std::pair<double, double> kept = drift(m, start);
+  EXPECT_LE(kept.first, 1e-12);
+  EXPECT_LE(kept.second, 1e-6);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::remove(path.c_str());
   }
 }
 
