@@ -199,9 +199,13 @@ class TorchAgent:
             if agent is not None and agent._state is not None:
                 agent._state.clear()
 
-        options["prepare_params"] = prepare
+        # A hook that is not callable is left for the agent to refuse.
+        if user_prepare is None or callable(user_prepare):
+            options["prepare_params"] = prepare
+        else:
+            options["prepare_params"] = user_prepare
         if user_reset is not None:
-            options["reset"] = reset
+            options["reset"] = reset if callable(user_reset) else user_reset
 
     @property
     def optimizer_states_inherited(self) -> int:

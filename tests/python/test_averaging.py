@@ -238,10 +238,20 @@ def test_torch_module_averages_in_place(comm):
             np.testing.assert_array_equal(v, mine)
 
 
-def torch_model(rank):
+def torch_model(rank, device="cpu"):
     torch.manual_seed(rank)
     return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(),
-                               torch.nn.Linear(4, 2)).double()
+                               torch.nn.Linear(4, 2)).double().to(device)
+
+
+def torch_device(comm, where):
+    """The device of the test's module: the CPU, or this rank's GPU (ranks share the GPUs
+    round-robin; skipped on every rank alike where torch sees none)."""
+    if where == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False")
+    return torch.device("cuda", comm.Get_rank() % torch.cuda.device_count())
 
 
 def make_optimizer(kind, model):
@@ -262,7 +272,7 @@ def model_and_state(model, opt, kind):
         state = opt.state.get(p, {})
         for field in state_fields(kind):
             t = state.get(field)
-            parts.append(torch.zeros(p.numel(), dtype=p.dtype) if t is None
+            parts.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device) if t is None
                          else t.detach().reshape(-1))
     return torch.cat(parts).cpu().numpy().copy()
 
@@ -273,7 +283,7 @@ def own_steps(model, opt):
 
 
 def train_step(model, opt, rng):
-    x = torch.from_numpy(rng.standard_normal((8, 5)))
+    x = torch.from_numpy(rng.standard_normal((8, 5))).to(next(model.parameters()).device)
     opt.zero_grad()
     model(x).pow(2).mean().backward()
     opt.step()
@@ -281,11 +291,14 @@ def train_step(model, opt, rng):
 
 @pytest.mark.parametrize("kind", ["adam", "amsgrad", "sgd"])
 @pytest.mark.parametrize("background", [False, True])
-def test_torch_optimizer_state_is_mixed_with_the_parameters_weights(comm, kind, background):
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_torch_optimizer_state_is_mixed_with_the_parameters_weights(comm, kind, background,
+                                                                      where):
+    """CPU modules in place; CUDA ones (parameters and moments) staged through host buffers."""
     need_ranks(comm, 2)
     rank = comm.Get_rank()
     rng = np.random.default_rng(50 + rank)
-    model = torch_model(rank)
+    model = torch_model(rank, torch_device(comm, where))
     opt = make_optimizer(kind, model)
     published = []  # (version, parameters and state) of each publish of this rank
     rounds = []  # (values before the step, the round, values after)

@@ -118,9 +118,10 @@ def snapshot(net, opt):
         state = opt.state.get(p, {})
         for field in ("exp_avg", "exp_avg_sq"):
             parts.append(state[field].detach().reshape(-1) if field in state
-                         else torch.zeros(p.numel(), dtype=p.dtype))
+                         else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
         steps.append(float(state["step"]) if "step" in state else 0.0)
-    return torch.cat(parts + [torch.tensor(steps, dtype=torch.float64)]).numpy().copy()
+    return torch.cat([t.cpu() for t in parts] +
+                     [torch.tensor(steps, dtype=torch.float64)]).numpy().copy()
 
 
 def resolve_rebirths(records, check):
@@ -148,12 +149,19 @@ def resolve_rebirths(records, check):
 
 
 @pytest.mark.parametrize("builder", [False, True])
-def test_reborn_adam_state_is_the_donors_mix(comm, builder):
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_reborn_adam_state_is_the_donors_mix(comm, builder, where):
+    """CPU modules in place; CUDA ones on a device window (the state layers on the GPU too)
+    where the library has CUDA, staged through host buffers otherwise."""
     rank, n = comm.Get_rank(), comm.Get_size()
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False")
+    device = torch.device("cpu") if where == "cpu" else \
+        torch.device("cuda", rank % torch.cuda.device_count())
     torch.manual_seed(rank)
-    net = Net().double()
+    net = Net().double().to(device)
     make = (lambda module: torch.optim.Adam(module.parameters(), lr=1e-2))
-    x = torch.randn(4, 3, dtype=torch.float64)
+    x = torch.randn(4, 3, dtype=torch.float64).to(device)
     records = []  # ("published", version, snapshot) or ("reborn", version, donors, snapshot)
     with TorchAgent(net, make(net), comm, optimizer_builder=make if builder else None,
                     inherit_optimizer_state=True, seed=5, age=(4, 4), k=2 if n > 2 else 1,
