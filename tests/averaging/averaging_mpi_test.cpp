@@ -782,8 +782,8 @@ TEST(AveragingBackground, APeerBusyForSecondsNeverMakesAStepWait) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    EXPECT_LT(longest, bounds.step) << "a step waited for a read (deadline " << bounds.timeout
-                                    << " s)";
+    EXPECT_LT(longest, bounds.step)
+        << "a step waited for a read (deadline " << bounds.timeout << " s)";
     if (is_mpich()) {  // the reads of the slow rank ran into the deadline on the worker
       EXPECT_TRUE(slow_unreachable);
       EXPECT_GT(busy, 0);
