@@ -3,7 +3,8 @@
 Every agent calls ``step`` once per interval with its validation accuracy: the population
 ranks on it, the bottom quantile is reborn from a top-quantile donor's parameters read
 one-sidedly from its window (the donor keeps training), and explores the donor's
-hyperparameters (PBT: perturb or resample; PB2: a GP bandit's choice). Each rebirth records
+hyperparameters (PBT: perturb or resample; PB2: a GP bandit's choice); the optimizer's momentum
+buffers are inherited with the parameters (``inherit_optimizer_state``). Each rebirth records
 ``exploit_seconds`` (the step's pull phase: reading the donor's parameters into the model, the
 counterpart of the baseline's torch.save + torch.load) and ``rebirth_seconds`` (the whole
 ``step`` call: ranking, selection, the pull, explore, the republish, and in the synchronous
@@ -33,7 +34,8 @@ METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
 
 
 def options(ctx: Context) -> Dict[str, Any]:
-    opts = {"seed": ctx.seed, "direction": "higher_is_better",
+    # The donor's momentum buffers travel with its weights, as the checkpoint-file baseline's.
+    opts = {"seed": ctx.seed, "direction": "higher_is_better", "inherit_optimizer_state": True,
             "event_log": os.path.join(ctx.out_dir, f"events-{ctx.method}-seed{ctx.seed}-{{rank}}.jsonl")}
     for name, (lo, hi) in M.SPACE.items():
         opts[f"explore.{name}"] = f"log_uniform:{lo!r}..{hi!r}"

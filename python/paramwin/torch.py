@@ -5,7 +5,8 @@ the module's ``named_parameters()`` (0-dim parameters included; float32, float64
 float16); a rebirth writes the donors' mix straight into the parameters' memory (CPU, or CUDA
 with a device window) or into host buffers copied in under ``torch.no_grad()`` (other
 devices, host staging), then resets the optimizer state of the replaced parameters (or calls
-your ``optimizer_builder``).
+your ``optimizer_builder``), or, with ``inherit_optimizer_state=True``, writes the donors' mix
+of it into the optimizer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch as _torch
 from . import _core
 from ._device_windows import WindowChoice, choose_window, device_obstacle
 from ._lifetime import close_after_block
+from ._optimizer_state import OptimizerStateLayers, agreed
 from ._tensors import named_layout
 from .agent import Agent
 from .averaging import AveragingAgent
@@ -31,6 +33,15 @@ __all__ = ["TorchAgent", "TorchAveragingAgent", "layout_of"]
 
 def _named_parameters(module: _torch.nn.Module) -> List[Tuple[str, _torch.nn.Parameter]]:
     return list(module.named_parameters())
+
+
+def _state_layers(optimizer: Optional[_torch.optim.Optimizer],
+                  named: List[Tuple[str, _torch.nn.Parameter]], option: str,
+                  device: Any = None) -> OptimizerStateLayers:
+    """The optimizer's state layers for ``option`` (InvalidArgument without an optimizer)."""
+    if optimizer is None:
+        raise InvalidArgument(f"paramwin: {option} needs an optimizer (pass optimizer=...)")
+    return OptimizerStateLayers(optimizer, named, option, device)
 
 
 def layout_of(module: _torch.nn.Module,
@@ -56,6 +67,19 @@ class TorchAgent:
     ``optimizer.step()``), or, with ``optimizer_builder(module) -> optimizer``, the optimizer
     is replaced by a new one (``agent.optimizer``). With ``groups=AgentGroups(...)`` the agent
     is a GroupAgent (every rank of the agent holds the module; ``comm`` is then ignored).
+
+    ``inherit_optimizer_state=True`` (the C++ ``TorchAgentOptions::inherit_optimizer_state``;
+    Adam, AdamW or SGD with momentum, a solo agent: InvalidArgument on every rank otherwise):
+    the optimizer's per-parameter state travels with the weights. It becomes layers of the
+    snapshot after the parameters (``optimizer/<name>/exp_avg``, ``.../exp_avg_sq``,
+    ``.../max_exp_avg_sq`` with amsgrad, ``.../step``; SGD: ``.../momentum_buffer``,
+    ``.../has_momentum_buffer``), copied from the optimizer whenever the agent is about to
+    publish; a rebirth mixes it exactly like the weights (the same donors, weights, momentum
+    blend) and writes it into the optimizer in force (the borrowed one, or the builder's new
+    one): Adam's step is the mixed step rounded; a parameter whose mixed step (or SGD's mixed
+    presence flag) rounds to 0 gets no state (the optimizer starts it afresh).
+    ``optimizer_states_inherited`` counts the entries written. A state missing on a donor is
+    published as zeros with step 0.
 
     Checkpoints: ``save_checkpoint(path)``, ``load_checkpoint(path)``, ``resume_newest()``,
     ``wait_checkpoint()`` and the ``checkpoint_*`` options write and read the C++ library's
@@ -95,6 +119,7 @@ class TorchAgent:
                  hyperparameters: Optional[Dict[str, Any]] = None,
                  groups: Optional[AgentGroups] = None,
                  device_windows: str = "auto",
+                 inherit_optimizer_state: bool = False,
                  **options: Any):
         named = _named_parameters(module)
         if not named:
@@ -121,17 +146,21 @@ class TorchAgent:
             else WindowChoice("host", -1)
         options.pop("cuda_device", None)  # the device window's is the tensors' device
         self._device = choice.cuda_device if choice.memory == "cuda" else None
-        self._agent: Any
-        if groups is not None:
-            self._agent = GroupAgent(groups, layout_of(module, hyperparameters),
-                                     memory=choice.memory, cuda_device=choice.cuda_device,
-                                     **options)
-        else:
-            self._agent = Agent(layout_of(module, hyperparameters), comm, memory=choice.memory,
-                                cuda_device=choice.cuda_device, **options)
+        self._state: Optional[OptimizerStateLayers] = None
+        self._states_inherited = 0
+        layout = layout_of(module, hyperparameters)
         # Weak references: the core holds the hooks, and a cycle through the C++ object would
         # keep this agent (and its window) alive until exit.
         ref = weakref.ref(self)
+        if inherit_optimizer_state:
+            self._inherit_state(groups, comm, named, layout, options, ref)
+        self._agent: Any
+        if groups is not None:
+            self._agent = GroupAgent(groups, layout, memory=choice.memory,
+                                     cuda_device=choice.cuda_device, **options)
+        else:
+            self._agent = Agent(layout, comm, memory=choice.memory,
+                                cuda_device=choice.cuda_device, **options)
         self._agent.set_checkpoint_hooks(
             lambda: ref()._save_blobs() if ref() is not None else {},
             lambda blobs, reborn: ref()._load_blobs(blobs, reborn) if ref() is not None
@@ -139,6 +168,49 @@ class TorchAgent:
         if hyperparameters:
             self._agent.set_hyperparameters(hyperparameters)
             self._apply_lr()
+
+    def _inherit_state(self, groups: Optional[AgentGroups], comm: Any,
+                       named: List[Tuple[str, _torch.nn.Parameter]], layout: "_core.Layout",
+                       options: Dict[str, Any], ref: "weakref.ref[TorchAgent]") -> None:
+        """inherit_optimizer_state: the state layers (agreed over ``comm``) appended to
+        ``layout``; the agent's prepare_params hook copies the state into them (then calls
+        the user's), its reset hook (mixing "reset") zeros them after the user's."""
+        if groups is not None:
+            raise InvalidArgument("paramwin: TorchAgent: inherit_optimizer_state is not supported "
+                                  "for grouped agents (AgentGroups) yet; use the reset or a "
+                                  "builder")
+        device = None if self._device is None else _torch.device("cuda", self._device)
+        self._state = agreed(comm, lambda: _state_layers(self.optimizer, named,
+                                                         "inherit_optimizer_state", device))
+        self._state.append_to(layout)
+        user_prepare = options.pop("prepare_params", None)
+        user_reset = options.pop("reset", None)
+
+        def prepare() -> None:
+            agent = ref()
+            if agent is not None and agent._state is not None:
+                agent._state.capture(agent.optimizer, agent._params)
+            if user_prepare is not None:
+                user_prepare()
+
+        def reset(seed: int) -> None:
+            user_reset(seed)
+            agent = ref()
+            if agent is not None and agent._state is not None:
+                agent._state.clear()
+
+        # A hook that is not callable is left for the agent to refuse.
+        if user_prepare is None or callable(user_prepare):
+            options["prepare_params"] = prepare
+        else:
+            options["prepare_params"] = user_prepare
+        if user_reset is not None:
+            options["reset"] = reset if callable(user_reset) else user_reset
+
+    @property
+    def optimizer_states_inherited(self) -> int:
+        """Optimizer state entries written from a rebirth's mix (inherit_optimizer_state)."""
+        return self._states_inherited
 
     @property
     def device_window(self) -> bool:
@@ -156,6 +228,8 @@ class TorchAgent:
                         f"paramwin: '{name}' is on {t.device}, but this TorchAgent's window is "
                         f"a device window on cuda:{self._device} (keep the module there, or "
                         "use device_windows=\"never\")")
+        if self._state is not None:
+            data.update(self._state.layers())
         return data
 
     def publish(self) -> "_core.PublishResult":
@@ -164,7 +238,8 @@ class TorchAgent:
 
     def step(self, iteration: int, metric: float) -> "_core.StepEvent":
         """One step of the population (see Agent.step); on a rebirth the parameters hold the
-        donors' mix and the optimizer state of the replaced parameters is reset."""
+        donors' mix and the optimizer state of the replaced parameters is reset (or holds the
+        donors' mix with inherit_optimizer_state)."""
         self._sync_lr()
         with _torch.no_grad():
             event = self._agent.step(iteration, metric, self._data())
@@ -204,6 +279,8 @@ class TorchAgent:
     def _save_blobs(self) -> Dict[str, bytes]:
         if self.optimizer is None:
             return {}
+        if self._state is not None:  # the layers the save reads hold the current state
+            self._state.capture(self.optimizer, self._params)
         out = io.BytesIO()
         _torch.save(self.optimizer.state_dict(), out)
         return {self.OPTIMIZER_BLOB: out.getvalue()}
@@ -227,7 +304,9 @@ class TorchAgent:
     def _after_rebirth(self) -> None:
         if self._builder is not None:
             self.optimizer = self._builder(self.module)
-        elif self.optimizer is not None:
+        if self._state is not None:
+            self._states_inherited += self._state.restore(self.optimizer, self._params)
+        elif self._builder is None and self.optimizer is not None:
             for p in self._params:
                 self.optimizer.state.pop(p, None)
         self._apply_lr()
@@ -314,23 +393,35 @@ class TorchAveragingAgent:
     one-sidedly (paramwin.AveragingAgent over ``module.named_parameters()``; collective
     creation over ``comm``).
 
-    ``TorchAveragingAgent(module, comm=None, device_windows="auto", **options)``: options are
-    AveragingAgent's keywords. Call ``step()`` after every ``optimizer.step()`` (it mixes the
-    peers into the parameters in place and publishes), ``finish()`` at the end (collective:
-    every rank then holds the mean). The first ``step()`` publishes the initial parameters
-    first if ``publish()`` was not called. The optimizer's state (Adam's moments, momentum
-    buffers) is each rank's own and is kept: only the parameters are mixed.
+    ``TorchAveragingAgent(module, comm=None, optimizer=None, mix_optimizer_state=False,
+    **options)``: options are AveragingAgent's keywords. Call ``step()`` after every
+    ``optimizer.step()`` (it mixes the peers into the parameters in place and publishes),
+    ``finish()`` at the end (collective: every rank then holds the mean). The first ``step()``
+    publishes the initial parameters first if ``publish()`` was not called.
     ``save_checkpoint(path, optimizer=None)`` and ``load_checkpoint(path, optimizer=None)``
     save and restore the averaging population (AveragingAgent's checkpoints) with the
-    optimizer's ``state_dict`` when one is given.
+    optimizer's ``state_dict`` (the one given, else the agent's own ``optimizer``, if any).
 
-    CUDA modules: their parameters are staged through host buffers (copied in before a step,
-    copied back when the step changed them), as in the C++ adapter: warm-up, cool-down,
-    ``finish()`` and background corrections compute on the host, so an averaging agent has
-    no device window (``memory="cuda"`` raises InvalidArgument).
+    The optimizer's state (Adam's moments, momentum buffers) is each rank's own and is kept,
+    unless ``mix_optimizer_state=True`` (the C++ ``TorchAveragingOptions::mix_optimizer_state``;
+    needs ``optimizer``, a torch.optim Adam, AdamW or SGD with momentum: InvalidArgument on
+    every rank otherwise): then the state becomes layers of the snapshot, after the
+    parameters (``optimizer/<name>/exp_avg``, ``.../exp_avg_sq``, ``.../max_exp_avg_sq`` with
+    amsgrad, ``.../step``; SGD: ``.../momentum_buffer``, ``.../has_momentum_buffer``), copied
+    from the optimizer before every call, and a round (a mean, a correction) mixes it with the
+    weights of the parameters and writes it into the optimizer (an entry is created for a
+    parameter without one). Adam's step count is not mixed: each rank keeps its own (its bias
+    correction follows its own steps). ``optimizer_states_mixed`` counts the entries written.
+
+    CUDA modules: their parameters (and the optimizer's state) are staged through host buffers
+    (copied in before a step, copied back when the step changed them), as in the C++ adapter:
+    warm-up, cool-down, ``finish()`` and background corrections compute on the host, so an
+    averaging agent has no device window (``memory="cuda"`` raises InvalidArgument).
     """
 
-    def __init__(self, module: _torch.nn.Module, comm: Any = None, **options: Any):
+    def __init__(self, module: _torch.nn.Module, comm: Any = None, *,
+                 optimizer: Optional[_torch.optim.Optimizer] = None,
+                 mix_optimizer_state: bool = False, **options: Any):
         named = _named_parameters(module)
         if not named:
             raise InvalidArgument("paramwin: the module has no parameters")
@@ -339,13 +430,37 @@ class TorchAveragingAgent:
                                   "background corrections run on the host, so it has no device "
                                   "window (memory must be \"host\"; CUDA parameters are staged)")
         self.module = module
+        self.optimizer = optimizer
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        self.agent = AveragingAgent(layout_of(module), comm, **options)
+        self._state: Optional[OptimizerStateLayers] = None
+        if mix_optimizer_state:
+            self._state = agreed(comm, lambda: _state_layers(optimizer, named,
+                                                             "mix_optimizer_state"))
+        layout = layout_of(module)
+        if self._state is not None:
+            self._state.append_to(layout)
+        self.agent = AveragingAgent(layout, comm, **options)
         self._published = False
+        self._states_mixed = 0
 
     def _data(self) -> Dict[str, _torch.Tensor]:
-        return {name: p.data for name, p in zip(self._names, self._params)}
+        data = {name: p.data for name, p in zip(self._names, self._params)}
+        if self._state is not None:
+            self._state.capture(self.optimizer, self._params)
+            data.update(self._state.layers())
+        return data
+
+    def _mixed(self, r: "_core.AveragingRound") -> "_core.AveragingRound":
+        if self._state is not None and r.applied:
+            self._states_mixed += self._state.restore(self.optimizer, self._params,
+                                                      keep_own_counts=True)
+        return r
+
+    @property
+    def optimizer_states_mixed(self) -> int:
+        """Optimizer state entries written from a mix so far (``mix_optimizer_state``)."""
+        return self._states_mixed
 
     def publish(self) -> "_core.PublishResult":
         """Publishes the module's parameters now (the initial ones, before the first step)."""
@@ -357,12 +472,13 @@ class TorchAveragingAgent:
         if not self._published:
             self.publish()
         with _torch.no_grad():
-            return self.agent.step(self._data())
+            return self._mixed(self.agent.step(self._data()))
 
     def finish(self) -> "_core.AveragingRound":
-        """The closing synchronous mean (collective; see AveragingAgent.finish)."""
+        """The closing synchronous mean (collective; see AveragingAgent.finish), of the
+        optimizer's state too with ``mix_optimizer_state``."""
         with _torch.no_grad():
-            return self.agent.finish(self._data())
+            return self._mixed(self.agent.finish(self._data()))
 
     # -- checkpoints ------------------------------------------------------------------------
     OPTIMIZER_BLOB = "optimizer.python"
@@ -371,8 +487,12 @@ class TorchAveragingAgent:
                         optimizer: Optional[_torch.optim.Optimizer] = None) -> None:
         """Saves the averaging population into checkpoint ``path`` (AveragingAgent.
         save_checkpoint): the module's parameters, the agent's state and, given an
-        ``optimizer``, its state_dict (the blob ``optimizer.python``, as TorchAgent's).
-        Collective: every rank passes an optimizer, or none does."""
+        ``optimizer`` (default: the one the agent was created with, if any), its state_dict
+        (the blob ``optimizer.python``, as TorchAgent's). Collective: every rank has an
+        optimizer, or none has."""
+        if optimizer is None:
+            optimizer = self.optimizer
+
         def blobs() -> Dict[str, bytes]:
             out = io.BytesIO()
             _torch.save(optimizer.state_dict(), out)
@@ -390,8 +510,12 @@ class TorchAveragingAgent:
                         ) -> "_core.CheckpointLoad":
         """Continues from checkpoint ``path`` (AveragingAgent.load_checkpoint): the module's
         parameters, the agent's state (the next rounds are the saving run's; the loaded
-        parameters are published) and, given an ``optimizer`` and a file that holds its
-        state_dict, the optimizer's state. Collective; on an error nothing changed."""
+        parameters are published) and, given an ``optimizer`` (default: the one the agent was
+        created with, if any) and a file that holds its state_dict, the optimizer's state.
+        Collective; on an error nothing changed."""
+        if optimizer is None:
+            optimizer = self.optimizer
+
         def restore(blobs: Dict[str, bytes], reborn: bool) -> None:
             blob = blobs.get(self.OPTIMIZER_BLOB)
             if blob is not None:

@@ -1,7 +1,8 @@
 """AveragingAgent from Python: every gossip mix equals the weighted mix of the peer versions it
 reports (checked against a gathered table of everything every rank published), topologies as
 the library names them, consensus, finish(), background rounds, bad input refused on every
-rank with the parameters unchanged, and TorchAveragingAgent over a torch module."""
+rank with the parameters unchanged, and TorchAveragingAgent over a torch module, with the
+optimizer's state mixed with the parameters' weights (mix_optimizer_state)."""
 
 import numpy as np
 import pytest
@@ -265,6 +266,144 @@ def test_torch_module_averages_in_place(comm):
         mine = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
         for v in comm.allgather(mine):
             np.testing.assert_array_equal(v, mine)
+
+
+def torch_model(rank, device="cpu"):
+    torch.manual_seed(rank)
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(),
+                               torch.nn.Linear(4, 2)).double().to(device)
+
+
+def torch_device(comm, where):
+    """The device of the test's module: the CPU, or this rank's GPU (ranks share the GPUs
+    round-robin; skipped on every rank alike where torch sees none)."""
+    if where == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False")
+    return torch.device("cuda", comm.Get_rank() % torch.cuda.device_count())
+
+
+def make_optimizer(kind, model):
+    if kind == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return torch.optim.Adam(model.parameters(), lr=0.01, amsgrad=kind == "amsgrad")
+
+
+def state_fields(kind):
+    return {"sgd": ["momentum_buffer"], "adam": ["exp_avg", "exp_avg_sq"],
+            "amsgrad": ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]}[kind]
+
+
+def model_and_state(model, opt, kind):
+    """The parameters, then each parameter's state tensors (zeros where it has none), flat."""
+    parts = [p.detach().reshape(-1) for p in model.parameters()]
+    for p in model.parameters():
+        state = opt.state.get(p, {})
+        for field in state_fields(kind):
+            t = state.get(field)
+            parts.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device) if t is None
+                         else t.detach().reshape(-1))
+    return torch.cat(parts).cpu().numpy().copy()
+
+
+def own_steps(model, opt):
+    return [float(opt.state[p]["step"]) if "step" in opt.state.get(p, {}) else 0.0
+            for p in model.parameters()]
+
+
+def train_step(model, opt, rng):
+    x = torch.from_numpy(rng.standard_normal((8, 5))).to(next(model.parameters()).device)
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("kind", ["adam", "amsgrad", "sgd"])
+@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_torch_optimizer_state_is_mixed_with_the_parameters_weights(comm, kind, background,
+                                                                      where):
+    """CPU modules in place; CUDA ones (parameters and moments) staged through host buffers."""
+    need_ranks(comm, 2)
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(50 + rank)
+    model = torch_model(rank, torch_device(comm, where))
+    opt = make_optimizer(kind, model)
+    published = []  # (version, parameters and state) of each publish of this rank
+    rounds = []  # (values before the step, the round, values after)
+    with TorchAveragingAgent(model, comm, optimizer=opt, mix_optimizer_state=True,
+                             topology="all", background=background) as agent:
+        assert agent.agent.layout.names[4:6] == (
+            ["optimizer/0.weight/momentum_buffer", "optimizer/0.weight/has_momentum_buffer"]
+            if kind == "sgd" else ["optimizer/0.weight/exp_avg", "optimizer/0.weight/exp_avg_sq"])
+        published.append((agent.publish().version, model_and_state(model, opt, kind)))
+        comm.Barrier()
+        for t in range(8):
+            train_step(model, opt, rng)
+            if rank == 0 and t % 3 == 0:
+                train_step(model, opt, rng)  # rank 0 ahead: Adam's step counts differ
+            before, steps = model_and_state(model, opt, kind), own_steps(model, opt)
+            r = agent.step()
+            assert own_steps(model, opt) == steps  # the step count is each rank's own
+            if r.published:
+                published.append((r.version, model_and_state(model, opt, kind)))
+            rounds.append((before, r, model_and_state(model, opt, kind)))
+            comm.Barrier()  # rounds in lock step: the peers have published
+        table = gathered_table(comm, published)
+        check_mixes(rounds, table, background)
+        assert agent.optimizer_states_mixed > 0
+        steps = own_steps(model, opt)
+        agent.finish()
+        assert own_steps(model, opt) == steps
+        mine = model_and_state(model, opt, kind)
+        for v in comm.allgather(mine):
+            np.testing.assert_array_equal(v, mine)  # every rank: the same weights and state
+
+
+def check_mixes(rounds, table, background):
+    """Every applied round's values are the weighted mix of the published versions it reports
+    (inline: of the values before it; background: the correction lands on the progress)."""
+    mixed = 0
+    for before, r, after in rounds:
+        if background:
+            if r.background_applied:
+                mixed += 1
+            continue
+        assert r.applied, r.note
+        want = r.self_weight * before
+        for p in r.peers:
+            if p.skipped == "none":
+                want = want + p.weight * table[(p.rank, p.version)]
+                mixed += 1
+        np.testing.assert_allclose(after, want, rtol=0, atol=1e-12)
+    assert mixed > 0
+
+
+def test_torch_optimizer_state_mixing_refuses_bad_input_on_every_rank(comm):
+    need_ranks(comm, 2)
+    rank = comm.Get_rank()
+    model = torch_model(rank)
+    with pytest.raises(paramwin.InvalidArgument, match="needs an optimizer"):
+        TorchAveragingAgent(model, comm, mix_optimizer_state=True)
+    with pytest.raises(paramwin.InvalidArgument, match="keeps no state"):
+        TorchAveragingAgent(model, comm, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            mix_optimizer_state=True)
+    # Only rank 0's optimizer is unsupported: every rank raises (the others naming rank 0).
+    opt = (torch.optim.RMSprop(model.parameters()) if rank == 0
+           else torch.optim.Adam(model.parameters()))
+    with pytest.raises(paramwin.InvalidArgument, match="RMSprop" if rank == 0 else "rank 0"):
+        TorchAveragingAgent(model, comm, optimizer=opt, mix_optimizer_state=True)
+    # Without the option the optimizer's state is left alone.
+    adam = torch.optim.Adam(model.parameters())
+    with TorchAveragingAgent(model, comm, optimizer=adam) as agent:
+        train_step(model, adam, np.random.default_rng(rank))
+        n = sum(p.numel() for p in model.parameters())
+        kept = model_and_state(model, adam, "adam")[n:]
+        agent.step()
+        np.testing.assert_array_equal(model_and_state(model, adam, "adam")[n:], kept)
+        assert agent.optimizer_states_mixed == 0
+        comm.Barrier()
 
 
 def test_hierarchical_groups_mean_every_step_and_finish_agrees(comm):

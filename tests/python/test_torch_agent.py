@@ -1,7 +1,11 @@
 """TorchAgent: layout from named_parameters (0-dim included), rebirths written into the
 module's parameters (the same tensors, the mean of the recorded donors), optimizer state of
-the replaced parameters reset, or the optimizer rebuilt by the builder."""
+the replaced parameters reset, or the optimizer rebuilt by the builder, or, with
+inherit_optimizer_state, Adam's state the donors' mix (checked against every rank's
+published values)."""
 
+import numpy as np
+import pytest
 import torch
 
 import paramwin
@@ -104,3 +108,119 @@ def test_param_groups_with_different_learning_rates_are_refused_with_an_lr_hyper
         agent.step(1, 0.0)
         assert [g["lr"] for g in sgd.param_groups] == [0.01, 0.02]
         comm.Barrier()
+
+
+def snapshot(net, opt):
+    """The parameters, each parameter's Adam moments (zeros without state) and its step."""
+    parts = [p.detach().reshape(-1) for p in net.parameters()]
+    steps = []
+    for p in net.parameters():
+        state = opt.state.get(p, {})
+        for field in ("exp_avg", "exp_avg_sq"):
+            parts.append(state[field].detach().reshape(-1) if field in state
+                         else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        steps.append(float(state["step"]) if "step" in state else 0.0)
+    return torch.cat([t.cpu() for t in parts] +
+                     [torch.tensor(steps, dtype=torch.float64)]).numpy().copy()
+
+
+def resolve_rebirths(records, check):
+    """Fills the table of every rank's published (rank, version) -> values: a plain publish is
+    the snapshot it recorded; a rebirth's is the donors' mix (as published: the step unrounded),
+    known once its donors' entries are. ``check(record, mix)`` is called for every rebirth."""
+    table = {}
+    pending = []
+    for rank, entries in enumerate(records):
+        for entry in entries:
+            if entry[0] == "published":
+                table[(rank, entry[1])] = entry[2]
+            else:
+                pending.append((rank,) + entry[1:])
+    while pending:
+        ready = [r for r in pending if all((d[0], d[1]) in table for d in r[2])]
+        assert ready, f"rebirths whose donors' versions were never published: {pending}"
+        for record in ready:
+            rank, version, donors, _ = record
+            mix = sum(w * table[(d, v)] for d, v, w in donors)
+            check(record, mix)
+            if version is not None:
+                table[(rank, version)] = mix
+            pending.remove(record)
+
+
+@pytest.mark.parametrize("builder", [False, True])
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_reborn_adam_state_is_the_donors_mix(comm, builder, where):
+    """CPU modules in place; CUDA ones on a device window (the state layers on the GPU too)
+    where the library has CUDA, staged through host buffers otherwise."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False")
+    device = torch.device("cpu") if where == "cpu" else \
+        torch.device("cuda", rank % torch.cuda.device_count())
+    torch.manual_seed(rank)
+    net = Net().double().to(device)
+    make = (lambda module: torch.optim.Adam(module.parameters(), lr=1e-2))
+    x = torch.randn(4, 3, dtype=torch.float64).to(device)
+    records = []  # ("published", version, snapshot) or ("reborn", version, donors, snapshot)
+    with TorchAgent(net, make(net), comm, optimizer_builder=make if builder else None,
+                    inherit_optimizer_state=True, seed=5, age=(4, 4), k=2 if n > 2 else 1,
+                    shortfall="clamp") as agent:
+        assert agent.layout.names[3:7] == ["optimizer/scale/exp_avg", "optimizer/scale/exp_avg_sq",
+                                           "optimizer/scale/step", "optimizer/lin.weight/exp_avg"]
+        records.append(("published", agent.publish().version, snapshot(net, agent.optimizer)))
+        comm.Barrier()
+        for step in range(1, 25):
+            loss = net(x * (rank + 1)).pow(2).mean()
+            event = agent.step(step, loss.item())
+            now = snapshot(net, agent.optimizer)
+            if event.died:
+                donors = [(d.rank, d.version, d.weight) for d in event.donors if not d.skipped]
+                records.append(("reborn", event.version if event.published else None, donors,
+                                now))
+                continue
+            if event.published:
+                records.append(("published", event.version, now))
+            agent.optimizer.zero_grad()
+            loss.backward()
+            agent.optimizer.step()
+        inherited = agent.optimizer_states_inherited
+        comm.Barrier()
+    rebirths = []
+    params = sum(p.numel() for p in net.parameters())
+    moments = 2 * params
+
+    def check(record, mix):
+        got = record[3]
+        np.testing.assert_allclose(got[:params], mix[:params], rtol=0, atol=1e-12)
+        at = params
+        for j, p in enumerate(net.parameters()):
+            step = round(mix[params + moments + j])
+            assert got[params + moments + j] == max(step, 0)
+            span = slice(at, at + 2 * p.numel())
+            at += 2 * p.numel()
+            if step > 0:  # the donors' mix of the moments
+                np.testing.assert_allclose(got[span], mix[span], rtol=0, atol=1e-12)
+            else:  # no state: Adam starts the parameter afresh
+                assert not got[span].any()
+        rebirths.append(record)
+
+    resolve_rebirths(comm.allgather(records), check)
+    assert (len(rebirths) > 0) == (n > 1)
+    assert (inherited > 0) == any(r[0] == "reborn" for r in records)
+
+
+def test_optimizer_state_inheritance_refuses_bad_input_on_every_rank(comm):
+    rank = comm.Get_rank()
+    net = Net()
+    with pytest.raises(paramwin.InvalidArgument, match="keeps no state"):
+        TorchAgent(net, torch.optim.SGD(net.parameters(), lr=0.1), comm,
+                   inherit_optimizer_state=True)
+    opt = (torch.optim.RMSprop(net.parameters()) if rank == 0
+           else torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+    with pytest.raises(paramwin.InvalidArgument, match="RMSprop" if rank == 0 else "rank 0"):
+        TorchAgent(net, opt, comm, inherit_optimizer_state=True)
+    with paramwin.AgentGroups(comm, ranks_per_agent=1) as groups:
+        with pytest.raises(paramwin.InvalidArgument, match="grouped"):
+            TorchAgent(net, torch.optim.Adam(net.parameters()), groups=groups,
+                       inherit_optimizer_state=True)
