@@ -172,7 +172,7 @@ void AveragingAgent::save_checkpoint(const std::string& path,
       detail::bind_readable(layout, params, comm, "AveragingAgent::save_checkpoint");
   detail::AgentRecord mine =
       detail::averaging_record(ordered, detail::take_averaging_state(s), s.steps_);
-  std::vector<std::vector<std::byte>> copies;  // host copies of device layers
+  std::vector<std::vector<std::byte>> copies;   // host copies of device layers
   std::vector<std::vector<std::byte>> pending;  // symmetric: parameters + exchanges pending
   std::string error;
   try {

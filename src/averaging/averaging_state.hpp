@@ -172,11 +172,11 @@ class AveragingState {
   std::vector<LayerRef> mix_refs_;               // over mix_
   std::vector<std::vector<std::byte>> at_read_;  // per layer, the layer's type
   BackgroundJob job_;
-  bool in_flight_ = false;                    // job_ handed to the worker, not collected yet
-  bool drop_in_flight_ = false;               // pause(): collect it without applying it
-  std::unique_ptr<ExchangeInbox> inbox_;          // symmetric averaging's mailboxes
+  bool in_flight_ = false;                         // job_ handed to the worker, not collected yet
+  bool drop_in_flight_ = false;                    // pause(): collect it without applying it
+  std::unique_ptr<ExchangeInbox> inbox_;           // symmetric averaging's mailboxes
   std::vector<std::vector<double>> exchange_acc_;  // per layer, a symmetric round's moves
-  std::unique_ptr<BackgroundWorker> worker_;  // last: stopped before the rest goes
+  std::unique_ptr<BackgroundWorker> worker_;       // last: stopped before the rest goes
 };
 
 }  // namespace paramwin::detail

@@ -4,10 +4,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <new>
 #include <span>
 #include <string>

@@ -58,9 +58,9 @@ class ExchangeInbox {
   [[nodiscard]] double* values(int rank) const;
 
   Win win_;
-  std::vector<std::byte*> bases_;        // every rank's segment, mapped here
-  std::vector<std::size_t> offsets_;     // per layer, first accumulator element
-  std::size_t total_ = 0;                // accumulator elements (the layout's)
+  std::vector<std::byte*> bases_;     // every rank's segment, mapped here
+  std::vector<std::size_t> offsets_;  // per layer, first accumulator element
+  std::size_t total_ = 0;             // accumulator elements (the layout's)
   int rank_ = 0;
 };
 

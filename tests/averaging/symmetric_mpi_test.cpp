@@ -1,9 +1,9 @@
 // Symmetric (mean-preserving) averaging: one exchange moves both sides by the same amount in
 // opposite directions (the reader at its step, the peer when it drains its inbox); with
 // training off every topology reaches consensus while the population's mean stays where it
-// started (to 1e-12 in float64); a checkpoint holds the exchanges still pending; finish() after rounds only some
-// ranks made is the exact mean of the starting values; a paused peer's inbox is closed; bad
-// input is refused on every rank.
+// started (to 1e-12 in float64); a checkpoint holds the exchanges still pending; finish() after
+// rounds only some ranks made is the exact mean of the starting values; a paused peer's inbox is
+// closed; bad input is refused on every rank.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -260,7 +260,7 @@ TEST(SymmetricAveraging, FinishAfterRoundsOfSomeRanksIsTheExactMeanOfTheStart) {
   (void)agent.publish(m.crefs());
   MPI_Barrier(MPI_COMM_WORLD);
   for (int t = 0; t < 5 * (rank % 2); ++t) {  // odd ranks make rounds, no barrier: deposits
-    (void)agent.step(m.refs());                // land in inboxes nobody drains before finish
+    (void)agent.step(m.refs());               // land in inboxes nobody drains before finish
   }
   const pw::AveragingRound r = agent.finish(m.refs());
   EXPECT_EQ(r.kind, pw::RoundKind::synchronous);
