@@ -151,11 +151,14 @@ def test_symmetric_rounds_reach_consensus_at_the_starting_mean(comm, topology):
         agent.publish(params)
         comm.Barrier()
         received = 0
+        agreeing = 0  # consecutive steps in agreement: exchanges still pending undo one
         for _ in range(400):
             received += agent.step(params).received
             comm.Barrier()
             values = comm.allgather(flat(params))
-            if max(np.max(np.abs(v - values[0])) for v in values) < 1e-6:
+            agreeing = agreeing + 1 if max(np.max(np.abs(v - values[0]))
+                                           for v in values) < 1e-6 else 0
+            if agreeing == 3:
                 break
         agent.pause()
         comm.Barrier()  # every round's exchanges are in the inboxes
@@ -165,7 +168,7 @@ def test_symmetric_rounds_reach_consensus_at_the_starting_mean(comm, topology):
         assert comm.allreduce(received) > 0
         held = np.mean(comm.allgather(flat(params)), axis=0)
         np.testing.assert_allclose(held, mean, rtol=0, atol=1e-12)  # the mean never moved
-        assert np.max(np.abs(flat(params) - mean)) < 1e-6
+        assert np.max(np.abs(flat(params) - mean)) < 2e-6
 
 
 def test_background_rounds_are_applied_and_finish_agrees(comm):
