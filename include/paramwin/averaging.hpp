@@ -325,6 +325,8 @@ class AveragingAgent {
   /// Written as "<path>.tmp" and renamed once complete. Background averaging: a read running
   /// on the worker is waited for, and it and a pending correction are dropped (as by a
   /// synchronous step), so that a run resumed from the file continues as this one does.
+  /// Symmetric averaging: each rank's parameters are saved with the exchanges still pending
+  /// in its inbox added (after a barrier), and a load empties the inbox.
   /// Bad @p params: InvalidArgument on every rank; a failed write: CheckpointError on every
   /// rank (the previous file at @p path is intact). @note Collective.
   void save_checkpoint(const std::string& path, std::span<const ConstLayerRef> params);
