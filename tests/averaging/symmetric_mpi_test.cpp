@@ -215,6 +215,18 @@ TEST(SymmetricAveraging, OneExchangeMovesBothSidesByTheSameAmount) {
   }
 }
 
+/// Publishes @p m, then rank 0 makes one round with every other rank (topology all): their
+/// halves of its exchanges wait in their inboxes. Returns rank 0's round (empty elsewhere).
+pw::AveragingRound exchange_from_rank0(pw::AveragingAgent& agent, Model& m) {
+  (void)agent.publish(m.crefs());
+  MPI_Barrier(MPI_COMM_WORLD);
+  pw::AveragingRound round;
+  if (pw::test::world_rank() == 0) {
+    round = agent.step(m.refs());
+  }
+  return round;
+}
+
 TEST(SymmetricAveraging, APausedPeersInboxIsClosedAndItsPendingExchangesStillLand) {
   PARAMWIN_REQUIRE_RANKS(2);
   const int rank = pw::test::world_rank();
@@ -223,11 +235,7 @@ TEST(SymmetricAveraging, APausedPeersInboxIsClosedAndItsPendingExchangesStillLan
   Model m(rank);
   const std::vector<double> start = sum_over_ranks(flat(m));
   pw::AveragingAgent agent(MPI_COMM_WORLD, model_layout(), o);
-  (void)agent.publish(m.crefs());
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    (void)agent.step(m.refs());  // exchanges with every other rank
-  }
+  (void)exchange_from_rank0(agent, m);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank != 0) {
     agent.pause();  // rank 0's exchange is in; nothing more may come in
@@ -284,11 +292,7 @@ TEST(SymmetricAveraging, ACheckpointHoldsTheExchangesStillPendingAndALoadEmpties
   Model m(rank);
   const std::vector<double> start = sum_over_ranks(flat(m));
   pw::AveragingAgent agent(MPI_COMM_WORLD, model_layout(), o);
-  (void)agent.publish(m.crefs());
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    EXPECT_TRUE(agent.step(m.refs()).applied);  // the others' halves wait in their inboxes
-  }
+  EXPECT_EQ(exchange_from_rank0(agent, m).applied, rank == 0);
   agent.save_checkpoint(path, m.crefs());
   if (rank != 0) {  // the live run keeps its pending exchanges: they land at the next step
     agent.pause();  // (which then makes no round of its own)
