@@ -32,8 +32,11 @@ export PARAMWIN_TEST_WATCHDOG_SECONDS="${PARAMWIN_TEST_WATCHDOG_SECONDS:-600}"
 # slurm is left out like multihost: each of its tests starts a Slurm cluster as root, and what
 # its jobs run (the age-replacement demo) the sanitized example test runs already; the normal
 # pass (scripts/test.sh) runs it.
-mpi_labels_out="serial|multihost|slurm|install|lint"
-[ "${PARAMWIN_MULTIHOST:-0}" = 1 ] && mpi_labels_out="serial|slurm|install|lint"
+# np8 (the 8-rank runs) is left out too: 8 instrumented ranks that busy-poll on 2 cores; the
+# same tests' 2- and 4-rank runs stay in, and both normal passes run the 8-rank ones. The
+# project's CI stopped at its 90-minute limit in this pass's 8-rank tests (2026-12-01).
+mpi_labels_out="serial|multihost|slurm|install|lint|np8"
+[ "${PARAMWIN_MULTIHOST:-0}" = 1 ] && mpi_labels_out="serial|slurm|install|lint|np8"
 # Serial tests never start MPI: full leak checking.
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
   ctest --output-on-failure --timeout 900 -L serial "$@"

@@ -105,8 +105,11 @@ using RebirthCallback =
 using ResetCallback = std::function<void(std::span<const LayerRef> params, std::uint64_t seed)>;
 
 /// Called by step() and publish() at most once per call, right before the agent first reads
-/// or writes the caller's parameters (a publish, a pull, the reset callback): a step that
-/// neither publishes nor attempts a rebirth never calls it. For callers whose parameters are
+/// the caller's parameters (a publish, a pull with MixingOptions::momentum, any pull of a
+/// device window, the reset callback): a step that neither publishes nor attempts a rebirth
+/// never calls it, nor does a rebirth whose pull overwrites the parameters whole (no
+/// momentum, host window), its republish included: they then hold the mix, newer than the
+/// caller's copies (a failed pull leaves them to the publish). For callers whose parameters are
 /// host copies of memory the agent cannot read (e.g. the LibTorch adapter's copies of GPU
 /// tensors): fill the copies here, so that steps that move no data copy nothing. The
 /// parameters passed to step() must already be valid memory of the right size; only their

@@ -362,18 +362,26 @@ AgentCore::Attempts AgentCore::try_pulls(RebirthExecutor& ex, std::span<const La
     // Chosen first, advertised after: of two agents dying at once, at most one can see the
     // other mid-rebirth, so they never both wait for each other.
     set_status(ex, AgentState::rebirth, event.iteration, event.metric);
-    // The first access to the parameters in this step: their values must be current (a
-    // pull blends with them for momentum, and keeps them when it fails).
     if (plan.action == PlanAction::reset) {
       reset_by_plan(ex, params, ordered, event, plan.reset_seed);
       a.reborn = true;
       return a;
     }
-    prepare_params(event.seconds.pull);
+    // A pull with momentum blends with the parameters: their values must be current. A
+    // device window's pull writes them in place: the hook orders it after the caller's
+    // kernels. Otherwise the pull overwrites them whole and reads nothing of them, so the
+    // caller's copies (the LibTorch adapter's module and optimizer state) are not staged
+    // for it; after a failed pull the publish below stages them.
+    if (policy_.options().mixing.momentum != 0.0 || ex.device_window()) {
+      prepare_params(event.seconds.pull);
+    }
     PullOptions po = pull_options(plan, policy_.options().mixing, policy_.options().read,
                                   deadline_ > 0.0 ? std::max(time_left(), 1e-9) : 0.0);
     po.landing = rebirth_landing(policy_.options());
     PullOutcome r = ex.pull(plan, po, ordered, event);
+    // Written (whole, or partly and about to be reset): the parameters are newer than the
+    // caller's copies, which must not be staged over them in this step.
+    if (r.ok || r.partial) params_prepared_ = true;
     if (r.ok) {
       a.pulled = std::move(r);
       a.reborn = true;

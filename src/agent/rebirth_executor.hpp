@@ -158,6 +158,10 @@ class RebirthExecutor {
   virtual void progress() = 0;
   /// Whether some rank reads this rank's window over RMA (ParameterWindow::has_rma_readers).
   [[nodiscard]] virtual bool has_rma_readers() const = 0;
+  /// Whether the window is a device window (Memory::cuda): its pulls write the caller's device
+  /// memory in place, so the prepare hook (which orders them after the caller's kernels) runs
+  /// before every pull.
+  [[nodiscard]] virtual bool device_window() const = 0;
   /// The agent's latest publish: the window version (solo) or the group's stamp (epoch).
   [[nodiscard]] virtual std::uint64_t version() const = 0;
   /// Checkpoint resume: the next publish gets version (stamp) @p next when that is ahead of

@@ -124,6 +124,7 @@ class SoloExecutor final : public RebirthExecutor {
   }
   void progress() override { w_.progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return w_.has_rma_readers(); }
+  [[nodiscard]] bool device_window() const override { return w_.options().memory == Memory::cuda; }
   [[nodiscard]] std::uint64_t version() const override { return w_.version(); }
   void continue_versions(std::uint64_t next) override { w_.continue_versions(next); }
 

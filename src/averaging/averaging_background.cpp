@@ -128,9 +128,12 @@ bool AveragingState::collect(AveragingRound& out) {
 }
 
 void AveragingState::overlap_step(const BoundLayers<LayerRef>& params, AveragingRound& out) {
-  const bool apply = in_flight_ && !worker_->busy() && collect(out);
+  // The worker asked once: had the read finished between a first "busy" and a second "not
+  // busy", the new round would overwrite the finished one's result, never collected.
+  const bool busy = in_flight_ && worker_->busy();
+  const bool apply = in_flight_ && !busy && collect(out);
   const bool due = round_due();
-  const bool start = due && !(in_flight_ && worker_->busy());
+  const bool start = due && !busy;
   // The round's peers before anything changes (a custom topology's callable may throw).
   std::vector<int> peers;
   if (start) {

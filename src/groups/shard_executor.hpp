@@ -72,6 +72,7 @@ class ShardExecutor final : public RebirthExecutor {
                         const Hyperparameters& hyper) override;
   void progress() override { win().progress(); }
   [[nodiscard]] bool has_rma_readers() const override { return win().has_rma_readers(); }
+  [[nodiscard]] bool device_window() const override { return device_; }
   [[nodiscard]] std::uint64_t version() const override { return epoch_; }
   /// The agent's next stamp is @p next when that is ahead (every rank of the agent calls it
   /// with the same value); the shard window numbers its own publishes on from there too.

@@ -354,6 +354,62 @@ TEST(AgentCadence, PrepareParamsRunsOnlyBeforeTheParametersAreRead) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A rebirth without momentum overwrites the parameters whole: the hook (an adapter's staging
+// of its live copies) is not called for the pull, nor for the republish of the mix, whose
+// values it would overwrite. With momentum the pull blends with the current values: the hook
+// runs once, before it.
+TEST(AgentCadence, PrepareParamsRunsBeforeARebirthOnlyWhenThePullBlends) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  const int n = pw::test::world_size();
+  for (const double momentum : {0.0, 0.5}) {
+    Params p;
+    std::uint64_t prepared = 0;
+    pw::AgentOptions o = quiet_options();
+    o.publish.every = 1;
+    o.mixing.momentum = momentum;
+    o.triggers.custom = [](const pw::TriggerContext& c) { return c.rank == 0 && c.step == 1; };
+    o.prepare_params = [&] { p.fill(rank, ++prepared); };
+    pw::Agent<> agent(MPI_COMM_WORLD, layout(), o);
+    (void)agent.publish(p.crefs());  // every agent publishes fill(rank, 1)
+    MPI_Barrier(MPI_COMM_WORLD);
+    const pw::StepEvent ev = agent.step(0, 1.0, p.refs());
+    ASSERT_EQ(ev.died, rank == 0) << ev.note;
+    if (rank == 0) {
+      ASSERT_EQ(ev.donors.size(), 1U);
+      const int donor = ev.donors[0].rank;
+      const std::uint64_t version = ev.donors[0].version;  // 1, or 2 once the donor's step
+      Params own;  // what the hook staged before the pull (momentum only)
+      own.fill(rank, 2);
+      Params donor_values;  // the donor's hook filled version v with fill(donor, v)
+      donor_values.fill(donor, version);
+      if (momentum == 0.0) {
+        EXPECT_EQ(prepared, 1U) << "the hook ran for a rebirth that reads nothing of its own";
+        EXPECT_TRUE(p.is(donor, version));
+      } else {
+        EXPECT_EQ(prepared, 2U) << "the hook runs once, before the pull that blends";
+        for (std::size_t i = 0; i < kW; ++i) {
+          EXPECT_EQ(p.w[i], static_cast<float>(0.5 * own.w[i] + 0.5 * donor_values.w[i])) << i;
+        }
+      }
+      EXPECT_TRUE(ev.published);
+    } else {
+      EXPECT_EQ(prepared, 2U);  // the others publish their step as usual
+    }
+    // What rank 0 republished is its mix, not the hook's values.
+    std::vector<float> reborn = p.w;
+    MPI_Bcast(reborn.data(), static_cast<int>(kW), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (rank == n - 1) {
+      Params got;
+      const std::vector<int> donors{0};
+      const std::vector<pw::LayerRef> out = got.refs();
+      (void)agent.window().pull(donors, out);
+      EXPECT_EQ(got.w, reborn) << "momentum " << momentum;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 TEST(AgentValidation, InvalidOptionsOnOneRankThrowOnEveryRank) {
   pw::AgentOptions o = quiet_options();
   if (pw::test::world_rank() == 0) o.triggers.worst_fraction.fraction = 2.0;
