@@ -92,6 +92,7 @@ class PinnedWindow final {
   }
   void progress() { ++progress_calls; }
   [[nodiscard]] bool has_rma_readers() const { return rma_readers; }
+  [[nodiscard]] const pw::WindowOptions& options() const { return options_; }  // a host window
 
   int skips = 0;             ///< publishes still to skip
   int publish_calls = 0;     ///< tries of publish
@@ -100,6 +101,7 @@ class PinnedWindow final {
 
  private:
   pw::Layout layout_;
+  pw::WindowOptions options_;
   std::vector<pw::RosterEntry> entries_;
   std::uint64_t version_ = 0;
 };
@@ -280,6 +282,7 @@ class PartialWindow final {
   }
   void progress() {}
   [[nodiscard]] bool has_rma_readers() const { return false; }
+  [[nodiscard]] const pw::WindowOptions& options() const { return options_; }  // a host window
 
   std::set<int> partial_donors;
   std::vector<pw::Landing> landings;  ///< PullOptions::landing of every pull
@@ -287,6 +290,7 @@ class PartialWindow final {
 
  private:
   pw::Layout layout_;
+  pw::WindowOptions options_;
   std::vector<pw::RosterEntry> entries_;
   std::uint64_t version_ = 0;
 };
