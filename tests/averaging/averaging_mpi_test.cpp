@@ -271,24 +271,8 @@ TEST(AveragingExact, GivenWeightsAreSplitInTheirProportionsAndNormalisedOnlyWhen
 
 // --- consensus with training off -------------------------------------------------------------
 
-/// Largest spread (max - min over the ranks) of any element: one MPI_MAX over the values and
-/// their negations (on 8 ranks sharing 2 cores each collective costs tens of ms). Like a
-/// barrier, no rank returns before every rank entered it.
-double spread(const Params& p) {
-  const std::vector<double> mine = p.flat();
-  std::vector<double> both(2 * kN);
-  for (std::size_t i = 0; i < kN; ++i) {
-    both[i] = mine[i];
-    both[kN + i] = -mine[i];
-  }
-  MPI_Allreduce(MPI_IN_PLACE, both.data(), static_cast<int>(both.size()), MPI_DOUBLE, MPI_MAX,
-                MPI_COMM_WORLD);
-  double out = 0.0;
-  for (std::size_t i = 0; i < kN; ++i) {
-    out = std::max(out, both[i] + both[kN + i]);  // max - min
-  }
-  return out;
-}
+/// Largest spread (max - min over the ranks) of any element (a collective).
+double spread(const Params& p) { return pw::test::spread_over_ranks(p.flat()); }
 
 /// Mean over ranks and elements.
 double population_mean(const Params& p) {

@@ -64,25 +64,8 @@ std::vector<double> flat(const Model& m) {
   return out;
 }
 
-/// Largest difference between ranks over all elements: one MPI_MAX over the values and their
-/// negations (on 8 ranks sharing 2 cores each collective costs tens of ms). Like a barrier, no
-/// rank returns before every rank entered it, after its step.
-double spread(const Model& m) {
-  const std::vector<double> mine = flat(m);
-  const std::size_t n = mine.size();
-  std::vector<double> both(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    both[i] = mine[i];
-    both[n + i] = -mine[i];
-  }
-  MPI_Allreduce(MPI_IN_PLACE, both.data(), static_cast<int>(both.size()), MPI_DOUBLE, MPI_MAX,
-                MPI_COMM_WORLD);
-  double out = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    out = std::max(out, both[i] + both[n + i]);  // max - min
-  }
-  return out;
-}
+/// Largest difference between ranks over all elements (a collective).
+double spread(const Model& m) { return pw::test::spread_over_ranks(flat(m)); }
 
 /// Per element, the population's sum now minus @p start: the largest drift of the float64
 /// layer (out.first) and of the float32 layer (out.second), relative to the sum's size.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,25 @@ inline std::vector<double> allgather_doubles(const std::vector<double>& mine) {
 }
 
 /// Deterministic test value of element @p i of layer @p layer on @p rank at @p version.
+/// Largest spread (max - min over the ranks of MPI_COMM_WORLD) of any element of @p mine:
+/// one MPI_MAX over the values and their negations (on 8 ranks sharing 2 cores each
+/// collective costs tens of ms). Like a barrier, no rank returns before every rank entered it.
+inline double spread_over_ranks(const std::vector<double>& mine) {
+  const std::size_t n = mine.size();
+  std::vector<double> both(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    both[i] = mine[i];
+    both[n + i] = -mine[i];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, both.data(), static_cast<int>(both.size()), MPI_DOUBLE, MPI_MAX,
+                MPI_COMM_WORLD);
+  double out = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    out = std::max(out, both[i] + both[n + i]);  // max - min
+  }
+  return out;
+}
+
 inline float value(int rank, int layer, std::size_t i, std::uint64_t version = 0) {
   return static_cast<float>(rank * 1000 + layer * 100 + static_cast<int>(i % 97) +
                             static_cast<int>(version % 7) * 10000);
