@@ -3,7 +3,11 @@
 # benchmarks/pbt_fashion/ on 4 agents (one MPI rank each, one thread each), 5 seeds, the same
 # step and wall-clock budget; then the table and the plot.
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
-#                          [--methods a,b,...] [--out DIR] [--quick] [--no-report]
+#                          [--methods a,b,...] [--condition C] [--out DIR] [--quick]
+#                          [--no-report]
+# --condition: stragglers (benchmarks/pbt_fashion/straggler.py): none (default), slow_rank (the
+# last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
+# step times at random, 1.5x slower on average).
 # --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
 # seed, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
 # build-openmpi) and Debian's dataset-fashion-mnist and python3-optuna (setup.sh installs them).
@@ -19,6 +23,7 @@ out=out/pbt_fashion
 extra=()
 report=1
 quick=0
+condition=none
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -26,6 +31,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --interval) interval=$2; shift 2 ;;
     --methods) methods=$2; shift 2 ;;
+    --condition) condition=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-report) report=0; shift ;;
@@ -47,20 +53,22 @@ launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.journal
 rm -rf "$out"/ckpt-*
-{ date -Is; git rev-parse --short HEAD; cat /proc/loadavg; } > "$out/run.txt"
+{ date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"
 for seed in $(seq 1 "$seeds"); do
   for m in "${method_list[@]}"; do
     t0=$(date +%s)
     PYTHONPATH="$package_dir" "${launcher[@]}" /usr/bin/python3 \
       benchmarks/pbt_fashion/run.py --method "$m" --seed "$seed" --steps "$steps" \
-      --interval "$interval" --out "$out" "${extra[@]}"
+      --interval "$interval" --out "$out" "${extra[@]}" --condition "$condition"
     echo "pbt_fashion: $m seed $seed: $(($(date +%s) - t0)) s"
   done
 done
 cat /proc/loadavg >> "$out/run.txt"
 if [ "$report" = 1 ]; then
   args=(--runs "$out" --check --methods "$methods" --seeds "$seeds")
-  [ "$quick" = 0 ] && args+=(--png docs/img/pbt_fashion.png --markdown "$out/table.md")
+  png=docs/img/pbt_fashion.png
+  [ "$condition" = none ] || png=docs/img/pbt_fashion_$condition.png
+  [ "$quick" = 0 ] && args+=(--png "$png" --markdown "$out/table.md")
   /usr/bin/python3 benchmarks/pbt_fashion/report.py "${args[@]}"
 fi

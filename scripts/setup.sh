@@ -2,7 +2,7 @@
 # Installs what paramwin needs from Debian's archive (idempotent), then configures and
 # builds it with the chosen MPI pinned explicitly (its wrapper and launcher named by path).
 #   scripts/setup.sh [--mpi mpich|openmpi] [--build-dir DIR] [--minimal] [--target T]...
-#                    [--no-torch] [--sanitize] [--no-werror] [--no-build]
+#                    [--no-torch] [--sanitize] [--no-werror] [--no-build] [-DNAME=VALUE]...
 # --mpi picks the MPI (default mpich, the primary; openmpi: Debian's Open MPI 4.1, see
 # docs/rma-semantics.md). A build directory belongs to one MPI: use another --build-dir for the
 # other one (scripts/test.sh uses build and build-openmpi).
@@ -12,6 +12,8 @@
 # without it installs the rest and configures the same build directory again (same flags,
 # nothing built twice).
 # --target T builds only target T (repeatable; default: everything).
+# -DNAME=VALUE is passed to CMake's configure (e.g. -DPARAMWIN_BUILD_BENCHMARKS=OFF); CMake
+# keeps it in the build directory's cache for later runs.
 # Every caller configures a build directory with the same flags (warnings are errors: the
 # code builds clean with Debian 12's GCC 12), so that the demo, scripts/test.sh,
 # scripts/torch_demo.sh and scripts/bench.sh reuse each other's objects; --no-werror turns
@@ -32,6 +34,7 @@ werror=1
 do_build=1
 minimal=0
 targets=()
+cmake_defs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --minimal) minimal=1; shift ;;
     --target) targets+=("${2:?--target takes a target name}"); shift 2 ;;
     --no-build) do_build=0; shift ;;
+    -D*) cmake_defs+=("$1"); shift ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -132,12 +136,13 @@ done
 cmake_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DPARAMWIN_MPI="$cmake_mpi"
             -DMPI_CXX_COMPILER="/usr/bin/mpicxx.$mpi"
             -DMPIEXEC_EXECUTABLE="/usr/bin/mpiexec.$mpi")
-[ "$torch" = 0 ] && cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF)
+if [ "$torch" = 0 ]; then cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF); else cmake_args+=(-DPARAMWIN_WITH_TORCH=ON); fi
 # Debian's interpreter, the one with python3-mpi4py and python3-torch (a python3 earlier on
 # PATH, e.g. pyenv's, has neither).
 [ "$mpi" = openmpi ] && cmake_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
 [ "$sanitize" = 1 ] && cmake_args+=(-DPARAMWIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [ "$werror" = 1 ] && cmake_args+=(-DPARAMWIN_WERROR=ON)
+cmake_args+=("${cmake_defs[@]}")
 # The stamp: these options and the machine's installed packages. Equal to the last
 # configure's: skip it (CMake re-runs by itself when a CMakeLists.txt changes); anything
 # installed or removed since (e.g. LibTorch after --minimal): configure again, same flags.

@@ -1,5 +1,5 @@
-"""What every averaging method shares: the shard, the training loop, the straggler
-conditions, the snapshots the report evaluates, and the records.
+"""What every averaging method shares: the shard, the training loop (with the straggler
+conditions of pbt_fashion/straggler.py), the snapshots the report evaluates, and the records.
 
 One run = one method, one condition, one seed, on every rank of the launch. Each rank trains
 the same model (pbt_fashion's MLP, the same initial weights on every rank) on its own disjoint
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -27,18 +25,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 import model as M
+import straggler as S
 from common import polite_barrier
+from straggler import CONDITIONS, Straggler  # noqa: F401  (run.py and the methods use them)
 
 LR = 0.05
 WEIGHT_DECAY = 1e-4
-CONDITIONS = ("none", "slow_rank", "random")
-# random slowdowns: at every step each rank stalls, with this probability, for this many of its
-# own step times (a pause of about ten steps: preemption, a noisy neighbour); mean slowdown 1.5x.
-RANDOM_P = 0.05
-RANDOM_STALL_STEPS = 10.0
-CALIBRATION_STEPS = 20
-
-
 def shard(split, rank: int, size: int):
     """Rank ``rank``'s disjoint share of ``split`` (every size-th image from rank)."""
     return type(split)(split.x[rank::size].contiguous(), split.y[rank::size].contiguous())
@@ -46,32 +38,6 @@ def shard(split, rank: int, size: int):
 
 def flat_parameters(net: torch.nn.Module) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector([p.detach() for p in net.parameters()]).clone()
-
-
-@dataclass
-class Straggler:
-    """The condition's delay before each step, in seconds (a slower device whose CPU idles:
-    the delay is a sleep)."""
-    condition: str
-    rank: int
-    size: int
-    seed: int
-    step_time: float  # this rank's calibrated step time, seconds
-
-    def __post_init__(self) -> None:
-        if self.condition not in CONDITIONS:
-            raise ValueError(f"unknown condition {self.condition!r} (one of {CONDITIONS})")
-        self._rng = random.Random(self.seed * 7919 + self.rank * 104729 + 3)
-        self.total = 0.0
-
-    def delay(self) -> float:
-        d = 0.0
-        if self.condition == "slow_rank" and self.rank == self.size - 1:
-            d = self.step_time  # 2x slower: sleeps its own step time before every step
-        elif self.condition == "random" and self._rng.random() < RANDOM_P:
-            d = RANDOM_STALL_STEPS * self.step_time
-        self.total += d
-        return d
 
 
 @dataclass
@@ -93,19 +59,8 @@ class Run:
 
 
 def calibrate(data_shard, seed: int, rank: int) -> float:
-    """Median seconds of one training step of this rank, measured on a throwaway model with
-    every rank doing the same at once (the contention of the run itself)."""
-    net = M.make_model(seed + 1)
-    opt = M.make_optimizer(net, {"lr": LR, "weight_decay": WEIGHT_DECAY})
-    batches = M.Batches(data_shard, seed * 1000 + rank + 555)
-    times = []
-    for i in range(CALIBRATION_STEPS + 5):
-        x, y = batches.next()
-        t0 = time.perf_counter()
-        M.train_step(net, opt, x, y)
-        if i >= 5:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """This rank's step time (straggler.calibrate) with this benchmark's hyperparameters."""
+    return S.calibrate(data_shard, seed, rank, {"lr": LR, "weight_decay": WEIGHT_DECAY})
 
 
 def train(run: Run, method, data_shard, straggler: Straggler) -> Dict[str, Any]:
@@ -119,9 +74,7 @@ def train(run: Run, method, data_shard, straggler: Straggler) -> Dict[str, Any]:
     start = time.perf_counter()
     next_tick = run.tick
     for step in range(run.steps):
-        d = straggler.delay()
-        if d > 0:
-            time.sleep(d)
+        straggler.wait()
         x, y = batches.next()
         M.train_step(net, run.optimizer, x, y)
         method.after_step(run, step)

@@ -32,7 +32,7 @@ def run(ctx: Context) -> None:
     step = 0
     done = False
     while not done:
-        M.train_step(net, opt, *batches.next())
+        ctx.train_step(net, opt, batches)
         step += 1
         if step % ctx.interval:
             continue

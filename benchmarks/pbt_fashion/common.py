@@ -1,6 +1,6 @@
-"""What every method shares: the clock that leaves the held-out evaluations out, the record
-writer, the polite collectives (ranks outnumber cores here) and the explore step of the
-checkpoint-file baseline."""
+"""What every method shares: the clock that leaves the held-out evaluations out, the training
+step with the run's straggler condition, the record writer, the polite collectives (ranks
+outnumber cores here) and the explore step of the checkpoint-file baseline."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 import torch
 
 import model as M
+from straggler import Straggler
 
 
 class Clock:
@@ -61,6 +62,7 @@ class Context:
     val_limit: int       # validation images the metric uses
     data: Any
     out_dir: str
+    straggler: Straggler  # the condition's delay before each training step
     clock: Clock = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
@@ -70,6 +72,12 @@ class Context:
 
     def agent_seed(self, salt: int = 0) -> int:
         return self.seed * 1000 + self.rank * 17 + salt
+
+    def train_step(self, net: torch.nn.Module, opt: torch.optim.Optimizer, batches) -> None:
+        """One training step on the next mini-batch, after the condition's delay (on the
+        clock: a slow agent's sleep is its slower device)."""
+        self.straggler.wait()
+        M.train_step(net, opt, *batches.next())
 
     def out_of_budget(self, step: int) -> bool:
         return step >= self.steps or self.clock.now() >= self.budget_seconds
@@ -84,7 +92,8 @@ class Context:
         t0 = time.perf_counter()
         test = M.accuracy(net, self.data.test)
         self.clock.exclude(time.perf_counter() - t0)
-        row = {"method": self.method, "seed": self.seed, "rank": self.rank, "step": step,
+        row = {"method": self.method, "condition": self.straggler.condition,
+               "seed": self.seed, "rank": self.rank, "step": step,
                "clock": self.clock.now(), "val": val, "test": test,
                "hyper": {k: float(v) for k, v in hyper.items()}}
         row.update(extra)

@@ -76,7 +76,7 @@ def run(ctx: Context) -> None:
         opt = M.make_optimizer(net, hyper)
         val, state = 0.0, optuna.trial.TrialState.COMPLETE
         for local in range(1, trial_steps + 1):
-            M.train_step(net, opt, *batches.next())
+            ctx.train_step(net, opt, batches)
             step += 1
             if local % ctx.interval == 0 or ctx.out_of_budget(step):
                 val = ctx.evaluate(net)

@@ -52,7 +52,7 @@ def run(ctx: Context) -> None:
         agent.publish()
         step = 0
         while True:
-            M.train_step(net, opt, *batches.next())
+            ctx.train_step(net, opt, batches)
             step += 1
             if step % ctx.interval:
                 continue

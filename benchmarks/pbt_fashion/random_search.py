@@ -16,7 +16,7 @@ def run(ctx: Context) -> None:
     batches = M.Batches(ctx.data.train, ctx.agent_seed(2))
     step = 0
     while not ctx.out_of_budget(step):
-        M.train_step(net, opt, *batches.next())
+        ctx.train_step(net, opt, batches)
         step += 1
         if step % ctx.interval == 0:
             ctx.record(step, ctx.evaluate(net), net, hyper)

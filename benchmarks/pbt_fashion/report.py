@@ -9,7 +9,9 @@ of the agent (or trial) with the best validation accuracy among the latest evalu
 by t (model selection on validation, never on test). The table gives, per method, the mean and
 the spread over seeds at the end of the equal step budget and at the equal wall-clock time T
 (the earliest time by which every method's every seed has finished), the median agent's
-accuracy at the end, the rebirths and the exploit cost per rebirth. --check exits non-zero
+accuracy at the end, the rebirths and the exploit cost per rebirth, and the time each method
+takes to reach checkpoint-file PBT's final accuracy (same seed) as a fraction of that
+baseline's run time (the slow-agents target of issue 36). --check exits non-zero
 when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
 an exploiting method never exploited (the suite's short version uses it).
 """
@@ -25,6 +27,7 @@ import sys
 from collections import defaultdict
 from typing import Dict, List
 
+BASELINE = "checkpoint_pbt"
 ORDER = ["random_search", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt", "paramwin_pbt_sync",
          "paramwin_pb2"]
 
@@ -50,6 +53,15 @@ def best_at(rows: List[dict], t: float) -> float:
     if not latest:
         return float("nan")
     return max(latest.values(), key=lambda r: (r["val"], -r["rank"]))["test"]
+
+
+def time_to(rows: List[dict], target: float) -> float:
+    """The first training-clock time at which the best-by-validation agent's held-out accuracy
+    is >= target (inf if never)."""
+    for t in sorted({r["clock"] for r in rows}):
+        if best_at(rows, t) >= target:
+            return t
+    return float("inf")
 
 
 def final_agents(rows: List[dict]) -> List[float]:
@@ -79,13 +91,21 @@ def summary(by) -> List[dict]:
         saves = [r["save_seconds"] for r in rows if "save_seconds" in r]
         if loads:  # the checkpoint path: a rebirth costs the donor's save and the load
             cost = [l + statistics.median(saves) for l in loads]
+        # Time to checkpoint-file PBT's final accuracy of the same seed, per seed, as a fraction
+        # of that baseline's run time.
+        to_base = []
+        base = by.get(BASELINE, {})
+        for s in seeds:
+            if s in base:
+                target = best_at(base[s], float("inf"))
+                to_base.append(time_to(by[m][s], target) / max(r["clock"] for r in base[s]))
         out.append({
             "method": m, "seeds": seeds, "final": finals, "at_t": at_t, "median_agent": medians,
             "end_clock": statistics.median(max(r["clock"] for r in by[m][s]) for s in seeds),
             "rebirths": len(rebirths) / max(1, len(seeds)),
             "cost_ms": 1e3 * statistics.median(cost) if cost else None,
             "step_ms": 1e3 * statistics.median(step) if step else None,
-            "t_equal": t_equal,
+            "t_equal": t_equal, "to_base": to_base,
         })
     return out
 
@@ -97,27 +117,38 @@ def fmt(values: List[float]) -> str:
     return f"{mean:.2f} ± {sd:.2f} ({min(pct):.2f}–{max(pct):.2f})"
 
 
+def ratios(values: List[float]) -> str:
+    if not values:
+        return "—"
+    each = ", ".join("never" if v == float("inf") else f"{v:.2f}" for v in values)
+    return f"{statistics.median(values):.2f} ({each})"
+
+
 def markdown(rows: List[dict]) -> str:
     t = rows[0]["t_equal"]
     lines = [
         f"| method | best held-out accuracy, end (%) | at equal wall-clock T = {t:.0f} s (%) | "
         "median agent, end (%) | run time (s, median) | rebirths per run | exploit cost per "
-        "rebirth (ms, median) | rebirth step (ms, median) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "rebirth (ms, median) | rebirth step (ms, median) | time to checkpoint_pbt's final "
+        "accuracy (x its run time; median, per seed) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         cost = "—" if r["cost_ms"] is None else f"{r['cost_ms']:.3f}"
         step = "—" if r["step_ms"] is None else f"{r['step_ms']:.2f}"
         lines.append(f"| {r['method']} | {fmt(r['final'])} | {fmt(r['at_t'])} | "
                      f"{fmt(r['median_agent'])} | {r['end_clock']:.0f} | {r['rebirths']:.1f} | "
-                     f"{cost} | {step} |")
+                     f"{cost} | {step} | {ratios(r['to_base'])} |")
     lines.append("")
     lines.append("Accuracy cells: mean ± standard deviation over seeds (min–max). Exploit cost: "
                  "checkpoint_pbt, the donor's torch.save (median) + the loader's torch.load and "
                  "load_state_dict; paramwin, the rebirth step's pull phase (the one-sided read "
                  "of the donor into the model). Rebirth step: the whole step() call that did "
                  "the rebirth (ranking, selection, pull, explore, republish; synchronous mode: "
-                 "also the wait for the others).")
+                 "also the wait for the others). Time to checkpoint_pbt's final accuracy: the "
+                 "first time the method's best-by-validation agent is at least as accurate on "
+                 "the held-out set as checkpoint_pbt's at its end, same seed, divided by "
+                 "checkpoint_pbt's run time (\"never\": not reached).")
     return "\n".join(lines)
 
 

@@ -23,7 +23,8 @@ import checkpoint_pbt  # noqa: E402
 import data as D  # noqa: E402
 import optuna_tpe  # noqa: E402
 import random_search  # noqa: E402
-from common import Context, polite_barrier  # noqa: E402
+import straggler as S  # noqa: E402
+from common import Context, polite_allgather, polite_barrier  # noqa: E402
 
 METHODS = {
     "random_search": random_search.run,
@@ -45,16 +46,28 @@ def main() -> int:
                    help="validation images the metric uses (2000)")
     p.add_argument("--train-subset", type=int, default=0, help="training images (0: all 50,000)")
     p.add_argument("--test-subset", type=int, default=0, help="test images (0: all 10,000)")
+    p.add_argument("--condition", default="none", choices=S.CONDITIONS,
+                   help="stragglers: none, slow_rank (the last rank 2x slower), random (stalls)")
     p.add_argument("--out", default="out/pbt_fashion")
     o = p.parse_args()
     if min(o.steps, o.interval, o.val_limit) < 1 or o.budget_seconds <= 0:
         p.error("--steps, --interval, --val-limit and --budget-seconds must be positive")
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
     data = D.load(train_subset=o.train_subset, test_subset=o.test_subset)
+    step_time = 0.0  # no delay to scale without stragglers
+    if o.condition != "none":  # every rank calibrates at once: the run's own contention
+        polite_barrier(comm)
+        step_time = S.calibrate(data.train, o.seed, rank, {"lr": 0.05, "weight_decay": 1e-4})
+        times = polite_allgather(comm, step_time)
+        if rank == 0:
+            print(f"pbt_fashion: {o.method} seed {o.seed}, {o.condition}: calibrated step time "
+                  f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f} ms", flush=True)
+    straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
     polite_barrier(comm)  # every agent starts its clock together
-    ctx = Context(comm, comm.Get_rank(), comm.Get_size(), o.seed, o.method, o.steps,
-                  o.budget_seconds, o.interval, o.val_limit, data, o.out)
+    ctx = Context(comm, rank, size, o.seed, o.method, o.steps, o.budget_seconds, o.interval,
+                  o.val_limit, data, o.out, straggler)
     if o.method in PARAMWIN_METHODS:
         import paramwin_pbt  # only these need paramwin
         paramwin_pbt.run(ctx)
