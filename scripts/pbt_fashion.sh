@@ -9,7 +9,7 @@
 # last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
 # step times at random, 1.5x slower on average).
 # --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
-# seed, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
+# seed, every method in one launch, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
 # build-openmpi) and Debian's dataset-fashion-mnist and python3-optuna (setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +55,7 @@ rm -f "$out"/*.jsonl "$out"/*.journal
 rm -rf "$out"/ckpt-*
 { date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"
+[ "$quick" = 1 ] && method_list=("$methods")  # one launch runs them all
 for seed in $(seq 1 "$seeds"); do
   for m in "${method_list[@]}"; do
     t0=$(date +%s)

@@ -120,8 +120,9 @@ def fmt(values: List[float]) -> str:
 def ratios(values: List[float]) -> str:
     if not values:
         return "—"
-    each = ", ".join("never" if v == float("inf") else f"{v:.2f}" for v in values)
-    return f"{statistics.median(values):.2f} ({each})"
+    def one(v: float) -> str:
+        return "never" if v == float("inf") else f"{v:.2f}"
+    return f"{one(statistics.median(values))} ({', '.join(one(v) for v in values)})"
 
 
 def markdown(rows: List[dict]) -> str:

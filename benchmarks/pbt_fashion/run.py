@@ -1,6 +1,10 @@
-"""One run of one method on Fashion-MNIST: every MPI rank is one agent.
+"""Runs of methods on Fashion-MNIST, one after another: every MPI rank is one agent.
 
     mpiexec -n 4 /usr/bin/python3 benchmarks/pbt_fashion/run.py --method paramwin_pbt --seed 1
+
+--method takes one method or several, comma-separated (one launch: the suite's short version
+saves the start-up of Python, PyTorch and the data per method; the benchmark runs one method
+per launch).
 
 (Open MPI, Debian's mpi4py: ``mpiexec.openmpi``, as root with ``--allow-run-as-root``, with
 more ranks than cores ``--oversubscribe``.) Writes one JSON-lines file per rank into --out;
@@ -36,7 +40,9 @@ PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2")
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", required=True, choices=sorted(METHODS) + list(PARAMWIN_METHODS))
+    p.add_argument("--method", required=True,
+                   help="one or several (comma-separated) of "
+                        + ", ".join(sorted(METHODS) + list(PARAMWIN_METHODS)))
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=2000, help="training steps per agent (2000)")
     p.add_argument("--budget-seconds", type=float, default=3600.0,
@@ -52,6 +58,10 @@ def main() -> int:
     o = p.parse_args()
     if min(o.steps, o.interval, o.val_limit) < 1 or o.budget_seconds <= 0:
         p.error("--steps, --interval, --val-limit and --budget-seconds must be positive")
+    methods = o.method.split(",")
+    unknown = [m for m in methods if m not in METHODS and m not in PARAMWIN_METHODS]
+    if unknown:
+        p.error(f"unknown method(s) {unknown}")
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -62,19 +72,20 @@ def main() -> int:
         step_time = S.calibrate(data.train, o.seed, rank, {"lr": 0.05, "weight_decay": 1e-4})
         times = polite_allgather(comm, step_time)
         if rank == 0:
-            print(f"pbt_fashion: {o.method} seed {o.seed}, {o.condition}: calibrated step time "
+            print(f"pbt_fashion: seed {o.seed}, {o.condition}: calibrated step time "
                   f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f} ms", flush=True)
-    straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
-    polite_barrier(comm)  # every agent starts its clock together
-    ctx = Context(comm, rank, size, o.seed, o.method, o.steps, o.budget_seconds, o.interval,
-                  o.val_limit, data, o.out, straggler)
-    if o.method in PARAMWIN_METHODS:
-        import paramwin_pbt  # only these need paramwin
-        paramwin_pbt.run(ctx)
-    else:
-        METHODS[o.method](ctx)
-    ctx.close()
-    polite_barrier(comm)
+    for method in methods:
+        straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
+        polite_barrier(comm)  # every agent starts its clock together
+        ctx = Context(comm, rank, size, o.seed, method, o.steps, o.budget_seconds, o.interval,
+                      o.val_limit, data, o.out, straggler)
+        if method in PARAMWIN_METHODS:
+            import paramwin_pbt  # only these need paramwin
+            paramwin_pbt.run(ctx)
+        else:
+            METHODS[method](ctx)
+        ctx.close()
+        polite_barrier(comm)
     return 0
 
 
