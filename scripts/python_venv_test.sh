@@ -13,8 +13,11 @@
 # The backend builds in BUILD (default WORK/build). pip mode removes it first (a fresh
 # configure and build, as a user's first install); wheel mode keeps it, so that the wheel,
 # built after the pip test with the same BUILD, recompiles only what its own configure changes
-# (CI has no ccache: each fresh build of the library costs minutes on 2 cores). Prints the
-# seconds of each step, and "python_venv_test: MODE: ... passed" at the end.
+# (each fresh build of the library costs minutes on 2 cores). The build's warnings are errors
+# (-DPARAMWIN_WERROR=ON, as every build of the suite): the package compiles clean, and with
+# ccache installed (scripts/test.sh's Open MPI pass compiles through it) pip's build finds the
+# pass's objects. Prints the seconds of each step, and "python_venv_test: MODE: ... passed" at
+# the end.
 set -euo pipefail
 mode=$1
 src=$(cd "$2" && pwd)
@@ -27,6 +30,7 @@ rm -rf "$work"
 mkdir -p "$work"
 [ "$mode" = pip ] && rm -rf "$build"
 export PARAMWIN_BUILD_DIR=$build
+export PARAMWIN_CMAKE_ARGS="-DPARAMWIN_WERROR=ON ${PARAMWIN_CMAKE_ARGS:-}"
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 cd "$work"
 

@@ -2,7 +2,8 @@
 # Installs what paramwin needs from Debian's archive (idempotent), then configures and
 # builds it with the chosen MPI pinned explicitly (its wrapper and launcher named by path).
 #   scripts/setup.sh [--mpi mpich|openmpi] [--build-dir DIR] [--minimal] [--target T]...
-#                    [--no-torch] [--sanitize] [--no-werror] [--no-build] [-DNAME=VALUE]...
+#                    [--no-torch] [--sanitize] [--no-werror] [--no-build] [--ccache]
+#                    [-DNAME=VALUE]...
 # --mpi picks the MPI (default mpich, the primary; openmpi: Debian's Open MPI 4.1, see
 # docs/rma-semantics.md). A build directory belongs to one MPI: use another --build-dir for the
 # other one (scripts/test.sh uses build and build-openmpi).
@@ -12,6 +13,9 @@
 # without it installs the rest and configures the same build directory again (same flags,
 # nothing built twice).
 # --target T builds only target T (repeatable; default: everything).
+# --ccache installs ccache and compiles through it (CMAKE_CXX_COMPILER_LAUNCHER): the Open MPI
+# pass of scripts/test.sh uses it, so that its python.venv_pip test (pip's own build of the
+# library, same flags) reuses the pass's objects instead of compiling them again.
 # -DNAME=VALUE is passed to CMake's configure (e.g. -DPARAMWIN_BUILD_BENCHMARKS=OFF); CMake
 # keeps it in the build directory's cache for later runs.
 # Every caller configures a build directory with the same flags (warnings are errors: the
@@ -35,6 +39,7 @@ do_build=1
 minimal=0
 targets=()
 cmake_defs=()
+ccache=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -53,6 +58,7 @@ while [ $# -gt 0 ]; do
     --minimal) minimal=1; shift ;;
     --target) targets+=("${2:?--target takes a target name}"); shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --ccache) ccache=1; shift ;;
     -D*) cmake_defs+=("$1"); shift ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -114,6 +120,7 @@ if [ "$minimal" = 0 ]; then
   packages+=(git iproute2)
 fi
 
+[ "$ccache" = 1 ] && packages+=(ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -142,6 +149,7 @@ if [ "$torch" = 0 ]; then cmake_args+=(-DPARAMWIN_WITH_TORCH=OFF); else cmake_ar
 [ "$mpi" = openmpi ] && cmake_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
 [ "$sanitize" = 1 ] && cmake_args+=(-DPARAMWIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [ "$werror" = 1 ] && cmake_args+=(-DPARAMWIN_WERROR=ON)
+[ "$ccache" = 1 ] && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake_args+=("${cmake_defs[@]}")
 # The stamp: these options and the machine's installed packages. Equal to the last
 # configure's: skip it (CMake re-runs by itself when a CMakeLists.txt changes); anything

@@ -54,8 +54,10 @@ for mpi in "${mpis[@]}"; do
   # what the MPICH pass compiles and runs already and whose code does not depend on the MPI:
   # the C++ LibTorch adapter (it reaches MPI only through the library) with its tests, the
   # benchmarks, and the public headers' stand-alone compile: about 8 minutes of the CI's
-  # builds on a 2-core machine (docs/reliability.md "CI time").
-  [ "$mpi" = openmpi ] && setup_args+=(--no-torch -DPARAMWIN_BUILD_BENCHMARKS=OFF
+  # builds on a 2-core machine (docs/reliability.md "CI time"). It compiles through ccache, so
+  # that python.venv_pip (pip's own build of the library with the same flags) finds the
+  # library's objects made already.
+  [ "$mpi" = openmpi ] && setup_args+=(--no-torch --ccache -DPARAMWIN_BUILD_BENCHMARKS=OFF
                                        -DPARAMWIN_HEADER_CHECK=OFF)
   bash scripts/setup.sh "${setup_args[@]}"
   # MPICH and Open MPI busy-poll; 4-rank tests oversubscribe the 2 cores, so run tests one at a

@@ -169,7 +169,10 @@ def plot(by, png: str) -> None:
         ax.fill_between(grid, lo, hi, alpha=0.15)
     ax.set_xlabel("wall-clock seconds (training; held-out evaluations excluded)")
     ax.set_ylabel("held-out accuracy of the best-by-validation agent (%)")
-    ax.set_title("Fashion-MNIST, 4 agents: median over seeds, band min–max")
+    conditions = sorted({r.get("condition", "none") for m in by for rows in by[m].values()
+                         for r in rows})
+    stragglers = "" if conditions == ["none"] else f" ({', '.join(conditions)})"
+    ax.set_title(f"Fashion-MNIST, 4 agents{stragglers}: median over seeds, band min–max")
     ax.set_ylim(bottom=70)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
