@@ -53,12 +53,16 @@ for mpi in "${mpis[@]}"; do
   # the Python package (built against Open MPI, mpi4py's MPI) and the tools. It leaves out
   # what the MPICH pass compiles and runs already and whose code does not depend on the MPI:
   # the C++ LibTorch adapter (it reaches MPI only through the library) with its tests, the
-  # benchmarks, and the public headers' stand-alone compile: about 8 minutes of the CI's
-  # builds on a 2-core machine (docs/reliability.md "CI time"). It compiles through ccache, so
-  # that python.venv_pip (pip's own build of the library with the same flags) finds the
-  # library's objects made already.
-  [ "$mpi" = openmpi ] && setup_args+=(--no-torch --ccache -DPARAMWIN_BUILD_BENCHMARKS=OFF
-                                       -DPARAMWIN_HEADER_CHECK=OFF)
+  # benchmarks, the public headers' stand-alone compile, and the device windows' CUDA code
+  # (compiled by the MPICH pass; its tests need a GPU): about 8 minutes of the CI's builds on a
+  # 2-core machine (docs/reliability.md "CI time"). It compiles through ccache, with paths
+  # relative to the repository (CCACHE_BASEDIR), so that python.venv_pip (pip's own build of the
+  # library with the same flags, in build-openmpi-pybuild) finds the library's objects.
+  if [ "$mpi" = openmpi ]; then
+    setup_args+=(--no-torch --ccache -DPARAMWIN_BUILD_BENCHMARKS=OFF -DPARAMWIN_HEADER_CHECK=OFF
+                 -DPARAMWIN_WITH_CUDA=OFF)
+    export CCACHE_BASEDIR=$PWD
+  fi
   bash scripts/setup.sh "${setup_args[@]}"
   # MPICH and Open MPI busy-poll; 4-rank tests oversubscribe the 2 cores, so run tests one at a
   # time (the multihost tests are RUN_SERIAL as well).
