@@ -9,8 +9,9 @@
 # last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
 # step times at random, 1.5x slower on average).
 # --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
-# seed, every method in one launch, no plot). Needs the Open MPI build with the Python package (scripts/setup.sh --mpi openmpi,
-# build-openmpi) and Debian's dataset-fashion-mnist and python3-optuna (setup.sh installs them).
+# seed, every method in one launch, no plot). Needs the Open MPI build with the Python package
+# (scripts/setup.sh --mpi openmpi, build-openmpi) and Debian's dataset-fashion-mnist and
+# python3-optuna (setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-openmpi

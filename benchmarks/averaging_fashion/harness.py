@@ -31,6 +31,8 @@ from straggler import CONDITIONS, Straggler  # noqa: F401  (run.py and the metho
 
 LR = 0.05
 WEIGHT_DECAY = 1e-4
+
+
 def shard(split, rank: int, size: int):
     """Rank ``rank``'s disjoint share of ``split`` (every size-th image from rank)."""
     return type(split)(split.x[rank::size].contiguous(), split.y[rank::size].contiguous())
