@@ -52,7 +52,7 @@ launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 [ "$ranks" -gt "$(nproc)" ] && launcher+=(--oversubscribe)
 mkdir -p "$out"
-rm -f "$out"/*.jsonl "$out"/*.journal
+rm -f "$out"/*.jsonl "$out"/*.journal "$out"/calibration-*.json
 rm -rf "$out"/ckpt-*
 { date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"

@@ -15,6 +15,7 @@ and plots them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -36,6 +37,30 @@ METHODS = {
     "checkpoint_pbt": checkpoint_pbt.run,
 }
 PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2")
+
+
+def calibration(comm, o, train) -> float:
+    """This rank's step time for the straggler delays: calibrated by the first launch of a
+    seed (every rank at once: the run's own contention) and kept in --out, so that every
+    method of the seed gets the same delays (scripts/pbt_fashion.sh removes the file when it
+    starts)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    path = os.path.join(o.out, f"calibration-{o.condition}-seed{o.seed}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            times = json.load(f)
+        if len(times) == size:
+            return float(times[rank])
+    polite_barrier(comm)
+    times = polite_allgather(comm, S.calibrate(train, o.seed, rank,
+                                               {"lr": 0.05, "weight_decay": 1e-4}))
+    if rank == 0:
+        os.makedirs(o.out, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(times, f)
+        print(f"pbt_fashion: seed {o.seed}, {o.condition}: calibrated step time "
+              f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f} ms", flush=True)
+    return float(times[rank])
 
 
 def main() -> int:
@@ -67,13 +92,8 @@ def main() -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     data = D.load(train_subset=o.train_subset, test_subset=o.test_subset)
     step_time = 0.0  # no delay to scale without stragglers
-    if o.condition != "none":  # every rank calibrates at once: the run's own contention
-        polite_barrier(comm)
-        step_time = S.calibrate(data.train, o.seed, rank, {"lr": 0.05, "weight_decay": 1e-4})
-        times = polite_allgather(comm, step_time)
-        if rank == 0:
-            print(f"pbt_fashion: seed {o.seed}, {o.condition}: calibrated step time "
-                  f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f} ms", flush=True)
+    if o.condition != "none":
+        step_time = calibration(comm, o, data.train)
     for method in methods:
         straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
         polite_barrier(comm)  # every agent starts its clock together

@@ -7,8 +7,11 @@ CPU idles (the other ranks get the core meanwhile).
 - ``random``: at every step each rank stalls, with probability RANDOM_P, for RANDOM_STALL_STEPS
   of its own step times (a pause of about ten steps: preemption, a noisy neighbour); the mean
   slowdown is 1.5x.
-The step time is calibrated once per run (``calibrate``), with every rank calibrating at once
-(the contention of the run itself), so a delay never depends on the noise of one step.
+The step time is calibrated (``calibrate``) with every rank calibrating at once (the contention
+of the run itself), so a delay never depends on the noise of one step: once per launch in
+averaging_fashion (one launch runs every method), once per seed in pbt_fashion (run.py keeps it
+in its --out folder for the seed's other launches), so every method of a seed gets the same
+delays.
 """
 
 from __future__ import annotations
