@@ -46,11 +46,15 @@ def calibration(comm, o, train) -> float:
     starts)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     path = os.path.join(o.out, f"calibration-{o.condition}-seed{o.seed}.json")
-    if os.path.exists(path):
+    known = None  # rank 0 reads, every rank takes its answer: one decision, no split collective
+    if rank == 0 and os.path.exists(path):
         with open(path) as f:
-            times = json.load(f)
-        if len(times) == size:
-            return float(times[rank])
+            known = json.load(f)
+        if len(known) != size:
+            known = None
+    known = comm.bcast(known, root=0)
+    if known is not None:
+        return float(known[rank])
     polite_barrier(comm)
     times = polite_allgather(comm, S.calibrate(train, o.seed, rank,
                                                {"lr": 0.05, "weight_decay": 1e-4}))
