@@ -3,24 +3,29 @@
 # benchmarks/pbt_fashion/ on 4 agents (one MPI rank each, one thread each), 5 seeds, the same
 # step and wall-clock budget; then the table and the plot.
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
-#                          [--methods a,b,...] [--condition C] [--out DIR] [--quick]
-#                          [--no-report]
+#                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
+#                          [--quick] [--no-report]
+# --task: default, or schedule (benchmarks/pbt_fashion/model.py TASKS: learning rates 1e-4..1,
+# 4,000 steps in 20 intervals of 200; methods random_search, random_cosine, optuna_tpe,
+# checkpoint_pbt and paramwin_pbt unless --methods; out/pbt_fashion_schedule and
+# docs/img/pbt_fashion_schedule.png). --steps and --interval default to the task's.
 # --condition: stragglers (benchmarks/pbt_fashion/straggler.py): none (default), slow_rank (the
 # last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
 # step times at random, 1.5x slower on average).
 # --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
-# seed, every method in one launch, no plot). Needs the Open MPI build with the Python package
-# (scripts/setup.sh --mpi openmpi, build-openmpi) and Debian's dataset-fashion-mnist and
-# python3-optuna (setup.sh installs them).
+# seed, every method, random_cosine too, in one launch, no plot). Needs the Open MPI build
+# with the Python package (scripts/setup.sh --mpi openmpi, build-openmpi) and Debian's
+# dataset-fashion-mnist and python3-optuna (setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-openmpi
 seeds=5
-steps=2000
-interval=100
+steps=""
+interval=""
 ranks=4
-methods=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
-out=out/pbt_fashion
+methods=""
+out=""
+task=default
 extra=()
 report=1
 quick=0
@@ -33,12 +38,30 @@ while [ $# -gt 0 ]; do
     --interval) interval=$2; shift 2 ;;
     --methods) methods=$2; shift 2 ;;
     --condition) condition=$2; shift 2 ;;
+    --task) task=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-report) report=0; shift ;;
     *) echo "pbt_fashion.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# The task's budget (one place: model.TASKS), unless --steps / --interval say otherwise.
+read -r task_steps task_interval < <(cd benchmarks/pbt_fashion && /usr/bin/python3 -c "
+import sys, model
+t = model.TASKS.get(sys.argv[1])
+print(*(t['steps'], t['interval']) if t else ('', ''))" "$task") || true
+[ -n "${task_steps:-}" ] || { echo "pbt_fashion.sh: unknown --task $task" >&2; exit 2; }
+steps=${steps:-$task_steps}
+interval=${interval:-$task_interval}
+if [ "$task" = schedule ]; then
+  methods=${methods:-random_search,random_cosine,optuna_tpe,checkpoint_pbt,paramwin_pbt}
+  out=${out:-out/pbt_fashion_schedule}
+fi
+if [ "$quick" = 1 ]; then  # every method, random_cosine included
+  methods=${methods:-random_search,random_cosine,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2}
+fi
+methods=${methods:-random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2}
+out=${out:-out/pbt_fashion}
 if [ "$quick" = 1 ]; then
   seeds=1; steps=200; interval=25
   extra=(--train-subset 6000 --test-subset 2000 --val-limit 1000)
@@ -54,7 +77,8 @@ launcher=(/usr/bin/mpiexec.openmpi -n "$ranks")
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.journal "$out"/calibration-*.json
 rm -rf "$out"/ckpt-*
-{ date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"; } > "$out/run.txt"
+{ date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"
+  echo "task $task, $steps steps, interval $interval"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"
 [ "$quick" = 1 ] && method_list=("$methods")  # one launch runs them all
 for seed in $(seq 1 "$seeds"); do
@@ -62,7 +86,7 @@ for seed in $(seq 1 "$seeds"); do
     t0=$(date +%s)
     PYTHONPATH="$package_dir" "${launcher[@]}" /usr/bin/python3 \
       benchmarks/pbt_fashion/run.py --method "$m" --seed "$seed" --steps "$steps" \
-      --interval "$interval" --out "$out" "${extra[@]}" --condition "$condition"
+      --interval "$interval" --out "$out" "${extra[@]}" --condition "$condition" --task "$task"
     echo "pbt_fashion: $m seed $seed: $(($(date +%s) - t0)) s"
   done
 done
@@ -71,6 +95,7 @@ if [ "$report" = 1 ]; then
   args=(--runs "$out" --check --methods "$methods" --seeds "$seeds")
   png=docs/img/pbt_fashion.png
   [ "$condition" = none ] || png=docs/img/pbt_fashion_$condition.png
+  [ "$task" = default ] || png=docs/img/pbt_fashion_$task.png
   [ "$quick" = 0 ] && args+=(--png "$png" --markdown "$out/table.md")
   /usr/bin/python3 benchmarks/pbt_fashion/report.py "${args[@]}"
 fi

@@ -86,28 +86,32 @@ def train(run: Run, method, data_shard, straggler: Straggler) -> Dict[str, Any]:
             while next_tick <= now:
                 next_tick += run.tick
     train_seconds = time.perf_counter() - start
-    method.finish(run)
     copies.append((train_seconds, train_seconds, run.steps, flat_parameters(run.model)))
+    method.finish(run)  # a closing collective waits for the slowest rank: stamped when it ends
+    finish_seconds = time.perf_counter() - start
+    copies.append((finish_seconds, finish_seconds, run.steps, flat_parameters(run.model)))
     return {"rank": run.rank, "steps": run.steps, "seconds": train_seconds,
+            "finish_seconds": finish_seconds,
             "steps_per_s": run.steps / train_seconds, "delay_seconds": straggler.total,
             "step_time": straggler.step_time, "extra": dict(run.extra), "copies": copies}
 
 
 def curve_tasks(per_rank: List[Dict[str, Any]], tick: float, max_points: int) -> List[Dict]:
     """The curve's points: grid times (every ``tick`` seconds, thinned to at most
-    ``max_points``, plus the end) with rank 0's parameters and the rank-average parameters at
-    each (the mean of every rank's latest copy at t; a finished rank counts with its final
-    parameters). ``avg`` is None where every rank holds rank 0's parameters (ddp)."""
-    end = max(r["seconds"] for r in per_rank)
+    ``max_points``, plus the time rank 0's training ended and the end) with rank 0's
+    parameters and the rank-average parameters at each (the mean of every rank's latest copy
+    at t). A rank's last two copies are its parameters when its training ended and after the
+    method's ``finish`` (a closing mean, which waits for the slowest rank), each stamped when
+    it was taken: a closing mean counts from the time it was made, never from the end of the
+    rank's own training. ``avg`` is None where every rank holds rank 0's parameters (ddp)."""
+    end = max(r["finish_seconds"] for r in per_rank)
     grid = [k * tick for k in range(int(end / tick) + 1)]
     stride = max(1, -(-len(grid) // max(1, max_points - 1)))
-    grid = grid[::stride] + [end]
+    grid = sorted(set(grid[::stride] + [r["seconds"] for r in per_rank[:1]] + [end]))
 
     def latest(r: Dict[str, Any], t: float):
-        if r["seconds"] <= t:
-            return r["copies"][-1]
         best = r["copies"][0]
-        for c in r["copies"][:-1]:
+        for c in r["copies"]:
             if c[0] <= t + 1e-9:
                 best = c
         return best
@@ -169,7 +173,8 @@ def write(out_dir: str, run: Run, per_rank: List[Dict[str, Any]], curve: List[Di
            "ranks": run.size, "steps": run.steps, "period": run.period, "warmup": run.warmup,
            "samples": run.size * run.steps * M.BATCH,
            "population_steps_per_s": sum(r["steps_per_s"] for r in ranks),
-           "wall_seconds": max(r["seconds"] for r in ranks),
+           "wall_seconds": max(r["finish_seconds"] for r in ranks),
+           "train_seconds": max(r["seconds"] for r in ranks),
            "final_acc_rank0": curve[-1]["acc_rank0"], "final_acc_avg": curve[-1]["acc_avg"],
            "per_rank": ranks, "curve": curve, "loadavg": os.getloadavg()[0]}
     with open(os.path.join(out_dir, "runs.jsonl"), "a") as f:

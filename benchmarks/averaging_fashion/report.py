@@ -6,7 +6,8 @@
 
 Per condition and method, medians over seeds of: the population's steps per second (each
 rank's steps / its own training seconds, summed) and its ratio to the no-communication
-ceiling's in the same condition and seed; the training wall time (the slowest rank's); the final
+ceiling's in the same condition and seed; the wall time (the slowest rank's, its method's closing
+collective, if any, included); the final
 held-out accuracy of rank 0's model and of the rank-average model at equal total samples; the
 time to the target, the synchronous method's (ddp's) median final accuracy in that condition
 minus 0.5 points, for both models (with how many seeds reached it). --check exits non-zero

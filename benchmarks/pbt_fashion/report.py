@@ -11,7 +11,9 @@ the spread over seeds at the end of the equal step budget and at the equal wall-
 (the earliest time by which every method's every seed has finished), the median agent's
 accuracy at the end, the rebirths and the exploit cost per rebirth, and the time each method
 takes to reach checkpoint-file PBT's final accuracy (same seed) as a fraction of that
-baseline's run time (the slow-agents target of issue 36). --check exits non-zero
+baseline's run time (the slow-agents target of issue 36). A second table holds paramwin_pbt
+against every other method (means, their difference against the seeds' spread, per-seed paired
+differences: issue 36's schedule-task target). --check exits non-zero
 when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
 an exploiting method never exploited (the suite's short version uses it).
 """
@@ -28,8 +30,10 @@ from collections import defaultdict
 from typing import Dict, List
 
 BASELINE = "checkpoint_pbt"
-ORDER = ["random_search", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt", "paramwin_pbt_sync",
-         "paramwin_pb2"]
+ORDER = ["random_search", "random_cosine", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt",
+         "paramwin_pbt_sync", "paramwin_pb2"]
+SEARCHES = ("random_search", "random_cosine", "optuna_tpe")  # methods that never exploit
+PBT = "paramwin_pbt"  # the method the comparison table holds against every other
 
 
 def load(runs: str) -> Dict[str, Dict[int, List[dict]]]:
@@ -153,6 +157,45 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def versus(rows: List[dict]) -> str:
+    """paramwin_pbt's final best held-out accuracy against every other method's: the means
+    and standard deviations over seeds, the difference of the means, and the per-seed (paired:
+    the same seed gives every method the same initial draws) differences. "Above by more than
+    the spread": the difference of the means exceeds the larger of the two standard
+    deviations."""
+    mine = next((r for r in rows if r["method"] == PBT), None)
+    if mine is None or len(mine["seeds"]) < 2:
+        return ""
+    lines = [f"| {PBT} against | its mean ± sd (%) | the other's mean ± sd (%) | difference of the "
+             "means (points) | paired per seed: mean ± sd (min–max) | above by more than the "
+             "spread | at least as high |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    own = dict(zip(mine["seeds"], mine["final"]))
+    for r in rows:
+        if r is mine:
+            continue
+        other = dict(zip(r["seeds"], r["final"]))
+        common = sorted(set(own) & set(other))
+        if len(common) < 2:
+            continue
+        a = [100 * own[s] for s in common]
+        b = [100 * other[s] for s in common]
+        diff = statistics.fmean(a) - statistics.fmean(b)
+        spread = max(statistics.stdev(a), statistics.stdev(b))
+        paired = [x - y for x, y in zip(a, b)]
+        lines.append(
+            f"| {r['method']} | {statistics.fmean(a):.2f} ± {statistics.stdev(a):.2f} | "
+            f"{statistics.fmean(b):.2f} ± {statistics.stdev(b):.2f} | {diff:+.2f} | "
+            f"{statistics.fmean(paired):+.2f} ± {statistics.stdev(paired):.2f} "
+            f"({min(paired):+.2f}–{max(paired):+.2f}) | {'yes' if diff > spread else 'no'} "
+            f"({diff:+.2f} vs {spread:.2f}) | {'yes' if diff >= 0 else 'no'} |")
+    lines.append("")
+    lines.append(f"Final best held-out accuracy (the first table's first column), over the seeds "
+                 f"both methods ran. Above by more than the spread: the difference of the means "
+                 f"exceeds the larger of the two standard deviations over seeds.")
+    return "\n".join(lines)
+
+
 def plot(by, png: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -202,11 +245,14 @@ def main() -> int:
         bad = [f"{r['method']}: best held-out accuracy {min(r['final']):.3f} < 0.6"
                for r in rows if min(r["final"]) < 0.6]
         bad += [f"{r['method']}: no rebirth" for r in rows
-                if r["method"] not in ("random_search", "optuna_tpe") and r["rebirths"] == 0]
+                if r["method"] not in SEARCHES and r["rebirths"] == 0]
         if bad:
             print("report: " + "; ".join(bad), file=sys.stderr)
             return 1
     text = markdown(rows)
+    table = versus(rows)
+    if table:
+        text += "\n\n" + table
     print(text)
     if o.markdown:
         with open(o.markdown, "w") as f:

@@ -27,12 +27,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_pbt  # noqa: E402
 import data as D  # noqa: E402
 import optuna_tpe  # noqa: E402
+import model as M  # noqa: E402
+import random_cosine  # noqa: E402
 import random_search  # noqa: E402
 import straggler as S  # noqa: E402
 from common import Context, polite_allgather, polite_barrier  # noqa: E402
 
 METHODS = {
     "random_search": random_search.run,
+    "random_cosine": random_cosine.run,
     "optuna_tpe": optuna_tpe.run,
     "checkpoint_pbt": checkpoint_pbt.run,
 }
@@ -83,6 +86,9 @@ def main() -> int:
     p.add_argument("--test-subset", type=int, default=0, help="test images (0: all 10,000)")
     p.add_argument("--condition", default="none", choices=S.CONDITIONS,
                    help="stragglers: none, slow_rank (the last rank 2x slower), random (stalls)")
+    p.add_argument("--task", default="default", choices=sorted(M.TASKS),
+                   help="the search space (model.TASKS): default, or schedule (learning rates "
+                        "1e-4..1, a range whose ends are clearly wrong)")
     p.add_argument("--out", default="out/pbt_fashion")
     o = p.parse_args()
     if min(o.steps, o.interval, o.val_limit) < 1 or o.budget_seconds <= 0:
@@ -91,6 +97,7 @@ def main() -> int:
     unknown = [m for m in methods if m not in METHODS and m not in PARAMWIN_METHODS]
     if unknown:
         p.error(f"unknown method(s) {unknown}")
+    M.use_task(o.task)
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
