@@ -54,6 +54,16 @@ def time_to(curve: List[dict], key: str, target: float) -> Optional[float]:
     return None
 
 
+def steps_to(curves, key: str, target: Optional[float]) -> str:
+    """Rank 0's training steps at the first point at or above ``target``: the median over the
+    seeds that reached it (how far rank 0's own training had gone, whatever the clock)."""
+    if target is None:
+        return "—"
+    steps = [next((p["rank0_step"] for p in c if p[key] >= target), None) for c in curves]
+    hit = [s for s in steps if s is not None]
+    return f"{statistics.median(hit):.0f}" if hit else "—"
+
+
 def target_of(cond: Dict) -> Optional[float]:
     if SYNC not in cond:
         return None
@@ -101,6 +111,7 @@ def summary(by) -> List[dict]:
                 "acc0": med([r["final_acc_rank0"] for r in rows]),
                 "acc_avg": med([r["final_acc_avg"] for r in rows]),
                 "reach0": reach([r["curve"] for r in rows], "acc_rank0", target),
+                "steps0": steps_to([r["curve"] for r in rows], "acc_rank0", target),
                 "reach_avg": reach([r["curve"] for r in rows], "acc_avg", target),
                 "load": med([r["loadavg"] for r in rows]),
             })
@@ -120,19 +131,22 @@ def markdown(rows: List[dict]) -> str:
             "",
             "| method | population steps/s | x ceiling | slowest rank steps/s | wall s | "
             "final acc rank 0 (%) | final acc average (%) | s to target, rank 0 (seeds) | "
-            "s to target, average (seeds) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "s to target, average (seeds) | rank 0's steps at target |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in sub:
             lines.append(
                 f"| {r['method']} | {r['steps_per_s']:.0f} | {r['ratio']:.2f} | "
                 f"{r['slowest_rank']:.1f} | {r['wall']:.1f} | {100 * r['acc0']:.2f} | "
-                f"{100 * r['acc_avg']:.2f} | {r['reach0']} | {r['reach_avg']} |")
+                f"{100 * r['acc_avg']:.2f} | {r['reach0']} | {r['reach_avg']} | "
+                f"{r['steps0']} |")
         lines.append("")
     lines.append("Medians over seeds. x ceiling: population steps/s over no_comm's in the same "
                  "condition and seed (median of the ratios). Target: ddp's median final "
                  "accuracy in the condition minus 0.5 points; a seed that never reached it "
-                 "counts as infinitely late.")
+                 "counts as infinitely late. Rank 0's steps at target: its training steps at "
+                 "the first curve point at or above the target (median over the seeds that "
+                 "reached it; a closing mean's point counts with the rank's final step).")
     return "\n".join(lines)
 
 
