@@ -190,9 +190,9 @@ def versus(rows: List[dict]) -> str:
             f"({min(paired):+.2f}–{max(paired):+.2f}) | {'yes' if diff > spread else 'no'} "
             f"({diff:+.2f} vs {spread:.2f}) | {'yes' if diff >= 0 else 'no'} |")
     lines.append("")
-    lines.append(f"Final best held-out accuracy (the first table's first column), over the seeds "
-                 f"both methods ran. Above by more than the spread: the difference of the means "
-                 f"exceeds the larger of the two standard deviations over seeds.")
+    lines.append("Final best held-out accuracy (the first table's first column), over the seeds "
+                 "both methods ran. Above by more than the spread: the difference of the means "
+                 "exceeds the larger of the two standard deviations over seeds.")
     return "\n".join(lines)
 
 
