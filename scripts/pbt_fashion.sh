@@ -93,9 +93,10 @@ done
 cat /proc/loadavg >> "$out/run.txt"
 if [ "$report" = 1 ]; then
   args=(--runs "$out" --check --methods "$methods" --seeds "$seeds")
-  png=docs/img/pbt_fashion.png
-  [ "$condition" = none ] || png=docs/img/pbt_fashion_$condition.png
-  [ "$task" = default ] || png=docs/img/pbt_fashion_$task.png
+  name=pbt_fashion
+  [ "$task" = default ] || name+=_$task
+  [ "$condition" = none ] || name+=_$condition
+  png=docs/img/$name.png
   [ "$quick" = 0 ] && args+=(--png "$png" --markdown "$out/table.md")
   /usr/bin/python3 benchmarks/pbt_fashion/report.py "${args[@]}"
 fi
