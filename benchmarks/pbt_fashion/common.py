@@ -63,6 +63,7 @@ class Context:
     data: Any
     out_dir: str
     straggler: Straggler  # the condition's delay before each training step
+    task: str = "default"  # model.TASKS: the search space and budget (recorded)
     clock: Clock = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
@@ -92,7 +93,7 @@ class Context:
         t0 = time.perf_counter()
         test = M.accuracy(net, self.data.test)
         self.clock.exclude(time.perf_counter() - t0)
-        row = {"method": self.method, "condition": self.straggler.condition,
+        row = {"method": self.method, "condition": self.straggler.condition, "task": self.task,
                "seed": self.seed, "rank": self.rank, "step": step,
                "clock": self.clock.now(), "val": val, "test": test,
                "hyper": {k: float(v) for k, v in hyper.items()}}

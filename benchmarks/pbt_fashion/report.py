@@ -166,9 +166,9 @@ def versus(rows: List[dict]) -> str:
     mine = next((r for r in rows if r["method"] == PBT), None)
     if mine is None or len(mine["seeds"]) < 2:
         return ""
-    lines = [f"| {PBT} against | its mean ± sd (%) | the other's mean ± sd (%) | difference of the "
-             "means (points) | paired per seed: mean ± sd (min–max) | above by more than the "
-             "spread | at least as high |",
+    lines = [f"| {PBT} against | its mean ± sd (%) | the other's mean ± sd (%) | difference "
+             "of the means (points) | paired per seed: mean ± sd (min–max) | above by more "
+             "than the spread | at least as high |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
     own = dict(zip(mine["seeds"], mine["final"]))
     for r in rows:
@@ -215,7 +215,9 @@ def plot(by, png: str) -> None:
     conditions = sorted({r.get("condition", "none") for m in by for rows in by[m].values()
                          for r in rows})
     stragglers = "" if conditions == ["none"] else f" ({', '.join(conditions)})"
-    ax.set_title(f"Fashion-MNIST, 4 agents{stragglers}: median over seeds, band min–max")
+    tasks = sorted({r.get("task", "default") for m in by for rows in by[m].values() for r in rows})
+    task = "" if tasks == ["default"] else f", task {', '.join(tasks)}"
+    ax.set_title(f"Fashion-MNIST, 4 agents{stragglers}{task}: median over seeds, band min–max")
     ax.set_ylim(bottom=70)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")

@@ -109,7 +109,7 @@ def main() -> int:
         straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
         polite_barrier(comm)  # every agent starts its clock together
         ctx = Context(comm, rank, size, o.seed, method, o.steps, o.budget_seconds, o.interval,
-                      o.val_limit, data, o.out, straggler)
+                      o.val_limit, data, o.out, straggler, o.task)
         if method in PARAMWIN_METHODS:
             import paramwin_pbt  # only these need paramwin
             paramwin_pbt.run(ctx)
