@@ -5,7 +5,7 @@
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
 #                          [--quick] [--no-report]
-# --task: default, or schedule (benchmarks/pbt_fashion/model.py TASKS: learning rates 1e-4..1,
+# --task: default, or schedule (benchmarks/pbt_fashion/tasks.py: learning rates 1e-4..1,
 # 4,000 steps in 20 intervals of 200; methods random_search, random_cosine, optuna_tpe,
 # checkpoint_pbt and paramwin_pbt unless --methods; out/pbt_fashion_schedule and
 # docs/img/pbt_fashion_schedule.png). --steps and --interval default to the task's.
@@ -45,10 +45,10 @@ while [ $# -gt 0 ]; do
     *) echo "pbt_fashion.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-# The task's budget (one place: model.TASKS), unless --steps / --interval say otherwise.
+# The task's budget (one place: tasks.TASKS), unless --steps / --interval say otherwise.
 read -r task_steps task_interval < <(cd benchmarks/pbt_fashion && /usr/bin/python3 -c "
-import sys, model
-t = model.TASKS.get(sys.argv[1])
+import sys, tasks
+t = tasks.TASKS.get(sys.argv[1])
 print(*(t['steps'], t['interval']) if t else ('', ''))" "$task") || true
 [ -n "${task_steps:-}" ] || { echo "pbt_fashion.sh: unknown --task $task" >&2; exit 2; }
 steps=${steps:-$task_steps}
@@ -57,10 +57,9 @@ if [ "$task" = schedule ]; then
   methods=${methods:-random_search,random_cosine,optuna_tpe,checkpoint_pbt,paramwin_pbt}
   out=${out:-out/pbt_fashion_schedule}
 fi
-if [ "$quick" = 1 ]; then  # every method, random_cosine included
-  methods=${methods:-random_search,random_cosine,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2}
-fi
-methods=${methods:-random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2}
+defaults=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
+[ "$quick" = 1 ] && methods=${methods:-$defaults,random_cosine}  # every method
+methods=${methods:-$defaults}
 out=${out:-out/pbt_fashion}
 if [ "$quick" = 1 ]; then
   seeds=1; steps=200; interval=25

@@ -107,7 +107,7 @@ def curve_tasks(per_rank: List[Dict[str, Any]], tick: float, max_points: int) ->
     end = max(r["finish_seconds"] for r in per_rank)
     grid = [k * tick for k in range(int(end / tick) + 1)]
     stride = max(1, -(-len(grid) // max(1, max_points - 1)))
-    grid = sorted(set(grid[::stride] + [r["seconds"] for r in per_rank[:1]] + [end]))
+    grid = sorted(set(grid[::stride] + [per_rank[0]["seconds"], end]))
 
     def latest(r: Dict[str, Any], t: float):
         best = r["copies"][0]
@@ -174,7 +174,6 @@ def write(out_dir: str, run: Run, per_rank: List[Dict[str, Any]], curve: List[Di
            "samples": run.size * run.steps * M.BATCH,
            "population_steps_per_s": sum(r["steps_per_s"] for r in ranks),
            "wall_seconds": max(r["finish_seconds"] for r in ranks),
-           "train_seconds": max(r["seconds"] for r in ranks),
            "final_acc_rank0": curve[-1]["acc_rank0"], "final_acc_avg": curve[-1]["acc_avg"],
            "per_rank": ranks, "curve": curve, "loadavg": os.getloadavg()[0]}
     with open(os.path.join(out_dir, "runs.jsonl"), "a") as f:

@@ -63,7 +63,7 @@ class Context:
     data: Any
     out_dir: str
     straggler: Straggler  # the condition's delay before each training step
-    task: str = "default"  # model.TASKS: the search space and budget (recorded)
+    task: str = "default"  # tasks.TASKS: the search space and budget (recorded)
     clock: Clock = field(default_factory=Clock)
 
     def __post_init__(self) -> None:

@@ -17,23 +17,10 @@ from typing import Dict
 import torch
 
 from data import Split
+from tasks import TASKS
 
 BATCH = 64
 MOMENTUM = 0.9
-# The tasks (scripts/pbt_fashion.sh --task): the search space and the budget (steps per
-# agent, steps per PBT interval) that the script passes unless told otherwise.
-#   default: 2,000 steps (about 2.5 epochs), 20 intervals of 100.
-#   schedule: twice as long (4,000 steps, about 5 epochs; 20 intervals of 200) over a range
-#     of learning rates four decades wide, whose ends are clearly wrong (measured with
-#     constant rates: about 79 % held-out accuracy at 1e-4 and 26-68 % at 0.17-0.19, against
-#     88 % near 0.01): a task where a rate that falls as training goes on beats every
-#     constant one (docs/pbt-fashion.md, "A task where the schedule matters").
-TASKS = {
-    "default": {"space": {"lr": (1e-3, 0.5), "weight_decay": (1e-6, 1e-2)},
-                "steps": 2000, "interval": 100},
-    "schedule": {"space": {"lr": (1e-4, 1.0), "weight_decay": (1e-6, 1e-2)},
-                 "steps": 4000, "interval": 200},
-}
 # The search space every method shares (the explore bounds of the PBT methods, the TPE
 # distributions, the initial draws): the task's (use_task), read at every use.
 SPACE = dict(TASKS["default"]["space"])

@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--condition", default="none", choices=S.CONDITIONS,
                    help="stragglers: none, slow_rank (the last rank 2x slower), random (stalls)")
     p.add_argument("--task", default="default", choices=sorted(M.TASKS),
-                   help="the search space (model.TASKS): default, or schedule (learning rates "
+                   help="the search space (tasks.TASKS): default, or schedule (learning rates "
                         "1e-4..1, a range whose ends are clearly wrong)")
     p.add_argument("--out", default="out/pbt_fashion")
     o = p.parse_args()
