@@ -183,6 +183,7 @@ enum class SkipReason : std::uint8_t {
   non_finite = 5,       ///< its snapshot holds NaN or infinity
   unreachable = 6,      ///< its roster or snapshot was not read before the deadline
   zero_weight = 7,      ///< its weight is 0
+  suspect = 8,          ///< its process is judged dead or stalled (RosterEntry::suspect)
 };
 
 namespace detail {
@@ -197,7 +198,8 @@ inline constexpr EnumName<SkipReason> kSkipReasonNames[] =
      {SkipReason::stale, "stale"},
      {SkipReason::non_finite, "non_finite"},
      {SkipReason::unreachable, "unreachable"},
-     {SkipReason::zero_weight, "zero_weight"}};
+     {SkipReason::zero_weight, "zero_weight"},
+     {SkipReason::suspect, "suspect"}};
 }  // namespace detail
 /// Names of RoundKind.
 template <>

@@ -4,6 +4,7 @@
 /// fitness metric, generation, layout fingerprint and state.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "paramwin/enum_names.hpp"
@@ -46,6 +47,17 @@ struct AgentStatus {
   AgentState state = AgentState::fresh;  ///< what donor selection may do with this agent
 };
 
+/// What an agent's segment says of its process: written at window creation (pid, host,
+/// incarnation) and by every set_status, i.e. every agent step (heartbeat). See
+/// docs/elastic.md.
+struct Liveness {
+  std::uint64_t heartbeat = 0;    ///< set_status calls since the window was created
+  std::int64_t pid = 0;           ///< the owner's process id (on its host)
+  std::uint64_t host = 0;         ///< host id (host name and PID namespace): equal, same host
+  std::uint64_t incarnation = 0;  ///< random, drawn when the owner created the window
+  double beat_interval_seconds = 0.0;  ///< moving average of the time between heartbeats
+};
+
 /// One agent's roster as read (locally or remotely) at one instant.
 struct RosterEntry {
   int rank = -1;                     ///< rank in the window's communicator
@@ -61,6 +73,13 @@ struct RosterEntry {
   /// its deadline (the agent did not enter MPI meanwhile: busy, or its process is gone);
   /// every other field but rank is then empty (version 0: never chosen as a donor).
   bool answered = true;
+  Liveness liveness{};  ///< the owner's heartbeat, process and host
+  /// This reader judges the agent's process dead or stalled: on this host its pid is gone, or
+  /// its heartbeat has not changed for longer than WindowOptions::liveness allows (as this
+  /// reader observed it). A suspect is never chosen as a donor, ranked or averaged with;
+  /// the judgement is undone when its heartbeat moves again. docs/elastic.md.
+  bool suspect = false;
+  std::string suspect_reason{};  ///< why it is a suspect (empty when it is not)
 };
 
 }  // namespace paramwin

@@ -91,6 +91,18 @@ inline constexpr EnumTable<LayoutCheck> enum_table<LayoutCheck>{"layout check",
   return enum_name(transport);
 }
 
+/// When a reader judges another agent a suspect (RosterEntry::suspect; docs/elastic.md).
+/// Judged by each reader from what it observes, with no messages: the owner's heartbeat
+/// (one per set_status: every agent step) has not changed for
+/// max(suspect_seconds, suspect_beats x its average time between heartbeats), or, on the
+/// same host, its process is gone.
+struct LivenessOptions {
+  /// Lower bound of the silence, in seconds (0: no judgement by silence, the pid check only).
+  double suspect_seconds = 10.0;
+  /// The silence in the owner's own heartbeat intervals, when that is longer.
+  double suspect_beats = 20.0;
+};
+
 /// Options fixed when a window is created.
 ///
 /// Window creation agrees on some fields across the ranks before anything else (one
@@ -148,6 +160,8 @@ struct WindowOptions {
   /// the legacy default stream (ordered after every blocking stream of the device). Both
   /// calls return only once their work on it has completed.
   void* cuda_stream = nullptr;
+  /// When this rank judges another agent a suspect (its own choice, not compared across ranks).
+  LivenessOptions liveness{};
 };
 
 }  // namespace paramwin

@@ -49,6 +49,9 @@ SkipReason roster_verdict(const RosterEntry& entry, const AveragingOptions& o, S
   if (entry.status.state == AgentState::left) {
     return SkipReason::left;
   }
+  if (entry.suspect) {
+    return SkipReason::suspect;
+  }
   if (entry.version != seen.version) {
     seen = {.version = entry.version, .since_step = step};
   } else if (o.stale_steps > 0 && step - seen.since_step >= o.stale_steps) {

@@ -19,6 +19,7 @@ enum class Ineligible {
   mid_rebirth,      ///< AgentState::rebirth
   left,             ///< AgentState::left
   paused,           ///< AgentState::paused
+  suspect,          ///< its process is judged dead or stalled (RosterEntry::suspect)
   stale,            ///< no publish for longer than the staleness bound
 };
 

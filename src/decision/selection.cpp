@@ -25,6 +25,7 @@ Ineligible ineligibility(const RosterEntry& e, int self, std::uint64_t fingerpri
   if (e.status.state == AgentState::rebirth) return Ineligible::mid_rebirth;
   if (e.status.state == AgentState::left) return Ineligible::left;
   if (e.status.state == AgentState::paused) return Ineligible::paused;
+  if (e.suspect) return Ineligible::suspect;
   if (max_staleness_seconds > 0.0 && staleness_seconds(e, now) > max_staleness_seconds) {
     return Ineligible::stale;
   }
@@ -42,6 +43,7 @@ std::string describe(Ineligible why, const RosterEntry& e, double max_staleness_
     case Ineligible::mid_rebirth: return "mid-rebirth";
     case Ineligible::left: return "left";
     case Ineligible::paused: return "paused";
+    case Ineligible::suspect: return "suspect: " + e.suspect_reason;
     case Ineligible::stale:
       return "stale (no publish for " + std::to_string(staleness_seconds(e, now)) +
              " s > max_staleness_seconds " + std::to_string(max_staleness_seconds) + ")";
@@ -95,7 +97,7 @@ std::vector<Ranked> rank_worst_first(std::span<const RosterEntry> rosters, int s
     if (e.rank == self) {
       ranked.push_back({self, own_metric});
       self_seen = true;
-    } else if (e.answered && e.fingerprint == fingerprint &&
+    } else if (e.answered && !e.suspect && e.fingerprint == fingerprint &&
                (e.status.state == AgentState::active || e.status.state == AgentState::rebirth)) {
       ranked.push_back({e.rank, e.status.metric});
     }

@@ -72,6 +72,7 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
   }
   h.version.store(p, std::memory_order_release);
   version_ = p;
+  heartbeat_.beat(h);
   publish_roster_hyper();
   if (status_.state == AgentState::fresh) {
     AgentStatus s = status_;

@@ -31,6 +31,7 @@ void WindowImpl::set_status(const AgentStatus& status) {
   h.state.store(static_cast<std::uint64_t>(status.state), std::memory_order_relaxed);
   h.status_seq.store(seq + 2, std::memory_order_release);
   status_ = status;
+  heartbeat_.beat(h);
 }
 
 namespace {
@@ -38,10 +39,11 @@ namespace {
 // @p hyper: the agent's roster copy of its hyperparameters (hyper_count words), kept only
 // when its layout is this window's (same fingerprint): only then are they the same ones.
 RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s,
-                       const std::uint64_t* hyper, const Hyperparameters& own,
-                       std::uint64_t own_fingerprint) {
+                       const std::uint64_t* hyper, const LivenessWords& live,
+                       const Hyperparameters& own, std::uint64_t own_fingerprint) {
   RosterEntry e;
   e.rank = rank;
+  e.liveness = to_liveness(live);
   e.version = head.version;
   e.fingerprint = head.fingerprint;
   e.publish_time = std::bit_cast<double>(head.publish_time);
@@ -89,7 +91,10 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
   head.fingerprint = h.fingerprint.load(std::memory_order_relaxed);
   head.version = h.version.load(std::memory_order_acquire);
   head.publish_time = h.publish_time.load(std::memory_order_relaxed);
-  return make_entry(rank, head, s, hyper, hyper_, slots_.fingerprint);
+  RosterEntry e =
+      make_entry(rank, head, s, hyper, load_liveness(h), hyper_, slots_.fingerprint);
+  judge_->judge(e);
+  return e;
 }
 
 RosterEntry WindowImpl::roster(int rank, double timeout_seconds) const {
@@ -138,7 +143,7 @@ void WindowImpl::check_roster_timeout(double timeout_seconds) {
 namespace {
 
 // The remote seqlock reads of one read_remote_rosters() call: per rank three phases —
-// sequence word; header and status block; sequence word again — retried from the start when
+// sequence word; header, status block and liveness line; sequence word again — retried from the start when
 // the sequence moved. Each rank advances through its phases as its own reads complete, all
 // ranks in flight together and polled through one MPI_Testsome: one rank that does not
 // answer (busy outside MPI, or gone) holds up no other. With a deadline the reads land in an
@@ -159,6 +164,7 @@ class RemoteRosterReads {
         status_(arena_->make<StatusWords>(ranks.size())),
         // The roster copy of the hyperparameters, read with the status block (same seqlock).
         hyper_(arena_->make<std::uint64_t>(std::max<std::size_t>(ranks.size() * nh_, 1))),
+        live_(arena_->make<LivenessWords>(ranks.size())),
         requests_(kSlots * ranks.size(), MPI_REQUEST_NULL),
         readers_(ranks.size()),
         completed_(requests_.size()) {}
@@ -171,6 +177,7 @@ class RemoteRosterReads {
         get(i, 0, &heads_[i], sizeof(HeadWords), 0);
         get(i, 1, &status_[i], sizeof(StatusWords), kStatusOffset);
         if (nh_ != 0) get(i, 2, &hyper_[i * nh_], nh_ * sizeof(std::uint64_t), kRosterHyperOffset);
+        get(i, 3, &live_[i], sizeof(LivenessWords), kLivenessOffset);
         break;
       default: get(i, 0, &seq_after_[i], 8, kStatusOffset); break;
     }
@@ -198,7 +205,8 @@ class RemoteRosterReads {
   // The entry of settled rank @p i (see make_entry).
   [[nodiscard]] RosterEntry entry(std::size_t i, const Hyperparameters& own,
                                   std::uint64_t own_fingerprint) const {
-    return make_entry(ranks_[i], heads_[i], status_[i], &hyper_[i * nh_], own, own_fingerprint);
+    return make_entry(ranks_[i], heads_[i], status_[i], &hyper_[i * nh_], live_[i], own,
+                      own_fingerprint);
   }
 
   // Requests still in flight when the read ends early (deadline, error): to the graveyard
@@ -222,7 +230,7 @@ class RemoteRosterReads {
   }
 
  private:
-  static constexpr std::size_t kSlots = 3;  // requests per rank in flight (phase 1: up to 3)
+  static constexpr std::size_t kSlots = 4;  // requests per rank in flight (phase 1: up to 4)
   struct Reader {
     int phase = 0;  // 0: sequence word, 1: header and status, 2: sequence word again
     int in_flight = 0;
@@ -270,6 +278,7 @@ class RemoteRosterReads {
   HeadWords* heads_;
   StatusWords* status_;
   std::uint64_t* hyper_;
+  LivenessWords* live_;
   std::vector<MPI_Request> requests_;
   std::vector<Reader> readers_;
   std::vector<int> completed_;
@@ -292,6 +301,7 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
     while (left > 0) {
       for (const std::size_t i : reads.poll()) {
         out[i] = reads.entry(i, hyper_, slots_.fingerprint);
+        judge_->judge(out[i]);
         --left;
       }
       if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {

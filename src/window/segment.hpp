@@ -76,6 +76,15 @@ struct alignas(64) SegmentHeader {
   // the roster's seqlock (status_seq) when they changed. Readers of a snapshot take the
   // words in the slot instead (same seqlock as the layers).
   alignas(64) std::atomic<std::uint64_t> roster_hyper[kMaxHyperparameters];
+
+  // line 10: liveness (docs/elastic.md). pid, host and incarnation are written at creation;
+  // heartbeat and beat_interval_ns by every set_status (each agent step). Plain words: each
+  // is read on its own, no seqlock (a reader only compares heartbeats over time).
+  alignas(64) std::atomic<std::uint64_t> heartbeat;
+  std::atomic<std::uint64_t> pid;
+  std::atomic<std::uint64_t> host;
+  std::atomic<std::uint64_t> incarnation;
+  std::atomic<std::uint64_t> beat_interval_ns;  // moving average of the time between beats
 };
 static_assert(sizeof(SegmentHeader) <= kPage);
 
@@ -89,6 +98,7 @@ inline constexpr std::size_t kStatusOffset = 256;
 inline constexpr std::size_t kStatusBytes = 48;
 inline constexpr std::size_t kVerifyOffset = 320;
 inline constexpr std::size_t kRosterHyperOffset = 384;
+inline constexpr std::size_t kLivenessOffset = 640;
 
 /// bad_layer value of a live-mode slot: finiteness is not known without reading it.
 inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};
@@ -105,6 +115,11 @@ struct StatusWords {
   std::uint64_t seq, iteration, age, metric, generation, state;
 };
 static_assert(sizeof(StatusWords) == kStatusBytes);
+
+/// The liveness line (heartbeat, pid, host, incarnation, beat interval) as plain words.
+struct LivenessWords {
+  std::uint64_t heartbeat, pid, host, incarnation, beat_interval_ns;
+};
 
 /// Where each layer sits inside a slot, and in which element type.
 struct SlotLayout {

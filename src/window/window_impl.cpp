@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -132,12 +133,20 @@ void WindowImpl::check_options() const {
       throw InvalidArgument("paramwin: progress_interval_us must be in [1, 1000000]");
     }
   }
+  const LivenessOptions& l = o.liveness;
+  if (!std::isfinite(l.suspect_seconds) || l.suspect_seconds < 0.0 ||
+      !std::isfinite(l.suspect_beats) || l.suspect_beats < 0.0) {
+    throw InvalidArgument("paramwin: WindowOptions::liveness: suspect_seconds and suspect_beats "
+                          "must be finite and >= 0, got " + std::to_string(l.suspect_seconds) +
+                          " and " + std::to_string(l.suspect_beats));
+  }
 }
 
 void WindowImpl::create(MPI_Comm comm) {
   comm_ = Comm::dup(comm);
   rank_ = comm_.rank();
   size_ = comm_.size();
+  judge_ = std::make_unique<LivenessJudge>(size_, rank_, options_.liveness);
 
   // Everything that decides which collectives follow is agreed on first, in one collective:
   // a rank with bad options, other options or another window throws with all the others,
@@ -257,6 +266,7 @@ void WindowImpl::init_segment() {
   h->host_slots.store(host_slots_, std::memory_order_relaxed);
   h->memory.store(static_cast<std::uint64_t>(options_.memory), std::memory_order_relaxed);
   h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
+  init_liveness(*h);
 
   shm_win_.lock_all(MPI_MODE_NOCHECK);
   if (rma_win_) {

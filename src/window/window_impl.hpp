@@ -33,6 +33,7 @@
 #include "paramwin/roster.hpp"
 #include "window/binding.hpp"
 #include "window/live_windows.hpp"
+#include "window/liveness.hpp"
 #include "window/placement.hpp"
 #include "window/rma_batch.hpp"
 #include "window/segment.hpp"
@@ -255,6 +256,8 @@ class WindowImpl final : public FinalizeClient {
   Hyperparameters hyper_;                    // published with every publish (slot and roster)
   std::vector<std::uint64_t> roster_hyper_;  // what the roster copy holds now
   std::jthread progress_thread_;
+  Heartbeat heartbeat_;                    // set_status and publish beat
+  std::unique_ptr<LivenessJudge> judge_;   // this rank's judgement of the others' liveness
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
   Scratch scratch_;
   std::atomic<bool> freed_at_finalize_{false};
