@@ -12,6 +12,7 @@
 #include <bit>
 #include <string>
 
+#include "detail/mpi_check.hpp"
 #include "paramwin/error.hpp"
 #include "window/window_impl.hpp"
 
@@ -39,11 +40,11 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     // A reader that could not get a clean copy optimistically pins the slot it reads. Pinned
     // means: this publish would overwrite it, so skip it (never wait). The Dekker pair (begun
     // store, fence, pin load) vs (pin increment, begun load) makes one side see the other.
-    if (h.shm_pins[slot].load(std::memory_order_relaxed) != 0 ||
-        h.rma_pins[slot].load(std::memory_order_relaxed) != 0) {
+    if (slot_pinned(h, slot, size_) && !release_dead_readers_pins(slot)) {
       h.begun.store(version_, std::memory_order_relaxed);
       return PublishResult{false, version_, MPI_Wtime() - t0};
     }
+    pinned_since_ = 0.0;
   }
 
   // The layers, then the hyperparameters (same seqlock, same copy). A failure (a GPU's)
@@ -80,6 +81,38 @@ PublishResult WindowImpl::publish(std::span<const ConstLayerRef> layers, std::ui
     set_status(s);
   }
   return PublishResult{true, p, MPI_Wtime() - t0};
+}
+
+bool WindowImpl::release_dead_readers_pins(std::size_t slot) {
+  const double now = MPI_Wtime();
+  if (pinned_since_ == 0.0) pinned_since_ = now;
+  if (now - pinned_since_ < 0.1) return false;  // live readers release theirs in time
+  pinned_since_ = now;                          // the next look in 0.1 s
+  SegmentHeader& h = header();
+  const std::uint64_t here = load_liveness(h).host;  // this process's, written at creation
+  bool released = false;
+  for (const PinKind kind : {PinKind::shm, PinKind::rma}) {
+    for (const int reader : pinning_readers(h, kind, slot, size_)) {
+      const SegmentHeader* theirs = shm_header(reader);
+      if (theirs == nullptr) continue;  // another node: its pid says nothing here
+      const LivenessWords live = load_liveness(*theirs);
+      if (live.host != here || process_alive(static_cast<std::int64_t>(live.pid))) continue;
+      const std::size_t offset = pin_word_offset(kind, slot, reader, size_);
+      const std::uint64_t keep = ~pin_bit(reader);
+      if (kind == PinKind::shm) {
+        pin_word(h, offset).fetch_and(keep, std::memory_order_seq_cst);
+      } else if (rma_win_) {  // MPI atomics on its word, as the readers' (not CPU atomics)
+        check_mpi(MPI_Accumulate(&keep, 1, MPI_UINT64_T, rank_, static_cast<MPI_Aint>(offset),
+                                 1, MPI_UINT64_T, MPI_BAND, rma_win_.get()),
+                  "MPI_Accumulate(pin of a dead reader)");
+        check_mpi(MPI_Win_flush(rank_, rma_win_.get()), "MPI_Win_flush");
+      }
+      released = true;
+    }
+  }
+  if (!released) return false;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return !slot_pinned(h, slot, size_);
 }
 
 void WindowImpl::set_hyperparameters(const Hyperparameters& hyper) {

@@ -117,22 +117,23 @@ void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset)
   }
 }
 
-void RmaBatch::fetch_add(const std::int64_t* delta, std::int64_t* old, int target,
-                         std::size_t offset) {
+void RmaBatch::fetch_op(const std::uint64_t* operand, std::uint64_t* old, int target,
+                        std::size_t offset, MPI_Op op) {
   MPI_Request request = MPI_REQUEST_NULL;
-  // Same datatype and op as every other access to the pins: atomic with respect to them.
-  check_mpi(MPI_Rget_accumulate(delta, 1, MPI_INT64_T, old, 1, MPI_INT64_T, target,
-                                static_cast<MPI_Aint>(offset), 1, MPI_INT64_T, MPI_SUM, win_,
+  // Same datatype as every other access to the pins: atomic with respect to them.
+  check_mpi(MPI_Rget_accumulate(operand, 1, MPI_UINT64_T, old, 1, MPI_UINT64_T, target,
+                                static_cast<MPI_Aint>(offset), 1, MPI_UINT64_T, op, win_,
                                 &request),
             "MPI_Rget_accumulate(pin)");
   requests_.push_back(request);
   targets_.push_back(target);
 }
 
-void RmaBatch::add(const std::int64_t* delta, int target, std::size_t offset) {
+void RmaBatch::accumulate(const std::uint64_t* operand, int target, std::size_t offset,
+                          MPI_Op op) {
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Raccumulate(delta, 1, MPI_INT64_T, target, static_cast<MPI_Aint>(offset), 1,
-                            MPI_INT64_T, MPI_SUM, win_, &request),
+  check_mpi(MPI_Raccumulate(operand, 1, MPI_UINT64_T, target, static_cast<MPI_Aint>(offset), 1,
+                            MPI_UINT64_T, op, win_, &request),
             "MPI_Raccumulate(pin release)");
   requests_.push_back(request);
   targets_.push_back(target);

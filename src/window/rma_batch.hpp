@@ -99,14 +99,16 @@ class RmaBatch {
   /// ones on MPICH's ch4:ucx and Open MPI's osc/ucx (docs/benchmarks.md sections 11, 12).
   /// Only for a batch without a deadline whose destinations may not outlive an error.
   void flush_gets() noexcept { flush_ = true; }
-  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment;
-  /// the old value lands in @p old.
-  void fetch_add(const std::int64_t* delta, std::int64_t* old, int target, std::size_t offset);
-  /// Starts an atomic add of @p delta to the int64 at @p offset of @p target's segment,
-  /// fetching nothing (MPI_Raccumulate: its request completes locally, without waiting for
-  /// the target). Atomic with respect to fetch_add() on the same word, and applied after
-  /// every earlier accumulate of this rank to that word (MPI's default accumulate ordering).
-  void add(const std::int64_t* delta, int target, std::size_t offset);
+  /// Starts an atomic @p op (MPI_BOR, MPI_BAND) of @p operand into the uint64 at @p offset
+  /// of @p target's segment; the old value lands in @p old.
+  void fetch_op(const std::uint64_t* operand, std::uint64_t* old, int target, std::size_t offset,
+                MPI_Op op);
+  /// Starts an atomic @p op of @p operand into the uint64 at @p offset of @p target's
+  /// segment, fetching nothing (MPI_Raccumulate: its request completes locally, without
+  /// waiting for the target). Atomic with respect to fetch_op() on the same word, and applied
+  /// after every earlier accumulate of this rank to that word (MPI's default accumulate
+  /// ordering).
+  void accumulate(const std::uint64_t* operand, int target, std::size_t offset, MPI_Op op);
   /// Waits for every started operation; throws TimeoutError naming a rank that has not
   /// answered once the deadline has passed (the requests go to the graveyard).
   void wait();

@@ -5,6 +5,7 @@
 // abandons to the window's graveyard.
 #include <optional>
 
+#include "window/pins.hpp"
 #include "window/reader.hpp"
 
 namespace paramwin::detail {
@@ -27,10 +28,7 @@ class RmaReader final : public Reader {
     if (pin) {
       // Marked first: if the batch is abandoned (deadline), the release is issued too.
       d.pinned = d.ever_pinned = true;
-      auto* in = ctx_.arena->make<std::int64_t>(4);
-      in[0] = in[2] = 1;
-      batch.fetch_add(&in[0], &in[1], d.rank, kRmaPinsOffset);
-      batch.fetch_add(&in[2], &in[3], d.rank, kRmaPinsOffset + 8);
+      set_pin_bits(batch, d.rank, true);
     }
     batch.get(&head, sizeof(HeadWords), d.rank, 0);
     batch.get(&metric, 8, d.rank, offsetof(SegmentHeader, metric));
@@ -57,7 +55,7 @@ class RmaReader final : public Reader {
       return;
     }
     d.pinned = false;
-    pin_add(d.rank, -1, true);
+    pin_change(d.rank, false, true);
   }
 
   void release(Donor& d) override {
@@ -65,11 +63,8 @@ class RmaReader final : public Reader {
       return;
     }
     d.pinned = false;
-    auto* minus = ctx_.arena->make<std::int64_t>(1);
-    minus[0] = -1;
     RmaBatch batch = make_batch();
-    batch.add(minus, d.rank, kRmaPinsOffset);
-    batch.add(minus, d.rank, kRmaPinsOffset + 8);
+    set_pin_bits(batch, d.rank, false);
     batch.abandon();  // completes locally at the next reap (next pull, progress(), free)
   }
 
@@ -82,7 +77,7 @@ class RmaReader final : public Reader {
     // request completes in the background (MPI orders accumulates to one location, so it
     // applies after the pin's increment).
     try {
-      pin_add(d.rank, -1, false);
+      pin_change(d.rank, false, false);
     } catch (...) {  // NOLINT(bugprone-empty-catch): best effort while an error unwinds
     }
   }
@@ -129,9 +124,12 @@ class RmaReader final : public Reader {
     }
     return *lanes_[i];
   }
-  /// Adds @p delta to the RMA pins of both slots at @p rank; waits (deadline) or, when
-  /// @p wait is false, leaves the operations to complete in the background.
-  void pin_add(int rank, std::int64_t delta, bool wait);
+  /// Pins (@p set) or unpins both slots of @p rank in @p batch: this rank's bit in the
+  /// donor's RMA bitmaps, set by every pin, cleared by the last unpin of this process.
+  void set_pin_bits(RmaBatch& batch, int rank, bool set);
+  /// set_pin_bits in a batch of its own; waits (deadline) or, when @p wait is false, leaves
+  /// the operations to complete in the background.
+  void pin_change(int rank, bool set, bool wait);
 
   std::optional<RmaBatch> lanes_[2];
 };
@@ -145,7 +143,7 @@ void RmaReader::pin(Donor& d) {
   // Marked pinned before the increment: if it is abandoned at the deadline, the release
   // is issued too, and MPI applies accumulates to one location in order.
   d.pinned = true;
-  pin_add(d.rank, 1, true);
+  pin_change(d.rank, true, true);
   HeadWords* head = ctx_.arena->make<HeadWords>(1);
   {
     RmaBatch batch = make_batch();
@@ -158,13 +156,30 @@ void RmaReader::pin(Donor& d) {
   d.ever_pinned = true;
 }
 
-void RmaReader::pin_add(int rank, std::int64_t delta, bool wait) {
-  auto* in = ctx_.arena->make<std::int64_t>(4);
-  in[0] = delta;
-  in[2] = delta;
+void RmaReader::set_pin_bits(RmaBatch& batch, int rank, bool set) {
+  PinBook& book = ctx_.w.pin_book();
+  const auto lock = book.lock();  // counted and issued in one order across threads
+  if (set) {
+    book.count_rma(rank);
+  } else if (!book.uncount_rma(rank)) {
+    return;  // another read of this process still holds the pin
+  }
+  const std::uint64_t bit = pin_bit(book.self());
+  auto* in = ctx_.arena->make<std::uint64_t>(4);
+  in[0] = in[2] = set ? bit : ~bit;
+  for (std::size_t slot = 0; slot < 2; ++slot) {
+    const std::size_t offset = pin_word_offset(PinKind::rma, slot, book.self(), book.ranks());
+    if (set) {
+      batch.fetch_op(&in[2 * slot], &in[2 * slot + 1], rank, offset, MPI_BOR);
+    } else {
+      batch.accumulate(&in[2 * slot], rank, offset, MPI_BAND);
+    }
+  }
+}
+
+void RmaReader::pin_change(int rank, bool set, bool wait) {
   RmaBatch batch = make_batch();
-  batch.fetch_add(&in[0], &in[1], rank, kRmaPinsOffset);
-  batch.fetch_add(&in[2], &in[3], rank, kRmaPinsOffset + 8);
+  set_pin_bits(batch, rank, set);
   if (wait) {
     batch.wait();
   } else {

@@ -7,7 +7,8 @@ namespace paramwin::detail {
 static_assert(offsetof(SegmentHeader, version) == kVersionOffset);
 static_assert(offsetof(SegmentHeader, begun) == kBegunOffset);
 static_assert(offsetof(SegmentHeader, publish_time) == kPublishTimeOffset);
-static_assert(offsetof(SegmentHeader, rma_pins) == kRmaPinsOffset);
+static_assert(offsetof(SegmentHeader, heartbeat) == kLivenessOffset);
+static_assert(offsetof(SegmentHeader, pins) == kPinsOffset);
 static_assert(offsetof(SegmentHeader, status_seq) == kStatusOffset);
 static_assert(offsetof(SegmentHeader, state) + 8 == kStatusOffset + kStatusBytes);
 static_assert(offsetof(SegmentHeader, verify) == kVerifyOffset);

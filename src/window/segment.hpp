@@ -56,10 +56,9 @@ struct alignas(64) SegmentHeader {
   // version, so a reader that validates its copy also has the stamp of that very snapshot.
   std::atomic<std::uint64_t> stamp[2];
 
-  // line 2: pins by same-node readers (CPU atomics); line 3: pins by RMA readers (MPI atomics).
-  // Kept apart: MPI atomics and CPU atomics are not atomic with respect to each other.
-  alignas(64) std::atomic<std::uint64_t> shm_pins[2];
-  alignas(64) std::atomic<std::uint64_t> rma_pins[2];
+  // lines 2-3: unused (the pins are per reader, in the bitmaps after line 10), kept so that
+  // the offsets of lines 4-10 stay where readers of this format expect them.
+  alignas(64) std::atomic<std::uint64_t> unused_lines_2_3[16];
 
   // line 4: roster, under its own seqlock (odd while the owner writes)
   alignas(64) std::atomic<std::uint64_t> status_seq;
@@ -85,20 +84,26 @@ struct alignas(64) SegmentHeader {
   std::atomic<std::uint64_t> host;
   std::atomic<std::uint64_t> incarnation;
   std::atomic<std::uint64_t> beat_interval_ns;  // moving average of the time between beats
+
+  // line 11 to the end of the page: the readers' pins (pins.hpp), one bit per reader rank in
+  // four bitmaps: same-node readers of slot 0 and 1 (CPU atomics), then RMA readers of slot
+  // 0 and 1 (MPI atomics; kept apart: the two are not atomic with respect to each other).
+  // Per reader, so that the owner can release the pins of a reader whose process is gone.
+  alignas(64) std::atomic<std::uint64_t> pins[(kPage - 704) / 8];
 };
-static_assert(sizeof(SegmentHeader) <= kPage);
+static_assert(sizeof(SegmentHeader) == kPage);
 
 /// Word offsets of header fields, for MPI_Get / MPI_Fetch_and_op on remote headers.
 inline constexpr std::size_t kVersionOffset = 64;
 inline constexpr std::size_t kBegunOffset = 72;
 inline constexpr std::size_t kPublishTimeOffset = 80;
 inline constexpr std::size_t kBadLayerOffset = 88;
-inline constexpr std::size_t kRmaPinsOffset = 192;
 inline constexpr std::size_t kStatusOffset = 256;
 inline constexpr std::size_t kStatusBytes = 48;
 inline constexpr std::size_t kVerifyOffset = 320;
 inline constexpr std::size_t kRosterHyperOffset = 384;
 inline constexpr std::size_t kLivenessOffset = 640;
+inline constexpr std::size_t kPinsOffset = 704;
 
 /// bad_layer value of a live-mode slot: finiteness is not known without reading it.
 inline constexpr std::uint64_t kUnknownFinite = ~std::uint64_t{0};

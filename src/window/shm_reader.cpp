@@ -7,6 +7,7 @@
 
 #include "detail/kernels.hpp"
 #include "paramwin/error.hpp"
+#include "window/pins.hpp"
 #include "window/reader.hpp"
 
 namespace paramwin::detail {
@@ -76,7 +77,7 @@ void ShmReader::pin(Donor& d) {
   SegmentHeader& h = header(d);
   for (unsigned tries = 0; tries < kMaxPinTries; ++tries) {
     const std::uint64_t v = h.version.load(std::memory_order_acquire);
-    h.shm_pins[v & 1U].fetch_add(1, std::memory_order_seq_cst);
+    ctx_.w.pin_book().pin_shm(h, d.rank, v & 1U);
     const std::uint64_t b = h.begun.load(std::memory_order_seq_cst);
     if (b <= v + 1) {
       d.version = v;
@@ -85,7 +86,7 @@ void ShmReader::pin(Donor& d) {
       d.pinned = d.ever_pinned = true;
       return;
     }
-    h.shm_pins[v & 1U].fetch_sub(1, std::memory_order_seq_cst);
+    ctx_.w.pin_book().unpin_shm(h, d.rank, v & 1U);
   }
   throw DonorError(d.rank, "paramwin: pull: could not pin a snapshot of donor " +
                                std::to_string(d.rank) + " (it publishes too fast)");
@@ -98,7 +99,7 @@ void ShmReader::release_noexcept(Donor& d) noexcept {
     return;
   }
   d.pinned = false;
-  header(d).shm_pins[d.version & 1U].fetch_sub(1, std::memory_order_seq_cst);
+  ctx_.w.pin_book().unpin_shm(header(d), d.rank, d.version & 1U);
 }
 
 void ShmReader::copy_hyper(Donor& d) {

@@ -146,7 +146,13 @@ void WindowImpl::create(MPI_Comm comm) {
   comm_ = Comm::dup(comm);
   rank_ = comm_.rank();
   size_ = comm_.size();
+  if (size_ > kMaxPinReaders) {
+    throw InvalidArgument("paramwin: a window holds at most " + std::to_string(kMaxPinReaders) +
+                          " ranks (the readers' pin bits fill its header page), got " +
+                          std::to_string(size_));
+  }
   judge_ = std::make_unique<LivenessJudge>(size_, rank_, options_.liveness);
+  pin_book_ = std::make_unique<PinBook>(size_, rank_);
 
   // Everything that decides which collectives follow is agreed on first, in one collective:
   // a rank with bad options, other options or another window throws with all the others,

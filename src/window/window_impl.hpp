@@ -34,6 +34,7 @@
 #include "window/binding.hpp"
 #include "window/live_windows.hpp"
 #include "window/liveness.hpp"
+#include "window/pins.hpp"
 #include "window/placement.hpp"
 #include "window/rma_batch.hpp"
 #include "window/segment.hpp"
@@ -127,6 +128,8 @@ class WindowImpl final : public FinalizeClient {
   [[nodiscard]] std::vector<RosterEntry> roster_all(double timeout_seconds = 0.0) const;
   void set_status(const AgentStatus& status);
   [[nodiscard]] const AgentStatus& status() const noexcept { return status_; }
+  /// This process's pins on the other ranks (the pull's readers count them here).
+  [[nodiscard]] PinBook& pin_book() const noexcept { return *pin_book_; }
   /// The values the next publish carries; InvalidArgument unless @p hyper has this layout's
   /// declarations.
   void set_hyperparameters(const Hyperparameters& hyper);
@@ -218,6 +221,10 @@ class WindowImpl final : public FinalizeClient {
   void start_progress_thread();
   void stop_progress_thread() noexcept;
   [[nodiscard]] RosterEntry read_local_roster(int rank, const SegmentHeader& h) const;
+  /// Publish found @p slot pinned: releases the pins of readers on this node whose process
+  /// is gone (pid no longer running: they will never release them) once the slot has been
+  /// pinned for 0.1 s. Whether the slot is free now.
+  bool release_dead_readers_pins(std::size_t slot);
   /// Writes the roster copy of the published hyperparameters (under the roster's seqlock)
   /// when they differ from what it holds.
   void publish_roster_hyper();
@@ -256,8 +263,11 @@ class WindowImpl final : public FinalizeClient {
   Hyperparameters hyper_;                    // published with every publish (slot and roster)
   std::vector<std::uint64_t> roster_hyper_;  // what the roster copy holds now
   std::jthread progress_thread_;
-  Heartbeat heartbeat_;                    // set_status and publish beat
-  std::unique_ptr<LivenessJudge> judge_;   // this rank's judgement of the others' liveness
+  Heartbeat heartbeat_;                   // set_status and publish beat
+  std::unique_ptr<LivenessJudge> judge_;  // this rank's judgement of the others' liveness
+  std::unique_ptr<PinBook> pin_book_;     // this process's pins on the others
+  // Publish: since when (MPI_Wtime) the slot it would write has been found pinned (0: not).
+  double pinned_since_ = 0.0;
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
   Scratch scratch_;
   std::atomic<bool> freed_at_finalize_{false};
