@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What each MPI and launcher on this machine does when one rank's process ends
+# (docs/elastic.md, "What the MPIs allow"). Builds tests/reliability/mpi_death_facts.cpp with
+# MPICH's and Open MPI's compiler wrappers and runs 4 ranks per case, each under a 20 s
+# timeout; prints one line per case: what the launcher did, and what the survivors reported.
+#   scripts/elastic_facts.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+src=tests/reliability/mpi_death_facts.cpp
+mpicxx.mpich -O1 -o "$work/facts_mpich" "$src" || exit 1
+mpicxx.openmpi -O1 -o "$work/facts_ompi" "$src" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_hwloc_base_binding_policy=none
+
+run_case() {  # label, command...
+  local label=$1
+  shift
+  local out rc
+  out=$(timeout 20 "$@" 2>&1)
+  rc=$?
+  local alive p2p group seg fin
+  alive=$(grep -c "alive 2 s after" <<<"$out")
+  p2p=$(grep -c "point to point works" <<<"$out")
+  group=$(grep "create_group over the survivors works" <<<"$out" | sed -E 's/.* in ([0-9.]+) ms.*/\1/' |
+    sort -n | tail -1)
+  seg=$(grep -c "segment is readable" <<<"$out")
+  fin=$(grep -c "MPI_Finalize returned" <<<"$out")
+  local launcher="exit $rc"
+  [[ $rc == 124 ]] && launcher="hung (timeout 20 s)"
+  printf '%-52s launcher: %-20s survivors alive: %s/3, p2p: %s/3, create_group: %s ms, dead segment readable: %s/3' \
+    "$label" "$launcher" "$alive" "$p2p" "${group:-fails}" "$seg"
+  [[ "$*" == *finalize* ]] && printf ', MPI_Finalize returned: %s/3' "$fin"
+  printf '\n'
+}
+
+for how in kill exit exit0; do
+  run_case "MPICH, $how" mpiexec.mpich -n 4 "$work/facts_mpich" "$how"
+  run_case "MPICH -disable-auto-cleanup, $how" mpiexec.mpich -disable-auto-cleanup -n 4 "$work/facts_mpich" "$how"
+  run_case "Open MPI, $how" mpirun.openmpi -n 4 "$work/facts_ompi" "$how"
+  run_case "Open MPI --enable-recovery, $how" mpirun.openmpi --enable-recovery -n 4 "$work/facts_ompi" "$how"
+done
+run_case "MPICH -disable-auto-cleanup, exit, then finalize" mpiexec.mpich -disable-auto-cleanup -n 4 "$work/facts_mpich" exit finalize
+run_case "Open MPI --enable-recovery, kill, then finalize" mpirun.openmpi --enable-recovery -n 4 "$work/facts_ompi" kill finalize
