@@ -120,6 +120,11 @@ class RosterEntry:
     status_updates: int
     publish_time: float
     answered: bool
+    suspect: bool
+    suspect_reason: str
+    heartbeat: int
+    pid: int
+    incarnation: int
     hyper: Hyper
     iteration: int
     age: int

@@ -78,6 +78,12 @@ void bind_roster_records(py::module_& m) {
       .def_readonly("status_updates", &RosterEntry::status_updates)
       .def_readonly("publish_time", &RosterEntry::publish_time)
       .def_readonly("answered", &RosterEntry::answered)
+      .def_readonly("suspect", &RosterEntry::suspect)
+      .def_readonly("suspect_reason", &RosterEntry::suspect_reason)
+      .def_property_readonly("heartbeat", [](const RosterEntry& e) { return e.liveness.heartbeat; })
+      .def_property_readonly("pid", [](const RosterEntry& e) { return e.liveness.pid; })
+      .def_property_readonly("incarnation",
+                             [](const RosterEntry& e) { return e.liveness.incarnation; })
       .def_property_readonly("hyper", [](const RosterEntry& e) { return hyper_to_dict(e.hyper); })
       .def_property_readonly("iteration", [](const RosterEntry& e) { return e.status.iteration; })
       .def_property_readonly("age", [](const RosterEntry& e) { return e.status.age; })
