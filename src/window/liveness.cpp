@@ -1,9 +1,9 @@
 // Liveness: heartbeats written by owners, judged by readers (see liveness.hpp).
 #include "window/liveness.hpp"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,8 +16,7 @@ namespace paramwin::detail {
 namespace {
 
 double steady_seconds() noexcept {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::uint64_t fnv1a(const std::string& text) noexcept {
@@ -116,9 +115,11 @@ void LivenessJudge::judge(RosterEntry& entry) {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     Seen& s = seen_.at(static_cast<std::size_t>(entry.rank));
-    if (!s.any || l.heartbeat != s.heartbeat || l.incarnation != s.incarnation) {
+    const bool first = !s.any;
+    if (first || l.heartbeat != s.heartbeat || l.incarnation != s.incarnation) {
       s = {.any = true, .heartbeat = l.heartbeat, .incarnation = l.incarnation, .since = now};
-      return;  // it beat since the last look (or this is the first): alive
+      if (!first) return;  // it beat since the last look: alive
+      // The first look: nothing to time a silence by, but a process that is gone is gone.
     }
     silent = now - s.since;
   }
@@ -133,8 +134,8 @@ void LivenessJudge::judge(RosterEntry& entry) {
       std::max(options_.suspect_seconds, options_.suspect_beats * l.beat_interval_seconds);
   if (silent > bound) {
     entry.suspect = true;
-    entry.suspect_reason = "no heartbeat for " + format_seconds(silent) + " s (bound " +
-                           format_seconds(bound) + " s)";
+    entry.suspect_reason =
+        "no heartbeat for " + format_seconds(silent) + " s (bound " + format_seconds(bound) + " s)";
   }
 }
 

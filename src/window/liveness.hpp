@@ -48,7 +48,9 @@ class LivenessJudge {
   LivenessJudge(int size, int self, const LivenessOptions& options);
 
   /// Sets @p entry's suspect and suspect_reason from what this reader has observed of its
-  /// rank (answered entries: their liveness was read with them).
+  /// rank (answered entries: their liveness was read with them). The pid rule is checked at
+  /// the first look and whenever the heartbeat has not moved since the previous one; the
+  /// silence is timed from the first look at the current heartbeat.
   void judge(RosterEntry& entry);
 
  private:

@@ -20,7 +20,8 @@ namespace paramwin::detail {
 enum class PinKind : std::size_t { shm = 0, rma = 1 };
 
 /// The most ranks a window's header has pin bits for.
-inline constexpr int kMaxPinReaders = static_cast<int>((kPage - kPinsOffset) / (4 * 8) * 64);
+inline constexpr int kMaxPinReaders =
+    static_cast<int>((kPage - kPinsOffset) / std::size_t{32} * 64);
 
 /// Words of one bitmap for a window of @p ranks ranks.
 [[nodiscard]] constexpr std::size_t pin_words(int ranks) noexcept {
@@ -57,7 +58,8 @@ inline constexpr int kMaxPinReaders = static_cast<int>((kPage - kPinsOffset) / (
 /// An RMA pin covers both slots (the reader does not know which slot it will read).
 class PinBook {
  public:
-  PinBook(int ranks, int self) : self_(self), ranks_(ranks), count_(3 * std::size_t(ranks)) {}
+  PinBook(int ranks, int self)
+      : self_(self), ranks_(ranks), count_(3 * static_cast<std::size_t>(ranks)) {}
 
   /// Same-node pin of @p slot of donor @p donor's header @p h: sets this rank's bit
   /// (seq_cst, the Dekker pair with publish's begun store and pin load).

@@ -102,8 +102,8 @@ bool WindowImpl::release_dead_readers_pins(std::size_t slot) {
       if (kind == PinKind::shm) {
         pin_word(h, offset).fetch_and(keep, std::memory_order_seq_cst);
       } else if (rma_win_) {  // MPI atomics on its word, as the readers' (not CPU atomics)
-        check_mpi(MPI_Accumulate(&keep, 1, MPI_UINT64_T, rank_, static_cast<MPI_Aint>(offset),
-                                 1, MPI_UINT64_T, MPI_BAND, rma_win_.get()),
+        check_mpi(MPI_Accumulate(&keep, 1, MPI_UINT64_T, rank_, static_cast<MPI_Aint>(offset), 1,
+                                 MPI_UINT64_T, MPI_BAND, rma_win_.get()),
                   "MPI_Accumulate(pin of a dead reader)");
         check_mpi(MPI_Win_flush(rank_, rma_win_.get()), "MPI_Win_flush");
       }

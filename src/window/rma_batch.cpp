@@ -122,15 +122,13 @@ void RmaBatch::fetch_op(const std::uint64_t* operand, std::uint64_t* old, int ta
   MPI_Request request = MPI_REQUEST_NULL;
   // Same datatype as every other access to the pins: atomic with respect to them.
   check_mpi(MPI_Rget_accumulate(operand, 1, MPI_UINT64_T, old, 1, MPI_UINT64_T, target,
-                                static_cast<MPI_Aint>(offset), 1, MPI_UINT64_T, op, win_,
-                                &request),
+                                static_cast<MPI_Aint>(offset), 1, MPI_UINT64_T, op, win_, &request),
             "MPI_Rget_accumulate(pin)");
   requests_.push_back(request);
   targets_.push_back(target);
 }
 
-void RmaBatch::accumulate(const std::uint64_t* operand, int target, std::size_t offset,
-                          MPI_Op op) {
+void RmaBatch::accumulate(const std::uint64_t* operand, int target, std::size_t offset, MPI_Op op) {
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Raccumulate(operand, 1, MPI_UINT64_T, target, static_cast<MPI_Aint>(offset), 1,
                             MPI_UINT64_T, op, win_, &request),

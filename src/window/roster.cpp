@@ -91,8 +91,7 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
   head.fingerprint = h.fingerprint.load(std::memory_order_relaxed);
   head.version = h.version.load(std::memory_order_acquire);
   head.publish_time = h.publish_time.load(std::memory_order_relaxed);
-  RosterEntry e =
-      make_entry(rank, head, s, hyper, load_liveness(h), hyper_, slots_.fingerprint);
+  RosterEntry e = make_entry(rank, head, s, hyper, load_liveness(h), hyper_, slots_.fingerprint);
   judge_->judge(e);
   return e;
 }
@@ -143,12 +142,11 @@ void WindowImpl::check_roster_timeout(double timeout_seconds) {
 namespace {
 
 // The remote seqlock reads of one read_remote_rosters() call: per rank three phases —
-// sequence word; header, status block and liveness line; sequence word again — retried from the start when
-// the sequence moved. Each rank advances through its phases as its own reads complete, all
-// ranks in flight together and polled through one MPI_Testsome: one rank that does not
-// answer (busy outside MPI, or gone) holds up no other. With a deadline the reads land in an
-// arena that outlives them: a read abandoned at the deadline completes later, into memory
-// the graveyard keeps.
+// sequence word; header, status block and liveness line; sequence word again — retried from the
+// start when the sequence moved. Each rank advances through its phases as its own reads complete,
+// all ranks in flight together and polled through one MPI_Testsome: one rank that does not answer
+// (busy outside MPI, or gone) holds up no other. With a deadline the reads land in an arena that
+// outlives them: a read abandoned at the deadline completes later, into memory the graveyard keeps.
 class RemoteRosterReads {
  public:
   RemoteRosterReads(std::span<const int> ranks, MPI_Win win, Graveyard& graveyard,

@@ -137,8 +137,9 @@ void WindowImpl::check_options() const {
   if (!std::isfinite(l.suspect_seconds) || l.suspect_seconds < 0.0 ||
       !std::isfinite(l.suspect_beats) || l.suspect_beats < 0.0) {
     throw InvalidArgument("paramwin: WindowOptions::liveness: suspect_seconds and suspect_beats "
-                          "must be finite and >= 0, got " + std::to_string(l.suspect_seconds) +
-                          " and " + std::to_string(l.suspect_beats));
+                          "must be finite and >= 0, got " +
+                          std::to_string(l.suspect_seconds) + " and " +
+                          std::to_string(l.suspect_beats));
   }
 }
 

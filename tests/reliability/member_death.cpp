@@ -6,7 +6,9 @@
 // no later rebirth may have chosen it, and at least one must have happened (from a live
 // donor). The survivors then gather their results over a communicator of the survivors
 // alone (MPI_Comm_create_group), print them, and end with std::_Exit(0): freeing the window or
-// MPI_Finalize would wait for the dead rank forever (docs/elastic.md).
+// MPI_Finalize would wait for the dead rank forever (docs/elastic.md). With a second argument
+// --averaging the same for averaging agents (all peers every step): once a round reports the
+// dead rank as a suspect, no later round reads it, and rounds with the others go on.
 #include <mpi.h>
 
 #include <chrono>
@@ -20,6 +22,84 @@
 #include "paramwin/paramwin.hpp"
 
 namespace pw = paramwin;
+
+namespace {
+
+constexpr std::size_t kN = 1000;
+constexpr int kVictimSteps = 20;
+constexpr int kSteps = 400;
+
+void die(const std::string& how) {
+  std::fflush(nullptr);
+  if (how == "--kill") std::raise(SIGKILL);
+  std::_Exit(3);
+}
+
+/// Survivors only: a communicator without @p victim.
+MPI_Comm survivors_comm(int victim) {
+  MPI_Group world = MPI_GROUP_NULL;
+  MPI_Group alive = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_excl(world, 1, &victim, &alive);
+  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 17, &survivors);
+  return survivors;
+}
+
+/// Averaging agents (all peers every step): once a survivor's round reports the dead rank
+/// as a suspect, no later round may read it, and rounds with the other peers go on.
+int averaging(const std::string& how, int rank, int size, int victim) {
+  pw::Layout layout;
+  layout.add("w", kN);
+  pw::AveragingOptions options;
+  options.window.name = "member_death_averaging";
+  options.window.liveness.suspect_seconds = 2.0;
+  pw::AveragingAgent agent(MPI_COMM_WORLD, layout, options);
+  std::vector<float> w(kN, static_cast<float>(rank));
+  agent.publish({pw::ConstLayerRef(w)});
+  MPI_Barrier(MPI_COMM_WORLD);
+  int detected_at = -1;
+  int read_after = 0;
+  int applied_after = 0;
+  for (int t = 1; t <= kSteps; ++t) {
+    for (float& x : w) x += 0.001F;
+    const pw::AveragingRound round = agent.step({pw::LayerRef(w)});
+    if (rank == victim && t == kVictimSteps) die(how);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    for (const pw::AveragingPeer& p : round.peers) {
+      if (p.rank != victim) continue;
+      if (detected_at < 0 && p.skipped == pw::SkipReason::suspect) detected_at = t;
+      if (detected_at >= 0 && t > detected_at && p.skipped == pw::SkipReason::none) ++read_after;
+    }
+    if (detected_at >= 0 && t > detected_at && round.applied) ++applied_after;
+  }
+  const MPI_Comm survivors = survivors_comm(victim);
+  const int mine[3] = {detected_at, read_after, applied_after};
+  std::vector<int> all(static_cast<std::size_t>(3 * (size - 1)));
+  MPI_Gather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, 0, survivors);
+  std::printf("rank %d: dead rank %d skipped as a suspect from step %d; %d rounds read it "
+              "afterwards, %d rounds applied afterwards\n",
+              rank, victim, detected_at, read_after, applied_after);
+  std::fflush(stdout);
+  MPI_Barrier(survivors);
+  if (rank == 0) {
+    bool ok = true;
+    for (int r = 0; r < size - 1; ++r) {
+      const int* m = &all[static_cast<std::size_t>(3 * r)];
+      if (m[0] < 0 || m[1] != 0 || m[2] < 100) {
+        ok = false;
+        std::printf("FAILED: rank %d: suspect from step %d, %d reads of it afterwards, %d rounds "
+                    "applied afterwards\n",
+                    r, m[0], m[1], m[2]);
+      }
+    }
+    if (ok) std::printf("survivors: member death survived (%s, averaging)\n", how.c_str());
+    std::fflush(stdout);
+  }
+  std::_Exit(0);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -35,9 +115,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int victim = size - 1;
-  constexpr std::size_t kN = 1000;
-  constexpr int kVictimSteps = 20;
-  constexpr int kSteps = 400;
+  if (argc > 2 && std::string(argv[2]) == "--averaging") return averaging(mode, rank, size, victim);
 
   pw::Layout layout;
   layout.add("w", kN);
@@ -62,11 +140,7 @@ int main(int argc, char** argv) {
   for (int t = 1; t <= kSteps; ++t) {
     for (float& x : w) x += 0.001F;
     const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
-    if (rank == victim && t == kVictimSteps) {
-      std::fflush(nullptr);
-      if (mode == "--kill") std::raise(SIGKILL);
-      std::_Exit(3);
-    }
+    if (rank == victim && t == kVictimSteps) die(mode);
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     if (event.died) {
       bool chose_victim = false;
@@ -87,13 +161,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The survivors alone: a communicator without the dead rank.
-  MPI_Group world = MPI_GROUP_NULL;
-  MPI_Group alive = MPI_GROUP_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_excl(world, 1, &victim, &alive);
-  MPI_Comm survivors = MPI_COMM_NULL;
-  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 17, &survivors);
+  const MPI_Comm survivors = survivors_comm(victim);
   const int mine[4] = {detected_at, rebirths_after, victim_donor_after, victim_donor_before};
   std::vector<int> all(static_cast<std::size_t>(4 * (size - 1)));
   MPI_Gather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, 0, survivors);

@@ -7,12 +7,12 @@
 // Plain MPI, nothing of paramwin.
 #include <mpi.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include <chrono>
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   const bool finalize = argc > 2 && std::strcmp(argv[2], "finalize") == 0;
   double* base = nullptr;
   MPI_Win win = MPI_WIN_NULL;
-  MPI_Win_allocate_shared(8 * sizeof(double), sizeof(double), MPI_INFO_NULL, MPI_COMM_WORLD,
-                          &base, &win);
+  MPI_Win_allocate_shared(8 * sizeof(double), sizeof(double), MPI_INFO_NULL, MPI_COMM_WORLD, &base,
+                          &win);
   for (int i = 0; i < 8; ++i) base[i] = rank * 100 + i;
   MPI_Barrier(MPI_COMM_WORLD);
   const int dead = size - 1;
@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   const int n = size - 1;
   int v = rank;
   int got = -1;
-  int rc = MPI_Sendrecv(&v, 1, MPI_INT, (rank + 1) % n, 0, &got, 1, MPI_INT, (rank + n - 1) % n,
-                        0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  int rc = MPI_Sendrecv(&v, 1, MPI_INT, (rank + 1) % n, 0, &got, 1, MPI_INT, (rank + n - 1) % n, 0,
+                        MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   std::printf("fact rank %d: alive 2 s after the death; point to point %s\n", rank,
               rc == MPI_SUCCESS && got == (rank + n - 1) % n ? "works" : "fails");
   MPI_Group world = MPI_GROUP_NULL;

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   MPI_Comm survivors = MPI_COMM_NULL;
   MPI_Comm_create_group(MPI_COMM_WORLD, alive, 19, &survivors);
   std::printf("rank %d: %ld publishes, %ld skipped (slot pinned), longest run of skips %.3f s%s\n",
-              rank, published, skipped, longest, skipping_at_end ? ", still skipping at the end" : "");
+              rank, published, skipped, longest,
+              skipping_at_end ? ", still skipping at the end" : "");
   std::fflush(stdout);
   int bad = (skipping_at_end || longest > 2.0) ? 1 : 0;
   int any_bad = 0;

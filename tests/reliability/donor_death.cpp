@@ -1,0 +1,126 @@
+// A donor dies in the middle of its publishes while others read it (docs/elastic.md). The last
+// rank publishes a 16 MiB snapshot in a tight loop, every element equal to the version it
+// becomes (exact in float32), and a thread of its own ends its process after 200-400 ms, most
+// likely in the middle of a publish. The other ranks pull it for 2.5 s: rank 0 with the
+// default read mode, the others with ReadMode::pinned. Every pull that returns must hold one
+// complete version (every element equal to the version it reports: no torn snapshot, before
+// or after the death); no pull may take longer than its deadline and a second. Over shared
+// memory the dead donor's last complete version stays readable, and the readers judge it a
+// suspect. --rma: the readers read over RMA with PullOptions::timeout_seconds = 0.5 (a read of
+// a dead process never completes on MPICH; each pull then ends in TimeoutError, output
+// untouched). The survivors gather over a communicator without the dead rank and end with
+// std::_Exit(0).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const bool rma = argc > 1 && std::string(argv[1]) == "--rma";
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int donor = size - 1;
+  constexpr std::size_t kN = std::size_t{4} << 20;  // 16 MiB of float32
+  constexpr double kSeconds = 2.5;
+  constexpr double kTimeout = 0.5;
+
+  pw::Layout layout;
+  layout.add("w", kN);
+  pw::WindowOptions options;
+  options.name = "donor_death";
+  options.liveness.suspect_seconds = 1.0;
+  if (rma && rank != donor) options.transport = pw::Transport::rma;
+  pw::ParameterWindow<> window(MPI_COMM_WORLD, layout, options);
+  std::vector<float> w(kN, 1.0F);
+  window.publish({pw::ConstLayerRef(w)});  // version 1, every element 1
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  if (rank == donor) {
+    std::mt19937 gen(static_cast<unsigned>(std::random_device{}()));
+    const int ms = std::uniform_int_distribution<int>(200, 400)(gen);
+    std::thread([ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      std::_Exit(3);
+    }).detach();
+    for (;;) {
+      std::fill(w.begin(), w.end(), static_cast<float>(window.version() + 1));
+      (void)window.publish({pw::ConstLayerRef(w)});
+      window.progress();
+    }
+  }
+
+  pw::PullOptions pull;
+  pull.read_mode = rank == 0 ? pw::ReadMode::automatic : pw::ReadMode::pinned;
+  pull.timeout_seconds = kTimeout;
+  long pulls = 0;
+  long torn = 0;
+  long timeouts = 0;
+  long errors = 0;
+  double longest = 0.0;
+  std::uint64_t last_version = 0;
+  std::uint64_t versions_seen = 0;
+  const double t0 = MPI_Wtime();
+  std::vector<float> out(kN, 0.0F);
+  while (MPI_Wtime() - t0 < kSeconds) {
+    const double start = MPI_Wtime();
+    try {
+      const pw::PullResult r = window.pull({donor}, {pw::LayerRef(out)}, pull);
+      const std::uint64_t v = r.donors.front().version;
+      ++pulls;
+      const auto want = static_cast<float>(v);
+      if (std::any_of(out.begin(), out.end(), [want](float x) { return x != want; })) ++torn;
+      if (v != last_version) ++versions_seen;
+      last_version = std::max(last_version, v);
+    } catch (const pw::TimeoutError&) {
+      ++timeouts;
+    } catch (const std::exception& e) {
+      ++errors;
+      std::printf("rank %d: pull error: %s\n", rank, e.what());
+    }
+    longest = std::max(longest, MPI_Wtime() - start);
+  }
+  // roster_all marks a rank that does not answer before the deadline (roster() would throw).
+  const pw::RosterEntry entry =
+      window.roster_all(rma ? kTimeout : 0.0).at(static_cast<std::size_t>(donor));
+
+  MPI_Group world = MPI_GROUP_NULL;
+  MPI_Group alive = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_excl(world, 1, &donor, &alive);
+  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 23, &survivors);
+  std::printf("rank %d (%s): %ld pulls of %llu versions, last %llu, %ld torn, %ld timeouts, %ld "
+              "other errors, longest pull %.3f s; the donor %s\n",
+              rank, pull.read_mode == pw::ReadMode::pinned ? "pinned" : "auto", pulls,
+              static_cast<unsigned long long>(versions_seen),
+              static_cast<unsigned long long>(last_version), torn, timeouts, errors, longest,
+              entry.suspect    ? ("a suspect: " + entry.suspect_reason).c_str()
+              : entry.answered ? "not a suspect"
+                               : "did not answer");
+  std::fflush(stdout);
+  const bool shm_ok = rma || (entry.suspect && timeouts == 0);
+  int bad = (torn != 0 || errors != 0 || pulls == 0 || longest > kTimeout + 1.0 || !shm_ok) ? 1 : 0;
+  int any_bad = 0;
+  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, survivors);
+  if (rank == 0) {
+    std::printf(any_bad != 0 ? "FAILED: a reader of the dead donor\n"
+                             : "survivors: donor death survived (%s)\n",
+                rma ? "rma" : "shm");
+    std::fflush(stdout);
+  }
+  std::_Exit(0);
+}
