@@ -9,32 +9,26 @@
 // suspect. --rma: the readers read over RMA with PullOptions::timeout_seconds = 0.5 (a read of
 // a dead process never completes on MPICH; each pull then ends in TimeoutError, output
 // untouched). Not under Open MPI: its osc/ucx blocks inside the MPI_Rget_accumulate of a pin
-// whose target has died (tests/CMakeLists.txt, docs/elastic.md). The survivors gather over a
-// communicator without the dead rank and end with std::_Exit(0).
+// whose target has died (tests/CMakeLists.txt, docs/elastic.md). The survivors meet over a
+// communicator of their own and end with std::_Exit(0) (death_test_util.hpp).
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "death_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
 namespace pw = paramwin;
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const pw::test::DeathRun run(argc, argv);
+  const int rank = run.rank;
   const bool rma = argc > 1 && std::string(argv[1]) == "--rma";
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int donor = size - 1;
+  const int donor = run.size - 1;
   constexpr std::size_t kN = std::size_t{4} << 20;  // 16 MiB of float32
   constexpr double kSeconds = 2.5;
   constexpr double kTimeout = 0.5;
@@ -51,12 +45,7 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == donor) {
-    std::mt19937 gen(static_cast<unsigned>(std::random_device{}()));
-    const int ms = std::uniform_int_distribution<int>(200, 400)(gen);
-    std::thread([ms] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      std::_Exit(3);
-    }).detach();
+    pw::test::die_soon();
     for (;;) {
       std::fill(w.begin(), w.end(), static_cast<float>(window.version() + 1));
       (void)window.publish({pw::ConstLayerRef(w)});
@@ -98,12 +87,6 @@ int main(int argc, char** argv) {
   const pw::RosterEntry entry =
       window.roster_all(rma ? kTimeout : 0.0).at(static_cast<std::size_t>(donor));
 
-  MPI_Group world = MPI_GROUP_NULL;
-  MPI_Group alive = MPI_GROUP_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_excl(world, 1, &donor, &alive);
-  MPI_Comm survivors = MPI_COMM_NULL;
-  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 23, &survivors);
   std::printf("rank %d (%s): %ld pulls of %llu versions, last %llu, %ld torn, %ld timeouts, %ld "
               "other errors, longest pull %.3f s; the donor %s\n",
               rank, std::string(pw::enum_name(pull.read_mode)).c_str(), pulls,
@@ -112,16 +95,10 @@ int main(int argc, char** argv) {
               entry.suspect    ? ("a suspect: " + entry.suspect_reason).c_str()
               : entry.answered ? "not a suspect"
                                : "did not answer");
-  std::fflush(stdout);
   const bool shm_ok = rma || (entry.suspect && timeouts == 0);
-  int bad = (torn != 0 || errors != 0 || pulls == 0 || longest > kTimeout + 1.0 || !shm_ok) ? 1 : 0;
-  int any_bad = 0;
-  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, survivors);
-  if (rank == 0) {
-    std::printf(any_bad != 0 ? "FAILED: a reader of the dead donor\n"
-                             : "survivors: donor death survived (%s)\n",
-                rma ? "rma" : "shm");
-    std::fflush(stdout);
-  }
-  std::_Exit(0);
+  const bool failed = torn != 0 || errors != 0 || pulls == 0 || longest > kTimeout + 1.0 || !shm_ok;
+  if (failed) std::printf("FAILED: rank %d: a reader of the dead donor\n", rank);
+  pw::test::end_survivor(donor, failed,
+                         std::string("survivors: donor death survived (") + (rma ? "rma" : "shm") +
+                             ")");
 }

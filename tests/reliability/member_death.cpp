@@ -4,21 +4,19 @@
 // --enable-recovery only). The survivors step on, rebirths every 8-12 steps, and after each
 // step read the dead rank's roster entry: once it is a suspect (its pid gone on this host),
 // no later rebirth may have chosen it, and at least one must have happened (from a live
-// donor). The survivors then gather their results over a communicator of the survivors
-// alone (MPI_Comm_create_group), print them, and end with std::_Exit(0): freeing the window or
-// MPI_Finalize would wait for the dead rank forever (docs/elastic.md). With a second argument
+// donor). The survivors print what they saw, meet over a communicator of their own and end
+// with std::_Exit(0) (death_test_util.hpp). With a second argument
 // --averaging the same for averaging agents (all peers every step): once a round reports the
 // dead rank as a suspect, no later round reads it, and rounds with the others go on.
 #include <mpi.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "death_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
 namespace pw = paramwin;
@@ -29,26 +27,9 @@ constexpr std::size_t kN = 1000;
 constexpr int kVictimSteps = 20;
 constexpr int kSteps = 400;
 
-void die(const std::string& how) {
-  std::fflush(nullptr);
-  if (how == "--kill") std::raise(SIGKILL);
-  std::_Exit(3);
-}
-
-/// Survivors only: a communicator without @p victim.
-MPI_Comm survivors_comm(int victim) {
-  MPI_Group world = MPI_GROUP_NULL;
-  MPI_Group alive = MPI_GROUP_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_excl(world, 1, &victim, &alive);
-  MPI_Comm survivors = MPI_COMM_NULL;
-  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 17, &survivors);
-  return survivors;
-}
-
 /// Averaging agents (all peers every step): once a survivor's round reports the dead rank
 /// as a suspect, no later round may read it, and rounds with the other peers go on.
-int averaging(const std::string& how, int rank, int size, int victim) {
+[[noreturn]] void averaging(const std::string& how, int rank, int victim) {
   pw::Layout layout;
   layout.add("w", kN);
   pw::AveragingOptions options;
@@ -64,7 +45,7 @@ int averaging(const std::string& how, int rank, int size, int victim) {
   for (int t = 1; t <= kSteps; ++t) {
     for (float& x : w) x += 0.001F;
     const pw::AveragingRound round = agent.step({pw::LayerRef(w)});
-    if (rank == victim && t == kVictimSteps) die(how);
+    if (rank == victim && t == kVictimSteps) pw::test::die(how == "--kill");
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     for (const pw::AveragingPeer& p : round.peers) {
       if (p.rank != victim) continue;
@@ -73,49 +54,28 @@ int averaging(const std::string& how, int rank, int size, int victim) {
     }
     if (detected_at >= 0 && t > detected_at && round.applied) ++applied_after;
   }
-  const MPI_Comm survivors = survivors_comm(victim);
-  const int mine[3] = {detected_at, read_after, applied_after};
-  std::vector<int> all(static_cast<std::size_t>(3 * (size - 1)));
-  MPI_Gather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, 0, survivors);
   std::printf("rank %d: dead rank %d skipped as a suspect from step %d; %d rounds read it "
               "afterwards, %d rounds applied afterwards\n",
               rank, victim, detected_at, read_after, applied_after);
-  std::fflush(stdout);
-  MPI_Barrier(survivors);
-  if (rank == 0) {
-    bool ok = true;
-    for (int r = 0; r < size - 1; ++r) {
-      const int* m = &all[static_cast<std::size_t>(3 * r)];
-      if (m[0] < 0 || m[1] != 0 || m[2] < 100) {
-        ok = false;
-        std::printf("FAILED: rank %d: suspect from step %d, %d reads of it afterwards, %d rounds "
-                    "applied afterwards\n",
-                    r, m[0], m[1], m[2]);
-      }
-    }
-    if (ok) std::printf("survivors: member death survived (%s, averaging)\n", how.c_str());
-    std::fflush(stdout);
-  }
-  std::_Exit(0);
+  const bool failed = detected_at < 0 || read_after != 0 || applied_after < 100;
+  if (failed) std::printf("FAILED: rank %d: the dead rank read, or no rounds afterwards\n", rank);
+  pw::test::end_survivor(victim, failed,
+                         "survivors: member death survived (" + how + ", averaging)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const pw::test::DeathRun run(argc, argv);
+  const int rank = run.rank;
   const std::string mode = argc > 1 ? argv[1] : "--exit";
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 3) {
+  if (run.size < 3) {
     if (rank == 0) std::printf("FAILED: member_death needs at least 3 ranks\n");
     MPI_Finalize();
     return 1;
   }
-  const int victim = size - 1;
-  if (argc > 2 && std::string(argv[2]) == "--averaging") return averaging(mode, rank, size, victim);
+  const int victim = run.size - 1;
+  if (argc > 2 && std::string(argv[2]) == "--averaging") averaging(mode, rank, victim);
 
   pw::Layout layout;
   layout.add("w", kN);
@@ -140,7 +100,7 @@ int main(int argc, char** argv) {
   for (int t = 1; t <= kSteps; ++t) {
     for (float& x : w) x += 0.001F;
     const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
-    if (rank == victim && t == kVictimSteps) die(mode);
+    if (rank == victim && t == kVictimSteps) pw::test::die(mode == "--kill");
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     if (event.died) {
       bool chose_victim = false;
@@ -161,30 +121,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  const MPI_Comm survivors = survivors_comm(victim);
-  const int mine[4] = {detected_at, rebirths_after, victim_donor_after, victim_donor_before};
-  std::vector<int> all(static_cast<std::size_t>(4 * (size - 1)));
-  MPI_Gather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, 0, survivors);
   std::printf("rank %d: dead rank %d a suspect at step %d (%s); %d rebirths after it, %d of them "
               "from the dead rank; %d rebirths from it before\n",
               rank, victim, detected_at, reason.c_str(), rebirths_after, victim_donor_after,
               victim_donor_before);
-  std::fflush(stdout);
-  MPI_Barrier(survivors);
-  if (rank == 0) {
-    bool ok = true;
-    for (int r = 0; r < size - 1; ++r) {
-      const int* m = &all[static_cast<std::size_t>(4 * r)];
-      if (m[0] < 0 || m[1] < 1 || m[2] != 0) {
-        ok = false;
-        std::printf("FAILED: rank %d: suspect at step %d, %d rebirths after, %d from the dead "
-                    "rank\n",
-                    r, m[0], m[1], m[2]);
-      }
-    }
-    if (ok) std::printf("survivors: member death survived (%s)\n", mode.c_str());
-    std::fflush(stdout);
-  }
-  // Freeing the window or MPI_Finalize would wait for the dead rank.
-  std::_Exit(0);
+  const bool failed = detected_at < 0 || rebirths_after < 1 || victim_donor_after != 0;
+  if (failed)
+    std::printf("FAILED: rank %d: the dead rank chosen, or no rebirth afterwards\n", rank);
+  pw::test::end_survivor(victim, failed, "survivors: member death survived (" + mode + ")");
 }

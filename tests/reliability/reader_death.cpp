@@ -4,32 +4,28 @@
 // own ends its process (std::_Exit) after 200-400 ms, mostly while a pin is held. Rank 0
 // publishes every 2 ms for 3 s. A pin of a process that is gone must not hold the donor's
 // slot forever: after the reader's death rank 0's publishes must succeed again within the
-// liveness bound (the reader's pid is gone on this host). The survivors gather their results
-// over a communicator without the dead rank and end with std::_Exit(0) (docs/elastic.md).
+// liveness bound (the reader's pid is gone on this host). The survivors meet over a
+// communicator of their own and end with std::_Exit(0) (death_test_util.hpp).
 // --rma: the reader reads over RMA (Transport::rma), its pins are MPI atomics.
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "death_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
 namespace pw = paramwin;
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const pw::test::DeathRun run(argc, argv);
+  const int rank = run.rank;
   const bool rma = argc > 1 && std::string(argv[1]) == "--rma";
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int victim = size - 1;
+  const int victim = run.size - 1;
   constexpr std::size_t kN = std::size_t{8} << 20;  // 32 MiB of float32
   constexpr double kSeconds = 3.0;
 
@@ -45,12 +41,7 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == victim) {
-    std::mt19937 gen(static_cast<unsigned>(std::random_device{}()));
-    const int ms = std::uniform_int_distribution<int>(200, 400)(gen);
-    std::thread([ms] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      std::_Exit(3);
-    }).detach();
+    pw::test::die_soon();
     pw::PullOptions pull;
     pull.read_mode = pw::ReadMode::pinned;
     for (;;) {
@@ -85,24 +76,12 @@ int main(int argc, char** argv) {
     longest = std::max(longest, MPI_Wtime() - skipped_since);
   }
 
-  MPI_Group world = MPI_GROUP_NULL;
-  MPI_Group alive = MPI_GROUP_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_excl(world, 1, &victim, &alive);
-  MPI_Comm survivors = MPI_COMM_NULL;
-  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 19, &survivors);
   std::printf("rank %d: %ld publishes, %ld skipped (slot pinned), longest run of skips %.3f s%s\n",
               rank, published, skipped, longest,
               skipping_at_end ? ", still skipping at the end" : "");
-  std::fflush(stdout);
-  int bad = (skipping_at_end || longest > 2.0) ? 1 : 0;
-  int any_bad = 0;
-  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, survivors);
-  if (rank == 0) {
-    std::printf(any_bad != 0 ? "FAILED: a dead reader's pin held a donor's slot\n"
-                             : "survivors: reader death survived (%s)\n",
-                rma ? "rma" : "shm");
-    std::fflush(stdout);
-  }
-  std::_Exit(0);
+  const bool failed = skipping_at_end || longest > 2.0;
+  if (failed) std::printf("FAILED: rank %d: a dead reader's pin held its slot\n", rank);
+  pw::test::end_survivor(victim, failed,
+                         std::string("survivors: reader death survived (") + (rma ? "rma" : "shm") +
+                             ")");
 }

@@ -1,0 +1,71 @@
+#pragma once
+// What the death tests (member_death, reader_death, donor_death; docs/elastic.md) share: plain
+// MPI programs in which one rank ends its process and the others, the survivors, check what
+// they saw. The survivors cannot use a collective over MPI_COMM_WORLD, free a window that
+// holds the dead rank or call MPI_Finalize (each would wait for the dead rank forever), so
+// they meet over a communicator of their own and end with std::_Exit.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+
+namespace paramwin::test {
+
+/// MPI_Init_thread (MPI_THREAD_MULTIPLE); this rank and the world's size.
+struct DeathRun {
+  int rank = 0;
+  int size = 0;
+  DeathRun(int& argc, char**& argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+};
+
+/// Ends this process now: SIGKILL (@p kill), else std::_Exit(3).
+[[noreturn]] inline void die(bool kill) {
+  std::fflush(nullptr);
+  if (kill) std::raise(SIGKILL);
+  std::_Exit(3);
+}
+
+/// A thread that ends this process (std::_Exit(3)) after a random 200-400 ms, whatever the
+/// rest of the process is doing then.
+inline void die_soon() {
+  std::mt19937 gen(static_cast<unsigned>(std::random_device{}()));
+  const int ms = std::uniform_int_distribution<int>(200, 400)(gen);
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    die(false);
+  }).detach();
+}
+
+/// Survivors only: agrees over a communicator without @p dead whether any survivor's @p failed
+/// (each survivor has printed its own "FAILED:" line), prints @p passed on rank 0 when none
+/// did, and ends the process with std::_Exit(0).
+[[noreturn]] inline void end_survivor(int dead, bool failed, const std::string& passed) {
+  MPI_Group world = MPI_GROUP_NULL;
+  MPI_Group alive = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_excl(world, 1, &dead, &alive);
+  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm_create_group(MPI_COMM_WORLD, alive, 17, &survivors);
+  std::fflush(stdout);
+  int bad = failed ? 1 : 0;
+  int any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, survivors);
+  int rank = 0;
+  MPI_Comm_rank(survivors, &rank);
+  if (rank == 0 && any == 0) std::printf("%s\n", passed.c_str());
+  std::fflush(stdout);
+  std::_Exit(0);
+}
+
+}  // namespace paramwin::test
