@@ -7,7 +7,8 @@
 // donor). The survivors print what they saw, meet over a communicator of their own and end
 // with std::_Exit(0) (death_test_util.hpp). With a second argument
 // --averaging the same for averaging agents (all peers every step): once a round reports the
-// dead rank as a suspect, no later round reads it, and rounds with the others go on.
+// dead rank as a suspect, no later round reads it, and rounds with the others go on. --stall:
+// nobody dies, the fittest rank stops stepping for 3 s (see stall()).
 #include <mpi.h>
 
 #include <chrono>
@@ -63,6 +64,83 @@ constexpr int kSteps = 400;
                          "survivors: member death survived (" + how + ", averaging)");
 }
 
+/// --stall: nobody dies. The fittest rank stops stepping for 3 s (a long evaluation, a stalled
+/// GPU: its process lives, its heartbeat stops). With WindowOptions::liveness.suspect_seconds
+/// = 1 every survivor must judge it a suspect by its silence, no rebirth between a survivor's
+/// first look at it as a suspect and its first look at it as alive again may choose it, and
+/// once it steps again rebirths must choose it again (the judgement is undone). The job then
+/// ends as usual: every rank frees its window and calls MPI_Finalize.
+int stall(int rank, int size, int victim) {
+  pw::Layout layout;
+  layout.add("w", kN);
+  pw::AgentOptions options =
+      pw::parse_agent_options("triggers=age age=8..12 k=1 selection=fittest");
+  options.seed = 7;
+  pw::WindowOptions window_options;
+  window_options.name = "member_death_stall";
+  window_options.liveness.suspect_seconds = 1.0;
+  int failed = 0;
+  {
+    pw::Agent agent(MPI_COMM_WORLD, layout, options, window_options);
+    std::vector<float> w(kN, static_cast<float>(rank));
+    const double metric = rank == victim ? 0.0 : 1.0 + rank;
+    agent.publish({pw::ConstLayerRef(w)});
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    bool stalled = false;
+    int suspect_from = -1;  // this survivor's first look at the victim as a suspect
+    int back_at = -1;       // its first look at it as alive again after that
+    std::string reason;
+    int chosen_while_suspect = 0;
+    int chosen_after = 0;
+    for (int t = 1; MPI_Wtime() - t0 < 6.0; ++t) {
+      for (float& x : w) x += 0.001F;
+      const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
+      if (rank == victim && !stalled && MPI_Wtime() - t0 > 0.5) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        stalled = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      if (rank == victim) continue;
+      bool chose_victim = false;
+      for (const pw::DonorRecord& d : event.donors) chose_victim |= d.rank == victim;
+      if (event.died && chose_victim && suspect_from >= 0) {
+        if (back_at < 0) {
+          ++chosen_while_suspect;
+        } else {
+          ++chosen_after;
+        }
+      }
+      const pw::RosterEntry e = agent.window().roster(victim);
+      if (e.suspect && suspect_from < 0) {
+        suspect_from = t;
+        reason = e.suspect_reason;
+      } else if (!e.suspect && suspect_from >= 0 && back_at < 0) {
+        back_at = t;
+      }
+    }
+    if (rank != victim) {
+      std::printf("rank %d: the stalled rank %d a suspect from step %d to step %d (%s); chosen "
+                  "%d times between, %d times after\n",
+                  rank, victim, suspect_from, back_at, reason.c_str(), chosen_while_suspect,
+                  chosen_after);
+      if (suspect_from < 0 || back_at < 0 || reason.rfind("no heartbeat for", 0) != 0 ||
+          chosen_while_suspect != 0 || chosen_after < 1) {
+        std::printf("FAILED: rank %d: the stalled rank judged or chosen wrongly\n", rank);
+        failed = 1;
+      }
+    }
+    std::fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any == 0) std::printf("survivors: member death survived (--stall)\n");
+  std::fflush(stdout);
+  MPI_Finalize();
+  return size > 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +154,7 @@ int main(int argc, char** argv) {
   }
   const int victim = run.size - 1;
   if (argc > 2 && std::string(argv[2]) == "--averaging") averaging(mode, rank, victim);
+  if (mode == "--stall") return stall(rank, run.size, victim);
 
   pw::Layout layout;
   layout.add("w", kN);
