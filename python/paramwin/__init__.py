@@ -32,6 +32,7 @@ from .agent import Agent, ExploreContext  # noqa: E402
 from .groups import AgentGroups, GroupAgent  # noqa: E402
 from .averaging import (AveragingAgent, HierarchicalAveragingAgent,  # noqa: E402
                         topology_peers)
+from ._lifetime import exit_on_exception  # noqa: E402
 
 
 def __getattr__(name: str) -> type:
@@ -64,7 +65,8 @@ __all__ = [
     "PullResult", "ReadMode", "ReadTimeout", "Reduction", "Role", "RosterEntry", "RoundKind",
     "SelectionContext",
     "SelectionKind", "Shortfall", "SkipReason", "StepEvent", "TimerSummary", "TopologyKind",
-    "Transport", "TriggerContext", "VerificationError", "WireFormat", "agent_config", "layout_of",
+    "Transport", "TriggerContext", "VerificationError", "WireFormat", "agent_config",
+    "exit_on_exception", "layout_of",
     "mpi_vendor", "option_keys", "option_table", "topology_peers", "__version__",
 ]
 

@@ -2,6 +2,8 @@
 concerned, and changes nothing: the caller's arrays keep their values, the window stays
 usable."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -207,3 +209,11 @@ def test_second_live_unnamed_window_of_one_layout_is_refused_on_every_rank(comm)
     other = paramwin.Layout().add("w", (2,))
     with paramwin.ParameterWindow(LAYOUT, comm), paramwin.ParameterWindow(other, comm):
         comm.Barrier()
+
+
+def test_exit_on_exception_refuses_a_code_that_is_not_an_int():
+    before = sys.excepthook
+    for bad in ("1", 1.0, True, None):
+        with pytest.raises(TypeError, match="exit_on_exception: code must be an int"):
+            paramwin.exit_on_exception(bad)
+    assert sys.excepthook is before  # nothing changed
