@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "death_test_util.hpp"
@@ -27,6 +28,20 @@ namespace {
 constexpr std::size_t kN = 1000;
 constexpr int kVictimSteps = 20;
 constexpr int kSteps = 400;
+
+/// The agents of the population modes: the fittest donor (k = 1) for rebirths every 8-12
+/// steps, on a window named @p name whose readers judge a silence of @p suspect_seconds.
+pw::Agent<> make_agent(const std::string& name, double suspect_seconds) {
+  pw::Layout layout;
+  layout.add("w", kN);
+  pw::AgentOptions options =
+      pw::parse_agent_options("triggers=age age=8..12 k=1 selection=fittest");
+  options.seed = 7;
+  pw::WindowOptions window_options;
+  window_options.name = name;
+  window_options.liveness.suspect_seconds = suspect_seconds;
+  return pw::Agent<>(MPI_COMM_WORLD, std::move(layout), std::move(options), window_options);
+}
 
 /// Averaging agents (all peers every step): once a survivor's round reports the dead rank
 /// as a suspect, no later round may read it, and rounds with the other peers go on.
@@ -71,17 +86,9 @@ constexpr int kSteps = 400;
 /// once it steps again rebirths must choose it again (the judgement is undone). The job then
 /// ends as usual: every rank frees its window and calls MPI_Finalize.
 int stall(int rank, int size, int victim) {
-  pw::Layout layout;
-  layout.add("w", kN);
-  pw::AgentOptions options =
-      pw::parse_agent_options("triggers=age age=8..12 k=1 selection=fittest");
-  options.seed = 7;
-  pw::WindowOptions window_options;
-  window_options.name = "member_death_stall";
-  window_options.liveness.suspect_seconds = 1.0;
   int failed = 0;
   {
-    pw::Agent agent(MPI_COMM_WORLD, layout, options, window_options);
+    pw::Agent<> agent = make_agent("member_death_stall", 1.0);
     std::vector<float> w(kN, static_cast<float>(rank));
     const double metric = rank == victim ? 0.0 : 1.0 + rank;
     agent.publish({pw::ConstLayerRef(w)});
@@ -156,15 +163,7 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "--averaging") averaging(mode, rank, victim);
   if (mode == "--stall") return stall(rank, run.size, victim);
 
-  pw::Layout layout;
-  layout.add("w", kN);
-  pw::AgentOptions options =
-      pw::parse_agent_options("triggers=age age=8..12 k=1 selection=fittest");
-  options.seed = 7;
-  pw::WindowOptions window_options;
-  window_options.name = "member_death";
-  window_options.liveness.suspect_seconds = 2.0;
-  pw::Agent agent(MPI_COMM_WORLD, layout, options, window_options);
+  pw::Agent<> agent = make_agent("member_death", 2.0);
 
   std::vector<float> w(kN, static_cast<float>(rank));
   const double metric = rank == victim ? 0.0 : 1.0 + rank;  // lower is better: the victim wins
