@@ -17,18 +17,22 @@ _exit_code: Optional[int] = None  # set by exit_on_exception()
 
 
 def _end_process(exc_type, exc, tb) -> None:
-    traceback.print_exception(exc_type, exc, tb)
+    code = _exit_code if _exit_code is not None else 1
+    if isinstance(exc, SystemExit):  # sys.exit() in the block: its status, no traceback
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    else:
+        traceback.print_exception(exc_type, exc, tb)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(_exit_code if _exit_code is not None else 1)
+    os._exit(code)
 
 
 def exit_on_exception(code: int = 1) -> None:
     """Makes an uncaught exception end this process with exit status @p code, after printing
     it: at the top (``sys.excepthook``), and when it leaves the ``with`` block of a window or
     agent on more than one rank (before the collective ``close()``, which would wait for the
-    others). Nothing is freed and ``MPI_Finalize`` is not called: both would wait for the
-    other ranks forever. Launch with ``mpirun --enable-recovery`` (Open MPI) or ``mpiexec
+    others; a ``sys.exit()`` there ends it with its own status). Nothing is freed and
+    ``MPI_Finalize`` is not called: both would wait for the other ranks forever. Launch with ``mpirun --enable-recovery`` (Open MPI) or ``mpiexec
     -disable-auto-cleanup`` (MPICH) so that the launcher lets the others live. See
     docs/elastic.md."""
     global _exit_code
