@@ -1,6 +1,6 @@
 #pragma once
-// What the death tests (member_death, reader_death, donor_death; docs/elastic.md) share: plain
-// MPI programs in which one rank ends its process and the others, the survivors, check what
+// What the death tests (member_death, reader_death, donor_death; docs/elastic.md) share: MPI
+// programs in which one rank ends its process and the others, the survivors, check what
 // they saw. The survivors cannot use a collective over MPI_COMM_WORLD, free a window that
 // holds the dead rank or call MPI_Finalize (each would wait for the dead rank forever), so
 // they meet over a communicator of their own and end with std::_Exit.
@@ -9,11 +9,14 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
 #include <thread>
+
+#include "paramwin/paramwin.hpp"
 
 namespace paramwin::test {
 
@@ -21,13 +24,28 @@ namespace paramwin::test {
 struct DeathRun {
   int rank = 0;
   int size = 0;
+  bool rma = false;  ///< the first argument is --rma
   DeathRun(int& argc, char**& argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    rma = argc > 1 && std::string(argv[1]) == "--rma";
   }
 };
+
+/// The window of the read tests (collective): one float32 layer "w" of @p n elements, named
+/// @p name, whose readers judge a silence of 1 s a suspect; this rank reads over RMA when
+/// @p rma (Transport::rma), else as the window chooses.
+inline ParameterWindow<> death_window(const std::string& name, std::size_t n, bool rma) {
+  Layout layout;
+  layout.add("w", n);
+  WindowOptions options;
+  options.name = name;
+  options.liveness.suspect_seconds = 1.0;
+  if (rma) options.transport = Transport::rma;
+  return ParameterWindow<>(MPI_COMM_WORLD, layout, options);
+}
 
 /// Ends this process now: SIGKILL (@p kill), else std::_Exit(3).
 [[noreturn]] inline void die(bool kill) {

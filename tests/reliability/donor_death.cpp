@@ -27,19 +27,13 @@ namespace pw = paramwin;
 int main(int argc, char** argv) {
   const pw::test::DeathRun run(argc, argv);
   const int rank = run.rank;
-  const bool rma = argc > 1 && std::string(argv[1]) == "--rma";
+  const bool rma = run.rma;
   const int donor = run.size - 1;
   constexpr std::size_t kN = std::size_t{4} << 20;  // 16 MiB of float32
   constexpr double kSeconds = 2.5;
   constexpr double kTimeout = 0.5;
 
-  pw::Layout layout;
-  layout.add("w", kN);
-  pw::WindowOptions options;
-  options.name = "donor_death";
-  options.liveness.suspect_seconds = 1.0;
-  if (rma && rank != donor) options.transport = pw::Transport::rma;
-  pw::ParameterWindow<> window(MPI_COMM_WORLD, layout, options);
+  pw::ParameterWindow<> window = pw::test::death_window("donor_death", kN, rma && rank != donor);
   std::vector<float> w(kN, 1.0F);
   window.publish({pw::ConstLayerRef(w)});  // version 1, every element 1
   MPI_Barrier(MPI_COMM_WORLD);

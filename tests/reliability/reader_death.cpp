@@ -24,18 +24,12 @@ namespace pw = paramwin;
 int main(int argc, char** argv) {
   const pw::test::DeathRun run(argc, argv);
   const int rank = run.rank;
-  const bool rma = argc > 1 && std::string(argv[1]) == "--rma";
+  const bool rma = run.rma;
   const int victim = run.size - 1;
   constexpr std::size_t kN = std::size_t{8} << 20;  // 32 MiB of float32
   constexpr double kSeconds = 3.0;
 
-  pw::Layout layout;
-  layout.add("w", kN);
-  pw::WindowOptions options;
-  options.name = "reader_death";
-  options.liveness.suspect_seconds = 1.0;
-  if (rma && rank == victim) options.transport = pw::Transport::rma;
-  pw::ParameterWindow<> window(MPI_COMM_WORLD, layout, options);
+  pw::ParameterWindow<> window = pw::test::death_window("reader_death", kN, rma && rank == victim);
   std::vector<float> w(kN, static_cast<float>(rank));
   window.publish({pw::ConstLayerRef(w)});
   MPI_Barrier(MPI_COMM_WORLD);
