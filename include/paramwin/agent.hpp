@@ -20,6 +20,7 @@
 #include "paramwin/agent_interface.hpp"
 #include "paramwin/agent_options.hpp"
 #include "paramwin/checkpoint.hpp"
+#include "paramwin/error.hpp"
 #include "paramwin/detail/agent_base.hpp"
 #include "paramwin/event.hpp"
 #include "paramwin/layer_ref.hpp"
@@ -133,6 +134,38 @@ class Agent final : public AgentInterface {
   /// Frees the window, reporting errors as exceptions.
   /// @note Collective over the window's communicator.
   void close() override { window_.close(); }
+
+  /// Gives the window up without freeing it (Window::abandon): for an agent whose window
+  /// holds a dead rank. Local; the agent is then empty (as moved from) but for destruction.
+  void abandon() noexcept { window_.abandon(); }
+
+  /// Moves the agent to @p window, a new window over a new communicator (a membership
+  /// epoch, docs/elastic.md) with this agent's rank, population size and layout, keeping
+  /// everything else: age, counters, hyperparameters, random streams, statistics, hooks. The
+  /// old window is abandoned, never freed (it may hold a dead rank); the new one continues
+  /// its versions. Nothing is published: publish() before others may read this agent.
+  /// InvalidArgument (nothing changed) when rank, size or layout differ. Local.
+  void replace_window(window_type&& window) {
+    if (window.rank() != window_.rank() || window.size() != window_.size() ||
+        window.fingerprint() != window_.fingerprint()) {
+      throw InvalidArgument("paramwin: Agent::replace_window: the new window has rank " +
+                            std::to_string(window.rank()) + " of " + std::to_string(window.size()) +
+                            " and fingerprint " + std::to_string(window.fingerprint()) +
+                            ", the agent's has rank " + std::to_string(window_.rank()) + " of " +
+                            std::to_string(window_.size()) + " and fingerprint " +
+                            std::to_string(window_.fingerprint()));
+    }
+    window.continue_versions(window_.version() + 1);
+    window.set_status(window_.status());
+    window_.abandon();
+    window_ = std::move(window);
+    core_.rebound();
+  }
+
+  /// Makes the next step() a rebirth from donors (reason DeathReason::joined) whatever the
+  /// triggers, warm-up and cooldown: an agent that takes a dead member's slot starts from
+  /// live donors' parameters, optimizer state (on_rebirth) and hyperparameters. Local.
+  void join() { core_.join(); }
 
   /// The owned window (roster reads, transport queries, direct pulls).
   [[nodiscard]] window_type& window() noexcept { return window_; }

@@ -23,6 +23,8 @@ enum class DeathReason : std::uint8_t {
   threshold = 2,       ///< metric worse than the threshold
   worst_fraction = 3,  ///< among the worst fraction of the population
   custom = 4,          ///< the user's predicate said so
+  /// took a dead member's slot (ElasticAgent): its first step is a rebirth from live donors
+  joined = 5,
 };
 
 /// How donors are chosen among the eligible agents.
@@ -78,7 +80,8 @@ inline constexpr EnumName<DeathReason> kReasonNames[] = {{DeathReason::none, "no
                                                          {DeathReason::threshold, "threshold"},
                                                          {DeathReason::worst_fraction,
                                                           "worst_fraction"},
-                                                         {DeathReason::custom, "custom"}};
+                                                         {DeathReason::custom, "custom"},
+                                                         {DeathReason::joined, "joined"}};
 inline constexpr EnumName<SelectionKind> kSelectionNames[] = {{SelectionKind::uniform, "uniform"},
                                                               {SelectionKind::fittest, "fittest"},
                                                               {SelectionKind::tournament,
@@ -137,7 +140,7 @@ inline constexpr EnumTable<PausedDeaths> enum_table<PausedDeaths>{"paused-deaths
 [[nodiscard]] constexpr std::string_view direction_name(MetricDirection direction) noexcept {
   return enum_name(direction);
 }
-/// Lower-case name of @p reason ("none", "age", "threshold", "worst_fraction", "custom").
+/// Lower-case name of @p reason ("none", "age", "threshold", "worst_fraction", "custom", "joined").
 [[nodiscard]] constexpr std::string_view reason_name(DeathReason reason) noexcept {
   return enum_name(reason);
 }

@@ -25,6 +25,13 @@ class LayoutMismatch : public Error {
   using Error::Error;
 };
 
+/// This process was judged dead while it lived (a long stall) and a new membership epoch
+/// went on without it (docs/elastic.md): it has dropped its agent and is a spare now.
+class EvictedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A donor cannot serve a pull: never published, incompatible, non-finite data, left, stale.
 class DonorError : public Error {
  public:

@@ -135,6 +135,9 @@ class Policy {
 
   /// Marks the rebirth done: age 0, generation + 1, new maximum age, cooldown starts.
   void reborn();
+  /// Makes the next decide() return DeathReason::joined whatever the warm-up and cooldown
+  /// (an agent that takes a dead member's slot starts from live donors, ElasticAgent).
+  void join() noexcept { pending_ = DeathReason::joined; }
   /// A seed for the reset callback, from its own per-agent stream.
   [[nodiscard]] std::uint64_t next_reset_seed();
   /// The rebirth's hyperparameters: inherit from @p donors (best first, normalised

@@ -91,6 +91,10 @@ void AgentBase::resume(Window& w) {
 
 bool AgentBase::paused() const noexcept { return live().core.paused(); }
 
+void AgentBase::join() { live().core.join(); }
+
+void AgentBase::rebound() { live().fingerprint.reset(); }
+
 void AgentBase::save_checkpoint(Window& w, const std::string& path,
                                 std::span<const ConstLayerRef> params) {
   SoloAgent& a = live();

@@ -95,6 +95,8 @@ class AgentCore {
   /// Ends a pause: the roster says active again (fresh if the agent never stepped). No-op
   /// when not paused or after leave(). Publishes nothing by itself.
   void resume(RebirthExecutor& ex);
+  /// The next step is a rebirth from donors whatever the triggers (Policy::join).
+  void join() noexcept { policy_.join(); }
   /// Whether pause() is in force on this rank.
   [[nodiscard]] bool paused() const noexcept { return paused_; }
 

@@ -119,7 +119,7 @@ AgentSnapshot decode_agent_state(std::string_view text) {
   s.policy.rebirth_step = to_i64("rebirth_step", get("rebirth_step"));
   s.policy.generation = to_u64("generation", get("generation"));
   const std::uint64_t pending = to_u64("pending", get("pending"));
-  if (pending > static_cast<unsigned>(DeathReason::custom)) bad("'pending' out of range");
+  if (pending > static_cast<unsigned>(DeathReason::joined)) bad("'pending' out of range");
   s.policy.pending = static_cast<DeathReason>(pending);
   s.policy.streams = get("streams");
   const std::vector<std::uint64_t> stats = to_words("stats", get("stats"));

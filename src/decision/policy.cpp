@@ -129,6 +129,9 @@ DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterRe
 
 DeathReason Policy::decide_now(std::int64_t iteration, double metric, const RosterReader& rosters,
                                std::uint64_t fingerprint) {
+  if (pending_ == DeathReason::joined) {
+    return pending_;  // a replacement's first step: no warm-up or cooldown holds it
+  }
   if (!death_allowed()) {
     return DeathReason::none;
   }
@@ -394,7 +397,7 @@ void Policy::restore(const State& state) {
   }
   if (state.steps < 0 || state.age < 0 || state.age > state.steps || state.max_age < 1 ||
       state.rebirth_step < 0 || state.rebirth_step > state.steps ||
-      state.pending > DeathReason::custom) {
+      state.pending > DeathReason::joined) {
     throw InvalidArgument("paramwin: Policy::restore: counters out of range (steps " +
                           std::to_string(state.steps) + ", age " + std::to_string(state.age) +
                           ", max age " + std::to_string(state.max_age) + ")");

@@ -200,6 +200,12 @@ MpiStatus Win::free_noexcept() noexcept {
   return free_now();
 }
 
+void Win::leak() noexcept {
+  if (win_ != MPI_WIN_NULL) forget_win(this);
+  win_ = MPI_WIN_NULL;
+  locked_ = false;
+}
+
 MpiStatus Win::free_now() noexcept {
   MpiStatus status;
   if (win_ == MPI_WIN_NULL) {

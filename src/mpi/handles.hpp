@@ -65,6 +65,9 @@ class Comm {
   void free();
   /// Frees now without throwing; returns what failed.
   MpiStatus free_noexcept() noexcept;
+  /// Forgets the communicator without freeing it (one that holds a dead rank, whose
+  /// collective free would never return: docs/elastic.md). Local; the owner is empty.
+  void leak() noexcept { comm_ = MPI_COMM_NULL; }
 
   [[nodiscard]] MPI_Comm get() const noexcept { return comm_; }
   [[nodiscard]] explicit operator bool() const noexcept { return comm_ != MPI_COMM_NULL; }
@@ -138,6 +141,10 @@ class Win {
   /// The one freeing path (free(), the destructor, the finalize registry): unlock if
   /// locked, MPI_Win_free, leave the registry. Never throws; returns what failed.
   MpiStatus free_noexcept() noexcept;
+  /// Forgets the window without unlocking or freeing it (one that holds a dead rank: its
+  /// unlock may wait for operations on it, and its collective free never returns). Leaves
+  /// the registry; local; the owner is empty and the memory stays mapped.
+  void leak() noexcept;
 
   [[nodiscard]] MPI_Win get() const noexcept { return win_; }
   [[nodiscard]] explicit operator bool() const noexcept { return win_ != MPI_WIN_NULL; }

@@ -72,6 +72,13 @@ void Window::close() {
   }
 }
 
+void Window::abandon() noexcept {
+  if (impl_) {
+    impl_->abandon();
+    impl_.reset();
+  }
+}
+
 int Window::rank() const { return impl().rank(); }
 int Window::size() const { return impl().size(); }
 MPI_Comm Window::comm() const { return impl().comm(); }

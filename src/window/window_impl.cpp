@@ -11,11 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <source_location>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "detail/mpi_check.hpp"
 #include "mpi/agree.hpp"
@@ -381,6 +384,7 @@ MpiStatus WindowImpl::free_mpi() noexcept {
 }
 
 void WindowImpl::release() noexcept {
+  if (abandoned_) return;
   forget_client(this);
   if (mpi_finalized()) {
     // MPI is gone. Windows alive at MPI_Finalize were freed by the registry
@@ -395,6 +399,31 @@ void WindowImpl::release() noexcept {
     return;
   }
   (void)free_mpi();
+}
+
+void WindowImpl::abandon() noexcept {
+  if (abandoned_) return;
+  forget_client(this);
+  forget_live_window(this);
+  stop_progress_thread();
+  placement_->abandon();
+  try {
+    // Reads abandoned at a deadline may still land in their buffers (a live target's) or
+    // never complete (a dead one's): the buffers are kept until the process ends.
+    static std::mutex mutex;
+    static auto* kept = new std::vector<Graveyard>();  // never freed, on purpose
+    scratch_.retire(graveyard_);
+    const std::lock_guard<std::mutex> lock(mutex);
+    kept->push_back(std::move(graveyard_));
+  } catch (...) {
+    // Out of memory: the buffers go with the window (a read still in flight would then
+    // write into freed memory; nothing better is possible without waiting for it).
+  }
+  rma_win_.leak();
+  shm_win_.leak();
+  node_comm_.leak();
+  comm_.leak();
+  abandoned_ = true;
 }
 
 WindowImpl::~WindowImpl() {

@@ -79,6 +79,11 @@ class WindowImpl final : public FinalizeClient {
   /// Frees everything; throws MpiError on the first failing call (after freeing the rest).
   /// After MPI_Finalize it throws Error ("called after MPI_Finalize") instead.
   void close();
+  /// Gives the window up without any MPI call that could wait for another rank (see
+  /// Window::abandon): stops the progress thread and forgets the windows and communicators
+  /// unfreed; reads abandoned at a deadline keep their buffers for the life of the process.
+  /// The destructor then does nothing.
+  void abandon() noexcept;
 
   /// True once MPI_Finalize freed the window (free_at_finalize()): its MPI resources and
   /// segment are gone; close() throws, the destructor does nothing.
@@ -271,6 +276,7 @@ class WindowImpl final : public FinalizeClient {
   mutable Graveyard graveyard_;  // roster reads (const) abandon requests at deadlines too
   Scratch scratch_;
   std::atomic<bool> freed_at_finalize_{false};
+  bool abandoned_ = false;  // abandon(): nothing left to free
   std::string finalize_error_;
 };
 

@@ -64,6 +64,10 @@ class AgentBase {
   void pause(Window& w);
   void resume(Window& w);
   [[nodiscard]] bool paused() const noexcept;
+  /// The next step is a rebirth from donors (Policy::join).
+  void join();
+  /// The agent's window was replaced: the cached roster fingerprint is read again.
+  void rebound();
 
   void save_checkpoint(Window& w, const std::string& path, std::span<const ConstLayerRef> params);
   void wait_checkpoint(Window& w);

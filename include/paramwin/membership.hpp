@@ -1,0 +1,140 @@
+#pragma once
+/// @file membership.hpp
+/// Membership epochs (docs/elastic.md): which process trains in which slot of the
+/// population, agreed by the live processes without asking the MPI library to detect
+/// failures. A coordinator (the lowest slot it does not judge dead) proposes a new epoch when
+/// a member died and a spare can take its slot; the processes of the new epoch answer, the
+/// coordinator commits, and they build the epoch's communicator over themselves alone
+/// (MPI_Comm_create_group), so no collective ever involves a dead process. ElasticAgent
+/// (elastic_agent.hpp) drives it for an Agent.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "paramwin/roster.hpp"
+
+namespace paramwin {
+
+/// How a Membership judges and agrees.
+struct MembershipOptions {
+  /// World ranks [0, members) train from the start, one slot each; the others are spares.
+  /// 0: every rank trains (no spares).
+  int members = 0;
+  /// How often the coordinator judges the members (its poll() asks for a roster this often).
+  double check_seconds = 0.05;
+  /// A member whose heartbeat has not moved (or whose roster has not answered) for this long
+  /// is dead. On its own host a member is dead as soon as its process is gone, with no bound.
+  double dead_after_seconds = 30.0;
+  /// How long a proposal waits for every answer, and an answer for the commit, before it is
+  /// given up (a member answers at its next step).
+  double agree_seconds = 60.0;
+  /// How long a spare sleeps between looks for a message.
+  double spare_sleep_seconds = 0.002;
+};
+
+/// What a process does in the population now.
+enum class MemberRole : std::uint8_t {
+  member = 0,   ///< trains in a slot of the current epoch
+  spare = 1,    ///< waits for a slot (wait_for_slot)
+  evicted = 2,  ///< was judged dead while alive (a long stall): must drop its state, become a spare
+  finished = 3  ///< the population finished
+};
+
+/// A new epoch, as poll() or wait_for_slot() returns it.
+struct EpochChange {
+  std::uint64_t epoch = 0;       ///< the new epoch (1 is the first after the start)
+  std::vector<int> dead;         ///< slots whose member was judged dead or resigned
+  std::vector<int> reasons_pid;  ///< of dead: 1 when judged by its process gone, 0 by silence
+  std::vector<int> joined;       ///< slots a spare took (the same as dead)
+  std::vector<int> members;      ///< world rank of every slot in the new epoch
+  /// Per slot of dead: the iteration its member's roster last said (the joiner resumes there).
+  std::vector<std::int64_t> iterations;
+  double judged_at = 0.0;        ///< MPI_Wtime at which the coordinator judged the death
+  double agree_seconds = 0.0;    ///< from the proposal to the epoch's communicator
+};
+
+/// Membership of the population's processes in epochs. Not thread-safe; one per process.
+/// Collective over the world communicator at construction only; afterwards only point to
+/// point messages and, at an epoch change, MPI_Comm_create_group over the new epoch's
+/// processes. No communicator that may hold a dead process is ever freed.
+class Membership {
+ public:
+  /// @note Collective over @p world (every rank, members and spares: an MPI_Allgather of
+  /// pids and host ids, a duplicate of @p world for messages, the first epoch's
+  /// communicator over the members). InvalidArgument on every rank for bad options.
+  explicit Membership(MPI_Comm world, MembershipOptions options = {});
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+  Membership(Membership&&) noexcept;
+  Membership& operator=(Membership&&) noexcept;
+  /// Frees nothing collective (communicators may hold dead ranks); never throws.
+  ~Membership();
+
+  [[nodiscard]] MemberRole role() const noexcept;
+  /// This process's slot (its rank in comm()), -1 unless a member.
+  [[nodiscard]] int slot() const noexcept;
+  /// Number of slots (the population's size).
+  [[nodiscard]] int slots() const noexcept;
+  /// The current epoch (0 at the start).
+  [[nodiscard]] std::uint64_t epoch() const noexcept;
+  /// The epoch's communicator (rank = slot) while a member, and after a member's finish();
+  /// MPI_COMM_NULL otherwise.
+  [[nodiscard]] MPI_Comm comm() const noexcept;
+  /// World rank of every slot in the current epoch, as this process knows it.
+  [[nodiscard]] const std::vector<int>& members() const noexcept;
+  /// The spares this process knows of (world ranks), in the order they are given slots.
+  [[nodiscard]] const std::vector<int>& spares() const noexcept;
+  /// The iteration the slot's previous member had reached, once a spare was given a slot.
+  [[nodiscard]] std::int64_t resume_iteration() const noexcept;
+
+  /// A spare: sleeps until a coordinator gives it a slot (true: slot(), comm() and epoch()
+  /// are the new epoch's, last_change() says which) or the population finished (false). A
+  /// member: true at once.
+  bool wait_for_slot();
+
+  /// Whether poll() wants a roster of the epoch's window now (the coordinator, every
+  /// check_seconds).
+  [[nodiscard]] bool check_due() const noexcept;
+  /// A member, once per step: answers proposals and commits; when check_due(), @p roster
+  /// is the epoch's roster (RosterEntry per slot, as Window::roster_all reads it) and the
+  /// coordinator judges the members and proposes a new epoch when a spare can take every
+  /// dead slot. Returns the change when a new epoch began (then comm() is new, and
+  /// role() is member), or when this process was evicted (role() is evicted: it must drop its
+  /// state without touching its old windows, then call rejoin_as_spare()).
+  std::optional<EpochChange> poll(std::span<const RosterEntry> roster = {});
+  /// The latest epoch change this process took part in.
+  [[nodiscard]] const std::optional<EpochChange>& last_change() const noexcept;
+
+  /// A member gives its slot up while it can still send (a trainer's exception): the
+  /// coordinator replaces it from a spare, and this process becomes a spare (role() spare)
+  /// that may be given a slot again (wait_for_slot()).
+  void resign();
+  /// After eviction: tells the epoch's members that this process is a spare now.
+  void rejoin_as_spare();
+
+  /// A member at the end of its training: tells the others and answers their messages
+  /// until every slot has finished or is dead (@p read_roster: the epoch's roster, for the
+  /// silence rule), then the lowest live slot releases the spares (their wait_for_slot()
+  /// returns false). role() is finished afterwards.
+  template <class ReadRoster>
+  void finish(ReadRoster&& read_roster) {
+    start_finish();
+    while (!finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{})) {
+    }
+  }
+
+ private:
+  void start_finish();
+  bool finish_step(std::span<const RosterEntry> roster);
+
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace paramwin

@@ -1,0 +1,218 @@
+// Spares take dead members' slots (docs/elastic.md, "Epochs and spares"). The world's last
+// two ranks are spares, the others members of one ElasticAgent population; every member trains
+// 150 iterations (900 with --sigstop). Faults, by the first argument:
+//   --exit    the last slot's process ends (std::_Exit(3)) after iteration 30, slot 1's after 70;
+//   --kill    the same with SIGKILL (survivable under Open MPI's --enable-recovery only);
+//   --resign  the same slots throw instead; each catches, resigns (a spare takes its slot) and
+//             waits as a spare itself, so the population loses no process;
+//   --sigstop world rank 0 stops the last slot's process (SIGSTOP) after its iteration 30 and
+//             lets it go on (SIGCONT) 4 s later; the others judge it dead after 1.5 s of
+//             silence, a spare takes its slot, and when it wakes its step throws EvictedError
+//             before touching its window: it waits as a spare until the end.
+// Checked by every process of the last epoch: each joined spare's first step was a rebirth
+// (reason joined) from live donors only, and its parameters, captured in on_rebirth, are the
+// exact mix of the donors' recorded versions (a member's snapshot at version v is, by
+// construction, 1000 * slot + v + 0.001 * j in w[j], and 1 in v[slot]); every slot finished
+// its iterations (0 lost agents); a fault was followed by an epoch. The processes of the
+// last epoch meet over its communicator (no dead rank in it) and print the pass line; every
+// process ends with std::_Exit(0). Each joiner prints the seconds from the coordinator's
+// judgement to its first step.
+#include <mpi.h>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "death_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+constexpr std::size_t kN = 256;
+constexpr int kSpares = 2;
+
+/// What a process saw, checked at the end.
+struct Seen {
+  int joins = 0;            // slots this process was given as a spare
+  int bad_mixes = 0;        // joined rebirths whose parameters were not the exact mix
+  int bad_first_steps = 0;  // joined first steps that were no rebirth from donors
+  int epochs_seen = 0;
+  bool evicted = false;
+  std::vector<float> captured_w;  // the parameters as on_rebirth saw them
+  std::vector<float> captured_v;
+};
+
+/// Sets the parameters of @p slot for the publish of version @p version.
+void encode(std::vector<float>& w, std::vector<float>& v, int slot, std::uint64_t version) {
+  for (std::size_t j = 0; j < w.size(); ++j) {
+    w[j] = static_cast<float>(1000.0 * slot + static_cast<double>(version) + 0.001 * static_cast<double>(j));
+  }
+  std::fill(v.begin(), v.end(), 0.0F);
+  v[static_cast<std::size_t>(slot)] = 1.0F;
+}
+
+/// Whether the captured parameters are the exact mix of the event's donors.
+bool exact_mix(const pw::StepEvent& e, const Seen& seen, int slots) {
+  if (e.donors.empty()) return false;
+  std::vector<double> v(static_cast<std::size_t>(slots), 0.0);
+  double base = 0.0;
+  for (const pw::DonorRecord& d : e.donors) {
+    v[static_cast<std::size_t>(d.rank)] += d.weight;
+    base += d.weight * (1000.0 * d.rank + static_cast<double>(d.version));
+  }
+  for (std::size_t s = 0; s < v.size(); ++s) {
+    if (std::abs(seen.captured_v[s] - v[s]) > 1e-6) return false;
+  }
+  for (std::size_t j = 0; j < seen.captured_w.size(); ++j) {
+    const double want = base + 0.001 * static_cast<double>(j);
+    if (std::abs(seen.captured_w[j] - want) > 2e-6 * std::abs(want) + 1e-6) return false;
+  }
+  return true;
+}
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pw::test::DeathRun run(argc, argv);
+  const std::string how = argc > 1 ? argv[1] : "--exit";
+  const int members = run.size - kSpares;
+  // --sigstop: long enough for the silence bound (1.5 s) and the stall (4 s) to pass.
+  const std::int64_t steps = how == "--sigstop" ? 900 : 150;
+  pw::Layout layout;
+  layout.add("w", kN);
+  layout.add("v", static_cast<std::size_t>(members));
+  Seen seen;
+  std::vector<float> w(kN);
+  std::vector<float> v(static_cast<std::size_t>(members));
+  pw::AgentOptions options = pw::parse_agent_options("triggers=none k=2 selection=uniform");
+  options.seed = 11;
+  // The parameters are written for the publish that follows (the step's, or the republish
+  // into a new epoch's window), so that a snapshot's contents follow from its version.
+  pw::ElasticAgent<>* self = nullptr;
+  options.prepare_params = [&] {
+    encode(w, v, self->membership().slot(), self->agent().window().version() + 1);
+  };
+  options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
+    seen.captured_w = w;
+    seen.captured_v = v;
+  };
+  pw::WindowOptions window_options;
+  window_options.name = "elastic_spare";
+  window_options.liveness.suspect_seconds = 1.0;
+  pw::MembershipOptions membership;
+  membership.members = members;
+  membership.check_seconds = 0.02;
+  membership.dead_after_seconds = 1.5;
+  membership.agree_seconds = 20.0;
+  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
+  self = &agent;
+  // The pids of every world rank, for --sigstop (all on this host).
+  std::vector<int> pids(static_cast<std::size_t>(run.size));
+  const int mine = static_cast<int>(getpid());
+  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const int first_victim = members - 1;
+  const int second_victim = 1;
+  const bool original = run.rank < members;
+  bool stopped_victim = false;
+  while (agent.wait_for_slot()) {
+    const int slot = agent.membership().slot();
+    const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
+    if (joined) ++seen.joins;
+    try {
+      for (std::int64_t it = agent.resume_iteration(); it < steps; ++it) {
+        const std::uint64_t epoch = agent.membership().epoch();
+        const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
+        if (agent.membership().epoch() != epoch) ++seen.epochs_seen;
+        if (joined && e.step == 1) {
+          if (!e.died || e.reason != pw::DeathReason::joined) ++seen.bad_first_steps;
+          if (e.died && !exact_mix(e, seen, members)) ++seen.bad_mixes;
+          const auto& change = agent.membership().last_change();
+          std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu, agreed in "
+                      "%.3f s), first step: %s from %zu donors\n",
+                      run.rank, slot, static_cast<long long>(it),
+                      static_cast<unsigned long long>(change ? change->epoch : 0),
+                      change ? change->agree_seconds : -1.0,
+                      e.died ? pw::reason_name(e.reason).data() : "no rebirth", e.donors.size());
+          std::printf("joined first step at %.6f\n", monotonic_seconds());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        const bool victim_slot = original && !joined && (it == 30 || it == 70) &&
+                                 ((it == 30 && slot == first_victim) ||
+                                  (it == 70 && slot == second_victim));
+        if (how == "--sigstop" && run.rank == 0 && it == 32 && !stopped_victim) {
+          stopped_victim = true;
+          const int victim_rank =
+              agent.membership().members()[static_cast<std::size_t>(first_victim)];
+          const pid_t victim = pids[static_cast<std::size_t>(victim_rank)];
+          kill(victim, SIGSTOP);
+          std::printf("fault at %.6f: world rank %d stopped\n", monotonic_seconds(), victim_rank);
+          std::thread([victim] {
+            std::this_thread::sleep_for(std::chrono::seconds(4));
+            kill(victim, SIGCONT);
+          }).detach();
+        }
+        if (!victim_slot || how == "--sigstop") continue;
+        std::printf("fault at %.6f: world rank %d (slot %d) %s\n", monotonic_seconds(), run.rank,
+                    slot, how.c_str());
+        std::fflush(stdout);
+        if (how == "--resign") throw std::runtime_error("the trainer's exception");
+        pw::test::die(how == "--kill");
+      }
+      agent.finish();
+      break;
+    } catch (const pw::EvictedError& e) {
+      seen.evicted = true;
+      std::printf("world rank %d: %s\n", run.rank, e.what());
+    } catch (const std::runtime_error& e) {
+      if (how != "--resign") throw;
+      agent.resign();
+    }
+  }
+  std::fflush(stdout);
+  if (!agent.member()) std::_Exit(0);  // a spare released at the end, or an evicted process
+  // The last epoch's processes: no dead rank among them.
+  MPI_Comm last = agent.membership().comm();
+  int bad = seen.bad_mixes + seen.bad_first_steps;
+  if (bad != 0) {
+    std::printf("FAILED: world rank %d: %d joined rebirths not the exact mix, %d first steps "
+                "no rebirth\n",
+                run.rank, seen.bad_mixes, seen.bad_first_steps);
+  }
+  int totals[3] = {bad, seen.joins, 0};
+  totals[2] = static_cast<int>(agent.membership().epoch());
+  int sums[3] = {0, 0, 0};
+  MPI_Allreduce(totals, sums, 2, MPI_INT, MPI_SUM, last);
+  MPI_Allreduce(&totals[2], &sums[2], 1, MPI_INT, MPI_MIN, last);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(last, &rank);
+  MPI_Comm_size(last, &size);
+  const int expected_joins = how == "--sigstop" ? 1 : 2;
+  if (rank == 0) {
+    std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
+    if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
+        size == members) {
+      std::printf("elastic: spares took every dead slot (%s)\n", how.c_str());
+    } else {
+      std::printf("FAILED: %d bad, %d joins (want %d), epoch %d, %d slots\n", sums[0], sums[1],
+                  expected_joins, sums[2], size);
+    }
+  }
+  std::fflush(stdout);
+  std::_Exit(0);
+}
