@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Reads the elastic soak's two logs (scripts/elastic_soak.sh: a run with faults and the same
+run without) and prints issue 35's soak figures as a Markdown table (docs/elastic.md, "Soak").
+
+    /usr/bin/python3 scripts/elastic_soak.py FAULTS.log BASELINE.log SLOTS
+"""
+import re
+import statistics
+import sys
+
+
+def parse(path):
+    faults, joins, procs, finished = [], [], [], None
+    for line in open(path, encoding="utf-8", errors="replace"):
+        m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)", line)
+        if m:
+            faults.append((int(m[2]), float(m[3])))
+        m = re.match(r"join slot (\d+) at ([\d.]+) loss (\S+) donors_mean (\S+)", line)
+        if m:
+            joins.append((int(m[1]), float(m[2]), float(m[3]), float(m[4])))
+        m = re.match(r"steps (\d+) step_seconds ([\d.]+) .*epoch_steps (\d+) epoch_median_ms "
+                     r"([\d.]+) epoch_extra_s ([-\d.]+)", line)
+        if m:
+            procs.append((int(m[1]), float(m[2]), int(m[3]), float(m[4]), float(m[5])))
+        m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
+        if m:
+            finished = (int(m[1]), int(m[2]))
+    return faults, joins, procs, finished
+
+
+def main():
+    faults_log, base_log, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    faults, joins, procs, finished = parse(faults_log)
+    _, _, base_procs, base_finished = parse(base_log)
+    # Each join answers the latest earlier fault of its slot not answered yet.
+    open_faults = sorted(faults, key=lambda f: f[1])
+    delays = []
+    for slot, at, _, _ in sorted(joins, key=lambda j: j[1]):
+        for i, (fslot, fat) in enumerate(open_faults):
+            if fslot == slot and fat <= at:
+                delays.append(at - fat)
+                del open_faults[i]
+                break
+    steps = sum(p[0] for p in procs)
+    base_steps = sum(p[0] for p in base_procs)
+    extra = sum(p[4] for p in procs)
+    busy = sum(p[1] for p in procs)
+    epoch_steps = [p[3] for p in procs if p[2] > 0]
+    ratios = [j[2] / j[3] for j in joins if j[3] > 0]
+    lost = (slots - finished[1]) if finished else slots
+    q = statistics.quantiles(delays, n=20) if len(delays) >= 2 else [float("nan")] * 19
+    rows = [
+        ("faults injected", f"{len(faults)}"),
+        ("slots a spare took (joins)", f"{len(joins)}"),
+        ("faults never answered by a join (slot empty at the end)", f"{len(open_faults)}"),
+        ("slots finished in the last epoch / slots", f"{finished[1] if finished else 0} / {slots}"
+         f" (lost agents: {lost})"),
+        ("last epoch", f"{finished[0] if finished else '-'}"),
+        ("population agent-steps, with faults / without", f"{steps} / {base_steps} = "
+         f"{steps / base_steps:.3f}" if base_steps else "-"),
+        ("fault to the replacement's first step: median, p95, max (s)",
+         f"{statistics.median(delays):.3f}, {q[18]:.3f}, {max(delays):.3f}" if delays else "-"),
+        ("survivors' time added by epoch changes / all step time",
+         f"{extra:.2f} s / {busy:.1f} s = {extra / busy:.1%}" if busy else "-"),
+        ("a step that moved to a new epoch: median over processes (ms)",
+         f"{statistics.median(epoch_steps):.0f}" if epoch_steps else "-"),
+        ("replacement's first loss / its donors' mean loss: median, max",
+         f"{statistics.median(ratios):.3f}, {max(ratios):.3f}" if ratios else "-"),
+        ("baseline: slots finished", f"{base_finished[1] if base_finished else 0}"),
+    ]
+    print("| figure | measured |")
+    print("| --- | --- |")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+
+
+if __name__ == "__main__":
+    main()

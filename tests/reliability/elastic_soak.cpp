@@ -1,0 +1,173 @@
+// The elastic soak (docs/elastic.md, "Soak"): members train an ElasticAgent population for a
+// fixed wall time while faults hit random slots on a schedule every process knows; spares take
+// the slots. Usage (every rank the same arguments):
+//   elastic_soak <members> <seconds> <faults> <fault kind> [--no-faults-log]
+// fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
+// be given a slot again: a fault that any MPI survives) or kill (SIGKILL: Open MPI with
+// --enable-recovery; each fault uses up a spare, so at most the spares' count).
+// The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
+// gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
+// 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
+// (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "join slot <s> at <t> loss <l>
+// donors_mean <m>", "steps <n> <seconds of step time> ..." and at the end, from the last
+// epoch's slot 0, "soak: <faults> faults, <joins> joins, <slots> slots finished". t is
+// steady_clock seconds (system-wide on Linux). No checkpoint is written or read.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "death_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+constexpr std::size_t kN = 10000;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// The slot fault @p k hits (the same on every process).
+int fault_slot(int k, int members) {
+  std::mt19937 gen(static_cast<unsigned>(1000 + k));
+  return std::uniform_int_distribution<int>(0, members - 1)(gen);
+}
+
+double loss_of(const std::vector<float>& w, const std::vector<float>& t) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const double d = static_cast<double>(w[i]) - static_cast<double>(t[i]);
+    s += d * d;
+  }
+  return s / static_cast<double>(w.size());
+}
+
+struct Fault : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pw::test::DeathRun run(argc, argv);
+  if (argc < 5) {
+    if (run.rank == 0) std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill>\n");
+    std::_Exit(2);
+  }
+  const int members = std::atoi(argv[1]);
+  const double seconds = std::atof(argv[2]);
+  const int faults = std::atoi(argv[3]);
+  const std::string kind = argv[4];
+  double start = now_seconds();
+  MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  start += 0.5;  // every process past its set-up
+  const double interval = faults > 0 ? seconds / (faults + 1) : 1e300;
+
+  pw::Layout layout;
+  layout.add("w", kN);
+  std::vector<float> target(kN);
+  for (std::size_t i = 0; i < kN; ++i) target[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  std::vector<float> w(kN);
+  std::mt19937 init(static_cast<unsigned>(run.rank));
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (float& x : w) x = 3.0F * normal(init);
+
+  pw::AgentOptions options =
+      pw::parse_agent_options("triggers=age age=40..60 k=2 selection=fittest direction=lower");
+  options.seed = 5;
+  pw::WindowOptions window_options;
+  window_options.name = "elastic_soak";
+  pw::MembershipOptions membership;
+  membership.members = members;
+  membership.check_seconds = 0.02;
+  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
+
+  std::mt19937 gen(static_cast<unsigned>(77 + run.rank));
+  std::normal_distribution<float> noise(0.0F, 2.0F);  // a noisy gradient: the loss plateaus
+  std::int64_t steps = 0;
+  double step_seconds = 0.0;
+  std::vector<double> plain;     // step times without an epoch change
+  std::vector<double> changing;  // step times of steps that moved to a new epoch
+  int faults_done = 0;
+  int joins = 0;
+  while (agent.wait_for_slot()) {
+    const int slot = agent.membership().slot();
+    const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
+    // The faults before this moment are not this process's to take.
+    int next_fault = std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
+    try {
+      for (std::int64_t it = agent.resume_iteration();; ++it) {
+        const double t0 = now_seconds();
+        if (t0 - start >= seconds) break;
+        for (std::size_t i = 0; i < kN; ++i) w[i] -= 0.005F * (w[i] - target[i] + noise(gen));
+        const double loss = loss_of(w, target);
+        const std::uint64_t epoch = agent.membership().epoch();
+        const pw::StepEvent e = agent.step(it, loss, {pw::LayerRef(w)});
+        const bool changed = agent.membership().epoch() != epoch;
+        if (joined && e.step == 1) {
+          double mean = 0.0;
+          for (const pw::DonorRecord& d : e.donors) mean += d.metric / static_cast<double>(e.donors.size());
+          ++joins;
+          std::printf("join slot %d at %.6f loss %.6g donors_mean %.6g reason %s\n", slot,
+                      now_seconds(), loss_of(w, target), mean, pw::reason_name(e.reason).data());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ++steps;
+        const double t1 = now_seconds();
+        step_seconds += t1 - t0;
+        (changed ? changing : plain).push_back(t1 - t0);
+        while (next_fault <= faults && t1 >= start + next_fault * interval) {
+          const int k = next_fault++;
+          if (fault_slot(k, members) != slot) continue;
+          ++faults_done;
+          std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), kind.c_str());
+          std::fflush(stdout);
+          if (kind == "kill") pw::test::die(true);
+          throw Fault("injected");
+        }
+      }
+      agent.finish();
+      break;
+    } catch (const Fault&) {
+      agent.resign();
+    } catch (const pw::EvictedError&) {
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double plain_median = median(plain);
+  double extra = 0.0;  // what the epoch changes added to this process's steps
+  for (double t : changing) extra += t - plain_median;
+  std::printf("steps %lld step_seconds %.3f faults %d joins %d plain_median_ms %.3f "
+              "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f\n",
+              static_cast<long long>(steps), step_seconds, faults_done, joins, plain_median * 1e3,
+              changing.size(), median(changing) * 1e3, extra);
+  std::fflush(stdout);
+  if (!agent.member()) std::_Exit(0);
+  MPI_Comm last = agent.membership().comm();
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(last, &rank);
+  MPI_Comm_size(last, &size);
+  if (rank == 0) {
+    std::printf("soak: epoch %llu, %d slots finished\n",
+                static_cast<unsigned long long>(agent.membership().epoch()), size);
+  }
+  std::fflush(stdout);
+  std::_Exit(0);
+}
