@@ -41,16 +41,18 @@ namespace paramwin {
 ///     }
 ///     std::_Exit(0);  // never MPI_Finalize: it waits for dead ranks forever
 ///
-/// Every window it ever held is abandoned, never freed (Window::abandon): each epoch keeps
-/// one window's memory until the process ends.
+/// Every window it ever held is abandoned, never freed (Window::abandon); under
+/// Replacement::new_window each epoch keeps one window's memory until the process ends.
 template <class MemorySpace = Kokkos::HostSpace>
 class ElasticAgent {
  public:
   using agent_type = Agent<MemorySpace>;                 ///< the agent of a slot
   using window_type = typename agent_type::window_type;  ///< its window
 
-  /// @note Collective over @p world (the Membership), then over the members (their agents'
-  /// windows, named after window_options.name, or "paramwin.elastic", and the epoch).
+  /// @note Collective over @p world (the Membership), then over the members
+  /// (Replacement::new_window) or every process (standing_window) for the agents' window,
+  /// named after window_options.name (or "paramwin.elastic") and the epoch. A spare's agent
+  /// (standing_window) starts paused.
   ElasticAgent(MPI_Comm world, Layout layout, AgentOptions options = {},
                WindowOptions window_options = {}, MembershipOptions membership = {})
       : membership_(world, membership),
@@ -58,8 +60,9 @@ class ElasticAgent {
         options_(std::move(options)),
         window_options_(std::move(window_options)) {
     if (window_options_.name.empty()) window_options_.name = "paramwin.elastic";
-    if (membership_.role() == MemberRole::member) {
+    if (standing() || member()) {
       agent_.emplace(membership_.comm(), layout_, options_, epoch_window_options());
+      if (!member()) agent_->pause();
     }
   }
   ElasticAgent(const ElasticAgent&) = delete;
@@ -70,41 +73,46 @@ class ElasticAgent {
   }
 
   /// A member: true at once. A spare: sleeps until it is given a dead member's slot, then
-  /// creates the slot's window with the other members (collective over them), marks its
-  /// agent to be reborn from donors at its first step (Agent::join) and returns true; false
-  /// when the population finished.
+  /// marks its agent to be reborn from donors at its first step (Agent::join) and returns
+  /// true; under Replacement::new_window it first creates the new epoch's window with the
+  /// members (collective over them). False when the population finished.
   bool wait_for_slot() {
-    if (agent_) return true;
+    if (member()) return true;
     if (!membership_.wait_for_slot()) return false;
-    agent_.emplace(window_type(membership_.comm(), layout_, epoch_window_options()), options_);
+    if (standing()) {
+      agent_->resume();
+    } else {
+      agent_.emplace(window_type(membership_.comm(), layout_, epoch_window_options()), options_);
+      barrier();  // the members have republished into the new window
+    }
     agent_->join();
-    detail_barrier();  // the members have published into the new window
     return true;
   }
 
-  /// One step: first the membership's messages (a new epoch moves this agent to a new window
-  /// and republishes @p params there), then Agent::step. EvictedError when this process was
-  /// judged dead while it stalled: it has dropped its agent without touching its windows and
-  /// is a spare now (call wait_for_slot()).
+  /// One step: first the membership's messages (under Replacement::new_window a new epoch
+  /// moves this agent to a new window and republishes @p params there), then Agent::step.
+  /// EvictedError when this process was judged dead while it stalled: it has dropped its slot
+  /// without publishing and is a spare now (call wait_for_slot()).
   StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
     agent_type& a = live();
     std::vector<RosterEntry> roster;
-    if (membership_.check_due()) roster = a.window().roster_all(roster_timeout());
+    if (membership_.check_due()) roster = slot_roster(a);
     if (std::optional<EpochChange> change = membership_.poll(roster)) {
       if (membership_.role() == MemberRole::evicted) {
-        a.abandon();
-        agent_.reset();
+        drop_slot();
         membership_.rejoin_as_spare();
         throw EvictedError("paramwin: ElasticAgent: this process was judged dead while it "
                            "stalled; epoch " + std::to_string(change->epoch) +
                            " went on without it, and it is a spare now (wait_for_slot())");
       }
-      a.replace_window(window_type(membership_.comm(), layout_, epoch_window_options()));
-      std::vector<ConstLayerRef> out;
-      out.reserve(params.size());
-      for (const LayerRef& p : params) out.push_back(p.as_const());
-      (void)a.publish(out);
-      detail_barrier();
+      if (!standing()) {
+        a.replace_window(window_type(membership_.comm(), layout_, epoch_window_options()));
+        std::vector<ConstLayerRef> out;
+        out.reserve(params.size());
+        for (const LayerRef& p : params) out.push_back(p.as_const());
+        (void)a.publish(out);
+        barrier();
+      }
     }
     return a.step(iteration, metric, params);
   }
@@ -113,12 +121,12 @@ class ElasticAgent {
     return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
   }
 
-  /// After a trainer's exception: gives the slot up (a spare takes it), abandons the agent's
-  /// window, and makes this process a spare (call wait_for_slot()). Local.
+  /// After a trainer's exception: gives the slot up (a spare takes it) and makes this process
+  /// a spare (call wait_for_slot()). Its agent is paused (standing_window) or its window
+  /// abandoned (new_window). Local.
   void resign() {
-    if (!agent_) return;
-    agent_->abandon();
-    agent_.reset();
+    if (!member()) return;
+    drop_slot();
     membership_.resign();
   }
 
@@ -127,11 +135,13 @@ class ElasticAgent {
   /// destruction); end the process with std::_Exit.
   void finish() {
     agent_type& a = live();
-    membership_.finish([&] { return a.window().roster_all(roster_timeout()); });
+    membership_.finish([&] { return slot_roster(a); });
   }
 
   /// Whether this process trains in a slot now.
-  [[nodiscard]] bool member() const noexcept { return agent_.has_value(); }
+  [[nodiscard]] bool member() const noexcept {
+    return membership_.role() == MemberRole::member;
+  }
   /// The slot's agent (InvalidArgument unless member()).
   [[nodiscard]] agent_type& agent() { return live(); }
   [[nodiscard]] Membership& membership() noexcept { return membership_; }
@@ -143,12 +153,37 @@ class ElasticAgent {
   }
 
  private:
+  [[nodiscard]] bool standing() const noexcept {
+    return membership_.options().replacement == Replacement::standing_window;
+  }
   [[nodiscard]] agent_type& live() {
-    if (!agent_) {
+    if (!member() || !agent_) {
       throw InvalidArgument("paramwin: ElasticAgent: this process holds no slot (a spare: call "
                             "wait_for_slot() first)");
     }
     return *agent_;
+  }
+  /// The agent stops being a member: paused in the standing window, or its window abandoned.
+  void drop_slot() noexcept {
+    if (!agent_) return;
+    if (standing()) {
+      try {
+        agent_->pause();
+      } catch (...) {  // a local roster write: nothing to undo
+      }
+    } else {
+      agent_->abandon();
+      agent_.reset();
+    }
+  }
+  /// The window's roster, one entry per slot (the standing window's ranks are world ranks).
+  [[nodiscard]] std::vector<RosterEntry> slot_roster(agent_type& a) const {
+    std::vector<RosterEntry> all = a.window().roster_all(roster_timeout());
+    if (!standing()) return all;
+    std::vector<RosterEntry> slots;
+    slots.reserve(membership_.members().size());
+    for (int r : membership_.members()) slots.push_back(all.at(static_cast<std::size_t>(r)));
+    return slots;
   }
   [[nodiscard]] WindowOptions epoch_window_options() const {
     WindowOptions o = detail::serving_window_options(window_options_, options_.serve);
@@ -160,7 +195,7 @@ class ElasticAgent {
     return options_.read.roster_timeout_seconds > 0.0 ? options_.read.roster_timeout_seconds
                                                       : 1.0;
   }
-  void detail_barrier() const {
+  void barrier() const {
     const int rc = MPI_Barrier(membership_.comm());
     if (rc != MPI_SUCCESS) throw MpiError(rc, "MPI_Barrier", "over the new epoch's members");
   }

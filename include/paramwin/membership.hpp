@@ -21,8 +21,23 @@
 
 namespace paramwin {
 
+/// How a dead member's slot is given to a spare.
+enum class Replacement : std::uint8_t {
+  /// Each epoch builds a communicator over its processes only (MPI_Comm_create_group), and
+  /// ElasticAgent a new window over it: collectives over the population (checkpoints,
+  /// synchronous PBT) work again after a recovery, at the cost of one window creation per
+  /// epoch on every member, and of the old window's memory (abandoned, never freed).
+  new_window = 0,
+  /// The spares hold ranks of the one window from the start (asleep, paused); a replacement
+  /// is messages only: no collective, no new window, no memory kept per epoch. The dead
+  /// stay in the window's communicator, so nothing collective may run over it afterwards.
+  standing_window = 1,
+};
+
 /// How a Membership judges and agrees.
 struct MembershipOptions {
+  /// How a slot is given to a spare (see Replacement).
+  Replacement replacement = Replacement::new_window;
   /// World ranks [0, members) train from the start, one slot each; the others are spares.
   /// 0: every rank trains (no spares).
   int members = 0;
@@ -83,9 +98,16 @@ class Membership {
   [[nodiscard]] int slots() const noexcept;
   /// The current epoch (0 at the start).
   [[nodiscard]] std::uint64_t epoch() const noexcept;
-  /// The epoch's communicator (rank = slot) while a member, and after a member's finish();
-  /// MPI_COMM_NULL otherwise.
+  /// Replacement::new_window: the epoch's communicator (rank = slot) while a member, and
+  /// after a member's finish(); MPI_COMM_NULL otherwise. Replacement::standing_window: the
+  /// communicator of every process, members and spares (rank = world rank), for the one
+  /// window; it may hold dead ranks: nothing collective over it once one died.
   [[nodiscard]] MPI_Comm comm() const noexcept;
+  /// A new communicator over the current members, in slot order (e.g. to gather results at
+  /// the end). @note Collective over the current members.
+  [[nodiscard]] MPI_Comm create_members_comm() const;
+  /// The options in force.
+  [[nodiscard]] const MembershipOptions& options() const noexcept;
   /// World rank of every slot in the current epoch, as this process knows it.
   [[nodiscard]] const std::vector<int>& members() const noexcept;
   /// The spares this process knows of (world ranks), in the order they are given slots.

@@ -35,7 +35,11 @@ enum Tag : int {
   kDone = 8,     // [epoch, slot]
   kStop = 9,     // []: the population finished
 };
-constexpr int kCommTagBase = 1000;  // MPI_Comm_create_group's tag: kCommTagBase + epoch % 30000
+// MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
+// kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
+constexpr int kCommTagBase = 1000;
+constexpr int kMembersTagBase = 31000;
+int epoch_tag(std::uint64_t epoch) { return kCommTagBase + static_cast<int>(epoch % 30000); }
 
 using Message = std::vector<std::int64_t>;
 
@@ -57,7 +61,8 @@ struct Membership::State {
   int slot = -1;
   int nslots = 0;
   std::uint64_t epoch = 0;
-  MPI_Comm comm = MPI_COMM_NULL;  // the epoch's; never freed
+  MPI_Comm comm = MPI_COMM_NULL;  // the epoch's (standing_window: everyone's); never freed
+  bool standing = false;          // Replacement::standing_window
   std::vector<int> members;       // world rank per slot
   std::vector<int> spares;
   std::vector<char> gone;  // per slot: resigned in this epoch
@@ -161,8 +166,9 @@ struct Membership::State {
 
   // --- epochs ---------------------------------------------------------------------------
 
-  /// MPI_Comm_create_group over @p ranks (in slot order). @note Collective over them.
-  MPI_Comm create_comm(const std::vector<int>& ranks, std::uint64_t tag_epoch) const {
+  /// MPI_Comm_create_group over @p ranks (in slot order) with @p tag. @note Collective over
+  /// them.
+  MPI_Comm create_comm(const std::vector<int>& ranks, int tag) const {
     MPI_Group world_group = MPI_GROUP_NULL;
     MPI_Group group = MPI_GROUP_NULL;
     detail::check_mpi(MPI_Comm_group(ctl, &world_group), "MPI_Comm_group");
@@ -170,8 +176,7 @@ struct Membership::State {
                                      &group),
                       "MPI_Group_incl");
     MPI_Comm c = MPI_COMM_NULL;
-    const int rc = MPI_Comm_create_group(ctl, group, kCommTagBase + static_cast<int>(tag_epoch % 30000),
-                                         &c);
+    const int rc = MPI_Comm_create_group(ctl, group, tag, &c);
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
     detail::check_mpi(rc, "MPI_Comm_create_group");
@@ -206,7 +211,7 @@ struct Membership::State {
 
   /// Enters the committed epoch @p change (collective over its processes).
   EpochChange enter(EpochChange change, const std::vector<int>& spares_left, double started) {
-    comm = create_comm(change.members, change.epoch);  // the old one is never freed
+    if (!standing) comm = create_comm(change.members, epoch_tag(change.epoch));  // old one stays
     epoch = change.epoch;
     members = change.members;
     spares = spares_left;
@@ -394,6 +399,9 @@ Membership::Membership(MPI_Comm world, MembershipOptions options)
   if (members < 1 || members > s.world_size) {
     bad = "MembershipOptions::members is " + std::to_string(options.members) +
           ", not in [0, " + std::to_string(s.world_size) + "] (0: every rank)";
+  } else if (options.replacement != Replacement::new_window &&
+             options.replacement != Replacement::standing_window) {
+    bad = "MembershipOptions::replacement is out of range";
   } else if (!(options.check_seconds >= 0.0) || !(options.dead_after_seconds >= 0.0) ||
              !(options.agree_seconds > 0.0) || !(options.spare_sleep_seconds >= 0.0) ||
              !std::isfinite(options.check_seconds + options.dead_after_seconds +
@@ -426,10 +434,15 @@ Membership::Membership(MPI_Comm world, MembershipOptions options)
   s.gone.assign(static_cast<std::size_t>(members), 0);
   s.done.assign(static_cast<std::size_t>(members), 0);
   s.seen.assign(static_cast<std::size_t>(members), State::Seen{});
+  s.standing = options.replacement == Replacement::standing_window;
+  if (s.standing) {
+    detail::check_mpi(MPI_Comm_dup(world, &s.comm), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);
+  }
   if (s.world_rank < members) {
     s.role = MemberRole::member;
     s.slot = s.world_rank;
-    s.comm = s.create_comm(s.members, 0);
+    if (!s.standing) s.comm = s.create_comm(s.members, epoch_tag(0));
   } else {
     s.role = MemberRole::spare;
   }
@@ -444,10 +457,15 @@ int Membership::slot() const noexcept { return s_->slot; }
 int Membership::slots() const noexcept { return s_->nslots; }
 std::uint64_t Membership::epoch() const noexcept { return s_->epoch; }
 MPI_Comm Membership::comm() const noexcept {
+  if (s_->standing) return s_->comm;
   return s_->role == MemberRole::member || (s_->role == MemberRole::finished && s_->slot >= 0)
              ? s_->comm
              : MPI_COMM_NULL;
 }
+MPI_Comm Membership::create_members_comm() const {
+  return s_->create_comm(s_->members, kMembersTagBase + static_cast<int>(s_->epoch % 1000));
+}
+const MembershipOptions& Membership::options() const noexcept { return s_->o; }
 const std::vector<int>& Membership::members() const noexcept { return s_->members; }
 const std::vector<int>& Membership::spares() const noexcept { return s_->spares; }
 std::int64_t Membership::resume_iteration() const noexcept { return s_->resume_iteration; }

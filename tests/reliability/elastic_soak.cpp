@@ -1,10 +1,11 @@
 // The elastic soak (docs/elastic.md, "Soak"): members train an ElasticAgent population for a
 // fixed wall time while faults hit random slots on a schedule every process knows; spares take
 // the slots. Usage (every rank the same arguments):
-//   elastic_soak <members> <seconds> <faults> <fault kind> [--no-faults-log]
+//   elastic_soak <members> <seconds> <faults> <fault kind> [standing]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives) or kill (SIGKILL: Open MPI with
-// --enable-recovery; each fault uses up a spare, so at most the spares' count).
+// --enable-recovery; each fault uses up a spare, so at most the spares' count); standing:
+// MembershipOptions::replacement = standing_window (default: new_window).
 // The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
 // gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   const double seconds = std::atof(argv[2]);
   const int faults = std::atoi(argv[3]);
   const std::string kind = argv[4];
+  const bool standing = argc > 5 && std::string(argv[5]) == "standing";
   double start = now_seconds();
   MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   start += 0.5;  // every process past its set-up
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   pw::MembershipOptions membership;
   membership.members = members;
   membership.check_seconds = 0.02;
+  if (standing) membership.replacement = pw::Replacement::standing_window;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
 
   std::mt19937 gen(static_cast<unsigned>(77 + run.rank));
@@ -102,9 +105,11 @@ int main(int argc, char** argv) {
   std::vector<double> changing;  // step times of steps that moved to a new epoch
   int faults_done = 0;
   int joins = 0;
+  bool finished = false;  // this process finished in a slot
   while (agent.wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
+    bool first = true;  // the first step since this process was given its slot
     // The faults before this moment are not this process's to take.
     int next_fault = std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
     try {
@@ -116,13 +121,14 @@ int main(int argc, char** argv) {
         const std::uint64_t epoch = agent.membership().epoch();
         const pw::StepEvent e = agent.step(it, loss, {pw::LayerRef(w)});
         const bool changed = agent.membership().epoch() != epoch;
-        if (joined && e.step == 1) {
+        if (joined && first) {
           double mean = 0.0;
           for (const pw::DonorRecord& d : e.donors) mean += d.metric / static_cast<double>(e.donors.size());
           ++joins;
           std::printf("join slot %d at %.6f loss %.6g donors_mean %.6g reason %s\n", slot,
                       now_seconds(), loss_of(w, target), mean, pw::reason_name(e.reason).data());
         }
+        first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         ++steps;
         const double t1 = now_seconds();
@@ -139,6 +145,7 @@ int main(int argc, char** argv) {
         }
       }
       agent.finish();
+      finished = true;
       break;
     } catch (const Fault&) {
       agent.resign();
@@ -158,8 +165,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(steps), step_seconds, faults_done, joins, plain_median * 1e3,
               changing.size(), median(changing) * 1e3, extra);
   std::fflush(stdout);
-  if (!agent.member()) std::_Exit(0);
-  MPI_Comm last = agent.membership().comm();
+  if (!finished) std::_Exit(0);
+  MPI_Comm last = agent.membership().create_members_comm();
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);

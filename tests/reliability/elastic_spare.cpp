@@ -23,6 +23,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -62,14 +63,23 @@ void encode(std::vector<float>& w, std::vector<float>& v, int slot, std::uint64_
   v[static_cast<std::size_t>(slot)] = 1.0F;
 }
 
-/// Whether the captured parameters are the exact mix of the event's donors.
-bool exact_mix(const pw::StepEvent& e, const Seen& seen, int slots) {
+/// Whether the captured parameters are the exact mix of the event's donors; @p members: the
+/// world rank of each slot (a donor's window rank is its slot, or its world rank in the
+/// standing window).
+bool exact_mix(const pw::StepEvent& e, const Seen& seen, const std::vector<int>& members,
+               bool standing) {
   if (e.donors.empty()) return false;
-  std::vector<double> v(static_cast<std::size_t>(slots), 0.0);
+  std::vector<double> v(members.size(), 0.0);
   double base = 0.0;
   for (const pw::DonorRecord& d : e.donors) {
-    v[static_cast<std::size_t>(d.rank)] += d.weight;
-    base += d.weight * (1000.0 * d.rank + static_cast<double>(d.version));
+    int slot = d.rank;
+    if (standing) {
+      const auto at = std::find(members.begin(), members.end(), d.rank);
+      if (at == members.end()) return false;  // a donor that holds no slot
+      slot = static_cast<int>(at - members.begin());
+    }
+    v[static_cast<std::size_t>(slot)] += d.weight;
+    base += d.weight * (1000.0 * slot + static_cast<double>(d.version));
   }
   for (std::size_t s = 0; s < v.size(); ++s) {
     if (std::abs(seen.captured_v[s] - v[s]) > 1e-6) return false;
@@ -90,6 +100,7 @@ double monotonic_seconds() {
 int main(int argc, char** argv) {
   pw::test::DeathRun run(argc, argv);
   const std::string how = argc > 1 ? argv[1] : "--exit";
+  const bool standing = argc > 2 && std::string(argv[2]) == "--standing";
   const int members = run.size - kSpares;
   // --sigstop: long enough for the silence bound (1.5 s) and the stall (4 s) to pass.
   const std::int64_t steps = how == "--sigstop" ? 900 : 150;
@@ -119,6 +130,7 @@ int main(int argc, char** argv) {
   membership.check_seconds = 0.02;
   membership.dead_after_seconds = 1.5;
   membership.agree_seconds = 20.0;
+  if (standing) membership.replacement = pw::Replacement::standing_window;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
   self = &agent;
   // The pids of every world rank, for --sigstop (all on this host).
@@ -129,18 +141,22 @@ int main(int argc, char** argv) {
   const int second_victim = 1;
   const bool original = run.rank < members;
   bool stopped_victim = false;
+  bool finished = false;  // this process finished in a slot
   while (agent.wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
     if (joined) ++seen.joins;
+    bool first = true;  // the first step since this process was given its slot
     try {
       for (std::int64_t it = agent.resume_iteration(); it < steps; ++it) {
         const std::uint64_t epoch = agent.membership().epoch();
         const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
         if (agent.membership().epoch() != epoch) ++seen.epochs_seen;
-        if (joined && e.step == 1) {
+        if (joined && first) {
           if (!e.died || e.reason != pw::DeathReason::joined) ++seen.bad_first_steps;
-          if (e.died && !exact_mix(e, seen, members)) ++seen.bad_mixes;
+          if (e.died && !exact_mix(e, seen, agent.membership().members(), standing)) {
+            ++seen.bad_mixes;
+          }
           const auto& change = agent.membership().last_change();
           std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu, agreed in "
                       "%.3f s), first step: %s from %zu donors\n",
@@ -150,6 +166,7 @@ int main(int argc, char** argv) {
                       e.died ? pw::reason_name(e.reason).data() : "no rebirth", e.donors.size());
           std::printf("joined first step at %.6f\n", monotonic_seconds());
         }
+        first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         const bool victim_slot = original && !joined && (it == 30 || it == 70) &&
                                  ((it == 30 && slot == first_victim) ||
@@ -174,6 +191,7 @@ int main(int argc, char** argv) {
         pw::test::die(how == "--kill");
       }
       agent.finish();
+      finished = true;
       break;
     } catch (const pw::EvictedError& e) {
       seen.evicted = true;
@@ -184,9 +202,9 @@ int main(int argc, char** argv) {
     }
   }
   std::fflush(stdout);
-  if (!agent.member()) std::_Exit(0);  // a spare released at the end, or an evicted process
+  if (!finished) std::_Exit(0);  // a spare released at the end, or an evicted process
   // The last epoch's processes: no dead rank among them.
-  MPI_Comm last = agent.membership().comm();
+  MPI_Comm last = agent.membership().create_members_comm();
   int bad = seen.bad_mixes + seen.bad_first_steps;
   if (bad != 0) {
     std::printf("FAILED: world rank %d: %d joined rebirths not the exact mix, %d first steps "
@@ -207,7 +225,8 @@ int main(int argc, char** argv) {
     std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
     if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
         size == members) {
-      std::printf("elastic: spares took every dead slot (%s)\n", how.c_str());
+      std::printf("elastic: spares took every dead slot (%s%s)\n", how.c_str(),
+                  standing ? ", standing window" : "");
     } else {
       std::printf("FAILED: %d bad, %d joins (want %d), epoch %d, %d slots\n", sums[0], sums[1],
                   expected_joins, sums[2], size);
