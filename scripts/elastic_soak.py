@@ -19,9 +19,11 @@ def parse(path):
         if m:
             joins.append((int(m[1]), float(m[2]), float(m[3]), float(m[4])))
         m = re.match(r"steps (\d+) step_seconds ([\d.]+) .*epoch_steps (\d+) epoch_median_ms "
-                     r"([\d.]+) epoch_extra_s ([-\d.]+)", line)
+                     r"([\d.]+) epoch_extra_s ([-\d.]+) recovery_steps (\d+) recovery_ms "
+                     r"([\d.]+) other_steps (\d+) other_ms ([\d.]+)", line)
         if m:
-            procs.append((int(m[1]), float(m[2]), int(m[3]), float(m[4]), float(m[5])))
+            procs.append((int(m[1]), float(m[2]), int(m[3]), float(m[4]), float(m[5]),
+                          int(m[6]), float(m[7]), int(m[8]), float(m[9])))
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
@@ -47,6 +49,8 @@ def main():
     busy = sum(p[1] for p in procs)
     epoch_steps = [p[3] for p in procs if p[2] > 0]
     ratios = [j[2] / j[3] for j in joins if j[3] > 0]
+    rec_n, rec_ms = sum(p[5] for p in procs), sum(p[6] for p in procs)
+    oth_n, oth_ms = sum(p[7] for p in procs), sum(p[8] for p in procs)
     lost = (slots - finished[1]) if finished else slots
     q = statistics.quantiles(delays, n=20) if len(delays) >= 2 else [float("nan")] * 19
     rows = [
@@ -62,6 +66,9 @@ def main():
          f"{statistics.median(delays):.3f}, {q[18]:.3f}, {max(delays):.3f}" if delays else "-"),
         ("survivors' time added by epoch changes / all step time",
          f"{extra:.2f} s / {busy:.1f} s = {extra / busy:.1%}" if busy else "-"),
+        ("mean step within 0.1 s after a fault / other steps (ms)",
+         f"{rec_ms / rec_n:.3f} / {oth_ms / oth_n:.3f} = {rec_ms / rec_n / (oth_ms / oth_n):.3f}"
+         if rec_n and oth_n else "-"),
         ("a step that moved to a new epoch: median over processes (ms)",
          f"{statistics.median(epoch_steps):.0f}" if epoch_steps else "-"),
         ("replacement's first loss / its donors' mean loss: median, max",

@@ -14,7 +14,8 @@ from ._mpi_check import check_mpi as _check_mpi
 _check_mpi(_MPI, _build_info)  # before the extension loads a second MPI library beside it
 
 from .errors import (CallbackError, CheckpointError, DonorError, Error,  # noqa: E402,I001
-                     InvalidArgument, LayoutMismatch, MpiError, ReadTimeout, VerificationError)
+                     EvictedError, InvalidArgument, LayoutMismatch, MpiError, ReadTimeout,
+                     VerificationError)
 from ._core import (AgentStats, AgentStatus, CheckpointLoad, DonorRead,  # noqa: E402
                     DonorRecord, LayerSpec, Layout, PhaseSeconds, PublishResult, PullResult,
                     RosterEntry, SelectionContext, StepEvent, TimerSummary, TriggerContext,
@@ -32,6 +33,7 @@ from .agent import Agent, ExploreContext  # noqa: E402
 from .groups import AgentGroups, GroupAgent  # noqa: E402
 from .averaging import (AveragingAgent, HierarchicalAveragingAgent,  # noqa: E402
                         topology_peers)
+from .elastic import ElasticAgent  # noqa: E402
 from ._lifetime import exit_on_exception  # noqa: E402
 
 
@@ -56,7 +58,7 @@ __all__ = [
     "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "AveragingAgent",
     "AveragingPeer", "AveragingRound", "CallbackError",
     "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DeviceWindows", "DonorError",
-    "DonorRead", "DonorRecord", "Error", "ExploreContext", "ExploreKind", "Exposure",
+    "DonorRead", "DonorRecord", "ElasticAgent", "Error", "EvictedError", "ExploreContext", "ExploreKind", "Exposure",
     "FitnessWeighting", "GroupAgent", "HierarchicalAveragingAgent", "HierarchicalRound",
     "HyperDistribution", "HyperInherit", "HyperScale",
     "HyperType", "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck",

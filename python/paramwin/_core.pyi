@@ -300,6 +300,28 @@ class Agent(_Member):
     size: int
     version: int
 
+class ElasticAgent:
+    """ElasticAgent over a host window (see paramwin.ElasticAgent)."""
+    def __init__(self, comm: Any, layout: Layout, config: Mapping[str, str],
+                 hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str, name: str,
+                 members: int, replacement: str, check_seconds: float,
+                 dead_after_seconds: float, agree_seconds: float) -> None: ...
+    def wait_for_slot(self) -> bool: ...
+    def step(self, iteration: int, metric: float, layers: Sequence[Descriptor]) -> StepEvent: ...
+    def resign(self) -> None: ...
+    def finish(self) -> None: ...
+    def members_gather(self, value: float) -> List[float]: ...
+    member: bool
+    joined: bool
+    slot: int
+    slots: int
+    epoch: int
+    members: List[int]
+    spares: List[int]
+    resume_iteration: int
+    version: int
+    generation: int
+
 class AgentGroups:
     """AgentGroups (see paramwin.AgentGroups)."""
     def __init__(self, comm: Any, ranks_per_agent: int, buffer_ranks: int, coordinator: bool,

@@ -11,6 +11,7 @@
     ├── VerificationError                   a window failed its self-check at creation
     ├── MpiError            .code .call     an MPI call returned an error code
     ├── CheckpointError                     a checkpoint cannot be written or loaded
+    ├── EvictedError                        this process stalled past the bound; a spare now
     └── CallbackError       .hook           a Python callable given to an agent raised
                                             (the original exception is its __cause__)
 
@@ -32,6 +33,7 @@ __all__ = [
     "VerificationError",
     "MpiError",
     "CheckpointError",
+    "EvictedError",
     "CallbackError",
 ]
 
@@ -68,6 +70,12 @@ class ReadTimeout(DonorError, builtins.TimeoutError):
 
 class VerificationError(Error):
     """A window failed its self-check: remote reads did not return the owner's bytes."""
+
+
+class EvictedError(Error):
+    """This process was judged dead while it lived (a long stall) and a new membership epoch
+    went on without it (docs/elastic.md): it has dropped its slot and is a spare now
+    (``ElasticAgent.wait_for_slot()``)."""
 
 
 class MpiError(Error):

@@ -33,6 +33,7 @@ void bind_groups(py::module_& m);
 void bind_group_agent(py::module_& m);
 void bind_comm(py::module_& m);
 void bind_averaging(py::module_& m);
+void bind_elastic(py::module_& m);
 
 /// A hyperparameter set as a dict name -> int (int64) or float (float64).
 py::dict hyper_to_dict(const Hyperparameters& h);

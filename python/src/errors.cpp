@@ -13,7 +13,7 @@ namespace {
 // (when the module's own objects may already be gone).
 struct Classes {
   py::handle error, invalid_argument, layout_mismatch, donor, timeout, verification, mpi,
-      checkpoint;
+      checkpoint, evicted;
 };
 
 Classes& classes() {
@@ -38,6 +38,7 @@ void bind_errors(py::module_& /*m*/) {
   c.verification = py::object(errors.attr("VerificationError")).release();
   c.mpi = py::object(errors.attr("MpiError")).release();
   c.checkpoint = py::object(errors.attr("CheckpointError")).release();
+  c.evicted = py::object(errors.attr("EvictedError")).release();
   py::register_exception_translator([](std::exception_ptr p) {
     const Classes& k = classes();
     try {
@@ -58,6 +59,8 @@ void bind_errors(py::module_& /*m*/) {
       raise(k.mpi, k.mpi(e.what(), e.code(), e.call()));
     } catch (const CheckpointError& e) {
       raise(k.checkpoint, k.checkpoint(e.what()));
+    } catch (const EvictedError& e) {
+      raise(k.evicted, k.evicted(e.what()));
     } catch (const Error& e) {
       raise(k.error, k.error(e.what()));
     }

@@ -21,6 +21,7 @@ PYBIND11_MODULE(_core, m) {
   pw::bind_group_agent(m);
   pw::bind_comm(m);
   pw::bind_averaging(m);
+  pw::bind_elastic(m);
   m.attr("version") = PARAMWIN_VERSION;
 #ifdef OPEN_MPI
   m.attr("mpi_vendor") = "Open MPI";

@@ -77,6 +77,15 @@ struct Membership::State {
   double backoff_until = 0.0;
   std::optional<EpochChange> last;
   std::int64_t resume_iteration = 0;
+  /// A member of the standing window that answered yes goes on training; the commit or abort
+  /// is read at a later poll (nothing collective follows it, so nothing waits).
+  struct Pending {
+    int proposer = -1;
+    EpochChange change;
+    std::vector<int> spares_left;
+    double started = 0.0;
+  };
+  std::optional<Pending> pending;
   struct Outgoing {
     MPI_Request request = MPI_REQUEST_NULL;
     std::unique_ptr<Message> data;
@@ -297,6 +306,10 @@ struct Membership::State {
                     static_cast<int>(change.members.size()) == nslots;
     send(proposer, kAnswer, {static_cast<std::int64_t>(change.epoch), ok ? 1 : 0});
     if (!ok) return std::nullopt;
+    if (standing && role == MemberRole::member) {
+      pending = Pending{proposer, std::move(change), std::move(spares_left), MPI_Wtime()};
+      return std::nullopt;
+    }
     return await_commit(proposer, change, spares_left);
   }
 
@@ -509,8 +522,18 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   Message m;
   MPI_Status st;
   while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
-    if (st.MPI_TAG == kPropose) {
-      if (auto change = s.on_proposal(m, st.MPI_SOURCE)) return change;
+    if (s.pending && st.MPI_SOURCE == s.pending->proposer &&
+        (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) && !m.empty() &&
+        static_cast<std::uint64_t>(m[0]) == s.pending->change.epoch) {
+      State::Pending p = std::move(*s.pending);
+      s.pending.reset();
+      if (st.MPI_TAG == kCommit) return s.enter(std::move(p.change), p.spares_left, p.started);
+    } else if (st.MPI_TAG == kPropose) {
+      if (s.pending) {
+        s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // waits for another
+      } else if (auto change = s.on_proposal(m, st.MPI_SOURCE)) {
+        return change;
+      }
     } else if (st.MPI_TAG == kEvict) {
       if (m.size() >= 2 && static_cast<std::uint64_t>(m[0]) > s.epoch) {
         EpochChange change;
@@ -526,7 +549,11 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
       (void)s.bookkeeping(m, st);
     }
   }
-  if (roster.empty() && !check_due()) return std::nullopt;
+  if (s.pending && (s.process_gone(s.pending->proposer) ||
+                    MPI_Wtime() - s.pending->started > s.o.agree_seconds)) {
+    s.pending.reset();  // its proposer is gone, or never decided
+  }
+  if (s.pending || (roster.empty() && !check_due())) return std::nullopt;
   s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
@@ -568,7 +595,14 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
   Message m;
   MPI_Status st;
   while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
-    if (st.MPI_TAG == kPropose) {
+    if (s.pending && st.MPI_SOURCE == s.pending->proposer &&
+        (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) && !m.empty() &&
+        static_cast<std::uint64_t>(m[0]) == s.pending->change.epoch) {
+      // A yes given before finishing (standing window): the epoch holds, nothing collective.
+      State::Pending p = std::move(*s.pending);
+      s.pending.reset();
+      if (st.MPI_TAG == kCommit) (void)s.enter(std::move(p.change), p.spares_left, p.started);
+    } else if (st.MPI_TAG == kPropose) {
       s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // no new epoch at the end
     } else {
       (void)s.bookkeeping(m, st);

@@ -11,7 +11,8 @@
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
 // (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "join slot <s> at <t> loss <l>
 // donors_mean <m>", "steps <n> <seconds of step time> ..." and at the end, from the last
-// epoch's slot 0, "soak: <faults> faults, <joins> joins, <slots> slots finished". t is
+// epoch's slot 0, "soak: epoch <e>, <slots> slots finished" (the step times also split
+// into steps begun within 0.1 s after a scheduled fault, a recovery, and the others). t is
 // steady_clock seconds (system-wide on Linux). No checkpoint is written or read.
 #include <mpi.h>
 
@@ -101,6 +102,12 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> noise(0.0F, 2.0F);  // a noisy gradient: the loss plateaus
   std::int64_t steps = 0;
   double step_seconds = 0.0;
+  // Steps that began within kRecovery seconds after a scheduled fault, and the others.
+  constexpr double kRecovery = 0.1;
+  double recovery_sum = 0.0;
+  double other_sum = 0.0;
+  std::int64_t recovery_steps = 0;
+  std::int64_t other_steps = 0;
   std::vector<double> plain;     // step times without an epoch change
   std::vector<double> changing;  // step times of steps that moved to a new epoch
   int faults_done = 0;
@@ -134,6 +141,15 @@ int main(int argc, char** argv) {
         const double t1 = now_seconds();
         step_seconds += t1 - t0;
         (changed ? changing : plain).push_back(t1 - t0);
+        const double since = t0 - start;
+        const double n = std::floor(since / interval);
+        if (n >= 1.0 && n <= faults && since - n * interval < kRecovery) {
+          recovery_sum += t1 - t0;
+          ++recovery_steps;
+        } else {
+          other_sum += t1 - t0;
+          ++other_steps;
+        }
         while (next_fault <= faults && t1 >= start + next_fault * interval) {
           const int k = next_fault++;
           if (fault_slot(k, members) != slot) continue;
@@ -161,9 +177,12 @@ int main(int argc, char** argv) {
   double extra = 0.0;  // what the epoch changes added to this process's steps
   for (double t : changing) extra += t - plain_median;
   std::printf("steps %lld step_seconds %.3f faults %d joins %d plain_median_ms %.3f "
-              "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f\n",
+              "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f recovery_steps %lld "
+              "recovery_ms %.3f other_steps %lld other_ms %.3f\n",
               static_cast<long long>(steps), step_seconds, faults_done, joins, plain_median * 1e3,
-              changing.size(), median(changing) * 1e3, extra);
+              changing.size(), median(changing) * 1e3, extra,
+              static_cast<long long>(recovery_steps), recovery_sum * 1e3,
+              static_cast<long long>(other_steps), other_sum * 1e3);
   std::fflush(stdout);
   if (!finished) std::_Exit(0);
   MPI_Comm last = agent.membership().create_members_comm();

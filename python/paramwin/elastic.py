@@ -1,0 +1,166 @@
+"""paramwin.ElasticAgent: an Agent whose population outlives its processes (docs/elastic.md,
+"Epochs and spares"). Members train in slots; spares sleep until a dead member's slot is
+theirs, and their first step is a rebirth from live donors."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, List, Mapping, Optional, Union
+
+from . import _core
+from ._options import agent_config
+from ._tensors import Layers
+from .agent import ExploreContext, Params, _extra_hooks, _guard, _hooks
+
+__all__ = ["ElasticAgent"]
+
+
+class ElasticAgent:
+    """One process of an elastic population over ``comm`` (mpi4py communicator, default
+    COMM_WORLD): the first ``members`` ranks train, one slot each; the others are spares.
+
+    The trainer's loop (a Python exception in a trainer gives its slot to a spare)::
+
+        agent = paramwin.ElasticAgent(layout, members=8, k=2)
+        finished = False
+        while not finished and agent.wait_for_slot():   # a spare sleeps here
+            try:
+                for it in range(agent.resume_iteration, steps):
+                    loss = train(params)
+                    agent.step(it, loss, params)
+                agent.finish()
+                finished = True
+            except paramwin.EvictedError:   # stalled past the bound: a spare now
+                pass
+            except Exception:
+                agent.resign()              # a spare takes the slot; this one waits
+        os._exit(0)                         # never MPI_Finalize: it waits for the dead
+
+    Agent options and callables are Agent's (``on_rebirth`` is where a joined spare takes
+    its donors' optimizer state). ``replacement``: "new_window" (each epoch a new window over
+    the live processes; the default) or "standing_window" (spares hold ranks of the one
+    window; a replacement is messages only). ``check_seconds``, ``dead_after_seconds``,
+    ``agree_seconds``: MembershipOptions. Host memory only. Creation is collective over
+    ``comm``; nothing is freed at the end (end the process with ``os._exit``).
+    """
+
+    def __init__(self, layout: "_core.Layout", comm: Any = None, *, members: int = 0,
+                 replacement: str = "new_window", check_seconds: float = 0.05,
+                 dead_after_seconds: float = 30.0, agree_seconds: float = 60.0,
+                 options: Union[None, str, Mapping[str, Any]] = None,
+                 on_rebirth: Optional[Callable[["_core.StepEvent"], None]] = None,
+                 reset: Optional[Callable[[int], None]] = None,
+                 custom_trigger: Optional[Callable[["_core.TriggerContext"], bool]] = None,
+                 custom_explore: Optional[Callable[[ExploreContext, dict], Optional[dict]]]
+                 = None,
+                 prepare_params: Optional[Callable[[], None]] = None,
+                 transport: str = "auto", name: str = "", **keywords: Any):
+        extra = _extra_hooks(keywords)
+        config = agent_config(options, **keywords)
+        self._user_prepare = _guard("prepare_params", prepare_params)
+        self._batch: Optional[Layers] = None
+        # The core holds a weak reference: no cycle through the C++ object, which Python's
+        # collector cannot see into.
+        self_ref = weakref.ref(self)
+
+        def prepare() -> None:
+            agent = self_ref()
+            if agent is not None:
+                agent._prepare()
+
+        hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
+        hooks.update(extra)
+        self._agent = _core.ElasticAgent(comm, layout, config, hooks, str(transport), name,
+                                         int(members), str(replacement), float(check_seconds),
+                                         float(dead_after_seconds), float(agree_seconds))
+
+    def _prepare(self) -> None:
+        if self._batch is not None:
+            self._batch.prepare()
+        if self._user_prepare is not None:
+            self._user_prepare()
+
+    def wait_for_slot(self) -> bool:
+        """A member: True at once. A spare: sleeps (GIL released) until it is given a dead
+        member's slot (True; its next step is a rebirth from live donors) or the population
+        finished (False)."""
+        return bool(self._agent.wait_for_slot())
+
+    def step(self, iteration: int, metric: float, params: Params) -> "_core.StepEvent":
+        """One step: the membership's messages first (a new epoch may move the agent to a new
+        window), then Agent.step. Raises EvictedError when this process was judged dead while
+        it stalled: it is a spare now (call wait_for_slot())."""
+        batch = Layers(params, True, device_window=False)
+        self._batch = batch
+        try:
+            event = self._agent.step(int(iteration), float(metric), batch.descriptors)
+        finally:
+            self._batch = None
+        if event.died:
+            batch.write_back()
+        return event
+
+    def resign(self) -> None:
+        """Gives the slot up after a trainer's exception: a spare takes it, and this process
+        becomes a spare (call wait_for_slot())."""
+        self._agent.resign()
+
+    def finish(self) -> None:
+        """At the end of training: waits until every slot finished or is dead, then releases
+        the spares."""
+        self._agent.finish()
+
+    def members_gather(self, value: float) -> List[float]:
+        """Every last-epoch member's ``value``, in slot order (collective over them: call it
+        after finish(), on the processes that finished in a slot)."""
+        return list(self._agent.members_gather(float(value)))
+
+    @property
+    def member(self) -> bool:
+        """Whether this process trains in a slot now."""
+        return bool(self._agent.member)
+
+    @property
+    def joined(self) -> bool:
+        """Whether this process was just given a slot and its next step is the rebirth."""
+        return bool(self._agent.joined)
+
+    @property
+    def slot(self) -> int:
+        """This process's slot (-1 for a spare)."""
+        return int(self._agent.slot)
+
+    @property
+    def slots(self) -> int:
+        """The population's size."""
+        return int(self._agent.slots)
+
+    @property
+    def epoch(self) -> int:
+        """The current membership epoch (0 at the start)."""
+        return int(self._agent.epoch)
+
+    @property
+    def members(self) -> List[int]:
+        """The world rank of every slot, as this process knows it."""
+        return list(self._agent.members)
+
+    @property
+    def spares(self) -> List[int]:
+        """The spares this process knows of (world ranks)."""
+        return list(self._agent.spares)
+
+    @property
+    def resume_iteration(self) -> int:
+        """Where a joined spare resumes: the slot's previous member's last iteration."""
+        return int(self._agent.resume_iteration)
+
+    @property
+    def version(self) -> int:
+        """This agent's publish version (a member's)."""
+        return int(self._agent.version)
+
+    @property
+    def generation(self) -> int:
+        """Rebirths of this agent so far (a member's)."""
+        return int(self._agent.generation)

@@ -1,0 +1,108 @@
+// paramwin._core.ElasticAgent: ElasticAgent<HostSpace> (docs/elastic.md, "Epochs and
+// spares"), configured as _core.Agent is (parse_agent_options' key/value form plus Python
+// callables), with the Membership's options. The pure-Python paramwin.ElasticAgent wraps it.
+// Every call that may wait for other processes releases the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <string>
+
+#include "bindings.hpp"
+#include "paramwin/elastic_agent.hpp"
+#include "paramwin/error.hpp"
+
+namespace paramwin::python {
+namespace {
+
+using PyElastic = ElasticAgent<>;
+
+Replacement parse_replacement(const std::string& text) {
+  if (text == "new_window") return Replacement::new_window;
+  if (text == "standing_window") return Replacement::standing_window;
+  throw InvalidArgument("paramwin: replacement must be 'new_window' or 'standing_window', not '" +
+                        text + "'");
+}
+
+}  // namespace
+
+void bind_elastic(py::module_& m) {
+  py::class_<PyElastic>(m, "ElasticAgent",
+                        "ElasticAgent over a host window (see paramwin.ElasticAgent).")
+      .def(py::init([](const py::object& comm, Layout layout,
+                       const std::map<std::string, std::string, std::less<>>& config,
+                       const py::dict& hooks, const std::string& transport, std::string name,
+                       int members, const std::string& replacement, double check_seconds,
+                       double dead_after_seconds, double agree_seconds) {
+             const MPI_Comm c = comm_from(comm);
+             AgentOptions o = make_agent_options(config, hooks);
+             WindowOptions w;
+             w.transport = parse_transport(transport);
+             w.name = std::move(name);
+             MembershipOptions mo;
+             mo.members = members;
+             mo.replacement = parse_replacement(replacement);
+             mo.check_seconds = check_seconds;
+             mo.dead_after_seconds = dead_after_seconds;
+             mo.agree_seconds = agree_seconds;
+             const py::gil_scoped_release release;
+             return std::make_unique<PyElastic>(c, std::move(layout), std::move(o), w, mo);
+           }),
+           py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
+           py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
+           py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"))
+      .def(
+          "wait_for_slot",
+          [](PyElastic& a) {
+            const py::gil_scoped_release release;
+            return a.wait_for_slot();
+          })
+      .def(
+          "step",
+          [](PyElastic& a, std::int64_t iteration, double metric, const py::object& layers) {
+            const LayerList list(layers, a.agent().window().layout());
+            const py::gil_scoped_release release;
+            return a.step(iteration, metric, list.refs());
+          },
+          py::arg("iteration"), py::arg("metric"), py::arg("layers"))
+      .def("resign", &PyElastic::resign)
+      .def("finish",
+           [](PyElastic& a) {
+             const py::gil_scoped_release release;
+             a.finish();
+           })
+      .def("members_gather",
+           [](PyElastic& a, double value) {
+             // Over the last epoch's members (collective over them): every member's value,
+             // in slot order.
+             std::vector<double> out;
+             {
+               const py::gil_scoped_release release;
+               MPI_Comm c = a.membership().create_members_comm();
+               int size = 0;
+               MPI_Comm_size(c, &size);
+               out.resize(static_cast<std::size_t>(size));
+               MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, c);
+             }
+             return out;
+           })
+      .def_property_readonly("member", &PyElastic::member)
+      .def_property_readonly("slot", [](const PyElastic& a) { return a.membership().slot(); })
+      .def_property_readonly("slots", [](const PyElastic& a) { return a.membership().slots(); })
+      .def_property_readonly("epoch", [](const PyElastic& a) { return a.membership().epoch(); })
+      .def_property_readonly("members",
+                             [](const PyElastic& a) { return a.membership().members(); })
+      .def_property_readonly("spares", [](const PyElastic& a) { return a.membership().spares(); })
+      .def_property_readonly("resume_iteration", &PyElastic::resume_iteration)
+      .def_property_readonly("joined",
+                             [](PyElastic& a) {
+                               return a.member() &&
+                                      a.agent().policy().pending() == DeathReason::joined;
+                             })
+      .def_property_readonly("version",
+                             [](PyElastic& a) { return a.agent().window().version(); })
+      .def_property_readonly("generation",
+                             [](PyElastic& a) { return a.agent().generation(); });
+}
+
+}  // namespace paramwin::python
