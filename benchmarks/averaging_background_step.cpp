@@ -6,17 +6,20 @@
 // inline (AveragingOptions::background_worker = false) and inline averaging. Prints rank 0's
 // median and minimum step time per mode and the ratio of medians to off.
 //   mpiexec -n 2 paramwin_averaging_background_step [N] [compute] [passes]
-// compute: "params" (each pass: x = a x + b over the parameters, memory-bound) or "spin"
-// (each pass: 2^20 dependent multiply-adds in registers, no memory traffic).
+// compute: "params" (each pass: x = a x + b over the parameters, memory-bound), "spin" (each
+// pass: 2^20 dependent multiply-adds in registers, no memory traffic) or "sleep" (passes
+// milliseconds of sleep: a GPU trainer whose host thread waits for the device, its core free).
 #include <mpi.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "paramwin/averaging.hpp"
@@ -31,6 +34,10 @@ const std::array<const char*, kModes> kNames = {"off", "background", "background
 volatile float g_sink = 0.0F;  // keeps the spin loop's result alive
 
 void compute(std::vector<float>& w, const std::string& kind, int passes) {
+  if (kind == "sleep") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(passes));
+    return;
+  }
   if (kind == "spin") {
     float x = 1.0F;
     for (int p = 0; p < passes; ++p) {

@@ -71,8 +71,9 @@ def main():
          if rec_n and oth_n else "-"),
         ("a step that moved to a new epoch: median over processes (ms)",
          f"{statistics.median(epoch_steps):.0f}" if epoch_steps else "-"),
-        ("replacement's first loss / its donors' mean loss: median, max",
-         f"{statistics.median(ratios):.3f}, {max(ratios):.3f}" if ratios else "-"),
+        ("replacement's first loss / its donors' mean loss: min, median, max",
+         f"{min(ratios):.3f}, {statistics.median(ratios):.3f}, {max(ratios):.3f}"
+         if ratios else "-"),
         ("baseline: slots finished", f"{base_finished[1] if base_finished else 0}"),
     ]
     print("| figure | measured |")

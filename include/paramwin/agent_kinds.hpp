@@ -75,13 +75,10 @@ inline constexpr EnumName<MetricDirection> kDirectionAliases[] =
     {{MetricDirection::lower_is_better, "lower"}, {MetricDirection::lower_is_better, "min"},
      {MetricDirection::lower_is_better, "loss"},  {MetricDirection::higher_is_better, "higher"},
      {MetricDirection::higher_is_better, "max"},  {MetricDirection::higher_is_better, "reward"}};
-inline constexpr EnumName<DeathReason> kReasonNames[] = {{DeathReason::none, "none"},
-                                                         {DeathReason::age, "age"},
-                                                         {DeathReason::threshold, "threshold"},
-                                                         {DeathReason::worst_fraction,
-                                                          "worst_fraction"},
-                                                         {DeathReason::custom, "custom"},
-                                                         {DeathReason::joined, "joined"}};
+inline constexpr EnumName<DeathReason> kReasonNames[] =
+    {{DeathReason::none, "none"},           {DeathReason::age, "age"},
+     {DeathReason::threshold, "threshold"}, {DeathReason::worst_fraction, "worst_fraction"},
+     {DeathReason::custom, "custom"},       {DeathReason::joined, "joined"}};
 inline constexpr EnumName<SelectionKind> kSelectionNames[] = {{SelectionKind::uniform, "uniform"},
                                                               {SelectionKind::fittest, "fittest"},
                                                               {SelectionKind::tournament,

@@ -102,7 +102,8 @@ class ElasticAgent {
         drop_slot();
         membership_.rejoin_as_spare();
         throw EvictedError("paramwin: ElasticAgent: this process was judged dead while it "
-                           "stalled; epoch " + std::to_string(change->epoch) +
+                           "stalled; epoch " +
+                           std::to_string(change->epoch) +
                            " went on without it, and it is a spare now (wait_for_slot())");
       }
       if (!standing()) {
@@ -139,9 +140,7 @@ class ElasticAgent {
   }
 
   /// Whether this process trains in a slot now.
-  [[nodiscard]] bool member() const noexcept {
-    return membership_.role() == MemberRole::member;
-  }
+  [[nodiscard]] bool member() const noexcept { return membership_.role() == MemberRole::member; }
   /// The slot's agent (InvalidArgument unless member()).
   [[nodiscard]] agent_type& agent() { return live(); }
   [[nodiscard]] Membership& membership() noexcept { return membership_; }
@@ -192,8 +191,7 @@ class ElasticAgent {
   }
   /// A roster read's bound: the agent's own, else 1 s (a dead member over RMA never answers).
   [[nodiscard]] double roster_timeout() const {
-    return options_.read.roster_timeout_seconds > 0.0 ? options_.read.roster_timeout_seconds
-                                                      : 1.0;
+    return options_.read.roster_timeout_seconds > 0.0 ? options_.read.roster_timeout_seconds : 1.0;
   }
   void barrier() const {
     const int rc = MPI_Barrier(membership_.comm());

@@ -70,8 +70,8 @@ struct EpochChange {
   std::vector<int> members;      ///< world rank of every slot in the new epoch
   /// Per slot of dead: the iteration its member's roster last said (the joiner resumes there).
   std::vector<std::int64_t> iterations;
-  double judged_at = 0.0;        ///< MPI_Wtime at which the coordinator judged the death
-  double agree_seconds = 0.0;    ///< from the proposal to the epoch's communicator
+  double judged_at = 0.0;      ///< MPI_Wtime at which the coordinator judged the death
+  double agree_seconds = 0.0;  ///< from the proposal to the epoch's communicator
 };
 
 /// Membership of the population's processes in epochs. Not thread-safe; one per process.

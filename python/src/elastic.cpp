@@ -51,12 +51,11 @@ void bind_elastic(py::module_& m) {
            py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
            py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
            py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"))
-      .def(
-          "wait_for_slot",
-          [](PyElastic& a) {
-            const py::gil_scoped_release release;
-            return a.wait_for_slot();
-          })
+      .def("wait_for_slot",
+           [](PyElastic& a) {
+             const py::gil_scoped_release release;
+             return a.wait_for_slot();
+           })
       .def(
           "step",
           [](PyElastic& a, std::int64_t iteration, double metric, const py::object& layers) {
@@ -90,8 +89,7 @@ void bind_elastic(py::module_& m) {
       .def_property_readonly("slot", [](const PyElastic& a) { return a.membership().slot(); })
       .def_property_readonly("slots", [](const PyElastic& a) { return a.membership().slots(); })
       .def_property_readonly("epoch", [](const PyElastic& a) { return a.membership().epoch(); })
-      .def_property_readonly("members",
-                             [](const PyElastic& a) { return a.membership().members(); })
+      .def_property_readonly("members", [](const PyElastic& a) { return a.membership().members(); })
       .def_property_readonly("spares", [](const PyElastic& a) { return a.membership().spares(); })
       .def_property_readonly("resume_iteration", &PyElastic::resume_iteration)
       .def_property_readonly("joined",
@@ -99,10 +97,8 @@ void bind_elastic(py::module_& m) {
                                return a.member() &&
                                       a.agent().policy().pending() == DeathReason::joined;
                              })
-      .def_property_readonly("version",
-                             [](PyElastic& a) { return a.agent().window().version(); })
-      .def_property_readonly("generation",
-                             [](PyElastic& a) { return a.agent().generation(); });
+      .def_property_readonly("version", [](PyElastic& a) { return a.agent().window().version(); })
+      .def_property_readonly("generation", [](PyElastic& a) { return a.agent().generation(); });
 }
 
 }  // namespace paramwin::python

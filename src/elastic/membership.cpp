@@ -25,15 +25,16 @@ namespace {
 
 // Message tags on the membership's own duplicate of the world communicator.
 enum Tag : int {
-  kPropose = 1,  // [epoch, nslots, members..., ndead, (slot, iteration, by_pid)..., nspares, spares...]
-  kAnswer = 2,   // [epoch, ok]
-  kCommit = 3,   // [epoch]
-  kAbort = 4,    // [epoch]
-  kEvict = 5,    // [epoch, nslots, members...]
-  kResign = 6,   // [epoch, slot]
-  kSpare = 7,    // []: the sender is a spare now
-  kDone = 8,     // [epoch, slot]
-  kStop = 9,     // []: the population finished
+  kPropose =
+      1,  // [epoch, nslots, members..., ndead, (slot, iteration, by_pid)..., nspares, spares...]
+  kAnswer = 2,  // [epoch, ok]
+  kCommit = 3,  // [epoch]
+  kAbort = 4,   // [epoch]
+  kEvict = 5,   // [epoch, nslots, members...]
+  kResign = 6,  // [epoch, slot]
+  kSpare = 7,   // []: the sender is a spare now
+  kDone = 8,    // [epoch, slot]
+  kStop = 9,    // []: the population finished
 };
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
@@ -43,9 +44,7 @@ int epoch_tag(std::uint64_t epoch) { return kCommTagBase + static_cast<int>(epoc
 
 using Message = std::vector<std::int64_t>;
 
-void sleep_seconds(double s) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(s));
-}
+void sleep_seconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 }  // namespace
 
@@ -54,8 +53,8 @@ struct Membership::State {
   MPI_Comm ctl = MPI_COMM_NULL;  // duplicate of world; never freed (it may hold dead ranks)
   int world_rank = 0;
   int world_size = 0;
-  std::vector<std::int64_t> pids;     // per world rank
-  std::vector<std::uint64_t> hosts;   // per world rank
+  std::vector<std::int64_t> pids;    // per world rank
+  std::vector<std::uint64_t> hosts;  // per world rank
   std::uint64_t host = 0;
   MemberRole role = MemberRole::member;
   int slot = -1;
@@ -107,8 +106,8 @@ struct Membership::State {
     reap();
     Outgoing out;
     out.data = std::make_unique<Message>(std::move(msg));
-    detail::check_mpi(MPI_Isend(out.data->data(), static_cast<int>(out.data->size()),
-                                MPI_INT64_T, dest, tag, ctl, &out.request),
+    detail::check_mpi(MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T,
+                                dest, tag, ctl, &out.request),
                       "MPI_Isend");
     outbox.push_back(std::move(out));
   }
@@ -227,9 +226,10 @@ struct Membership::State {
     const int mine = slot_of(world_rank);
     if (role == MemberRole::spare) {
       const auto at = std::find(change.dead.begin(), change.dead.end(), mine);
-      resume_iteration = at == change.dead.end()
-                             ? 0
-                             : change.iterations[static_cast<std::size_t>(at - change.dead.begin())];
+      resume_iteration =
+          at == change.dead.end()
+              ? 0
+              : change.iterations[static_cast<std::size_t>(at - change.dead.begin())];
     }
     slot = mine;
     role = MemberRole::member;
@@ -338,7 +338,8 @@ struct Membership::State {
       change.members[static_cast<std::size_t>(s)] = live_spares[next_spare++];
     }
     change.joined = change.dead;
-    const std::vector<int> spares_left(live_spares.begin() + static_cast<std::ptrdiff_t>(next_spare),
+    const std::vector<int> spares_left(live_spares.begin() +
+                                           static_cast<std::ptrdiff_t>(next_spare),
                                        live_spares.end());
     Message msg{static_cast<std::int64_t>(change.epoch), nslots};
     for (int r : change.members) msg.push_back(r);
@@ -401,8 +402,7 @@ struct Membership::State {
   }
 };
 
-Membership::Membership(MPI_Comm world, MembershipOptions options)
-    : s_(std::make_unique<State>()) {
+Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.o = options;
   MPI_Comm_rank(world, &s.world_rank);
@@ -410,8 +410,8 @@ Membership::Membership(MPI_Comm world, MembershipOptions options)
   const int members = options.members == 0 ? s.world_size : options.members;
   std::string bad;
   if (members < 1 || members > s.world_size) {
-    bad = "MembershipOptions::members is " + std::to_string(options.members) +
-          ", not in [0, " + std::to_string(s.world_size) + "] (0: every rank)";
+    bad = "MembershipOptions::members is " + std::to_string(options.members) + ", not in [0, " +
+          std::to_string(s.world_size) + "] (0: every rank)";
   } else if (options.replacement != Replacement::new_window &&
              options.replacement != Replacement::standing_window) {
     bad = "MembershipOptions::replacement is out of range";

@@ -65,7 +65,8 @@ struct Fault : std::runtime_error {
 int main(int argc, char** argv) {
   pw::test::DeathRun run(argc, argv);
   if (argc < 5) {
-    if (run.rank == 0) std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill>\n");
+    if (run.rank == 0)
+      std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill>\n");
     std::_Exit(2);
   }
   const int members = std::atoi(argv[1]);
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
   pw::Layout layout;
   layout.add("w", kN);
   std::vector<float> target(kN);
-  for (std::size_t i = 0; i < kN; ++i) target[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < kN; ++i)
+    target[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
   std::vector<float> w(kN);
   std::mt19937 init(static_cast<unsigned>(run.rank));
   std::normal_distribution<float> normal(0.0F, 1.0F);
@@ -118,7 +120,8 @@ int main(int argc, char** argv) {
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
     bool first = true;  // the first step since this process was given its slot
     // The faults before this moment are not this process's to take.
-    int next_fault = std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
+    int next_fault =
+        std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
     try {
       for (std::int64_t it = agent.resume_iteration();; ++it) {
         const double t0 = now_seconds();
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
         const bool changed = agent.membership().epoch() != epoch;
         if (joined && first) {
           double mean = 0.0;
-          for (const pw::DonorRecord& d : e.donors) mean += d.metric / static_cast<double>(e.donors.size());
+          for (const pw::DonorRecord& d : e.donors)
+            mean += d.metric / static_cast<double>(e.donors.size());
           ++joins;
           std::printf("join slot %d at %.6f loss %.6g donors_mean %.6g reason %s\n", slot,
                       now_seconds(), loss_of(w, target), mean, pw::reason_name(e.reason).data());

@@ -57,7 +57,8 @@ struct Seen {
 /// Sets the parameters of @p slot for the publish of version @p version.
 void encode(std::vector<float>& w, std::vector<float>& v, int slot, std::uint64_t version) {
   for (std::size_t j = 0; j < w.size(); ++j) {
-    w[j] = static_cast<float>(1000.0 * slot + static_cast<double>(version) + 0.001 * static_cast<double>(j));
+    w[j] = static_cast<float>(1000.0 * slot + static_cast<double>(version) +
+                              0.001 * static_cast<double>(j));
   }
   std::fill(v.begin(), v.end(), 0.0F);
   v[static_cast<std::size_t>(slot)] = 1.0F;
@@ -168,9 +169,9 @@ int main(int argc, char** argv) {
         }
         first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const bool victim_slot = original && !joined && (it == 30 || it == 70) &&
-                                 ((it == 30 && slot == first_victim) ||
-                                  (it == 70 && slot == second_victim));
+        const bool victim_slot =
+            original && !joined && (it == 30 || it == 70) &&
+            ((it == 30 && slot == first_victim) || (it == 70 && slot == second_victim));
         if (how == "--sigstop" && run.rank == 0 && it == 32 && !stopped_victim) {
           stopped_victim = true;
           const int victim_rank =
@@ -223,8 +224,7 @@ int main(int argc, char** argv) {
   const int expected_joins = how == "--sigstop" ? 1 : 2;
   if (rank == 0) {
     std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
-    if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
-        size == members) {
+    if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins && size == members) {
       std::printf("elastic: spares took every dead slot (%s%s)\n", how.c_str(),
                   standing ? ", standing window" : "");
     } else {
