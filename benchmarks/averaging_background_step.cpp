@@ -5,7 +5,8 @@
 // rank at once: off (compute only), background (reads on the worker thread), background
 // inline (AveragingOptions::background_worker = false) and inline averaging. Prints rank 0's
 // median and minimum step time per mode and the ratio of medians to off.
-//   mpiexec -n 2 paramwin_averaging_background_step [N] [compute] [passes]
+//   mpiexec -n 2 paramwin_averaging_background_step [N] [compute] [passes] [interval]
+// interval: steps between two rounds (AveragingOptions::interval, default 1).
 // compute: "params" (each pass: x = a x + b over the parameters, memory-bound), "spin" (each
 // pass: 2^20 dependent multiply-adds in registers, no memory traffic) or "sleep" (passes
 // milliseconds of sleep: a GPU trainer whose host thread waits for the device, its core free).
@@ -15,6 +16,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -63,7 +65,7 @@ struct Mode {
   int busy = 0;
 };
 
-void run(std::size_t n, const std::string& kind, int passes) {
+void run(std::size_t n, const std::string& kind, int passes, std::int64_t interval) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   paramwin::Layout layout;
@@ -74,6 +76,7 @@ void run(std::size_t n, const std::string& kind, int passes) {
     paramwin::AveragingOptions o;
     o.background = m != 3;
     o.background_worker = m == 1;
+    o.interval = interval;
     o.window.name = kNames[static_cast<std::size_t>(m)];  // three windows alive at once
     modes[static_cast<std::size_t>(m)].agent =
         std::make_unique<paramwin::AveragingAgent>(MPI_COMM_WORLD, layout, o);
@@ -108,8 +111,8 @@ void run(std::size_t n, const std::string& kind, int passes) {
       std::sort(mode.in_step.begin(), mode.in_step.end());
     }
     const double off = modes[0].seconds[modes[0].seconds.size() / 2];
-    std::printf("%zu float32, compute %s x %d, %d steps per mode:\n", n, kind.c_str(), passes,
-                kBlocks * kStepsPerBlock);
+    std::printf("%zu float32, compute %s x %d, a round every %lld steps, %d steps per mode:\n", n,
+                kind.c_str(), passes, static_cast<long long>(interval), kBlocks * kStepsPerBlock);
     for (std::size_t m = 0; m < kModes; ++m) {
       const Mode& mode = modes[m];
       const double median = mode.seconds[mode.seconds.size() / 2];
@@ -133,7 +136,8 @@ int main(int argc, char** argv) {
   const std::size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 10'000'000;
   const std::string kind = argc > 2 ? argv[2] : "params";
   const int passes = argc > 3 ? std::atoi(argv[3]) : 2;
-  run(n, kind, passes);
+  const std::int64_t interval = argc > 4 ? std::atoll(argv[4]) : 1;
+  run(n, kind, passes, interval);
   MPI_Finalize();
   return 0;
 }

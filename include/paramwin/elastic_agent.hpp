@@ -67,6 +67,9 @@ class ElasticAgent {
   }
   ElasticAgent(const ElasticAgent&) = delete;
   ElasticAgent& operator=(const ElasticAgent&) = delete;
+  /// Not movable: the agent's callbacks may refer to it.
+  ElasticAgent(ElasticAgent&&) = delete;
+  ElasticAgent& operator=(ElasticAgent&&) = delete;
   /// Abandons the agent's window (never frees it: it may hold a rank that died since).
   ~ElasticAgent() {
     if (agent_) agent_->abandon();

@@ -296,6 +296,23 @@ struct Membership::State {
     }
   }
 
+  /// Whether @p m is the commit or abort of the proposal this process answered yes to and
+  /// trains on meanwhile (standing window).
+  [[nodiscard]] bool settles_pending(const Message& m, const MPI_Status& st) const {
+    return pending && st.MPI_SOURCE == pending->proposer &&
+           (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) && !m.empty() &&
+           static_cast<std::uint64_t>(m[0]) == pending->change.epoch;
+  }
+
+  /// Ends the pending answer with @p st's commit (the epoch entered: no collective in the
+  /// standing window) or abort (nullopt).
+  std::optional<EpochChange> settle(const MPI_Status& st) {
+    Pending p = std::move(*pending);
+    pending.reset();
+    if (st.MPI_TAG != kCommit) return std::nullopt;
+    return enter(std::move(p.change), p.spares_left, p.started);
+  }
+
   /// A proposal received: answers it, and on yes waits for its end.
   std::optional<EpochChange> on_proposal(const Message& m, int proposer) {
     EpochChange change;
@@ -522,12 +539,8 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   Message m;
   MPI_Status st;
   while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
-    if (s.pending && st.MPI_SOURCE == s.pending->proposer &&
-        (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) && !m.empty() &&
-        static_cast<std::uint64_t>(m[0]) == s.pending->change.epoch) {
-      State::Pending p = std::move(*s.pending);
-      s.pending.reset();
-      if (st.MPI_TAG == kCommit) return s.enter(std::move(p.change), p.spares_left, p.started);
+    if (s.settles_pending(m, st)) {
+      if (auto change = s.settle(st)) return change;
     } else if (st.MPI_TAG == kPropose) {
       if (s.pending) {
         s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // waits for another
@@ -595,13 +608,8 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
   Message m;
   MPI_Status st;
   while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
-    if (s.pending && st.MPI_SOURCE == s.pending->proposer &&
-        (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) && !m.empty() &&
-        static_cast<std::uint64_t>(m[0]) == s.pending->change.epoch) {
-      // A yes given before finishing (standing window): the epoch holds, nothing collective.
-      State::Pending p = std::move(*s.pending);
-      s.pending.reset();
-      if (st.MPI_TAG == kCommit) (void)s.enter(std::move(p.change), p.spares_left, p.started);
+    if (s.settles_pending(m, st)) {
+      (void)s.settle(st);  // a yes given before finishing: the epoch holds, nothing collective
     } else if (st.MPI_TAG == kPropose) {
       s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // no new epoch at the end
     } else {
