@@ -146,7 +146,9 @@ class ElasticAgent {
   [[nodiscard]] bool member() const noexcept { return membership_.role() == MemberRole::member; }
   /// The slot's agent (InvalidArgument unless member()).
   [[nodiscard]] agent_type& agent() { return live(); }
+  /// The process's membership: slot, epoch, members, spares, the last change.
   [[nodiscard]] Membership& membership() noexcept { return membership_; }
+  /// @copydoc membership()
   [[nodiscard]] const Membership& membership() const noexcept { return membership_; }
   /// Where a joined spare's training resumes: the slot's previous member's last iteration
   /// (0 for a member of the first epoch).

@@ -86,11 +86,14 @@ class Membership {
   explicit Membership(MPI_Comm world, MembershipOptions options = {});
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
+  /// Moves the membership; the source is left empty (only destruction and assignment).
   Membership(Membership&&) noexcept;
+  /// Takes over @p other's membership (this one's communicators are left, never freed).
   Membership& operator=(Membership&&) noexcept;
   /// Frees nothing collective (communicators may hold dead ranks); never throws.
   ~Membership();
 
+  /// What this process does now (member, spare, evicted, finished).
   [[nodiscard]] MemberRole role() const noexcept;
   /// This process's slot (its rank in comm()), -1 unless a member.
   [[nodiscard]] int slot() const noexcept;
