@@ -81,7 +81,8 @@ struct EpochChange {
 class Membership {
  public:
   /// @note Collective over @p world (every rank, members and spares: an MPI_Allgather of
-  /// pids and host ids, a duplicate of @p world for messages, the first epoch's
+  /// pids and host ids, two duplicates of @p world (messages; the parent of the epochs'
+  /// communicators, apart: Open MPI builds those with messages under their tag), the first epoch's
   /// communicator over the members). InvalidArgument on every rank for bad options.
   explicit Membership(MPI_Comm world, MembershipOptions options = {});
   Membership(const Membership&) = delete;
@@ -106,8 +107,9 @@ class Membership {
   /// communicator of every process, members and spares (rank = world rank), for the one
   /// window; it may hold dead ranks: nothing collective over it once one died.
   [[nodiscard]] MPI_Comm comm() const noexcept;
-  /// A new communicator over the current members, in slot order (e.g. to gather results at
-  /// the end). @note Collective over the current members.
+  /// A new communicator over the current members in slot order, or after finish() over the
+  /// slots that finished (a dead one that no spare replaced is left out), e.g. to gather
+  /// results at the end. @note Collective over them.
   [[nodiscard]] MPI_Comm create_members_comm() const;
   /// The options in force.
   [[nodiscard]] const MembershipOptions& options() const noexcept;

@@ -73,8 +73,9 @@ class Window {
   /// Gives the window up without freeing it, for a window whose communicator holds a dead
   /// rank (its collective free, and MPI_Finalize, would never return: docs/elastic.md).
   /// Local and immediate: stops the progress thread, makes no MPI call that could wait for
-  /// another rank, and leaves the window empty (as moved from). Its memory stays mapped
-  /// until the process ends, so that other ranks' reads of it never fault. Never throws.
+  /// another rank, and leaves the window empty (as moved from). Its host memory stays
+  /// mapped until the process ends, so that other ranks' reads of it never fault; a device
+  /// window's GPU slots are released (unmapped from the peers first). Never throws.
   void abandon() noexcept;
   /// False once moved from, closed, or freed by MPI_Finalize (a window still alive then).
   [[nodiscard]] bool valid() const noexcept;

@@ -50,7 +50,11 @@ void sleep_seconds(double s) { std::this_thread::sleep_for(std::chrono::duration
 
 struct Membership::State {
   MembershipOptions o;
-  MPI_Comm ctl = MPI_COMM_NULL;  // duplicate of world; never freed (it may hold dead ranks)
+  MPI_Comm ctl = MPI_COMM_NULL;  // duplicate of world for the messages; never freed
+  // Another duplicate, the parent of every MPI_Comm_create_group: Open MPI builds the new
+  // communicator with point-to-point messages on the parent under the call's tag, which the
+  // wildcard probes on ctl would otherwise take.
+  MPI_Comm groups = MPI_COMM_NULL;
   int world_rank = 0;
   int world_size = 0;
   std::vector<std::int64_t> pids;    // per world rank
@@ -64,8 +68,9 @@ struct Membership::State {
   bool standing = false;          // Replacement::standing_window
   std::vector<int> members;       // world rank per slot
   std::vector<int> spares;
-  std::vector<char> gone;  // per slot: resigned in this epoch
-  std::vector<char> done;  // per slot: finished
+  std::vector<char> gone;             // per slot: resigned in this epoch
+  std::vector<char> done;             // per slot: finished
+  std::vector<int> finished_members;  // finish(): the world ranks of the slots that finished
   struct Seen {
     bool any = false;
     std::uint64_t heartbeat = 0;
@@ -120,6 +125,11 @@ struct Membership::State {
     if (flag == 0) return false;
     int count = 0;
     MPI_Get_count(&status, MPI_INT64_T, &count);
+    if (count < 0) {  // MPI_UNDEFINED: not a message of this membership
+      throw Error("paramwin: Membership: a message from world rank " +
+                  std::to_string(status.MPI_SOURCE) + " (tag " + std::to_string(status.MPI_TAG) +
+                  ") is not a whole number of int64 values");
+    }
     msg.assign(static_cast<std::size_t>(count), 0);
     detail::check_mpi(MPI_Recv(msg.data(), count, MPI_INT64_T, status.MPI_SOURCE, status.MPI_TAG,
                                ctl, MPI_STATUS_IGNORE),
@@ -179,12 +189,12 @@ struct Membership::State {
   MPI_Comm create_comm(const std::vector<int>& ranks, int tag) const {
     MPI_Group world_group = MPI_GROUP_NULL;
     MPI_Group group = MPI_GROUP_NULL;
-    detail::check_mpi(MPI_Comm_group(ctl, &world_group), "MPI_Comm_group");
+    detail::check_mpi(MPI_Comm_group(groups, &world_group), "MPI_Comm_group");
     detail::check_mpi(MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(),
                                      &group),
                       "MPI_Group_incl");
     MPI_Comm c = MPI_COMM_NULL;
-    const int rc = MPI_Comm_create_group(ctl, group, tag, &c);
+    const int rc = MPI_Comm_create_group(groups, group, tag, &c);
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
     detail::check_mpi(rc, "MPI_Comm_create_group");
@@ -458,6 +468,8 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   }
   detail::check_mpi(MPI_Comm_dup(world, &s.ctl), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(s.ctl, MPI_ERRORS_RETURN);
+  detail::check_mpi(MPI_Comm_dup(world, &s.groups), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(s.groups, MPI_ERRORS_RETURN);
   s.nslots = members;
   for (int r = 0; r < members; ++r) s.members.push_back(r);
   for (int r = members; r < s.world_size; ++r) s.spares.push_back(r);
@@ -493,7 +505,10 @@ MPI_Comm Membership::comm() const noexcept {
              : MPI_COMM_NULL;
 }
 MPI_Comm Membership::create_members_comm() const {
-  return s_->create_comm(s_->members, kMembersTagBase + static_cast<int>(s_->epoch % 1000));
+  const State& s = *s_;
+  const bool finished = s.role == MemberRole::finished && !s.finished_members.empty();
+  return s.create_comm(finished ? s.finished_members : s.members,
+                       kMembersTagBase + static_cast<int>(s.epoch % 1000));
 }
 const MembershipOptions& Membership::options() const noexcept { return s_->o; }
 const std::vector<int>& Membership::members() const noexcept { return s_->members; }
@@ -609,7 +624,13 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
   MPI_Status st;
   while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
     if (s.settles_pending(m, st)) {
-      (void)s.settle(st);  // a yes given before finishing: the epoch holds, nothing collective
+      // A yes given before finishing: the epoch holds (nothing collective), and its joiner
+      // must hear that this slot is done.
+      if (s.settle(st)) {
+        for (int r : s.members) {
+          if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
+        }
+      }
     } else if (st.MPI_TAG == kPropose) {
       s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // no new epoch at the end
     } else {
@@ -627,6 +648,12 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
   }
   if (s.coordinator(dead) == s.slot) {
     for (int r : s.spares) s.send(r, kStop, {});
+  }
+  s.finished_members.clear();
+  for (int k = 0; k < s.nslots; ++k) {
+    if (s.done[static_cast<std::size_t>(k)] != 0) {
+      s.finished_members.push_back(s.members[static_cast<std::size_t>(k)]);
+    }
   }
   s.role = MemberRole::finished;
   return true;

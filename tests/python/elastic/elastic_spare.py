@@ -14,11 +14,18 @@ slot 0 prints "elastic: python spares took every dead slot", and every process e
 
 import os
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 import paramwin
+
+
+
+class TrainerFault(Exception):
+    """The injected exception of a trainer (paramwin's errors are RuntimeErrors)."""
+
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -59,8 +66,9 @@ while not finished and agent.wait_for_slot():
                     print(f"FAILED: world rank {rank}: the joined step was not a rebirth from "
                           "2 live donors with their mix", flush=True)
             first = False
+            time.sleep(0.005)  # the step's compute: the faults are judged while it trains
             if not joined and slot == members - 1 and it == 30:
-                raise RuntimeError("the trainer's exception")
+                raise TrainerFault("the trainer's exception")
             if not joined and slot == 1 and it == 60:
                 sys.stdout.flush()
                 os._exit(3)
@@ -68,7 +76,7 @@ while not finished and agent.wait_for_slot():
         finished = True
     except paramwin.EvictedError:
         pass
-    except RuntimeError:
+    except TrainerFault:
         agent.resign()
 if not finished:
     os._exit(0)  # a spare released at the end
