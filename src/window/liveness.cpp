@@ -102,6 +102,15 @@ void Heartbeat::beat(SegmentHeader& h) noexcept {
   h.heartbeat.store(h.heartbeat.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
+namespace {
+
+std::string gone_reason(std::int64_t pid, double silent) {
+  return "its process is gone (pid " + std::to_string(pid) + " on this host; no heartbeat for " +
+         format_seconds(silent) + " s)";
+}
+
+}  // namespace
+
 LivenessJudge::LivenessJudge(int size, int self, const LivenessOptions& options)
     : self_(self), options_(options), host_(host_id()), seen_(static_cast<std::size_t>(size)) {}
 
@@ -116,17 +125,28 @@ void LivenessJudge::judge(RosterEntry& entry) {
     const std::lock_guard<std::mutex> lock(mutex_);
     Seen& s = seen_.at(static_cast<std::size_t>(entry.rank));
     const bool first = !s.any;
-    if (first || l.heartbeat != s.heartbeat || l.incarnation != s.incarnation) {
+    const bool gone = s.any && s.gone_pid != 0 && s.gone_pid == l.pid &&
+                      s.incarnation == l.incarnation;
+    if (!gone && (first || l.heartbeat != s.heartbeat || l.incarnation != s.incarnation)) {
       s = {.any = true, .heartbeat = l.heartbeat, .incarnation = l.incarnation, .since = now};
       if (!first) return;  // it beat since the last look: alive
       // The first look: nothing to time a silence by, but a process that is gone is gone.
     }
     silent = now - s.since;
+    if (gone) {
+      entry.suspect = true;
+      entry.suspect_reason = gone_reason(l.pid, silent);
+      return;
+    }
   }
+  // The words were read before this check: a process that ended meanwhile may have beaten
+  // after them. Gone is therefore remembered (above), never undone by a later beat.
   if (l.host == host_ && !process_alive(l.pid)) {
     entry.suspect = true;
-    entry.suspect_reason = "its process is gone (pid " + std::to_string(l.pid) +
-                           " on this host; no heartbeat for " + format_seconds(silent) + " s)";
+    entry.suspect_reason = gone_reason(l.pid, silent);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Seen& s = seen_.at(static_cast<std::size_t>(entry.rank));
+    if (s.incarnation == l.incarnation) s.gone_pid = l.pid;
     return;
   }
   if (options_.suspect_seconds <= 0.0 || l.heartbeat == 0) return;

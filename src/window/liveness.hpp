@@ -49,8 +49,10 @@ class LivenessJudge {
 
   /// Sets @p entry's suspect and suspect_reason from what this reader has observed of its
   /// rank (answered entries: their liveness was read with them). The pid rule is checked at
-  /// the first look and whenever the heartbeat has not moved since the previous one; the
-  /// silence is timed from the first look at the current heartbeat.
+  /// the first look and whenever the heartbeat has not moved since the previous one; a process
+  /// once found gone stays gone for that incarnation, whatever beats a later look carries (the
+  /// words are read before the pid is checked: they may predate the death). The silence is
+  /// timed from the first look at the current heartbeat.
   void judge(RosterEntry& entry);
 
  private:
@@ -59,6 +61,9 @@ class LivenessJudge {
     std::uint64_t heartbeat = 0;
     std::uint64_t incarnation = 0;
     double since = 0.0;  // steady seconds at which this heartbeat was first observed
+    // This incarnation's process was found gone: final. An entry read just before the
+    // process ended may still carry beats newer than the last look; they never revive it.
+    std::int64_t gone_pid = 0;
   };
   int self_;
   LivenessOptions options_;

@@ -1,6 +1,8 @@
 // Internals that decide sizes: piece splitting for MPI counts, checked narrowing, slot format;
 // and the ref binder's rules for multi-dimensional Kokkos views.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <bit>
 #include <climits>
@@ -21,6 +23,7 @@
 #include "paramwin/error.hpp"
 #include "paramwin/layer_ref.hpp"
 #include "window/binding.hpp"
+#include "window/liveness.hpp"
 #include "window/segment.hpp"
 #include "window/window_impl.hpp"
 
@@ -624,4 +627,31 @@ TEST(Detail, ShardOutcomesTellWhichRanksReadAnOlderPublish) {
   const auto skipped =
       table({{1, -1, 8, 5, 9, 0, 0}, {1, -1, 8, 5, 9, 0, 1}, {1, -1, 8, 4, 9, 0, 0}});
   EXPECT_FALSE(pd::ShardOutcomes(skipped, 2, 3).only_stamps_differ());
+}
+
+// A reader looks at an entry whose words were read while the owner still ran, finds its pid
+// gone, then reads the owner's last beats (written before it ended): gone stays gone.
+TEST(Detail, LivenessJudgeKeepsAGoneProcessGoneWhateverBeatsALaterLookCarries) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);  // reaped: the pid is gone
+
+  pd::LivenessJudge judge(2, 0, pw::LivenessOptions{});
+  pw::RosterEntry e;
+  e.rank = 1;
+  e.liveness = {.heartbeat = 42, .pid = child, .host = pd::host_id(), .incarnation = 7};
+  judge.judge(e);
+  EXPECT_TRUE(e.suspect);
+  EXPECT_NE(e.suspect_reason.find("its process is gone"), std::string::npos);
+  e.liveness.heartbeat = 44;  // beats that predate the death, seen only now
+  judge.judge(e);
+  EXPECT_TRUE(e.suspect) << "a later beat of the same incarnation revived a gone process";
+  // A new incarnation in the slot (a process re-entering) is judged afresh.
+  e.liveness.incarnation = 8;
+  e.liveness.pid = getpid();
+  e.liveness.heartbeat = 1;
+  judge.judge(e);
+  EXPECT_FALSE(e.suspect) << e.suspect_reason;
 }
