@@ -164,8 +164,12 @@ class Agent final : public AgentInterface {
 
   /// Makes the next step() a rebirth from donors (reason DeathReason::joined) whatever the
   /// triggers, warm-up and cooldown: an agent that takes a dead member's slot starts from
-  /// live donors' parameters, optimizer state (on_rebirth) and hyperparameters. Local.
-  void join() { core_.join(); }
+  /// live donors' parameters, optimizer state (on_rebirth) and hyperparameters; its window
+  /// entry gets a new incarnation (Window::renew_incarnation): a new life in the slot. Local.
+  void join() {
+    window_.renew_incarnation();
+    core_.join();
+  }
 
   /// The owned window (roster reads, transport queries, direct pulls).
   [[nodiscard]] window_type& window() noexcept { return window_; }

@@ -54,7 +54,7 @@ struct Liveness {
   std::uint64_t heartbeat = 0;         ///< set_status calls since the window was created
   std::int64_t pid = 0;                ///< the owner's process id (on its host)
   std::uint64_t host = 0;              ///< host id (host name and PID namespace): equal, same host
-  std::uint64_t incarnation = 0;       ///< random, drawn when the owner created the window
+  std::uint64_t incarnation = 0;       ///< random: drawn at creation, again by renew_incarnation
   double beat_interval_seconds = 0.0;  ///< moving average of the time between heartbeats
 };
 

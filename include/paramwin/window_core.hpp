@@ -102,6 +102,10 @@ class Window {
   /// version() + 1 (versions never go backwards), so that a resumed population numbers its
   /// publishes as the uninterrupted one did.
   void continue_versions(std::uint64_t next);
+  /// A new life of this rank's agent in the window (an elastic process re-entering a slot of
+  /// a standing window): draws a new RosterEntry::liveness incarnation, so that readers judge
+  /// the process afresh, forgetting what they had concluded about the previous one. Local.
+  void renew_incarnation();
   /// The fingerprint other agents see in this agent's roster: layout and wire format.
   /// Donors are compatible when their RosterEntry::fingerprint equals it.
   [[nodiscard]] std::uint64_t fingerprint() const;

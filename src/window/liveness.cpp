@@ -46,17 +46,37 @@ std::uint64_t host_id() {
   return id == 0 ? 1 : id;  // 0 means "not written" to readers
 }
 
-void init_liveness(SegmentHeader& h) {
+namespace {
+
+// A random incarnation, never 0 and never @p current.
+std::uint64_t draw_incarnation(std::uint64_t current) {
   std::random_device device;
-  const std::uint64_t incarnation =
+  std::uint64_t incarnation =
       (static_cast<std::uint64_t>(device()) << 32U) ^ device() ^
       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
       static_cast<std::uint64_t>(getpid());
+  while (incarnation == 0 || incarnation == current) ++incarnation;
+  return incarnation;
+}
+
+}  // namespace
+
+void init_liveness(SegmentHeader& h) {
   h.pid.store(static_cast<std::uint64_t>(getpid()), std::memory_order_relaxed);
   h.host.store(host_id(), std::memory_order_relaxed);
-  h.incarnation.store(incarnation == 0 ? 1 : incarnation, std::memory_order_relaxed);
+  h.incarnation.store(draw_incarnation(0), std::memory_order_relaxed);
   h.heartbeat.store(0, std::memory_order_relaxed);
   h.beat_interval_ns.store(0, std::memory_order_relaxed);
+}
+
+void renew_incarnation(SegmentHeader& h) noexcept {
+  try {
+    h.incarnation.store(draw_incarnation(h.incarnation.load(std::memory_order_relaxed)),
+                        std::memory_order_relaxed);
+  } catch (...) {  // std::random_device could not be opened: still a different value
+    const std::uint64_t next = h.incarnation.load(std::memory_order_relaxed) + 1;
+    h.incarnation.store(next == 0 ? 1 : next, std::memory_order_relaxed);
+  }
 }
 
 LivenessWords load_liveness(const SegmentHeader& h) noexcept {
@@ -125,8 +145,8 @@ void LivenessJudge::judge(RosterEntry& entry) {
     const std::lock_guard<std::mutex> lock(mutex_);
     Seen& s = seen_.at(static_cast<std::size_t>(entry.rank));
     const bool first = !s.any;
-    const bool gone = s.any && s.gone_pid != 0 && s.gone_pid == l.pid &&
-                      s.incarnation == l.incarnation;
+    const bool gone =
+        s.any && s.gone_pid != 0 && s.gone_pid == l.pid && s.incarnation == l.incarnation;
     if (!gone && (first || l.heartbeat != s.heartbeat || l.incarnation != s.incarnation)) {
       s = {.any = true, .heartbeat = l.heartbeat, .incarnation = l.incarnation, .since = now};
       if (!first) return;  // it beat since the last look: alive

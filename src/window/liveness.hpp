@@ -21,6 +21,10 @@ namespace paramwin::detail {
 /// Writes pid, host and a fresh random incarnation into a new segment's header.
 void init_liveness(SegmentHeader& h);
 
+/// Draws a new incarnation into @p h (different from the one it holds): a new life of the
+/// same process in its segment.
+void renew_incarnation(SegmentHeader& h) noexcept;
+
 /// The liveness line of @p h (owner or same-node reader).
 [[nodiscard]] LivenessWords load_liveness(const SegmentHeader& h) noexcept;
 

@@ -88,6 +88,7 @@ const std::string& Window::site() const { return impl().site(); }
 Transport Window::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t Window::version() const { return impl().version(); }
 void Window::continue_versions(std::uint64_t next) { impl().continue_versions(next); }
+void Window::renew_incarnation() { impl().renew_incarnation(); }
 std::size_t Window::wire_bytes() const { return impl().wire_bytes(); }
 std::uint64_t Window::fingerprint() const { return impl().fingerprint(); }
 

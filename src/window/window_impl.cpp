@@ -401,6 +401,8 @@ void WindowImpl::release() noexcept {
   (void)free_mpi();
 }
 
+void WindowImpl::renew_incarnation() noexcept { detail::renew_incarnation(header()); }
+
 void WindowImpl::abandon() noexcept {
   if (abandoned_) return;
   forget_client(this);

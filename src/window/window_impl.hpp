@@ -108,6 +108,7 @@ class WindowImpl final : public FinalizeClient {
   void continue_versions(std::uint64_t next) noexcept {
     if (next > version_ + 1) version_ = next - 1;
   }
+  void renew_incarnation() noexcept;
   [[nodiscard]] std::size_t wire_bytes() const noexcept { return slots_.payload_bytes; }
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return slots_.fingerprint; }
   [[nodiscard]] const SlotLayout& slots() const noexcept { return slots_; }

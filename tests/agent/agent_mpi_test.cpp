@@ -456,6 +456,30 @@ TEST(AgentMove, MoveConstructAssignAndSelfMoveKeepTheAgent) {
   EXPECT_FALSE(c.window().valid());
 }
 
+TEST(AgentJoin, AJoinedAgentIsRebornFromDonorsInANewIncarnation) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  pw::Agent<> agent(MPI_COMM_WORLD, layout(), quiet_options(), {.name = "join"});
+  Params p;
+  p.fill(rank, 1);
+  (void)agent.step(0, 1.0, p.refs());
+  MPI_Barrier(MPI_COMM_WORLD);  // every agent has published
+  const std::uint64_t before = agent.window().roster(rank).liveness.incarnation;
+  if (rank == 0) agent.join();
+  const pw::StepEvent e = agent.step(1, 1.0, p.refs());
+  const std::uint64_t after = agent.window().roster(rank).liveness.incarnation;
+  if (rank == 0) {
+    EXPECT_TRUE(e.died);
+    EXPECT_EQ(e.reason, pw::DeathReason::joined);
+    EXPECT_FALSE(e.donors.empty());
+    EXPECT_NE(after, before) << "a joined agent lives a new incarnation";
+  } else {
+    EXPECT_FALSE(e.died);
+    EXPECT_EQ(after, before);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // --- end to end ---------------------------------------------------------------------------
 
 TEST(AgentEndToEnd, DeathsAtDrawnAgesRebornFromExactDonorAverages) {

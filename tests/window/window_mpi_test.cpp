@@ -241,6 +241,31 @@ TEST_P(WindowTest, RosterIsReadableByEveryone) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_P(WindowTest, ARenewedIncarnationIsWhatEveryReaderSees) {
+  pw::Layout layout;
+  layout.add("w", std::size_t{8});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
+  const auto before = win.roster_all();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (win.rank() % 2 == 1) win.renew_incarnation();  // odd ranks: a new life in their slots
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto after = win.roster_all();
+  for (int r = 0; r < win.size(); ++r) {
+    const pw::Liveness& b = before[static_cast<std::size_t>(r)].liveness;
+    const pw::Liveness& a = after[static_cast<std::size_t>(r)].liveness;
+    EXPECT_NE(a.incarnation, 0U);
+    if (r % 2 == 1) {
+      EXPECT_NE(a.incarnation, b.incarnation) << "rank " << r << " renewed its incarnation";
+    } else {
+      EXPECT_EQ(a.incarnation, b.incarnation) << "rank " << r << " did not renew";
+    }
+    EXPECT_EQ(a.pid, b.pid);  // the same process
+    EXPECT_EQ(a.host, b.host);
+    EXPECT_EQ(a.heartbeat, b.heartbeat);  // renewing is no heartbeat
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_P(WindowTest, StampTravelsWithItsSnapshot) {
   PARAMWIN_REQUIRE_RANKS(2);
   pw::Layout layout;
