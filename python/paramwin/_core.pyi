@@ -235,7 +235,9 @@ class Window:
     """ParameterWindow over host or device memory (see paramwin.ParameterWindow)."""
     def __init__(self, comm: Any, layout: Layout, transport: str, wire: str, layout_check: str,
                  verify: bool, progress_thread: bool, progress_interval_us: int,
-                 name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
+                 name: str, memory: str = ..., cuda_device: int = ...,
+                 suspect_seconds: Optional[float] = ...,
+                 suspect_beats: Optional[float] = ...) -> None: ...
     def close(self) -> None: ...
     valid: bool
     rank: int
@@ -294,7 +296,9 @@ class Agent(_Member):
     """Agent over a host or device window (see paramwin.Agent)."""
     def __init__(self, comm: Any, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
-                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
+                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...,
+                 suspect_seconds: Optional[float] = ...,
+                 suspect_beats: Optional[float] = ...) -> None: ...
     def roster(self, rank: int, timeout_seconds: float = ...) -> RosterEntry: ...
     rank: int
     size: int
@@ -305,7 +309,9 @@ class ElasticAgent:
     def __init__(self, comm: Any, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str, name: str,
                  members: int, replacement: str, check_seconds: float,
-                 dead_after_seconds: float, agree_seconds: float) -> None: ...
+                 dead_after_seconds: float, agree_seconds: float,
+                 suspect_seconds: Optional[float] = ...,
+                 suspect_beats: Optional[float] = ...) -> None: ...
     def wait_for_slot(self) -> bool: ...
     def step(self, iteration: int, metric: float, layers: Sequence[Descriptor]) -> StepEvent: ...
     def resign(self) -> None: ...
@@ -349,7 +355,9 @@ class GroupAgent(_Member):
     """GroupAgent (see paramwin.GroupAgent); memory="cuda": a device window."""
     def __init__(self, groups: AgentGroups, layout: Layout, config: Mapping[str, str],
                  hooks: Mapping[str, Optional[Callable[..., Any]]], transport: str,
-                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...) -> None: ...
+                 verify: bool, name: str, memory: str = ..., cuda_device: int = ...,
+                 suspect_seconds: Optional[float] = ...,
+                 suspect_beats: Optional[float] = ...) -> None: ...
     agent: int
     agents: int
     rank_in_agent: int

@@ -40,6 +40,12 @@ class OptionKey(NamedTuple):
 _TABLE: Optional[List[OptionKey]] = None
 
 
+def liveness_bound(value: Optional[float]) -> Optional[float]:
+    """A window's ``suspect_seconds`` or ``suspect_beats`` keyword as the core takes it: None
+    keeps the library's default; the window refuses a negative or non-finite value."""
+    return None if value is None else float(value)
+
+
 def option_table() -> List[OptionKey]:
     """The C++ option key table, in docs/agent.md's order."""
     global _TABLE

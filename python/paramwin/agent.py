@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._lifetime import close_after_block
-from ._options import agent_config
+from ._options import agent_config, liveness_bound
 from ._tensors import Layers
 from .errors import CallbackError
 
@@ -310,7 +310,8 @@ class Agent(_Member):
     options: ``transport``, ``verify``, ``name`` (name the window when several share a
     communicator: see ParameterWindow), ``memory`` and ``cuda_device`` ("cuda": a device
     window taking CUDA tensors in place, as for ParameterWindow; checkpoints copy them through
-    host memory, as in C++). Creation, close() and the checkpoint calls are
+    host memory, as in C++), ``suspect_seconds`` and ``suspect_beats`` (the liveness bounds,
+    as for ParameterWindow). Creation, close() and the checkpoint calls are
     collective, and so is a step() that saves a checkpoint (``checkpoint_*`` keys); otherwise
     step()'s reads of other agents wait no longer than ``read_timeout_seconds`` in all. A
     context manager (closes on exit).
@@ -327,14 +328,17 @@ class Agent(_Member):
                                                    Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
-                 memory: str = "host", cuda_device: int = -1, **keywords: OptionValue):
+                 memory: str = "host", cuda_device: int = -1,
+                 suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
+                 **keywords: OptionValue):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         prepare = self._init_member(prepare_params)
         hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
         hooks.update(extra)
         self._agent = _core.Agent(comm, layout, config, hooks, str(transport), verify, name,
-                                  str(memory), int(cuda_device))
+                                  str(memory), int(cuda_device), liveness_bound(suspect_seconds),
+                                  liveness_bound(suspect_beats))
 
     def __enter__(self) -> "Agent":
         return self

@@ -56,7 +56,7 @@ _DEFAULTS: Dict[str, Any] = {
     "publish_every": 1, "stale_steps": 0, "stale_seconds": 0.0, "background": False,
     "background_worker": True, "symmetric": False, "timeout_seconds": 0.0, "event_log": None,
     "transport": "auto", "wire": "native", "verify": True, "name": "", "memory": "host",
-    "cuda_device": -1,
+    "cuda_device": -1, "suspect_seconds": None, "suspect_beats": None,
 }
 
 
@@ -194,7 +194,8 @@ class AveragingAgent(_Averaging):
       inbox, drained at its next step), so averaging never moves the population's mean;
       inline rounds only (``background=False``), host float32/float64 layers.
     - ``event_log``: a JSON-lines file of the rounds ("{rank}" replaced by the rank).
-    - the window's ``transport``, ``wire``, ``verify``, ``name``, ``memory``, ``cuda_device``.
+    - the window's ``transport``, ``wire``, ``verify``, ``name``, ``memory``, ``cuda_device``,
+      and its liveness bounds ``suspect_seconds``, ``suspect_beats`` (None: the default).
 
     Arrays: numpy or torch, C-contiguous, of the layer's shape and dtype; CPU memory is mixed
     in place (zero copy), CUDA tensors are staged through host buffers (or given in place to

@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Callable, List, Mapping, Optional, Union
 
 from . import _core
-from ._options import agent_config
+from ._options import agent_config, liveness_bound
 from ._tensors import Layers
 from .agent import ExploreContext, Params, _extra_hooks, _guard, _hooks
 
@@ -40,7 +40,10 @@ class ElasticAgent:
     its donors' optimizer state). ``replacement``: "new_window" (each epoch a new window over
     the live processes; the default) or "standing_window" (spares hold ranks of the one
     window; a replacement is messages only). ``check_seconds``, ``dead_after_seconds``,
-    ``agree_seconds``: MembershipOptions. Host memory only. Creation is collective over
+    ``agree_seconds``: MembershipOptions; ``suspect_seconds``, ``suspect_beats``: the window's
+    liveness bounds, as for ParameterWindow (a reader's judgement of a silent member in
+    roster reads and donor choice; the coordinator's own bound is ``dead_after_seconds``).
+    Host memory only. Creation is collective over
     ``comm``; nothing is freed at the end (end the process with ``os._exit``).
     """
 
@@ -54,7 +57,9 @@ class ElasticAgent:
                  custom_explore: Optional[Callable[[ExploreContext, dict], Optional[dict]]]
                  = None,
                  prepare_params: Optional[Callable[[], None]] = None,
-                 transport: str = "auto", name: str = "", **keywords: Any):
+                 transport: str = "auto", name: str = "",
+                 suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
+                 **keywords: Any):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         self._user_prepare = _guard("prepare_params", prepare_params)
@@ -72,7 +77,9 @@ class ElasticAgent:
         hooks.update(extra)
         self._agent = _core.ElasticAgent(comm, layout, config, hooks, str(transport), name,
                                          int(members), str(replacement), float(check_seconds),
-                                         float(dead_after_seconds), float(agree_seconds))
+                                         float(dead_after_seconds), float(agree_seconds),
+                                         liveness_bound(suspect_seconds),
+                                         liveness_bound(suspect_beats))
 
     def _prepare(self) -> None:
         if self._batch is not None:

@@ -7,7 +7,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
-from ._options import agent_config
+from ._options import agent_config, liveness_bound
 from .agent import ExploreContext, OptionValue, _extra_hooks, _hooks, _Member
 from .errors import InvalidArgument
 
@@ -97,7 +97,8 @@ class GroupAgent(_Member):
     checkpoint calls over all training ranks; step() over the agent's ranks; publish, leave,
     pause and resume on every rank of the agent in the same order. ``memory="cuda"`` gives
     the agent a device window (shards on the GPU, CUDA tensors in place; the shards travel
-    between the agent's ranks through host memory: docs/gpu.md)."""
+    between the agent's ranks through host memory: docs/gpu.md). ``suspect_seconds`` and
+    ``suspect_beats``: the liveness bounds, as for ParameterWindow."""
 
     _what = "GroupAgent"
 
@@ -110,7 +111,9 @@ class GroupAgent(_Member):
                                                    Optional[Dict[str, Any]]]] = None,
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", verify: bool = True, name: str = "",
-                 memory: str = "host", cuda_device: int = -1, **keywords: OptionValue):
+                 memory: str = "host", cuda_device: int = -1,
+                 suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
+                 **keywords: OptionValue):
         if not isinstance(groups, AgentGroups):
             raise InvalidArgument("paramwin: GroupAgent needs a paramwin.AgentGroups, got "
                                   f"{type(groups).__name__}")
@@ -121,7 +124,9 @@ class GroupAgent(_Member):
         hooks = _hooks(on_rebirth, reset, custom_trigger, custom_explore, prepare)
         hooks.update(extra)
         self._agent = _core.GroupAgent(groups._groups, layout, config, hooks, str(transport),
-                                       verify, name, str(memory), int(cuda_device))
+                                       verify, name, str(memory), int(cuda_device),
+                                       liveness_bound(suspect_seconds),
+                                       liveness_bound(suspect_beats))
         groups._agents.add(self)
 
     def __enter__(self) -> "GroupAgent":

@@ -6,6 +6,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _core
 from ._lifetime import close_after_block
+from ._options import liveness_bound
 from ._tensors import Layers
 
 __all__ = ["ParameterWindow"]
@@ -26,7 +27,10 @@ class ParameterWindow:
     ``wire`` ("native", "bfloat16", "float16"), ``layout_check`` ("strict", "per_donor"),
     ``verify``, ``progress_thread``, ``progress_interval_us``, ``name``, ``memory`` ("host",
     or "cuda": a device window, docs/gpu.md, the same on every rank) and ``cuda_device`` (a
-    device window's GPU ordinal; -1: the current device). A device window takes CUDA torch
+    device window's GPU ordinal; -1: the current device), and the liveness bounds
+    ``suspect_seconds`` and ``suspect_beats`` (LivenessOptions, docs/elastic.md: a reader
+    judges an agent silent for max(suspect_seconds, suspect_beats x its heartbeat interval)
+    a suspect; None keeps the library's default, 0 seconds turns the silence rule off). A device window takes CUDA torch
     tensors on its GPU in place, never staged; a CPU array or tensor given to it raises the
     library's InvalidArgument ("is host memory, but the window is a device window"). Without a
     CUDA device (or in a build without CUDA) its creation raises Error on every rank.
@@ -42,10 +46,13 @@ class ParameterWindow:
     def __init__(self, layout: "_core.Layout", comm: Any = None, *, transport: str = "auto",
                  wire: str = "native", layout_check: str = "strict", verify: bool = True,
                  progress_thread: bool = False, progress_interval_us: int = 200,
-                 name: str = "", memory: str = "host", cuda_device: int = -1):
+                 name: str = "", memory: str = "host", cuda_device: int = -1,
+                 suspect_seconds: Optional[float] = None,
+                 suspect_beats: Optional[float] = None):
         self._win = _core.Window(comm, layout, transport, wire, layout_check, verify,
                                  progress_thread, progress_interval_us, name, str(memory),
-                                 int(cuda_device))
+                                 int(cuda_device), liveness_bound(suspect_seconds),
+                                 liveness_bound(suspect_beats))
         self._device = self._win.memory == "cuda"
 
     # -- lifetime ---------------------------------------------------------------------------

@@ -72,7 +72,9 @@ void bind_agent(py::module_& m) {
   agent.def(py::init([](const py::object& comm, Layout layout,
                         const std::map<std::string, std::string, std::less<>>& config,
                         const py::dict& hooks, const std::string& transport, bool verify,
-                        std::string name, const std::string& memory, int cuda_device) {
+                        std::string name, const std::string& memory, int cuda_device,
+                        std::optional<double> suspect_seconds,
+                        std::optional<double> suspect_beats) {
               const MPI_Comm c = comm_from(comm);
               AgentOptions o = make_agent_options(config, hooks);
               WindowOptions w;
@@ -80,12 +82,14 @@ void bind_agent(py::module_& m) {
               w.verify = verify;
               w.name = std::move(name);
               set_memory(w, memory, cuda_device);
+              set_liveness(w, suspect_seconds, suspect_beats);
               const py::gil_scoped_release release;
               return PyAgent(c, std::move(layout), std::move(o), w);
             }),
             py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
             py::arg("transport"), py::arg("verify"), py::arg("name"), py::arg("memory") = "host",
-            py::arg("cuda_device") = kCurrentDevice);
+            py::arg("cuda_device") = kCurrentDevice, py::arg("suspect_seconds") = py::none(),
+            py::arg("suspect_beats") = py::none());
   bind_member(agent);
   agent
       .def(

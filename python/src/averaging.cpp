@@ -189,6 +189,14 @@ const OptionSetter kOptionSetters[] = {
      }},
     {"cuda_device",
      [](AveragingOptions& o, const py::handle& v) { o.window.cuda_device = v.cast<int>(); }},
+    {"suspect_seconds",
+     [](AveragingOptions& o, const py::handle& v) {
+       if (!v.is_none()) o.window.liveness.suspect_seconds = v.cast<double>();
+     }},
+    {"suspect_beats",
+     [](AveragingOptions& o, const py::handle& v) {
+       if (!v.is_none()) o.window.liveness.suspect_beats = v.cast<double>();
+     }},
 };
 
 /// AveragingOptions from the Python wrapper's dict: the topology keys ("topology", "k",

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,11 @@ Transport parse_transport(std::string_view text);
 /// Sets @p o's memory (parse_enum<Memory>: "host" or "cuda") and cuda_device (an ordinal, or
 /// -1: the device current on the creating thread); the window checks them at creation.
 void set_memory(WindowOptions& o, std::string_view memory, int cuda_device);
+
+/// Sets @p o's liveness bounds (LivenessOptions) where given; the window checks them at
+/// creation (InvalidArgument for a negative or non-finite value).
+void set_liveness(WindowOptions& o, std::optional<double> suspect_seconds,
+                  std::optional<double> suspect_beats);
 
 /// Imports mpi4py's C API (and with it mpi4py.MPI, which initialises MPI).
 void import_mpi4py_api();

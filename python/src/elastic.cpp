@@ -33,12 +33,14 @@ void bind_elastic(py::module_& m) {
                        const std::map<std::string, std::string, std::less<>>& config,
                        const py::dict& hooks, const std::string& transport, std::string name,
                        int members, const std::string& replacement, double check_seconds,
-                       double dead_after_seconds, double agree_seconds) {
+                       double dead_after_seconds, double agree_seconds,
+                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats) {
              const MPI_Comm c = comm_from(comm);
              AgentOptions o = make_agent_options(config, hooks);
              WindowOptions w;
              w.transport = parse_transport(transport);
              w.name = std::move(name);
+             set_liveness(w, suspect_seconds, suspect_beats);
              MembershipOptions mo;
              mo.members = members;
              mo.replacement = parse_replacement(replacement);
@@ -50,7 +52,8 @@ void bind_elastic(py::module_& m) {
            }),
            py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
            py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
-           py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"))
+           py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"),
+           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none())
       .def("wait_for_slot",
            [](PyElastic& a) {
              const py::gil_scoped_release release;

@@ -73,7 +73,9 @@ void bind_group_agent(py::module_& m) {
   agent.def(py::init([](const PyGroups& groups, Layout layout,
                         const std::map<std::string, std::string, std::less<>>& config,
                         const py::dict& hooks, const std::string& transport, bool verify,
-                        std::string name, const std::string& memory, int cuda_device) {
+                        std::string name, const std::string& memory, int cuda_device,
+                        std::optional<double> suspect_seconds,
+                        std::optional<double> suspect_beats) {
               const AgentGroups& g = groups.get();
               AgentOptions o = make_agent_options(config, hooks);
               WindowOptions w;
@@ -81,12 +83,14 @@ void bind_group_agent(py::module_& m) {
               w.verify = verify;
               w.name = std::move(name);
               set_memory(w, memory, cuda_device);
+              set_liveness(w, suspect_seconds, suspect_beats);
               const py::gil_scoped_release release;
               return std::make_unique<GroupAgent>(g, std::move(layout), std::move(o), w);
             }),
             py::arg("groups"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
             py::arg("transport"), py::arg("verify"), py::arg("name"), py::arg("memory") = "host",
-            py::arg("cuda_device") = kCurrentDevice,
+            py::arg("cuda_device") = kCurrentDevice, py::arg("suspect_seconds") = py::none(),
+            py::arg("suspect_beats") = py::none(),
             py::keep_alive<1, 2>());  // the groups' communicators outlive the agent
   bind_member(agent);
   agent.def_property_readonly("agent", [](GroupAgent& a) { return open_member(a).agent(); })

@@ -61,6 +61,12 @@ Window& open(Window& w) {
 
 }  // namespace
 
+void set_liveness(WindowOptions& o, std::optional<double> suspect_seconds,
+                  std::optional<double> suspect_beats) {
+  if (suspect_seconds) o.liveness.suspect_seconds = *suspect_seconds;
+  if (suspect_beats) o.liveness.suspect_beats = *suspect_beats;
+}
+
 Transport parse_transport(std::string_view text) { return parse_enum<Transport>(text); }
 
 void set_memory(WindowOptions& o, std::string_view memory, int cuda_device) {
@@ -194,18 +200,21 @@ void bind_window(py::module_& m) {
   cls.def(py::init([](const py::object& comm, Layout layout, const std::string& transport,
                       const std::string& wire, const std::string& layout_check, bool verify,
                       bool progress_thread, unsigned progress_interval_us, std::string name,
-                      const std::string& memory, int cuda_device) {
+                      const std::string& memory, int cuda_device,
+                      std::optional<double> suspect_seconds, std::optional<double> suspect_beats) {
             const MPI_Comm c = comm_from(comm);
             WindowOptions o =
                 window_options(transport, wire, layout_check, verify, progress_thread,
                                progress_interval_us, std::move(name), memory, cuda_device);
+            set_liveness(o, suspect_seconds, suspect_beats);
             const py::gil_scoped_release release;
             return Window(c, std::move(layout), o);
           }),
           py::arg("comm"), py::arg("layout"), py::arg("transport"), py::arg("wire"),
           py::arg("layout_check"), py::arg("verify"), py::arg("progress_thread"),
           py::arg("progress_interval_us"), py::arg("name"), py::arg("memory") = "host",
-          py::arg("cuda_device") = kCurrentDevice);
+          py::arg("cuda_device") = kCurrentDevice, py::arg("suspect_seconds") = py::none(),
+          py::arg("suspect_beats") = py::none());
   bind_window_queries(cls);
   bind_window_transfers(cls);
   bind_window_roster(cls);

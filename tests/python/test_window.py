@@ -1,6 +1,8 @@
 """ParameterWindow from Python: round trips of every dtype (numpy and torch), 0-dim layers,
 binding by name, weighted pulls, rosters, the context manager."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -111,6 +113,44 @@ def test_rosters_status_and_properties(comm):
         assert win.transport_for((rank + 1) % n) == "rma"
         comm.Barrier()
     assert win.closed
+
+
+def test_liveness_bounds_reach_the_window(comm):
+    """suspect_seconds: a reader judges a silent agent a suspect after that long (the default,
+    10 s, would not); a negative or non-finite bound is refused on every rank."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    layout = paramwin.Layout().add("w", 8)
+    with paramwin.ParameterWindow(layout, comm, name="liveness", suspect_seconds=0.2,
+                                  suspect_beats=0) as win, \
+            paramwin.ParameterWindow(layout, comm, name="default liveness") as default:
+        for w in (win, default):
+            w.set_status(iteration=1, state="active")  # one heartbeat, then silence
+        comm.Barrier()
+        first = [win.roster_all(), default.roster_all()]  # a reader's first look: alive
+        assert not any(e.suspect for rosters in first for e in rosters)
+        time.sleep(0.4)
+        judged = win.roster_all()
+        assert [e.suspect for e in judged] == [r != rank for r in range(n)]
+        assert all(e.suspect_reason.startswith("no heartbeat") for e in judged if e.suspect)
+        assert not any(e.suspect for e in default.roster_all())
+        comm.Barrier()
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(paramwin.InvalidArgument, match="suspect_seconds"):
+            paramwin.ParameterWindow(layout, comm, name="bad liveness", suspect_seconds=bad)
+        with pytest.raises(paramwin.InvalidArgument, match="suspect_seconds"):
+            paramwin.Agent(layout, comm, name="bad agent liveness", shortfall="clamp",
+                           suspect_beats=bad)
+        with pytest.raises(paramwin.InvalidArgument, match="suspect_seconds"):
+            paramwin.AveragingAgent(layout, comm, name="bad averaging liveness",
+                                    suspect_seconds=bad)
+        groups = paramwin.AgentGroups(comm)
+        with pytest.raises(paramwin.InvalidArgument, match="suspect_seconds"):
+            paramwin.GroupAgent(groups, layout, name="bad group liveness", shortfall="clamp",
+                                suspect_seconds=bad)
+        groups.close()
+    with paramwin.Agent(layout, comm, name="agent liveness", shortfall="clamp",
+                        suspect_seconds=0.5) as agent:
+        assert agent.step(0, 1.0, [np.zeros(8, np.float32)]).published
 
 
 def test_layout_api():

@@ -36,7 +36,7 @@ layout.add("w", 1000)
 w = np.zeros(1000, dtype=np.float32)
 agent = paramwin.ElasticAgent(layout, comm, members=members, replacement=replacement,
                               check_seconds=0.02, triggers=["none"], k=2,
-                              name="python_elastic_spare")
+                              name="python_elastic_spare", suspect_seconds=1.0)
 failures = 0
 joins = 0
 finished = False
