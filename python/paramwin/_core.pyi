@@ -327,6 +327,8 @@ class ElasticAgent:
     resume_iteration: int
     version: int
     generation: int
+    hyperparameters: Hyper
+    def set_hyperparameters(self, values: Mapping[str, Number]) -> None: ...
 
 class AgentGroups:
     """AgentGroups (see paramwin.AgentGroups)."""

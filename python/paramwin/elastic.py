@@ -5,7 +5,7 @@ theirs, and their first step is a rebirth from live donors."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import _core
 from ._options import agent_config, liveness_bound
@@ -171,3 +171,13 @@ class ElasticAgent:
     def generation(self) -> int:
         """Rebirths of this agent so far (a member's)."""
         return int(self._agent.generation)
+
+    @property
+    def hyperparameters(self) -> Dict[str, Union[int, float]]:
+        """The slot's agent's hyperparameters (a member's; see Agent.hyperparameters): a
+        joined spare's are its donors', explored."""
+        return self._agent.hyperparameters
+
+    def set_hyperparameters(self, values: Mapping[str, Union[int, float]]) -> None:
+        """Sets hyperparameters of the slot's agent (published with its next publish)."""
+        self._agent.set_hyperparameters(values)

@@ -1,4 +1,5 @@
-"""paramwin.torch: TorchAgent, an Agent driven by a torch.nn.Module and its optimizer.
+"""paramwin.torch: TorchAgent, an Agent driven by a torch.nn.Module and its optimizer (and
+TorchAveragingAgent, TorchElasticAgent: the averaging and elastic agents driven the same way).
 
 Written in Python over the binding, so it works with the torch the user has. The layout is
 the module's ``named_parameters()`` (0-dim parameters included; float32, float64, bfloat16,
@@ -25,10 +26,11 @@ from ._optimizer_state import OptimizerStateLayers, agreed
 from ._tensors import named_layout
 from .agent import Agent
 from .averaging import AveragingAgent
+from .elastic import ElasticAgent
 from .groups import AgentGroups, GroupAgent
 from .errors import InvalidArgument
 
-__all__ = ["TorchAgent", "TorchAveragingAgent", "layout_of"]
+__all__ = ["TorchAgent", "TorchAveragingAgent", "TorchElasticAgent", "layout_of"]
 
 
 def _named_parameters(module: _torch.nn.Module) -> List[Tuple[str, _torch.nn.Parameter]]:
@@ -55,7 +57,125 @@ def layout_of(module: _torch.nn.Module,
     return layout
 
 
-class TorchAgent:
+def _check_one_lr(optimizer: Optional[_torch.optim.Optimizer],
+                  hyperparameters: Optional[Dict[str, Any]], what: str) -> None:
+    """InvalidArgument when an "lr" hyperparameter would set one rate for param groups that
+    have several."""
+    if hyperparameters and "lr" in hyperparameters and optimizer is not None:
+        lrs = sorted({float(g["lr"]) for g in optimizer.param_groups})
+        if len(lrs) > 1:
+            raise InvalidArgument(
+                f"paramwin: {what}: the 'lr' hyperparameter sets one learning rate for "
+                f"every param group, but the optimizer's groups have {lrs}; give them one "
+                "learning rate, or leave 'lr' out of the hyperparameters")
+
+
+def _state_hooks(ref: Any, options: Dict[str, Any]) -> None:
+    """inherit_optimizer_state: replaces ``options``' prepare_params hook by one that copies
+    the optimizer's state into the agent's state layers and then calls the user's, and its
+    reset hook (mixing "reset") by the user's followed by zeroing the layers. ``ref``: a weak
+    reference to the torch agent (its ``_state``, ``optimizer`` and ``_params``)."""
+    user_prepare = options.pop("prepare_params", None)
+    user_reset = options.pop("reset", None)
+
+    def prepare() -> None:
+        agent = ref()
+        if agent is not None and agent._state is not None:
+            agent._state.capture(agent.optimizer, agent._params)
+        if user_prepare is not None:
+            user_prepare()
+
+    def reset(seed: int) -> None:
+        user_reset(seed)
+        agent = ref()
+        if agent is not None and agent._state is not None:
+            agent._state.clear()
+
+    # A hook that is not callable is left for the agent to refuse.
+    if user_prepare is None or callable(user_prepare):
+        options["prepare_params"] = prepare
+    else:
+        options["prepare_params"] = user_prepare
+    if user_reset is not None:
+        options["reset"] = reset if callable(user_reset) else user_reset
+
+
+class _TorchMember:
+    """What TorchAgent and TorchElasticAgent share: the module's parameters (with the state
+    layers of inherit_optimizer_state) as the core's layers, the optimizer after a rebirth,
+    and the "lr" hyperparameter kept in step with the optimizer's param groups. ``_agent``
+    has ``hyperparameters`` and ``set_hyperparameters``."""
+
+    _agent: Any
+    module: _torch.nn.Module
+    optimizer: Optional[_torch.optim.Optimizer]
+    _builder: Optional[Callable[[_torch.nn.Module], _torch.optim.Optimizer]]
+    _names: List[str]
+    _params: List[_torch.nn.Parameter]
+    _device: Optional[int]
+    _state: Optional[OptimizerStateLayers]
+    _states_inherited: int
+
+    @property
+    def optimizer_states_inherited(self) -> int:
+        """Optimizer state entries written from a rebirth's mix (inherit_optimizer_state)."""
+        return self._states_inherited
+
+    # The parameters' storage as plain tensors (no autograd): the core writes into them.
+    def _data(self) -> Dict[str, _torch.Tensor]:
+        data = {name: p.data for name, p in zip(self._names, self._params)}
+        if self._device is not None:
+            for name, t in data.items():
+                if not t.is_cuda or t.device.index != self._device:
+                    raise InvalidArgument(
+                        f"paramwin: '{name}' is on {t.device}, but this TorchAgent's window is "
+                        f"a device window on cuda:{self._device} (keep the module there, or "
+                        "use device_windows=\"never\")")
+        if self._state is not None:
+            data.update(self._state.layers())
+        return data
+
+    def _after_rebirth(self) -> None:
+        if self._builder is not None:
+            self.optimizer = self._builder(self.module)
+        if self._state is not None:
+            self._states_inherited += self._state.restore(self.optimizer, self._params)
+        elif self._builder is None and self.optimizer is not None:
+            for p in self._params:
+                self.optimizer.state.pop(p, None)
+        self._apply_lr()
+
+    def _sync_lr(self) -> None:
+        # A learning-rate schedule's change to the optimizer is what the next publish carries
+        # (and what a rebirth's hyper_before shows), as in the C++ TorchAgent.
+        if self.optimizer is None or "lr" not in self._agent.hyperparameters:
+            return
+        lrs = sorted({float(g["lr"]) for g in self.optimizer.param_groups})
+        if len(lrs) != 1:
+            raise InvalidArgument("paramwin: the 'lr' hyperparameter needs one learning rate in "
+                                  f"every param group, but the optimizer's groups have {lrs}")
+        if lrs[0] != self._agent.hyperparameters["lr"]:
+            self._agent.set_hyperparameters({"lr": lrs[0]})
+
+    def _apply_lr(self) -> None:
+        lr = self._agent.hyperparameters.get("lr")
+        if lr is not None and self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(lr)
+
+    @property
+    def hyperparameters(self) -> Dict[str, Any]:
+        """The agent's hyperparameters (see Agent.hyperparameters)."""
+        return self._agent.hyperparameters
+
+    def set_hyperparameters(self, values: Dict[str, Any]) -> None:
+        """Sets hyperparameters (published with the next publish); "lr" also goes to the
+        optimizer's param groups."""
+        self._agent.set_hyperparameters(values)
+        self._apply_lr()
+
+
+class TorchAgent(_TorchMember):
     """A population member made of a module and its optimizer (collective creation).
 
     ``TorchAgent(module, optimizer, comm=None, optimizer_builder=None, **options)``: options
@@ -124,13 +244,7 @@ class TorchAgent:
         named = _named_parameters(module)
         if not named:
             raise InvalidArgument("paramwin: the module has no parameters")
-        if hyperparameters and "lr" in hyperparameters and optimizer is not None:
-            lrs = sorted({float(g["lr"]) for g in optimizer.param_groups})
-            if len(lrs) > 1:
-                raise InvalidArgument(
-                    "paramwin: TorchAgent: the 'lr' hyperparameter sets one learning rate for "
-                    f"every param group, but the optimizer's groups have {lrs}; give them one "
-                    "learning rate, or leave 'lr' out of the hyperparameters")
+        _check_one_lr(optimizer, hyperparameters, "TorchAgent")
         self.module = module
         self.optimizer = optimizer
         self._builder = optimizer_builder
@@ -183,54 +297,13 @@ class TorchAgent:
         self._state = agreed(comm, lambda: _state_layers(self.optimizer, named,
                                                          "inherit_optimizer_state", device))
         self._state.append_to(layout)
-        user_prepare = options.pop("prepare_params", None)
-        user_reset = options.pop("reset", None)
-
-        def prepare() -> None:
-            agent = ref()
-            if agent is not None and agent._state is not None:
-                agent._state.capture(agent.optimizer, agent._params)
-            if user_prepare is not None:
-                user_prepare()
-
-        def reset(seed: int) -> None:
-            user_reset(seed)
-            agent = ref()
-            if agent is not None and agent._state is not None:
-                agent._state.clear()
-
-        # A hook that is not callable is left for the agent to refuse.
-        if user_prepare is None or callable(user_prepare):
-            options["prepare_params"] = prepare
-        else:
-            options["prepare_params"] = user_prepare
-        if user_reset is not None:
-            options["reset"] = reset if callable(user_reset) else user_reset
-
-    @property
-    def optimizer_states_inherited(self) -> int:
-        """Optimizer state entries written from a rebirth's mix (inherit_optimizer_state)."""
-        return self._states_inherited
+        _state_hooks(ref, options)
 
     @property
     def device_window(self) -> bool:
         """True when the agent's window is a device window (the parameters are read and
         written in place on their GPU); False when they are staged through host memory."""
         return self._device is not None
-
-    # The parameters' storage as plain tensors (no autograd): the core writes into them.
-    def _data(self) -> Dict[str, _torch.Tensor]:
-        data = {name: p.data for name, p in zip(self._names, self._params)}
-        if self._device is not None:
-            for name, t in data.items():
-                if not t.is_cuda or t.device.index != self._device:
-                    raise InvalidArgument(
-                        f"paramwin: '{name}' is on {t.device}, but this TorchAgent's window is "
-                        f"a device window on cuda:{self._device} (keep the module there, or "
-                        "use device_windows=\"never\")")
-        if self._state is not None:
-            data.update(self._state.layers())
-        return data
 
     def publish(self) -> "_core.PublishResult":
         """Publishes the module's parameters now (e.g. before the first step)."""
@@ -301,45 +374,6 @@ class TorchAgent:
             return
         self.optimizer.load_state_dict(_torch.load(io.BytesIO(blob)))
 
-    def _after_rebirth(self) -> None:
-        if self._builder is not None:
-            self.optimizer = self._builder(self.module)
-        if self._state is not None:
-            self._states_inherited += self._state.restore(self.optimizer, self._params)
-        elif self._builder is None and self.optimizer is not None:
-            for p in self._params:
-                self.optimizer.state.pop(p, None)
-        self._apply_lr()
-
-    def _sync_lr(self) -> None:
-        # A learning-rate schedule's change to the optimizer is what the next publish carries
-        # (and what a rebirth's hyper_before shows), as in the C++ TorchAgent.
-        if self.optimizer is None or "lr" not in self._agent.hyperparameters:
-            return
-        lrs = sorted({float(g["lr"]) for g in self.optimizer.param_groups})
-        if len(lrs) != 1:
-            raise InvalidArgument("paramwin: the 'lr' hyperparameter needs one learning rate in "
-                                  f"every param group, but the optimizer's groups have {lrs}")
-        if lrs[0] != self._agent.hyperparameters["lr"]:
-            self._agent.set_hyperparameters({"lr": lrs[0]})
-
-    def _apply_lr(self) -> None:
-        lr = self._agent.hyperparameters.get("lr")
-        if lr is not None and self.optimizer is not None:
-            for group in self.optimizer.param_groups:
-                group["lr"] = float(lr)
-
-    @property
-    def hyperparameters(self) -> Dict[str, Any]:
-        """The agent's hyperparameters (see Agent.hyperparameters)."""
-        return self._agent.hyperparameters
-
-    def set_hyperparameters(self, values: Dict[str, Any]) -> None:
-        """Sets hyperparameters (published with the next publish); "lr" also goes to the
-        optimizer's param groups."""
-        self._agent.set_hyperparameters(values)
-        self._apply_lr()
-
     # -- forwarding -------------------------------------------------------------------------
     @property
     def agent(self) -> Union[Agent, GroupAgent]:
@@ -386,6 +420,141 @@ class TorchAgent:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         close_after_block(self, "TorchAgent", exc_type, exc, tb)
+
+
+class TorchElasticAgent(_TorchMember):
+    """One process of an elastic population of modules (docs/elastic.md, "Epochs and
+    spares"): ``paramwin.ElasticAgent`` driven by a module and its optimizer, as TorchAgent
+    drives an Agent. Every process of ``comm`` (mpi4py; default COMM_WORLD) builds the module
+    and its optimizer; the first ``members`` ranks train in slots, the others are spares. A
+    spare given a dead member's slot starts with a rebirth from live donors: their mix written
+    into the module's parameters in place, the optimizer's state of the replaced parameters
+    dropped (or, with ``optimizer_builder(module)``, a new optimizer: ``agent.optimizer``; or,
+    with ``inherit_optimizer_state=True``, the donors' mix of it, as for TorchAgent), and the
+    hyperparameters inherited and explored (``"lr"`` goes to every param group). No
+    checkpoint is read. The module's parameters must be CPU tensors (a host window).
+
+    The trainer's loop (a Python exception in one trainer is a death the others survive)::
+
+        agent = paramwin.torch.TorchElasticAgent(model, opt, members=8, k=2,
+                                                 inherit_optimizer_state=True)
+        finished = False
+        while not finished and agent.wait_for_slot():    # a spare sleeps here
+            try:
+                for it in range(agent.resume_iteration, steps):
+                    loss = loss_fn(model(x), y)
+                    if agent.step(it, loss.item()).died:
+                        continue                          # the gradient is the dead weights'
+                    agent.optimizer.zero_grad()
+                    loss.backward()
+                    agent.optimizer.step()
+                agent.finish()
+                finished = True
+            except paramwin.EvictedError:                 # stalled past the bound: a spare
+                pass
+            except Exception:
+                agent.resign()                            # a spare takes the slot
+        os._exit(0)                                       # never MPI_Finalize
+
+    Options are paramwin.ElasticAgent's (``replacement``, ``check_seconds``,
+    ``dead_after_seconds``, ``agree_seconds``, ``suspect_seconds``, the agent's options and
+    callables). Creation is collective over ``comm``; a bad argument on one rank raises
+    InvalidArgument on every rank.
+    """
+
+    def __init__(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
+                 comm: Any = None, *, members: int,
+                 optimizer_builder: Optional[Callable[[_torch.nn.Module],
+                                                      _torch.optim.Optimizer]] = None,
+                 hyperparameters: Optional[Dict[str, Any]] = None,
+                 inherit_optimizer_state: bool = False, **options: Any):
+        named = _named_parameters(module)
+        self.module = module
+        self.optimizer = optimizer
+        self._builder = optimizer_builder
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        self._device = None
+        self._state = None
+        self._states_inherited = 0
+        self._initial_hyper = dict(hyperparameters or {})
+
+        def check() -> Optional[OptimizerStateLayers]:
+            if not named:
+                raise InvalidArgument("paramwin: the module has no parameters")
+            for name, p in named:
+                if p.device.type != "cpu":
+                    raise InvalidArgument(
+                        f"paramwin: TorchElasticAgent: '{name}' is on {p.device}; an elastic "
+                        "population's window is host memory (keep the module on the CPU)")
+            _check_one_lr(optimizer, hyperparameters, "TorchElasticAgent")
+            if not inherit_optimizer_state:
+                return None
+            return _state_layers(optimizer, named, "inherit_optimizer_state")
+
+        # Agreed before the collective creation: a rank that refuses must not leave the others
+        # waiting in it.
+        self._state = agreed(comm, check)
+        layout = layout_of(module, hyperparameters)
+        if self._state is not None:
+            self._state.append_to(layout)
+            _state_hooks(weakref.ref(self), options)
+        self._agent = ElasticAgent(layout, comm, members=members, **options)
+        if self._agent.member:
+            self._start_hyperparameters()
+
+    def _start_hyperparameters(self) -> None:
+        if self._initial_hyper:
+            self._agent.set_hyperparameters(self._initial_hyper)
+            self._apply_lr()
+
+    def wait_for_slot(self) -> bool:
+        """A member: True at once. A spare: sleeps until it is given a dead member's slot
+        (True: its next step is the rebirth from live donors) or the population finished
+        (False)."""
+        if not self._agent.wait_for_slot():
+            return False
+        if self._agent.joined:
+            # The agent's own values until the rebirth replaces them (explore.inherit=keep
+            # keeps these).
+            self._start_hyperparameters()
+        return True
+
+    def step(self, iteration: int, metric: float) -> "_core.StepEvent":
+        """One step (see paramwin.ElasticAgent.step): the membership's messages, then the
+        agent's step over the module's parameters; on a rebirth (a joined spare's first step)
+        the parameters, optimizer state and hyperparameters are the donors'. Raises
+        EvictedError when this process was judged dead while it stalled (a spare now)."""
+        self._sync_lr()
+        with _torch.no_grad():
+            event = self._agent.step(int(iteration), float(metric), self._data())
+        if event.died:
+            self._after_rebirth()
+        return event
+
+    def resign(self) -> None:
+        """Gives the slot up after a trainer's exception (a spare takes it); this process is
+        a spare now (call wait_for_slot())."""
+        self._agent.resign()
+
+    def finish(self) -> None:
+        """At the end of training: waits until every slot finished or is dead, then releases
+        the spares."""
+        self._agent.finish()
+
+    @property
+    def agent(self) -> ElasticAgent:
+        """The underlying paramwin.ElasticAgent (slot, epoch, members, spares, version,
+        members_gather, ...)."""
+        return self._agent
+
+    member = property(lambda self: self._agent.member, doc="Whether this process has a slot.")
+    joined = property(lambda self: self._agent.joined,
+                      doc="Whether the next step is a joined spare's rebirth.")
+    slot = property(lambda self: self._agent.slot, doc="This process's slot (-1: a spare).")
+    epoch = property(lambda self: self._agent.epoch, doc="The membership epoch.")
+    resume_iteration = property(lambda self: self._agent.resume_iteration,
+                                doc="Where a joined spare resumes its slot's training.")
 
 
 class TorchAveragingAgent:

@@ -101,6 +101,17 @@ void bind_elastic(py::module_& m) {
                                       a.agent().policy().pending() == DeathReason::joined;
                              })
       .def_property_readonly("version", [](PyElastic& a) { return a.agent().window().version(); })
+      .def_property_readonly("hyperparameters",
+                             [](PyElastic& a) {
+                               return hyper_to_dict(a.agent().hyperparameters());
+                             })
+      .def(
+          "set_hyperparameters",
+          [](PyElastic& a, const py::handle& values) {
+            Agent<>& agent = a.agent();
+            agent.set_hyperparameters(hyper_from_dict(agent.hyperparameters(), values));
+          },
+          py::arg("values"))
       .def_property_readonly("generation", [](PyElastic& a) { return a.agent().generation(); });
 }
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import paramwin
-from paramwin.torch import TorchAgent, layout_of
+from paramwin.torch import TorchAgent, TorchElasticAgent, layout_of
 
 
 class Net(torch.nn.Module):
@@ -224,3 +224,23 @@ def test_optimizer_state_inheritance_refuses_bad_input_on_every_rank(comm):
         with pytest.raises(paramwin.InvalidArgument, match="grouped"):
             TorchAgent(net, torch.optim.Adam(net.parameters()), groups=groups,
                        inherit_optimizer_state=True)
+
+
+def test_elastic_torch_agent_refuses_bad_input_on_every_rank(comm):
+    """TorchElasticAgent's checks are agreed before its collective creation: the rank with the
+    bad argument says what, the others which rank (none waits in the creation)."""
+    rank = comm.Get_rank()
+    net = Net()
+    bad = rank == comm.Get_size() - 1
+    sgd = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.0 if bad else 0.9)
+    with pytest.raises(paramwin.InvalidArgument, match="keeps no state" if bad else "rank"):
+        TorchElasticAgent(net, sgd, comm, members=comm.Get_size(),
+                          inherit_optimizer_state=True)
+    groups = [{"params": [net.scale], "lr": 0.01},
+              {"params": net.lin.parameters(), "lr": 0.02 if bad else 0.01}]
+    with pytest.raises(paramwin.InvalidArgument, match=r"\[0.01, 0.02\]" if bad else "rank"):
+        TorchElasticAgent(net, torch.optim.SGD(groups), comm, members=comm.Get_size(),
+                          hyperparameters={"lr": 1e-3})
+    with pytest.raises(paramwin.InvalidArgument, match="no parameters" if bad else "rank"):
+        TorchElasticAgent(torch.nn.ReLU() if bad else net, None, comm,
+                          members=comm.Get_size())
