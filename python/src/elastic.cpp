@@ -67,7 +67,9 @@ void bind_elastic(py::module_& m) {
             return a.step(iteration, metric, list.refs());
           },
           py::arg("iteration"), py::arg("metric"), py::arg("layers"))
-      .def("resign", &PyElastic::resign)
+      // Lambdas, not member pointers: these members are ElasticSlots' (the base), which
+      // pybind11 would take as the self type.
+      .def("resign", [](PyElastic& a) { a.resign(); })
       .def("finish",
            [](PyElastic& a) {
              const py::gil_scoped_release release;
@@ -88,13 +90,14 @@ void bind_elastic(py::module_& m) {
              }
              return out;
            })
-      .def_property_readonly("member", &PyElastic::member)
+      .def_property_readonly("member", [](const PyElastic& a) { return a.member(); })
       .def_property_readonly("slot", [](const PyElastic& a) { return a.membership().slot(); })
       .def_property_readonly("slots", [](const PyElastic& a) { return a.membership().slots(); })
       .def_property_readonly("epoch", [](const PyElastic& a) { return a.membership().epoch(); })
       .def_property_readonly("members", [](const PyElastic& a) { return a.membership().members(); })
       .def_property_readonly("spares", [](const PyElastic& a) { return a.membership().spares(); })
-      .def_property_readonly("resume_iteration", &PyElastic::resume_iteration)
+      .def_property_readonly("resume_iteration",
+                             [](const PyElastic& a) { return a.resume_iteration(); })
       .def_property_readonly("joined",
                              [](PyElastic& a) {
                                return a.member() &&
