@@ -79,6 +79,7 @@ struct Membership::State {
   std::vector<Seen> seen;  // per slot: the silence rule
   double last_check = -1e300;
   double backoff_until = 0.0;
+  double finish_started = 0.0;  // start_finish(): when this member began to finish
   std::optional<EpochChange> last;
   std::int64_t resume_iteration = 0;
   /// A member of the standing window that answered yes goes on training; the commit or abort
@@ -250,6 +251,18 @@ struct Membership::State {
     return change;
   }
 
+  /// A kEvict message [epoch, _, members...] of a later epoch than this process's: it takes
+  /// that epoch's members and becomes evicted (true); a stale one changes nothing (false).
+  bool evicted_by(const Message& m) {
+    if (m.size() < 2 || static_cast<std::uint64_t>(m[0]) <= epoch) return false;
+    epoch = static_cast<std::uint64_t>(m[0]);
+    members.clear();
+    for (std::size_t k = 2; k < m.size(); ++k) members.push_back(static_cast<int>(m[k]));
+    role = MemberRole::evicted;
+    slot = -1;
+    return true;
+  }
+
   /// Bookkeeping messages any process handles at any time; false for others.
   bool bookkeeping(const Message& m, const MPI_Status& st) {
     switch (st.MPI_TAG) {
@@ -262,7 +275,12 @@ struct Membership::State {
         return true;
       case kSpare: add_spare(st.MPI_SOURCE); return true;
       case kDone:
-        if (m.size() == 2 && m[1] >= 0 && m[1] < nslots) done[static_cast<std::size_t>(m[1])] = 1;
+        // Only from the slot's holder: a member evicted while it stalled may finish late,
+        // and its slot's new holder has not finished then.
+        if (m.size() == 2 && m[1] >= 0 && m[1] < nslots &&
+            members[static_cast<std::size_t>(m[1])] == st.MPI_SOURCE) {
+          done[static_cast<std::size_t>(m[1])] = 1;
+        }
         return true;
       case kCommit:
       case kAbort:
@@ -563,14 +581,10 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
         return change;
       }
     } else if (st.MPI_TAG == kEvict) {
-      if (m.size() >= 2 && static_cast<std::uint64_t>(m[0]) > s.epoch) {
+      if (s.evicted_by(m)) {
         EpochChange change;
-        change.epoch = static_cast<std::uint64_t>(m[0]);
-        for (std::size_t k = 2; k < m.size(); ++k) change.members.push_back(static_cast<int>(m[k]));
-        s.members = change.members;
-        s.epoch = change.epoch;
-        s.role = MemberRole::evicted;
-        s.slot = -1;
+        change.epoch = s.epoch;
+        change.members = s.members;
         return change;
       }
     } else {
@@ -612,6 +626,7 @@ void Membership::start_finish() {
   State& s = *s_;
   if (s.role != MemberRole::member) return;
   s.done[static_cast<std::size_t>(s.slot)] = 1;
+  s.finish_started = MPI_Wtime();
   for (int r : s.members) {
     if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
   }
@@ -633,21 +648,40 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
       }
     } else if (st.MPI_TAG == kPropose) {
       s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // no new epoch at the end
+    } else if (st.MPI_TAG == kEvict) {
+      // Judged dead while it stalled (a SIGSTOP, a long pause) and woken at the end: its slot
+      // is another process's; it ends evicted (ElasticAgent::finish throws EvictedError).
+      if (s.evicted_by(m)) return true;
     } else {
       (void)s.bookkeeping(m, st);
     }
   }
   if (!roster.empty()) s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
+  // Messages sent while this process stalled (an eviction) arrive within a few checks.
+  const bool settled = MPI_Wtime() - s.finish_started >= 2.0 * s.o.check_seconds;
   for (int k = 0; k < s.nslots; ++k) {
     const auto i = static_cast<std::size_t>(k);
-    if (s.done[i] == 0 && dead[i] == 0) {
+    if ((s.done[i] == 0 && dead[i] == 0) || !settled) {
       sleep_seconds(0.001);
       return false;
     }
   }
   if (s.coordinator(dead) == s.slot) {
     for (int r : s.spares) s.send(r, kStop, {});
+    // A member judged dead at the end may only have stalled: were it to wake, it must not
+    // finish in a population that ended without it (its finish() throws EvictedError), and
+    // it waits for the end as a spare.
+    Message evict{static_cast<std::int64_t>(s.epoch + 1), s.nslots};
+    for (int r : s.members) evict.push_back(r);
+    for (int k = 0; k < s.nslots; ++k) {
+      const int r = s.members[static_cast<std::size_t>(k)];
+      if (s.done[static_cast<std::size_t>(k)] != 0 || r == s.world_rank || s.process_gone(r)) {
+        continue;
+      }
+      s.send(r, kEvict, evict);
+      s.send(r, kStop, {});
+    }
   }
   s.finished_members.clear();
   for (int k = 0; k < s.nslots; ++k) {

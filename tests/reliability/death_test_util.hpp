@@ -6,13 +6,17 @@
 // they meet over a communicator of their own and end with std::_Exit.
 
 #include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -52,6 +56,26 @@ inline ParameterWindow<> death_window(const std::string& name, std::size_t n, bo
   std::fflush(nullptr);
   if (kill) std::raise(SIGKILL);
   std::_Exit(3);
+}
+
+/// Stops this process (SIGSTOP) for @p seconds: a forked child (which calls only
+/// async-signal-safe functions) sends it SIGCONT and is then reaped. A stall the others can
+/// judge only by its silence (its pid stays alive).
+inline void stop_self_for(double seconds) {
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("stop_self_for: fork failed");
+  if (child == 0) {
+    timespec t{};
+    t.tv_sec = static_cast<time_t>(seconds);
+    t.tv_nsec = static_cast<long>((seconds - static_cast<double>(t.tv_sec)) * 1e9);
+    while (nanosleep(&t, &t) != 0) {
+    }
+    kill(parent, SIGCONT);
+    _exit(0);
+  }
+  kill(parent, SIGSTOP);
+  waitpid(child, nullptr, 0);
 }
 
 /// A thread that ends this process (std::_Exit(3)) after a random 200-400 ms, whatever the

@@ -3,8 +3,12 @@
 // the slots. Usage (every rank the same arguments):
 //   elastic_soak <members> <seconds> <faults> <fault kind> [standing]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
-// be given a slot again: a fault that any MPI survives) or kill (SIGKILL: Open MPI with
-// --enable-recovery; each fault uses up a spare, so at most the spares' count); standing:
+// be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
+// --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
+// process stops itself for 3 s: a child shell sends SIGCONT; the others judge it dead after
+// dead_after_seconds = 1.5 s of silence, and when it wakes its step throws EvictedError and
+// it waits as a spare), or mixed (every third fault sigstop, one kill per spare but one,
+// spread over the run, the others resign); standing:
 // MembershipOptions::replacement = standing_window (default: new_window).
 // The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
 // gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
@@ -60,6 +64,17 @@ struct Fault : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The kind of fault @p k of @p faults under @p kind (the same on every process): "mixed"
+/// spreads @p kills SIGKILLs over the run, makes every third fault a SIGSTOP and the others
+/// trainer exceptions.
+std::string fault_kind(const std::string& kind, int k, int faults, int kills) {
+  if (kind != "mixed") return kind;
+  for (int i = 1; i <= kills; ++i) {
+    if (k == i * faults / (kills + 1)) return "kill";
+  }
+  return k % 3 == 0 ? "sigstop" : "resign";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +113,10 @@ int main(int argc, char** argv) {
   membership.members = members;
   membership.check_seconds = 0.02;
   if (standing) membership.replacement = pw::Replacement::standing_window;
+  const int kills = kind == "mixed" ? std::max(0, run.size - members - 1) : 0;
+  // A stopped process is judged by its silence: shorter than its 3 s stop.
+  constexpr double kStopSeconds = 3.0;
+  if (kind == "sigstop" || kind == "mixed") membership.dead_after_seconds = 1.5;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
 
   std::mt19937 gen(static_cast<unsigned>(77 + run.rank));
@@ -158,9 +177,14 @@ int main(int argc, char** argv) {
           const int k = next_fault++;
           if (fault_slot(k, members) != slot) continue;
           ++faults_done;
-          std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), kind.c_str());
+          const std::string what = fault_kind(kind, k, faults, kills);
+          std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), what.c_str());
           std::fflush(stdout);
-          if (kind == "kill") pw::test::die(true);
+          if (what == "kill") pw::test::die(true);
+          if (what == "sigstop") {
+            pw::test::stop_self_for(kStopSeconds);  // the next step finds it evicted
+            continue;
+          }
           throw Fault("injected");
         }
       }

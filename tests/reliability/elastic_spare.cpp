@@ -9,6 +9,10 @@
 //             lets it go on (SIGCONT) 4 s later; the others judge it dead after 1.5 s of
 //             silence, a spare takes its slot, and when it wakes its step throws EvictedError
 //             before touching its window: it waits as a spare until the end.
+//   --stall-at-end the last slot's process stops itself (SIGSTOP, for 4 s) after its last
+//             step, before finish(); the others judge it dead and end without it (no epoch
+//             at the end), and when it wakes its finish() must throw EvictedError: it never
+//             finishes in a population that ended without it.
 // Checked by every process of the last epoch: each joined spare's first step was a rebirth
 // (reason joined) from live donors only, and its parameters, captured in on_rebirth, are the
 // exact mix of the donors' recorded versions (a member's snapshot at version v is, by
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   const int members = run.size - kSpares;
   // --sigstop: long enough for the silence bound (1.5 s) and the stall (4 s) to pass.
   const std::int64_t steps = how == "--sigstop" ? 900 : 150;
+  const bool stall_at_end = how == "--stall-at-end";
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -171,7 +176,8 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         const bool victim_slot =
             original && !joined && (it == 30 || it == 70) &&
-            ((it == 30 && slot == first_victim) || (it == 70 && slot == second_victim));
+            ((it == 30 && slot == first_victim) || (it == 70 && slot == second_victim)) &&
+            !stall_at_end;
         if (how == "--sigstop" && run.rank == 0 && it == 32 && !stopped_victim) {
           stopped_victim = true;
           const int victim_rank =
@@ -184,12 +190,23 @@ int main(int argc, char** argv) {
             kill(victim, SIGCONT);
           }).detach();
         }
-        if (!victim_slot || how == "--sigstop") continue;
+        if (!victim_slot || how == "--sigstop") continue;  // --stall-at-end: never a victim
         std::printf("fault at %.6f: world rank %d (slot %d) %s\n", monotonic_seconds(), run.rank,
                     slot, how.c_str());
         std::fflush(stdout);
         if (how == "--resign") throw std::runtime_error("the trainer's exception");
         pw::test::die(how == "--kill");
+      }
+      if (stall_at_end && original && !joined && slot == first_victim) {
+        std::printf("fault at %.6f: world rank %d (slot %d) stops before finish()\n",
+                    monotonic_seconds(), run.rank, slot);
+        std::fflush(stdout);
+        pw::test::stop_self_for(4.0);
+        agent.finish();  // must throw EvictedError: its slot went on without it
+        std::printf("FAILED: world rank %d finished in slot %d after it was replaced\n", run.rank,
+                    slot);
+        std::fflush(stdout);
+        std::_Exit(0);
       }
       agent.finish();
       finished = true;
@@ -221,10 +238,12 @@ int main(int argc, char** argv) {
   int size = 0;
   MPI_Comm_rank(last, &rank);
   MPI_Comm_size(last, &size);
-  const int expected_joins = how == "--sigstop" ? 1 : 2;
+  const int expected_joins = stall_at_end ? 0 : how == "--sigstop" ? 1 : 2;
+  const int expected_slots = stall_at_end ? members - 1 : members;
   if (rank == 0) {
     std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
-    if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins && size == members) {
+    if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
+        size == expected_slots) {
       std::printf("elastic: spares took every dead slot (%s%s)\n", how.c_str(),
                   standing ? ", standing window" : "");
     } else {

@@ -77,10 +77,13 @@ class ElasticSlots {
 
   /// At the end of training: waits until every slot finished or is dead, answering the
   /// others, then releases the spares (Membership::finish). The window stays (abandoned at
-  /// destruction); end the process with std::_Exit.
+  /// destruction); end the process with std::_Exit. EvictedError when this process was
+  /// judged dead while it stalled before it finished (its slot went on without it): it is a
+  /// spare now, and wait_for_slot() returns false once the others finish.
   void finish() {
-    core_type& a = core();
+    core_type& a = live_core();
     membership_.finish([&] { return slot_roster(a); });
+    if (membership_.role() == MemberRole::evicted) evicted(membership_.epoch());
   }
 
   /// Whether this process trains in a slot now.
@@ -140,14 +143,7 @@ class ElasticSlots {
     std::vector<RosterEntry> roster;
     if (membership_.check_due()) roster = slot_roster(a);
     if (std::optional<EpochChange> change = membership_.poll(roster)) {
-      if (membership_.role() == MemberRole::evicted) {
-        drop_slot();
-        membership_.rejoin_as_spare();
-        throw EvictedError("paramwin: ElasticAgent: this process was judged dead while it "
-                           "stalled; epoch " +
-                           std::to_string(change->epoch) +
-                           " went on without it, and it is a spare now (wait_for_slot())");
-      }
+      if (membership_.role() == MemberRole::evicted) evicted(change->epoch);
       if (!standing()) {
         a.replace_window(
             window_type(membership_.comm(), a.window().layout(), epoch_window_options()));
@@ -172,6 +168,17 @@ class ElasticSlots {
 
  private:
   [[nodiscard]] core_type& core() { return ElasticCore<Slot>::of(*slot_); }
+  [[nodiscard]] core_type& live_core() { return ElasticCore<Slot>::of(live()); }
+  /// This process was judged dead while it stalled and @p epoch went on without it: it
+  /// drops its slot without publishing, tells the others it is a spare, and throws.
+  [[noreturn]] void evicted(std::uint64_t epoch) {
+    drop_slot();
+    membership_.rejoin_as_spare();
+    throw EvictedError("paramwin: ElasticAgent: this process was judged dead while it "
+                       "stalled; epoch " +
+                       std::to_string(epoch) +
+                       " went on without it, and it is a spare now (wait_for_slot())");
+  }
   /// The agent stops being a member: paused in the standing window, or its window abandoned.
   void drop_slot() noexcept {
     if (!slot_) return;
