@@ -229,6 +229,33 @@ else
             OMPI_MCA_pml_ucx_devices=any)
 fi
 
+ranks_running() {  # the job's ranks (this harness's mark, a rank number) still running
+  local f n=0
+  for f in /proc/[0-9]*/environ; do
+    grep -qzx "PARAMWIN_MH_JOB=$tag" "$f" 2>/dev/null &&
+      grep -qz "^OMPI_COMM_WORLD_RANK=" "$f" 2>/dev/null && n=$((n + 1))
+  done
+  echo "$n"
+}
+
+end_when_ranks_gone() {  # launcher pid: see `run`
+  local seen=0 gone_for=0
+  while kill -0 "$1" 2>/dev/null; do
+    if [[ $(ranks_running) -gt 0 ]]; then
+      seen=1 gone_for=0
+    elif ((seen)); then
+      gone_for=$((gone_for + 1))
+      if ((gone_for >= 6)); then
+        echo "multihost: every rank has ended and mpirun --enable-recovery has not (Open MPI" \
+             "across hosts): ending it" >&2
+        kill -TERM "$1" 2>/dev/null || true
+        return 0
+      fi
+    fi
+    sleep 0.5
+  done
+}
+
 case $mode in
   run)
     echo "multihost: hostA=10.77.0.1 hostB=10.77.0.2, $ppn ranks per host," \
@@ -236,9 +263,20 @@ case $mode in
     # In the background + wait, so that a signal reaches the trap (and the teardown) at once.
     # pdeathsig: mpiexec (and through it the job) goes if this script is killed outright.
     setpriv --pdeathsig KILL nsenter --target "$(<"$state/hostA.pid")" --net --ipc --uts --mount \
-      -- env -C "$PWD" "${mpiexec_cmd[@]}" "$@" &
+      -- env -C "$PWD" PARAMWIN_MH_JOB="$tag" "${mpiexec_cmd[@]}" "$@" &
+    launcher_pid=$!
+    if ((survive)) && [[ $mpi == OpenMPI ]]; then
+      # Open MPI 4.1.4's mpirun --enable-recovery, with an orted on another host, does not end
+      # once a rank has ended early: after the other ranks exit too it waits until its
+      # timeout (seen with a plain shell job whose rank 3 exits 3 and the others 0, and with
+      # _Exit(0); on one host it ends at once). So the harness watches the ranks (processes
+      # carrying OMPI_COMM_WORLD_RANK and this job's mark) and, 3 s after the last one has
+      # gone, ends mpirun itself; the job's verdict is then its output (the death tests pass
+      # on a printed line).
+      end_when_ranks_gone "$launcher_pid" &
+    fi
     rc=0
-    wait $! || rc=$?
+    wait "$launcher_pid" || rc=$?
     exit "$rc"
     ;;
   exec)
