@@ -35,11 +35,12 @@
 # hosts share, so they must be kept out (see docs/cluster.md). Override by exporting UCX_TLS
 # / UCX_NET_DEVICES before calling.
 #
-# MPI_Finalize fix (MPICH only): MPICH 4.0.2 (ch4:ucx) can hang in MPI_Finalize over UCX's TCP transport
-# (a rank closing its endpoints waits on a peer that already sits in a PMI barrier; see
-# scripts/multihost/mpich_finalize_fix.c and docs/cluster.md). The harness compiles that shim
-# with cc and preloads it into the ranks (mpiexec -genv LD_PRELOAD). PARAMWIN_MH_FINALIZE_FIX=0
-# leaves it out (to reproduce the hang); without a C compiler it is left out with a warning.
+# MPI_Finalize fix (MPICH only): MPICH 4.0.2 (ch4:ucx) can hang in MPI_Finalize over UCX's
+# TCP transport (a rank closing its endpoints waits on a peer that already sits in a PMI
+# barrier; see scripts/multihost/mpich_finalize_fix.c and docs/cluster.md). The harness
+# compiles that shim with cc and preloads it into the ranks (mpiexec -genv LD_PRELOAD).
+# PARAMWIN_MH_FINALIZE_FIX=0 leaves it out (to reproduce the hang); without a C compiler it is
+# left out with a warning.
 #
 # Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN). Without it: prints why and exits 77
 # (CTest's SKIP_RETURN_CODE). The hosts are torn down on exit, on errors and on signals; the
@@ -216,16 +217,16 @@ else
   # node).
   mpiexec_cmd=("$mpiexec" --allow-run-as-root --host "hostA:$ppn,hostB:$ppn" -n $((2 * ppn))
                --mca plm_rsh_agent "$launcher" --mca oob_tcp_if_include mh0
-               --mca btl self,vader,tcp --mca btl_tcp_if_include mh0
+               --mca btl "self,vader,tcp" --mca btl_tcp_if_include mh0
                --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
-               --mca osc ucx,sm --mca hwloc_base_binding_policy none
+               --mca osc "ucx,sm" --mca hwloc_base_binding_policy none
                --mca rmaps_base_oversubscribe 1)
   ((survive)) && mpiexec_cmd+=(--enable-recovery)
   # The same settings as environment, for what `exec` runs (a Slurm cluster whose srun
   # --mpi=pmix starts the ranks without mpirun): without pml=ucx there, Open MPI chose ob1
   # with the environment's btl self,vader and found no way between the hosts.
-  exec_env=(OMPI_MCA_pml=ucx OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=mh0
-            OMPI_MCA_oob_tcp_if_include=mh0 OMPI_MCA_osc=ucx,sm OMPI_MCA_pml_ucx_tls=any
+  exec_env=(OMPI_MCA_pml=ucx "OMPI_MCA_btl=self,vader,tcp" OMPI_MCA_btl_tcp_if_include=mh0
+            OMPI_MCA_oob_tcp_if_include=mh0 "OMPI_MCA_osc=ucx,sm" OMPI_MCA_pml_ucx_tls=any
             OMPI_MCA_pml_ucx_devices=any)
 fi
 

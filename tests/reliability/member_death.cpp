@@ -136,7 +136,10 @@ int stall(int rank, int size, int victim, bool cross_host) {
     std::string reason;
     int chosen_while_suspect = 0;
     int chosen_after = 0;
-    for (int t = 1; MPI_Wtime() - t0 < 6.0; ++t) {
+    // Across hosts a survivor's step took ~100 ms under Open MPI (its RMA roster reads), so
+    // that 6 s left it 1-8 rebirths from the woken rank: it runs 10 s there.
+    const double seconds = cross_host ? 10.0 : 6.0;
+    for (int t = 1; MPI_Wtime() - t0 < seconds; ++t) {
       for (float& x : w) x += 0.001F;
       const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
       if (rank == victim && !stalled && MPI_Wtime() - t0 > 0.5) {
