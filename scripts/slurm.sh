@@ -26,8 +26,11 @@
 # shim in PARAMWIN_SLURM_PRELOAD (scripts/slurm/common.sh preloads it into the ranks).
 #
 # --mpich-only: skip (77) when PARAMWIN_SLURM_MPI (set by CTest from PARAMWIN_MPI) is not
-# MPICH: the tests whose jobs run the demo are verified with MPICH only (an Open MPI build's
-# ranks start under srun --mpi=pmix here, but the demo was not run that way).
+# MPICH, for a job verified with MPICH only (no test uses it: the demo, the two-host demo and
+# the requeue test all run under Open MPI too, its ranks started by srun --mpi=pmix).
+#
+# With --two-hosts Slurm's pmix plugin gets PMIxCliTmpDirBase in a directory that is distinct
+# on each emulated host (they share /tmp; see hosts-inner below).
 #
 # Exits 77 (CTest's SKIP_RETURN_CODE) with "slurm: SKIPPED: why" where a cluster cannot be
 # started here: not root, a daemon or client missing, munged unable to run; --two-hosts also
@@ -340,6 +343,15 @@ case $mode in
     sh -c "$mount_cgroups"
     start_munge "$dir"
     write_conf "$dir" "$cpus" hostA 10.77.0.1 hostA:10.77.0.1 hostB:10.77.0.2
+    # Slurm's pmix plugin (srun --mpi=pmix, Open MPI) makes a directory per step named after
+    # the job and step only (spmix_appdir_UID_JOB.STEP) under PMIxCliTmpDirBase, default /tmp,
+    # on every node; the emulated hosts share /tmp, so hostB's slurmstepd found hostA's there
+    # ("File exists") and the step failed. mpi.conf (read next to slurm.conf) moves it to
+    # $dir/pmix, which in hostB's mount namespace is another directory (a bind mount).
+    mkdir -p "$dir/pmix" "$dir/pmix-hostB"
+    echo "PMIxCliTmpDirBase=$dir/pmix" >"$dir/mpi.conf"
+    nsenter --target "$(<"$PARAMWIN_MH_DIR/hostB.pid")" --mount -- \
+      mount --bind "$dir/pmix-hostB" "$dir/pmix"
     start_daemons "$dir" 2 "$(<"$PARAMWIN_MH_DIR/hostB.pid")"
     export PARAMWIN_SLURM_PRELOAD=${PARAMWIN_MH_FINALIZE_FIX_SO:-}
     log "cluster up across the emulated hosts: hostA (slurmctld, slurmd) and hostB (slurmd)," \

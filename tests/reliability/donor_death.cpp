@@ -8,9 +8,11 @@
 // memory the dead donor's last complete version stays readable, and the readers judge it a
 // suspect. --rma: the readers read over RMA with PullOptions::timeout_seconds = 0.5 (a read of
 // a dead process never completes on MPICH; each pull then ends in TimeoutError, output
-// untouched). Not under Open MPI: its osc/ucx blocks inside the MPI_Rget_accumulate of a pin
-// whose target has died (tests/CMakeLists.txt, docs/elastic.md). The survivors meet over a
-// communicator of their own and end with std::_Exit(0) (death_test_util.hpp).
+// untouched; across hosts, tests/multihost, it fails at once instead, the endpoint to the dead
+// process having failed, and the library throws paramwin::MpiError: registered disabled
+// there). Not under Open MPI on one host: its osc/ucx blocks inside the MPI_Rget_accumulate
+// of a pin whose target has died (tests/CMakeLists.txt, docs/elastic.md). The survivors meet
+// over a communicator of their own and end with std::_Exit(0) (death_test_util.hpp).
 #include <mpi.h>
 
 #include <algorithm>
@@ -72,14 +74,21 @@ int main(int argc, char** argv) {
     } catch (const pw::TimeoutError&) {
       ++timeouts;
     } catch (const std::exception& e) {
-      ++errors;
-      std::printf("rank %d: pull error: %s\n", rank, e.what());
+      // The first few only: across hosts every pull after the death fails at once (tens of
+      // thousands in 2.5 s; tests/multihost).
+      if (++errors <= 3) std::printf("rank %d: pull error: %s\n", rank, e.what());
     }
     longest = std::max(longest, MPI_Wtime() - start);
   }
   // roster_all marks a rank that does not answer before the deadline (roster() would throw).
-  const pw::RosterEntry entry =
-      window.roster_all(rma ? kTimeout : 0.0).at(static_cast<std::size_t>(donor));
+  pw::RosterEntry entry;
+  try {
+    entry = window.roster_all(rma ? kTimeout : 0.0).at(static_cast<std::size_t>(donor));
+  } catch (const std::exception& e) {  // an error, not a deadline: reported, fails the test
+    ++errors;
+    entry.answered = false;
+    std::printf("rank %d: roster read error: %s\n", rank, e.what());
+  }
 
   std::printf("rank %d (%s): %ld pulls of %llu versions, last %llu, %ld torn, %ld timeouts, %ld "
               "other errors, longest pull %.3f s; the donor %s\n",

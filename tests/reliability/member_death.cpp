@@ -9,8 +9,23 @@
 // --averaging the same for averaging agents (all peers every step): once a round reports the
 // dead rank as a suspect, no later round reads it, and rounds with the others go on. --stall:
 // nobody dies, the fittest rank stops stepping for 3 s (see stall()).
+//
+// --cross-host (any position after the mode; tests/multihost runs it with 2 ranks per host,
+// so the last rank is on the other host for ranks 0 and 1): the dead rank's pid cannot be
+// checked from another host, and once its process is gone its roster cannot be read over RMA.
+// So every RMA read is bounded: the agents' steps by AgentOptions::read.timeout_seconds = 1
+// (roster reads 0.25 s; a member that does not answer is no donor in that step), the
+// survivors' own look at the dead rank by roster(rank, 1 s), which ends in TimeoutError: a
+// survivor on another host counts "did not answer" as its detection. No step may take longer
+// than its bound and a second. (Across the emulated hosts the read of the dead process fails
+// at once, UCX's endpoint to it having failed, and the library throws that as
+// paramwin::MpiError out of Agent::step: the test is registered disabled until it does not;
+// tests/multihost/CMakeLists.txt.) With --stall the stalled rank runs a progress thread
+// (WindowOptions::progress_thread), so that its roster answers while it sleeps and the
+// survivors on the other host judge it by its silence alone.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -28,10 +43,26 @@ namespace {
 constexpr std::size_t kN = 1000;
 constexpr int kVictimSteps = 20;
 constexpr int kSteps = 400;
+constexpr double kReadTimeout = 1.0;  // --cross-host: the bound on RMA reads (see above)
+
+/// The dead or stalled rank's roster entry as this survivor sees it; with @p bounded (over
+/// RMA across hosts) an entry that does not answer within kReadTimeout comes back with
+/// answered == false.
+pw::RosterEntry look_at(const pw::Agent<>& agent, int rank, bool bounded) {
+  if (!bounded) return agent.window().roster(rank);
+  try {
+    return agent.window().roster(rank, kReadTimeout);
+  } catch (const pw::TimeoutError&) {
+    pw::RosterEntry e;
+    e.rank = rank;
+    e.answered = false;
+    return e;
+  }
+}
 
 /// The agents of the population modes: the fittest donor (k = 1) for rebirths every 8-12
 /// steps, on a window named @p name whose readers judge a silence of @p suspect_seconds.
-pw::Agent<> make_agent(const std::string& name, double suspect_seconds) {
+pw::Agent<> make_agent(const std::string& name, double suspect_seconds, bool cross_host) {
   pw::Layout layout;
   layout.add("w", kN);
   pw::AgentOptions options =
@@ -40,6 +71,11 @@ pw::Agent<> make_agent(const std::string& name, double suspect_seconds) {
   pw::WindowOptions window_options;
   window_options.name = name;
   window_options.liveness.suspect_seconds = suspect_seconds;
+  if (cross_host) {
+    options.read.timeout_seconds = kReadTimeout;
+    options.read.roster_timeout_seconds = 0.25;
+    window_options.progress_thread = true;
+  }
   return pw::Agent<>(MPI_COMM_WORLD, std::move(layout), std::move(options), window_options);
 }
 
@@ -85,10 +121,10 @@ pw::Agent<> make_agent(const std::string& name, double suspect_seconds) {
 /// first look at it as a suspect and its first look at it as alive again may choose it, and
 /// once it steps again rebirths must choose it again (the judgement is undone). The job then
 /// ends as usual: every rank frees its window and calls MPI_Finalize.
-int stall(int rank, int size, int victim) {
+int stall(int rank, int size, int victim, bool cross_host) {
   int failed = 0;
   {
-    pw::Agent<> agent = make_agent("member_death_stall", 1.0);
+    pw::Agent<> agent = make_agent("member_death_stall", 1.0, cross_host);
     std::vector<float> w(kN, static_cast<float>(rank));
     const double metric = rank == victim ? 0.0 : 1.0 + rank;
     agent.publish({pw::ConstLayerRef(w)});
@@ -100,7 +136,10 @@ int stall(int rank, int size, int victim) {
     std::string reason;
     int chosen_while_suspect = 0;
     int chosen_after = 0;
-    for (int t = 1; MPI_Wtime() - t0 < 6.0; ++t) {
+    // Across hosts a survivor's step took ~100 ms under Open MPI (its RMA roster reads), so
+    // that 6 s left it 1-8 rebirths from the woken rank: it runs 10 s there.
+    const double seconds = cross_host ? 10.0 : 6.0;
+    for (int t = 1; MPI_Wtime() - t0 < seconds; ++t) {
       for (float& x : w) x += 0.001F;
       const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
       if (rank == victim && !stalled && MPI_Wtime() - t0 > 0.5) {
@@ -111,19 +150,31 @@ int stall(int rank, int size, int victim) {
       if (rank == victim) continue;
       bool chose_victim = false;
       for (const pw::DonorRecord& d : event.donors) chose_victim |= d.rank == victim;
-      if (event.died && chose_victim && suspect_from >= 0) {
-        if (back_at < 0) {
-          ++chosen_while_suspect;
-        } else {
-          ++chosen_after;
-        }
+      const pw::RosterEntry e = look_at(agent, victim, cross_host);
+      if (!e.answered) {
+        std::printf("FAILED: rank %d: the stalled rank's roster did not answer within %.1f s\n",
+                    rank, kReadTimeout);
+        failed = 1;
+        continue;
       }
-      const pw::RosterEntry e = agent.window().roster(victim);
       if (e.suspect && suspect_from < 0) {
         suspect_from = t;
         reason = e.suspect_reason;
       } else if (!e.suspect && suspect_from >= 0 && back_at < 0) {
         back_at = t;
+      }
+      // Judged after this step's look: the step's own roster read came before it, so a rebirth
+      // in the step where the look first finds the rank alive again may rightly have chosen
+      // it (it read the first beat after the stall). Counted while a suspect, that failed 1 of
+      // 6 runs across hosts under MPICH, the step unknown: the step is printed now.
+      if (event.died && chose_victim && suspect_from >= 0 && suspect_from < t) {
+        if (back_at < 0) {
+          ++chosen_while_suspect;
+          std::printf("rank %d: chose the stalled rank at step %d while it was a suspect\n", rank,
+                      t);
+        } else {
+          ++chosen_after;
+        }
       }
     }
     if (rank != victim) {
@@ -161,9 +212,11 @@ int main(int argc, char** argv) {
   }
   const int victim = run.size - 1;
   if (argc > 2 && std::string(argv[2]) == "--averaging") averaging(mode, rank, victim);
-  if (mode == "--stall") return stall(rank, run.size, victim);
+  bool cross_host = false;
+  for (int i = 2; i < argc; ++i) cross_host |= std::string(argv[i]) == "--cross-host";
+  if (mode == "--stall") return stall(rank, run.size, victim, cross_host);
 
-  pw::Agent<> agent = make_agent("member_death", 2.0);
+  pw::Agent<> agent = make_agent("member_death", 2.0, cross_host);
 
   std::vector<float> w(kN, static_cast<float>(rank));
   const double metric = rank == victim ? 0.0 : 1.0 + rank;  // lower is better: the victim wins
@@ -175,9 +228,12 @@ int main(int argc, char** argv) {
   int rebirths_after = 0;
   int victim_donor_after = 0;
   int victim_donor_before = 0;
+  double longest_step = 0.0;  // seconds, once the victim is dead
   for (int t = 1; t <= kSteps; ++t) {
     for (float& x : w) x += 0.001F;
+    const double step_start = MPI_Wtime();
     const pw::StepEvent event = agent.step(t, metric, {pw::LayerRef(w)});
+    if (detected_at >= 0) longest_step = std::max(longest_step, MPI_Wtime() - step_start);
     if (rank == victim && t == kVictimSteps) pw::test::die(mode == "--kill");
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     if (event.died) {
@@ -191,10 +247,12 @@ int main(int argc, char** argv) {
       }
     }
     if (detected_at < 0) {
-      const pw::RosterEntry e = agent.window().roster(victim);
-      if (e.suspect) {
+      const pw::RosterEntry e = look_at(agent, victim, cross_host);
+      if (e.suspect || !e.answered) {
         detected_at = t;
-        reason = e.suspect_reason;
+        reason = e.suspect
+                     ? e.suspect_reason
+                     : "its roster did not answer within " + std::to_string(kReadTimeout) + " s";
       }
     }
   }
@@ -203,7 +261,9 @@ int main(int argc, char** argv) {
               "from the dead rank; %d rebirths from it before\n",
               rank, victim, detected_at, reason.c_str(), rebirths_after, victim_donor_after,
               victim_donor_before);
-  const bool failed = detected_at < 0 || rebirths_after < 1 || victim_donor_after != 0;
+  if (cross_host) std::printf("rank %d: longest step after that %.3f s\n", rank, longest_step);
+  const bool failed = detected_at < 0 || rebirths_after < 1 || victim_donor_after != 0 ||
+                      (cross_host && longest_step > kReadTimeout + 1.0);
   if (failed)
     std::printf("FAILED: rank %d: the dead rank chosen, or no rebirth afterwards\n", rank);
   pw::test::end_survivor(victim, failed, "survivors: member death survived (" + mode + ")");
