@@ -109,9 +109,9 @@ void RmaBatch::get(void* dst, std::size_t bytes, int target, std::size_t offset)
       continue;
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at), count,
-                       MPI_BYTE, win_, &request),
-              "MPI_Rget");
+    const int code = MPI_Rget(out + at, count, MPI_BYTE, target, static_cast<MPI_Aint>(offset + at),
+                              count, MPI_BYTE, win_, &request);
+    if (code != MPI_SUCCESS) unreachable(target, code, "MPI_Rget");
     requests_.push_back(request);
     targets_.push_back(target);
   }
@@ -121,18 +121,19 @@ void RmaBatch::fetch_op(const std::uint64_t* operand, std::uint64_t* old, int ta
                         std::size_t offset, MPI_Op op) {
   MPI_Request request = MPI_REQUEST_NULL;
   // Same datatype as every other access to the pins: atomic with respect to them.
-  check_mpi(MPI_Rget_accumulate(operand, 1, MPI_UINT64_T, old, 1, MPI_UINT64_T, target,
-                                static_cast<MPI_Aint>(offset), 1, MPI_UINT64_T, op, win_, &request),
-            "MPI_Rget_accumulate(pin)");
+  const int code =
+      MPI_Rget_accumulate(operand, 1, MPI_UINT64_T, old, 1, MPI_UINT64_T, target,
+                          static_cast<MPI_Aint>(offset), 1, MPI_UINT64_T, op, win_, &request);
+  if (code != MPI_SUCCESS) unreachable(target, code, "MPI_Rget_accumulate(pin)");
   requests_.push_back(request);
   targets_.push_back(target);
 }
 
 void RmaBatch::accumulate(const std::uint64_t* operand, int target, std::size_t offset, MPI_Op op) {
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Raccumulate(operand, 1, MPI_UINT64_T, target, static_cast<MPI_Aint>(offset), 1,
-                            MPI_UINT64_T, op, win_, &request),
-            "MPI_Raccumulate(pin release)");
+  const int code = MPI_Raccumulate(operand, 1, MPI_UINT64_T, target, static_cast<MPI_Aint>(offset),
+                                   1, MPI_UINT64_T, op, win_, &request);
+  if (code != MPI_SUCCESS) unreachable(target, code, "MPI_Raccumulate(pin release)");
   requests_.push_back(request);
   targets_.push_back(target);
 }
@@ -149,22 +150,44 @@ void RmaBatch::wait() {
     wait_until_deadline();
     return;
   }
+  std::vector<MPI_Status> statuses(requests_.size());
   const int code =
-      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
+  if (code != MPI_SUCCESS) completion_failed(code, statuses, "MPI_Waitall (RMA)");
   requests_.clear();
   targets_.clear();
-  check_mpi(code, "MPI_Waitall (RMA)");
+}
+
+void RmaBatch::unreachable(int target, int code, const char* call) {
+  abandon();
+  throw DonorError(target, "paramwin: " + std::string(call) + " to rank " + std::to_string(target) +
+                               " failed: " + mpi_error_string(code) + " (its process may be gone)");
+}
+
+void RmaBatch::completion_failed(int code, const std::vector<MPI_Status>& statuses,
+                                 const char* call) {
+  int target = targets_.empty() ? -1 : targets_.front();
+  int cause = code;
+  if (code == MPI_ERR_IN_STATUS) {
+    for (std::size_t i = 0; i < statuses.size() && i < targets_.size(); ++i) {
+      const int e = statuses[i].MPI_ERROR;
+      if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
+        target = targets_[i];
+        cause = e;
+        break;
+      }
+    }
+  }
+  unreachable(target, cause, call);
 }
 
 void RmaBatch::wait_until_deadline() {
   const int n = static_cast<int>(requests_.size());
   for (;;) {
     int done = 0;
-    const int code = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE);
-    if (code != MPI_SUCCESS) {
-      abandon();
-      check_mpi(code, "MPI_Testall (RMA)");
-    }
+    std::vector<MPI_Status> statuses(requests_.size());
+    const int code = MPI_Testall(n, requests_.data(), &done, statuses.data());
+    if (code != MPI_SUCCESS) completion_failed(code, statuses, "MPI_Testall (RMA)");
     if (done != 0) {
       requests_.clear();
       targets_.clear();

@@ -118,6 +118,13 @@ class RmaBatch {
  private:
   /// Polls until done or past the deadline (then abandons and throws TimeoutError).
   void wait_until_deadline();
+  /// An RMA call to @p target failed with @p code (on these MPIs: its process is gone, the
+  /// transport to it broken): the batch's requests abandoned, a DonorError naming @p target.
+  [[noreturn]] void unreachable(int target, int code, const char* call);
+  /// A completion call (@p call) failed with @p code: unreachable() with the first request
+  /// whose status holds an error (MPI_ERR_IN_STATUS), else the first target.
+  [[noreturn]] void completion_failed(int code, const std::vector<MPI_Status>& statuses,
+                                      const char* call);
 
   MPI_Win win_;
   Graveyard* graveyard_;

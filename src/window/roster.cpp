@@ -165,7 +165,8 @@ class RemoteRosterReads {
         live_(arena_->make<LivenessWords>(ranks.size())),
         requests_(kSlots * ranks.size(), MPI_REQUEST_NULL),
         readers_(ranks.size()),
-        completed_(requests_.size()) {}
+        completed_(requests_.size()),
+        statuses_(requests_.size()) {}
 
   // Starts the current phase of rank @p i (index into the ranks).
   void issue(std::size_t i) {
@@ -181,24 +182,40 @@ class RemoteRosterReads {
     }
   }
 
-  // Polls once: the indices of the ranks whose read settled now.
+  // Polls once: the indices of the ranks whose read settled now (an entry, or failed()).
   std::vector<std::size_t> poll() {
     int count = 0;
-    check_mpi(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &count,
-                           completed_.data(), MPI_STATUSES_IGNORE),
-              "MPI_Testsome(roster)");
+    const int code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &count,
+                                  completed_.data(), statuses_.data());
+    // MPI_ERR_IN_STATUS: some reads failed (their target's process gone, the transport to it
+    // broken): those ranks did not answer. Any other error is the window's.
+    if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) check_mpi(code, "MPI_Testsome(roster)");
     std::vector<std::size_t> settled;
     for (int c = 0; c < count && count != MPI_UNDEFINED; ++c) {
-      const std::size_t i =
-          static_cast<std::size_t>(completed_[static_cast<std::size_t>(c)]) / kSlots;
-      if (--readers_[i].in_flight > 0) continue;
+      const auto k = static_cast<std::size_t>(c);
+      const std::size_t i = static_cast<std::size_t>(completed_[k]) / kSlots;
+      if (code == MPI_ERR_IN_STATUS && statuses_[k].MPI_ERROR != MPI_SUCCESS) {
+        readers_[i].failed = true;
+      }
+      if (--readers_[i].in_flight > 0 || readers_[i].failed) continue;
       advance(i);
-      if (readers_[i].done) settled.push_back(i);
+    }
+    for (std::size_t i = 0; i < readers_.size(); ++i) {
+      Reader& r = readers_[i];
+      if (!r.reported && (r.done || (r.failed && r.in_flight == 0))) {
+        r.reported = true;
+        settled.push_back(i);
+      }
     }
     return settled;
   }
 
   [[nodiscard]] bool done(std::size_t i) const noexcept { return readers_[i].done; }
+  // Whether the read of rank @p i failed (an MPI error: it did not answer).
+  [[nodiscard]] bool failed(std::size_t i) const noexcept { return readers_[i].failed; }
+  [[nodiscard]] bool any_failed() const noexcept {
+    return std::any_of(readers_.begin(), readers_.end(), [](const Reader& r) { return r.failed; });
+  }
 
   // The entry of settled rank @p i (see make_entry).
   [[nodiscard]] RosterEntry entry(std::size_t i, const Hyperparameters& own,
@@ -234,13 +251,20 @@ class RemoteRosterReads {
     int in_flight = 0;
     int rounds = 0;
     bool done = false;
+    bool failed = false;    // an MPI call of its read failed
+    bool reported = false;  // poll() returned it
   };
 
   void get(std::size_t i, std::size_t slot, void* dst, std::size_t bytes, std::size_t offset) {
+    if (readers_[i].failed) return;
     const int count = static_cast<int>(bytes);
-    check_mpi(MPI_Rget(dst, count, MPI_BYTE, ranks_[i], static_cast<MPI_Aint>(offset), count,
-                       MPI_BYTE, win_, &requests_[kSlots * i + slot]),
-              "MPI_Rget(roster)");
+    const int code = MPI_Rget(dst, count, MPI_BYTE, ranks_[i], static_cast<MPI_Aint>(offset), count,
+                              MPI_BYTE, win_, &requests_[kSlots * i + slot]);
+    if (code != MPI_SUCCESS) {  // its process gone, the transport to it broken: no answer
+      requests_[kSlots * i + slot] = MPI_REQUEST_NULL;
+      readers_[i].failed = true;
+      return;
+    }
     ++readers_[i].in_flight;
   }
 
@@ -280,6 +304,7 @@ class RemoteRosterReads {
   std::vector<MPI_Request> requests_;
   std::vector<Reader> readers_;
   std::vector<int> completed_;
+  std::vector<MPI_Status> statuses_;
 };
 
 }  // namespace
@@ -298,9 +323,20 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
     std::size_t left = n;
     while (left > 0) {
       for (const std::size_t i : reads.poll()) {
+        --left;
+        if (reads.failed(i)) {  // an MPI error: it does not answer (as a late rank)
+          if (!mark_late) {
+            throw DonorError(ranks[i], "paramwin: the roster read of rank " +
+                                           std::to_string(ranks[i]) +
+                                           " failed in MPI (its process may be gone)");
+          }
+          out[i] = RosterEntry{};
+          out[i].rank = ranks[i];
+          out[i].answered = false;
+          continue;
+        }
         out[i] = reads.entry(i, hyper_, slots_.fingerprint);
         judge_->judge(out[i]);
-        --left;
       }
       if (left > 0 && deadline > 0.0 && MPI_Wtime() > deadline) {
         int first_late = -1;
@@ -322,6 +358,7 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
     reads.abandon();
     throw;
   }
+  if (reads.any_failed()) reads.abandon();  // requests of failed reads still outstanding
   return out;
 }
 
