@@ -183,9 +183,9 @@ void RmaBatch::completion_failed(int code, const std::vector<MPI_Status>& status
 
 void RmaBatch::wait_until_deadline() {
   const int n = static_cast<int>(requests_.size());
+  std::vector<MPI_Status> statuses(requests_.size());
   for (;;) {
     int done = 0;
-    std::vector<MPI_Status> statuses(requests_.size());
     const int code = MPI_Testall(n, requests_.data(), &done, statuses.data());
     if (code != MPI_SUCCESS) completion_failed(code, statuses, "MPI_Testall (RMA)");
     if (done != 0) {
