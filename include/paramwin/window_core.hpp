@@ -197,7 +197,8 @@ class Window {
   /// so an unreachable third rank never delays it. Same-node agents are read from shared
   /// memory (never waits); others over RMA, which on MPICH's ch4:ucx completes only when
   /// @p rank enters MPI. @p timeout_seconds > 0 bounds that wait: past it TimeoutError (the
-  /// read completes in the background, as an abandoned pull's does); 0: no bound.
+  /// read completes in the background, as an abandoned pull's does); 0: no bound. A read
+  /// that fails in MPI (a process gone on another host) is TimeoutError too, at once.
   [[nodiscard]] RosterEntry roster(int rank, double timeout_seconds = 0.0) const;
   /// Reads every agent's roster (one-sided, no collective), indexed by rank; the RMA reads of
   /// all remote agents are pipelined together. @p timeout_seconds > 0 bounds the wait: the

@@ -325,10 +325,11 @@ std::vector<RosterEntry> WindowImpl::read_remote_rosters(std::span<const int> ra
       for (const std::size_t i : reads.poll()) {
         --left;
         if (reads.failed(i)) {  // an MPI error: it does not answer (as a late rank)
-          if (!mark_late) {
-            throw DonorError(ranks[i], "paramwin: the roster read of rank " +
-                                           std::to_string(ranks[i]) +
-                                           " failed in MPI (its process may be gone)");
+          if (!mark_late) {     // as a rank that does not answer in time (callers skip it)
+            throw TimeoutError(ranks[i], "paramwin: the roster read of rank " +
+                                             std::to_string(ranks[i]) +
+                                             " failed in MPI: it does not answer (its process "
+                                             "may be gone)");
           }
           out[i] = RosterEntry{};
           out[i].rank = ranks[i];
