@@ -114,7 +114,8 @@ class ElasticAgent:
 
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares."""
+        the spares. Raises EvictedError when this process was judged dead while it stalled
+        before it finished (a spare now: wait_for_slot() returns False at the end)."""
         self._agent.finish()
 
     def members_gather(self, value: float) -> List[float]:

@@ -539,7 +539,7 @@ class TorchElasticAgent(_TorchMember):
 
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares."""
+        the spares (EvictedError: see paramwin.ElasticAgent.finish)."""
         self._agent.finish()
 
     @property
