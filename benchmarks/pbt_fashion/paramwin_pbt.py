@@ -20,7 +20,7 @@ from typing import Any, Dict
 import torch
 
 import model as M
-from common import Context, polite_allgather
+from common import Context, explore, pbt_counts, polite_allgather
 
 from paramwin.torch import TorchAgent
 
@@ -30,6 +30,11 @@ METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
     "paramwin_pbt": {"preset": "pbt", "worst_every": 1},
     "paramwin_pbt_sync": {"preset": "pbt", "worst_every": 1, "sync": True},
     "paramwin_pb2": {"preset": "pbt", "worst_every": 1, "explore_kind": "pb2"},
+    # The synchronous mode deciding as the checkpoint-file baseline does, draw for draw: its
+    # explore is the baseline's (common.explore on the baseline's per-agent generator, which
+    # first draws the donor among the top agents). Same seed, same draws: the two methods
+    # make the same decisions, so any difference between their runs is the exploit's own.
+    "paramwin_pbt_sync_twin": {"preset": "pbt", "worst_every": 1, "sync": True},
 }
 
 
@@ -43,12 +48,27 @@ def options(ctx: Context) -> Dict[str, Any]:
     return opts
 
 
+def baseline_explore(ctx: Context):
+    """paramwin_pbt_sync_twin's custom_explore: the checkpoint-file baseline's explore of the
+    donor's values on the baseline's generator (checkpoint_pbt.run: the same seed and draws,
+    the donor's draw among the top agents first)."""
+    rng = torch.Generator().manual_seed(ctx.agent_seed(3))
+    top = pbt_counts(ctx.size, 0.25)
+
+    def explore_like_baseline(context, values):
+        int(torch.randint(top, (1,), generator=rng))  # the baseline's donor draw
+        return explore(dict(context.donors[0]), rng)
+
+    return explore_like_baseline
+
+
 def run(ctx: Context) -> None:
     hyper = M.initial_hyper(torch.Generator().manual_seed(ctx.agent_seed()))
     net = M.make_model(ctx.agent_seed(1))
     opt = M.make_optimizer(net, hyper)
     batches = M.Batches(ctx.data.train, ctx.agent_seed(2))
-    with TorchAgent(net, opt, ctx.comm, hyperparameters=hyper, **options(ctx)) as agent:
+    hooks = {"custom_explore": baseline_explore(ctx)} if ctx.method.endswith("_twin") else {}
+    with TorchAgent(net, opt, ctx.comm, hyperparameters=hyper, **options(ctx), **hooks) as agent:
         agent.publish()
         step = 0
         while True:
@@ -58,7 +78,7 @@ def run(ctx: Context) -> None:
                 continue
             val = ctx.evaluate(net)
             last = ctx.out_of_budget(step)
-            if ctx.method.endswith("_sync"):
+            if METHOD_OPTIONS[ctx.method].get("sync"):
                 # The synchronous mode's step is collective: everyone stops at one boundary.
                 last = any(polite_allgather(ctx.comm, last))
             t0 = time.perf_counter()

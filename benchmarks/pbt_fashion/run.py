@@ -39,7 +39,7 @@ METHODS = {
     "optuna_tpe": optuna_tpe.run,
     "checkpoint_pbt": checkpoint_pbt.run,
 }
-PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2")
+PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin")
 
 
 def calibration(comm, o, train) -> float:
