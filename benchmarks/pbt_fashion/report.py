@@ -15,7 +15,9 @@ baseline's run time (the slow-agents target of issue 36). A second table holds p
 against every other method (means, their difference against the seeds' spread, per-seed paired
 differences: issue 36's schedule-task target). --check exits non-zero
 when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
-an exploiting method never exploited (the suite's short version uses it).
+an exploiting method never exploited, or when paramwin_pbt_sync_twin's runs differ from
+checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
+version uses it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import statistics
 import sys
@@ -31,7 +34,10 @@ from typing import Dict, List
 
 BASELINE = "checkpoint_pbt"
 ORDER = ["random_search", "random_cosine", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt",
-         "paramwin_pbt_sync", "paramwin_pb2"]
+         "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin"]
+# paramwin's synchronous PBT deciding with the baseline's explore stream (paramwin_pbt.py):
+# twin() checks that its runs are the baseline's, evaluation for evaluation.
+TWIN = "paramwin_pbt_sync_twin"
 SEARCHES = ("random_search", "random_cosine", "optuna_tpe")  # methods that never exploit
 PBT = "paramwin_pbt"  # the method the comparison table holds against every other
 
@@ -112,6 +118,58 @@ def summary(by) -> List[dict]:
             "t_equal": t_equal, "to_base": to_base,
         })
     return out
+
+
+def twin(by) -> List[str]:
+    """paramwin_pbt_sync_twin against checkpoint_pbt, per seed both ran: every agent's
+    evaluations (step, the validation accuracy it ranked on, held-out accuracy, hyperparameters,
+    whether it was reborn and from whom) must be the same, up to the first interval whose
+    ranking had a tie at the edge of a tail (the two methods may break ties differently), and
+    before the last boundary (the baseline stops there; paramwin's step still exploits).
+    Returns one line per seed; a line starting "DIFFERS" is a failure of --check."""
+    lines = []
+    for s in sorted(set(by.get(TWIN, {})) & set(by.get(BASELINE, {}))):
+        def evaluations(rows):
+            return {(r["rank"], r["step"]): r for r in rows}
+        a, b = evaluations(by[BASELINE][s]), evaluations(by[TWIN][s])
+        ranked = lambda r: r.get("val_before", r["val"])  # noqa: E731 - the metric it ranked on
+        steps = sorted({k[1] for k in a} | {k[1] for k in b})
+        last = max(steps)
+        compared, stop, bad = 0, "", ""
+        for step in steps:
+            keys = sorted({k for k in a if k[1] == step} | {k for k in b if k[1] == step})
+            for k in keys:
+                x, y = a.get(k), b.get(k)
+                if x is None or y is None:
+                    bad = f"rank {k[0]} step {k[1]}: evaluated by one method only"
+                    break
+                same = ranked(x) == ranked(y)
+                if step < last:
+                    same = same and (x["test"] == y["test"] and x["hyper"] == y["hyper"]
+                                     and bool(x.get("died")) == bool(y.get("died"))
+                                     and ([x["donor"]] if x.get("died") else None)
+                                     == (y["donors"] if y.get("died") else None))
+                if not same:
+                    bad = (f"rank {k[0]} step {k[1]}: baseline val {ranked(x)} test {x['test']} "
+                           f"hyper {x['hyper']} died {bool(x.get('died'))}; twin val "
+                           f"{ranked(y)} test {y['test']} hyper {y['hyper']} died "
+                           f"{bool(y.get('died'))}")
+                    break
+                compared += 1
+            if bad:
+                break
+            # A tie across a tail's edge: the methods may choose different agents from here on.
+            vals = sorted((ranked(a[k]) for k in keys), reverse=True)
+            tail = min(math.ceil(0.25 * len(vals)), len(vals) // 2)
+            if step < last and tail and (vals[tail - 1] == vals[tail]
+                                         or vals[-tail - 1] == vals[-tail]):
+                stop = f"; stopped after step {step}: a tie at the edge of a tail of its ranking"
+                break
+        if bad:
+            lines.append(f"DIFFERS seed {s}: {bad} (after {compared} identical evaluations)")
+        else:
+            lines.append(f"seed {s}: {compared} evaluations identical{stop}")
+    return lines
 
 
 def fmt(values: List[float]) -> str:
@@ -250,6 +308,13 @@ def main() -> int:
                 if r["method"] not in SEARCHES and r["rebirths"] == 0]
         if bad:
             print("report: " + "; ".join(bad), file=sys.stderr)
+            return 1
+    twins = twin(by)
+    if twins:
+        print("twin (paramwin_pbt_sync_twin against checkpoint_pbt, same decisions):\n  "
+              + "\n  ".join(twins))
+        if o.check and any(line.startswith("DIFFERS") for line in twins):
+            print("report: paramwin_pbt_sync_twin differs from checkpoint_pbt", file=sys.stderr)
             return 1
     text = markdown(rows)
     table = versus(rows)
