@@ -34,6 +34,24 @@ enum class Replacement : std::uint8_t {
   standing_window = 1,
 };
 
+/// Refills of the spare pool by MPI_Comm_spawn (docs/elastic.md, "Refilling the spares"):
+/// Open MPI only (MPICH's ch4:ucx has no MPI_Comm_spawn), and Replacement::new_window only
+/// (the standing window is over the processes of the start). When the live spares are fewer
+/// than `pool` (or than the dead slots waiting), the coordinator proposes a refill: every
+/// live process (members and spares) agrees, and together they spawn the missing spares and
+/// merge with them into a new communicator of every process (the dead left out). The members
+/// keep their epoch's communicator and window; the new processes wait as spares.
+struct SpawnOptions {
+  /// Keep this many live spares; 0: never spawn.
+  int pool = 0;
+  /// The program the spares run; empty: this process's own executable (/proc/self/exe).
+  std::string command{};
+  /// Its arguments; std::nullopt: this process's own (/proc/self/cmdline without argv[0]).
+  /// A spawned process must construct the same Membership options (its MPI_Comm_get_parent
+  /// is the refill's): the same program and arguments do.
+  std::optional<std::vector<std::string>> args{};
+};
+
 /// How a Membership judges and agrees.
 struct MembershipOptions {
   /// How a slot is given to a spare (see Replacement).
@@ -51,6 +69,17 @@ struct MembershipOptions {
   double agree_seconds = 60.0;
   /// How long a spare sleeps between looks for a message.
   double spare_sleep_seconds = 0.002;
+  /// Refills of the spare pool by MPI_Comm_spawn (none by default).
+  SpawnOptions spawn{};
+};
+
+/// The refills a process took part in (Membership::refills()).
+struct RefillStats {
+  std::uint64_t refills = 0;  ///< refills this process took part in (or, spawned, was made by)
+  std::uint64_t spawned = 0;  ///< processes those refills started
+  std::uint64_t failed = 0;   ///< refills whose MPI_Comm_spawn failed (no more are proposed)
+  double last_seconds = 0.0;  ///< the last refill, from its proposal to the new communicator
+  bool spawned_here = false;  ///< this process was started by a refill
 };
 
 /// What a process does in the population now.
@@ -83,7 +112,9 @@ class Membership {
   /// @note Collective over @p world (every rank, members and spares: an MPI_Allgather of
   /// pids and host ids, two duplicates of @p world (messages; the parent of the epochs'
   /// communicators, apart: Open MPI builds those with messages under their tag), the first epoch's
-  /// communicator over the members). InvalidArgument on every rank for bad options.
+  /// communicator over the members). InvalidArgument on every rank for bad options. A process
+  /// started by a refill (SpawnOptions::pool > 0 and a parent communicator) instead joins its
+  /// parents' population as a spare: collective over its parents and the other new processes.
   explicit Membership(MPI_Comm world, MembershipOptions options = {});
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
@@ -119,6 +150,12 @@ class Membership {
   [[nodiscard]] const std::vector<int>& spares() const noexcept;
   /// The iteration the slot's previous member had reached, once a spare was given a slot.
   [[nodiscard]] std::int64_t resume_iteration() const noexcept;
+  /// This process's rank among every process of the population (members and spares): in
+  /// the world communicator, and after a refill in the communicator it made (members() and
+  /// spares() are ranks of the same).
+  [[nodiscard]] int world_rank() const noexcept;
+  /// The refills of the spare pool (SpawnOptions) this process took part in.
+  [[nodiscard]] const RefillStats& refills() const noexcept;
 
   /// A spare: sleeps until a coordinator gives it a slot (true: slot(), comm() and epoch()
   /// are the new epoch's, last_change() says which) or the population finished (false). A

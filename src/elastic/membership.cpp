@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -35,16 +38,56 @@ enum Tag : int {
   kSpare = 7,   // []: the sender is a spare now
   kDone = 8,    // [epoch, slot]
   kStop = 9,    // []: the population finished
+  // A refill of the spares (SpawnOptions): [id, nspawn, root, nlive, live..., nslots,
+  // members..., nspares, spares...] to every live process but the proposer; answered
+  // [id, ok], then committed or aborted [id].
+  kRefill = 10,
+  kRefillAnswer = 11,
+  kRefillCommit = 12,
+  kRefillAbort = 13,
 };
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
 constexpr int kCommTagBase = 1000;
 constexpr int kMembersTagBase = 31000;
+// A refill's MPI_Comm_create_group over the live processes: kRefillTagBase + refills % 700.
+constexpr int kRefillTagBase = 32000;
 int epoch_tag(std::uint64_t epoch) { return kCommTagBase + static_cast<int>(epoch % 30000); }
 
 using Message = std::vector<std::int64_t>;
 
 void sleep_seconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+/// This process's executable and arguments (what a refill spawns by default).
+std::string own_executable() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string cur;
+  for (const char c : all) {
+    if (c == '\0') {
+      args.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!args.empty()) args.erase(args.begin());  // argv[0]
+  return args;
+}
+
+/// Whether this MPI has MPI_Comm_spawn here (Open MPI; MPICH's ch4:ucx has not).
+constexpr bool kCanSpawn =
+#if defined(OPEN_MPI)
+    true;
+#else
+    false;
+#endif
 
 }  // namespace
 
@@ -97,6 +140,22 @@ struct Membership::State {
   };
   std::vector<Outgoing> outbox;  // sends to a dead rank never complete: kept, small
   std::mt19937_64 rng{std::random_device{}()};
+  // Messages the agreement loops read but only poll() or wait_for_slot() act on.
+  std::optional<Message> evict_pending;  // a kEvict of a later epoch
+  bool stop_pending = false;             // a kStop
+  /// The communicators of every process this process held before a refill: never freed;
+  /// their ctl is still read (a message sent before the refill; one from a process the refill
+  /// left out, which is told to stop).
+  struct OldUniverse {
+    MPI_Comm ctl = MPI_COMM_NULL;
+    std::vector<int> to_current;  // its rank -> the current rank, -1: left out
+    std::vector<std::int64_t> pids;
+    std::vector<std::uint64_t> hosts;
+  };
+  std::vector<OldUniverse> old_universes;
+  RefillStats refill_stats;
+  std::string spawn_command;            // resolved SpawnOptions::command
+  std::vector<std::string> spawn_args;  // resolved SpawnOptions::args
 
   // --- messages -------------------------------------------------------------------------
 
@@ -108,21 +167,48 @@ struct Membership::State {
     });
   }
 
-  void send(int dest, int tag, Message msg) {
+  /// Sends @p msg to @p dest of @p on (the current ctl by default); a slot whose process a
+  /// refill left out (dest -1) gets nothing.
+  void send(int dest, int tag, Message msg, MPI_Comm on = MPI_COMM_NULL) {
+    if (dest < 0) return;
     reap();
     Outgoing out;
     out.data = std::make_unique<Message>(std::move(msg));
     detail::check_mpi(MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T,
-                                dest, tag, ctl, &out.request),
+                                dest, tag, on == MPI_COMM_NULL ? ctl : on, &out.request),
                       "MPI_Isend");
     outbox.push_back(std::move(out));
   }
 
-  /// The next message from @p source (MPI_ANY_SOURCE: anyone) with @p tag (MPI_ANY_TAG: any),
-  /// if one has arrived.
-  bool receive(int source, int tag, Message& msg, MPI_Status& status) {
+  /// The next message to this process, if one has arrived: from the current ctl, else from
+  /// an old one's (its source translated to the current rank). A process a refill left out
+  /// is answered there with kEvict and kStop: the population has no place for it.
+  bool receive(Message& msg, MPI_Status& status) {
+    if (receive_on(ctl, msg, status)) return true;
+    for (OldUniverse& u : old_universes) {
+      while (receive_on(u.ctl, msg, status)) {
+        const int now = u.to_current.at(static_cast<std::size_t>(status.MPI_SOURCE));
+        if (now >= 0) {
+          status.MPI_SOURCE = now;
+          return true;
+        }
+        if (status.MPI_TAG != kStop) tell_left_out(u, status.MPI_SOURCE);
+      }
+    }
+    return false;
+  }
+
+  /// Tells a process a refill left out (a member judged dead that only stalled) to drop its
+  /// slot and end: kEvict of a later epoch (no members), then kStop.
+  void tell_left_out(const OldUniverse& u, int rank) {
+    send(rank, kEvict, {static_cast<std::int64_t>(epoch + 1), nslots}, u.ctl);
+    send(rank, kStop, {}, u.ctl);
+  }
+
+  /// One message on @p on, if one has arrived.
+  bool receive_on(MPI_Comm on, Message& msg, MPI_Status& status) {
     int flag = 0;
-    detail::check_mpi(MPI_Iprobe(source, tag, ctl, &flag, &status), "MPI_Iprobe");
+    detail::check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, on, &flag, &status), "MPI_Iprobe");
     if (flag == 0) return false;
     int count = 0;
     MPI_Get_count(&status, MPI_INT64_T, &count);
@@ -133,7 +219,7 @@ struct Membership::State {
     }
     msg.assign(static_cast<std::size_t>(count), 0);
     detail::check_mpi(MPI_Recv(msg.data(), count, MPI_INT64_T, status.MPI_SOURCE, status.MPI_TAG,
-                               ctl, MPI_STATUS_IGNORE),
+                               on, MPI_STATUS_IGNORE),
                       "MPI_Recv");
     return true;
   }
@@ -141,6 +227,7 @@ struct Membership::State {
   // --- judgement ------------------------------------------------------------------------
 
   [[nodiscard]] bool process_gone(int world) const {
+    if (world < 0) return true;  // a slot whose process a refill left out
     return hosts[static_cast<std::size_t>(world)] == host &&
            !detail::process_alive(pids[static_cast<std::size_t>(world)]);
   }
@@ -282,9 +369,19 @@ struct Membership::State {
           done[static_cast<std::size_t>(m[1])] = 1;
         }
         return true;
+      case kEvict:  // read inside an agreement: acted on by the next poll()
+        if (!m.empty() && static_cast<std::uint64_t>(m[0]) > epoch) evict_pending = m;
+        return true;
+      case kStop: stop_pending = true; return true;  // acted on by wait_for_slot()
       case kCommit:
       case kAbort:
-      case kAnswer: return true;  // stale: of a proposal given up
+      case kAnswer:
+      case kRefillAnswer:
+      case kRefillCommit:
+      case kRefillAbort: return true;  // stale: of a proposal given up
+      case kRefill:                    // busy with another agreement
+        if (!m.empty()) send(st.MPI_SOURCE, kRefillAnswer, {m[0], 0});
+        return true;
       default: return false;
     }
   }
@@ -304,7 +401,7 @@ struct Membership::State {
     Message m;
     MPI_Status st;
     while (true) {
-      while (receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
+      while (receive(m, st)) {
         if (st.MPI_SOURCE == proposer && (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) &&
             !m.empty() && static_cast<std::uint64_t>(m[0]) == change.epoch) {
           if (st.MPI_TAG == kAbort) return std::nullopt;
@@ -407,7 +504,7 @@ struct Membership::State {
     Message m;
     MPI_Status st;
     while (!failed && yes.size() < targets.size()) {
-      while (receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
+      while (receive(m, st)) {
         if (st.MPI_TAG == kAnswer && m.size() == 2 &&
             static_cast<std::uint64_t>(m[0]) == change.epoch &&
             std::find(targets.begin(), targets.end(), st.MPI_SOURCE) != targets.end()) {
@@ -445,6 +542,267 @@ struct Membership::State {
     }
     return enter(change, spares_left, started);
   }
+
+  // --- refills (SpawnOptions) -------------------------------------------------------------
+
+  /// What a refill proposal carries.
+  struct Refill {
+    std::int64_t id = 0;
+    int nspawn = 0;
+    int root = 0;              // the proposer's index in live
+    std::vector<int> live;     // the processes that take part, current ranks
+    std::vector<int> members;  // per slot, current rank (-1: none alive)
+    std::vector<int> spares;   // current ranks
+  };
+
+  static Message refill_message(const Refill& r) {
+    Message m{r.id, r.nspawn, r.root, static_cast<std::int64_t>(r.live.size())};
+    m.insert(m.end(), r.live.begin(), r.live.end());
+    m.push_back(static_cast<std::int64_t>(r.members.size()));
+    m.insert(m.end(), r.members.begin(), r.members.end());
+    m.push_back(static_cast<std::int64_t>(r.spares.size()));
+    m.insert(m.end(), r.spares.begin(), r.spares.end());
+    return m;
+  }
+
+  static bool parse_refill(const Message& m, Refill& r) {
+    std::size_t i = 0;
+    auto next = [&]() -> std::int64_t { return i < m.size() ? m[i++] : -1; };
+    auto list = [&](std::vector<int>& out) {
+      const std::int64_t n = next();
+      if (n < 0 || static_cast<std::size_t>(n) > m.size()) return false;
+      out.clear();
+      for (std::int64_t k = 0; k < n; ++k) out.push_back(static_cast<int>(next()));
+      return true;
+    };
+    r.id = next();
+    r.nspawn = static_cast<int>(next());
+    r.root = static_cast<int>(next());
+    return list(r.live) && list(r.members) && list(r.spares) && i <= m.size() && r.nspawn > 0 &&
+           r.root >= 0 && static_cast<std::size_t>(r.root) < r.live.size();
+  }
+
+  /// Whether a refill may be proposed now (the coordinator, no dead slot it can fill).
+  [[nodiscard]] bool refill_allowed() const {
+    return o.spawn.pool > 0 && refill_stats.failed == 0 &&
+           std::none_of(done.begin(), done.end(), [](char d) { return d != 0; });
+  }
+
+  /// The coordinator: proposes a refill that spawns @p nspawn spares, to every process it
+  /// does not judge dead (@p dead: per slot, as judge() says).
+  void propose_refill(int nspawn, const std::vector<int>& dead) {
+    const double started = MPI_Wtime();
+    Refill r;
+    r.id = static_cast<std::int64_t>(rng() >> 2);
+    r.nspawn = nspawn;
+    for (int k = 0; k < nslots; ++k) {
+      const int w = members[static_cast<std::size_t>(k)];
+      const bool alive = dead[static_cast<std::size_t>(k)] == 0 && w >= 0;
+      r.members.push_back(alive ? w : -1);
+      if (alive) r.live.push_back(w);
+    }
+    for (int w : spares) {
+      if (!process_gone(w)) {
+        r.spares.push_back(w);
+        r.live.push_back(w);
+      }
+    }
+    r.root = static_cast<int>(std::find(r.live.begin(), r.live.end(), world_rank) - r.live.begin());
+    const Message msg = refill_message(r);
+    std::vector<int> targets;
+    for (int w : r.live) {
+      if (w != world_rank) targets.push_back(w);
+    }
+    for (int w : targets) send(w, kRefill, msg);
+    std::vector<int> yes;
+    bool failed = false;
+    Message m;
+    MPI_Status st;
+    while (!failed && yes.size() < targets.size()) {
+      while (receive(m, st)) {
+        if (st.MPI_TAG == kRefillAnswer && m.size() == 2 && m[0] == r.id &&
+            std::find(targets.begin(), targets.end(), st.MPI_SOURCE) != targets.end()) {
+          if (m[1] == 1) {
+            yes.push_back(st.MPI_SOURCE);
+          } else {
+            failed = true;
+          }
+        } else if (st.MPI_TAG == kPropose) {
+          send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // busy with its own
+        } else {
+          (void)bookkeeping(m, st);
+        }
+      }
+      for (int w : targets) {
+        if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) failed = true;
+      }
+      if (MPI_Wtime() - started > o.agree_seconds) failed = true;
+      if (!failed && yes.size() < targets.size()) sleep_seconds(0.0005);
+    }
+    if (failed) {
+      for (int w : yes) send(w, kRefillAbort, {r.id});
+      std::uniform_real_distribution<double> wait(0.02, 0.2);
+      backoff_until = MPI_Wtime() + wait(rng);
+      return;
+    }
+    for (int w : targets) send(w, kRefillCommit, {r.id});
+    enter_refill(r, started);
+  }
+
+  /// A refill proposal received: answers it, and on yes waits for its commit and takes part.
+  void on_refill(const Message& m, int proposer) {
+    Refill r;
+    const bool ok = parse_refill(m, r) && !pending &&
+                    (role == MemberRole::member || role == MemberRole::spare) &&
+                    r.members.size() == static_cast<std::size_t>(nslots) &&
+                    std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end() &&
+                    r.live[static_cast<std::size_t>(r.root)] == proposer;
+    send(proposer, kRefillAnswer, {r.id, ok ? 1 : 0});
+    if (!ok) return;
+    const double started = MPI_Wtime();
+    Message in;
+    MPI_Status st;
+    while (true) {
+      while (receive(in, st)) {
+        if (st.MPI_SOURCE == proposer &&
+            (st.MPI_TAG == kRefillCommit || st.MPI_TAG == kRefillAbort) && !in.empty() &&
+            in[0] == r.id) {
+          if (st.MPI_TAG == kRefillCommit) enter_refill(r, started);
+          return;
+        }
+        if (st.MPI_TAG == kPropose) {
+          send(st.MPI_SOURCE, kAnswer, {in.empty() ? 0 : in[0], 0});
+        } else {
+          (void)bookkeeping(in, st);
+        }
+      }
+      if (process_gone(proposer) || MPI_Wtime() - started > o.agree_seconds) return;
+      sleep_seconds(0.0005);
+    }
+  }
+
+  /// The committed refill @p r: the live processes build a communicator over themselves,
+  /// spawn the new spares and merge with them; every process of the result then takes it as
+  /// its communicator of every process. Collective over the live processes (and, through
+  /// the spawn, the new ones). A failed spawn leaves everything as it was (refills stop).
+  void enter_refill(const Refill& r, double started) {
+    MPI_Comm live =
+        create_comm(r.live, kRefillTagBase + static_cast<int>(refill_stats.refills % 700));
+    const std::string& command = spawn_command;
+    std::vector<char*> argv;
+    std::vector<std::string> args = spawn_args;  // MPI_Comm_spawn takes char**
+    argv.reserve(args.size() + 1);
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    MPI_Info info = MPI_INFO_NULL;
+    std::error_code ec;
+    const std::string cwd = std::filesystem::current_path(ec).string();
+    MPI_Info_create(&info);
+    if (!ec) MPI_Info_set(info, "wdir", cwd.c_str());
+    MPI_Comm inter = MPI_COMM_NULL;
+    std::vector<int> errcodes(static_cast<std::size_t>(r.nspawn), MPI_SUCCESS);
+    int rc = MPI_Comm_spawn(command.c_str(), argv.data(), r.nspawn, info, r.root, live, &inter,
+                            errcodes.data());
+    MPI_Info_free(&info);
+    // One outcome for every live process (the root's errcodes say more than its return).
+    int failed = rc != MPI_SUCCESS ? 1 : 0;
+    for (int e : errcodes) failed |= e != MPI_SUCCESS ? 1 : 0;
+    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, live),
+                      "MPI_Allreduce");
+    ++refill_stats.refills;
+    if (failed != 0) {
+      ++refill_stats.failed;  // a spawn that started some processes leaves them waiting
+      return;
+    }
+    MPI_Comm universe = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(inter, 0, &universe), "MPI_Intercomm_merge");
+    // The live processes keep their order in the merged communicator; the new ones follow.
+    std::vector<int> to_new(static_cast<std::size_t>(world_size), -1);
+    for (std::size_t i = 0; i < r.live.size(); ++i) {
+      to_new[static_cast<std::size_t>(r.live[i])] = static_cast<int>(i);
+    }
+    auto mapped = [&](const std::vector<int>& ranks) {
+      std::vector<int> out;
+      for (int w : ranks) out.push_back(w < 0 ? -1 : to_new[static_cast<std::size_t>(w)]);
+      return out;
+    };
+    std::vector<int> new_spares = mapped(r.spares);
+    for (int j = 0; j < r.nspawn; ++j) new_spares.push_back(static_cast<int>(r.live.size()) + j);
+    Message header{static_cast<std::int64_t>(epoch), nslots,
+                   static_cast<std::int64_t>(refill_stats.refills),
+                   static_cast<std::int64_t>(refill_stats.spawned +
+                                             static_cast<std::uint64_t>(r.nspawn))};
+    for (int w : mapped(r.members)) header.push_back(w);
+    header.push_back(static_cast<std::int64_t>(new_spares.size()));
+    for (int w : new_spares) header.push_back(w);
+    // The processes a refill left out that may still live (judged dead, maybe stalled).
+    OldUniverse left;
+    left.ctl = ctl;
+    left.to_current = to_new;
+    left.pids = pids;
+    left.hosts = hosts;
+    for (OldUniverse& u : old_universes) {
+      for (int& w : u.to_current) w = w < 0 ? -1 : to_new[static_cast<std::size_t>(w)];
+    }
+    const bool coordinator_here = r.live[static_cast<std::size_t>(r.root)] == world_rank;
+    std::vector<int> left_out;
+    for (int w = 0; w < world_size; ++w) {
+      if (to_new[static_cast<std::size_t>(w)] < 0 && !process_gone(w)) left_out.push_back(w);
+    }
+    old_universes.push_back(std::move(left));
+    adopt_universe(universe, header);
+    if (coordinator_here) {
+      for (int w : left_out) tell_left_out(old_universes.back(), w);
+    }
+    refill_stats.last_seconds = MPI_Wtime() - started;
+  }
+
+  /// Takes @p universe (every process of the population, after a refill) as the
+  /// communicator of every process: the header from its rank 0 (@p header there: epoch,
+  /// slots, refills, spawned, members, spares), the pids and hosts, the two duplicates.
+  /// Collective over @p universe.
+  void adopt_universe(MPI_Comm universe, Message header) {
+    MPI_Comm_set_errhandler(universe, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(universe, &world_rank);
+    MPI_Comm_size(universe, &world_size);
+    std::int64_t n = static_cast<std::int64_t>(header.size());
+    detail::check_mpi(MPI_Bcast(&n, 1, MPI_INT64_T, 0, universe), "MPI_Bcast");
+    header.resize(static_cast<std::size_t>(n));
+    detail::check_mpi(MPI_Bcast(header.data(), static_cast<int>(n), MPI_INT64_T, 0, universe),
+                      "MPI_Bcast");
+    std::size_t i = 0;
+    auto next = [&]() -> std::int64_t { return i < header.size() ? header[i++] : -1; };
+    epoch = static_cast<std::uint64_t>(next());
+    nslots = static_cast<int>(next());
+    refill_stats.refills = static_cast<std::uint64_t>(next());
+    refill_stats.spawned = static_cast<std::uint64_t>(next());
+    members.clear();
+    for (int k = 0; k < nslots; ++k) members.push_back(static_cast<int>(next()));
+    spares.clear();
+    const std::int64_t nsp = next();
+    for (std::int64_t k = 0; k < nsp; ++k) spares.push_back(static_cast<int>(next()));
+    gather_processes(universe);
+    detail::check_mpi(MPI_Comm_dup(universe, &ctl), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(ctl, MPI_ERRORS_RETURN);
+    detail::check_mpi(MPI_Comm_dup(universe, &groups), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(groups, MPI_ERRORS_RETURN);
+    slot = slot_of(world_rank);
+  }
+
+  /// Every process's pid and host over @p all (MPI_Allgather).
+  void gather_processes(MPI_Comm all) {
+    const std::int64_t mine[2] = {static_cast<std::int64_t>(getpid()),
+                                  static_cast<std::int64_t>(host)};
+    std::vector<std::int64_t> both(2 * static_cast<std::size_t>(world_size));
+    detail::check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, both.data(), 2, MPI_INT64_T, all),
+                      "MPI_Allgather");
+    pids.clear();
+    hosts.clear();
+    for (int w = 0; w < world_size; ++w) {
+      pids.push_back(both[2 * static_cast<std::size_t>(w)]);
+      hosts.push_back(static_cast<std::uint64_t>(both[2 * static_cast<std::size_t>(w) + 1]));
+    }
+  }
 };
 
 Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make_unique<State>()) {
@@ -452,9 +810,26 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   s.o = options;
   MPI_Comm_rank(world, &s.world_rank);
   MPI_Comm_size(world, &s.world_size);
+  // A process a refill started: its world is the refill's new processes only.
+  MPI_Comm parent = MPI_COMM_NULL;
+  if (options.spawn.pool > 0) MPI_Comm_get_parent(&parent);
+  const bool spawned = parent != MPI_COMM_NULL;
   const int members = options.members == 0 ? s.world_size : options.members;
+  s.spawn_command = options.spawn.command.empty() ? own_executable() : options.spawn.command;
+  s.spawn_args = options.spawn.args ? *options.spawn.args : own_arguments();
   std::string bad;
-  if (members < 1 || members > s.world_size) {
+  if (options.spawn.pool < 0) {
+    bad = "SpawnOptions::pool is " + std::to_string(options.spawn.pool) + ", not >= 0";
+  } else if (options.spawn.pool > 0 && options.replacement != Replacement::new_window) {
+    bad = "SpawnOptions::pool needs Replacement::new_window (the standing window is over the "
+          "processes of the start: a spawned spare could never take a slot in it)";
+  } else if (options.spawn.pool > 0 && !kCanSpawn) {
+    bad = "SpawnOptions::pool needs Open MPI (this MPI has no MPI_Comm_spawn here: MPICH's "
+          "ch4:ucx does not support it)";
+  } else if (options.spawn.pool > 0 && s.spawn_command.empty()) {
+    bad = "SpawnOptions::command is empty and this process's executable is unknown "
+          "(/proc/self/exe)";
+  } else if (!spawned && (members < 1 || members > s.world_size)) {
     bad = "MembershipOptions::members is " + std::to_string(options.members) + ", not in [0, " +
           std::to_string(s.world_size) + "] (0: every rank)";
   } else if (options.replacement != Replacement::new_window &&
@@ -475,15 +850,20 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
                           (bad.empty() ? std::string("another rank's options are invalid") : bad));
   }
   s.host = detail::host_id();
-  const std::int64_t mine[2] = {static_cast<std::int64_t>(getpid()),
-                                static_cast<std::int64_t>(s.host)};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.world_size));
-  detail::check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, world),
-                    "MPI_Allgather");
-  for (int r = 0; r < s.world_size; ++r) {
-    s.pids.push_back(all[2 * static_cast<std::size_t>(r)]);
-    s.hosts.push_back(static_cast<std::uint64_t>(all[2 * static_cast<std::size_t>(r) + 1]));
+  if (spawned) {
+    // The other side of the parents' enter_refill: merge, then their header and the rest.
+    MPI_Comm universe = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &universe), "MPI_Intercomm_merge");
+    s.adopt_universe(universe, {});
+    s.gone.assign(static_cast<std::size_t>(s.nslots), 0);
+    s.done.assign(static_cast<std::size_t>(s.nslots), 0);
+    s.seen.assign(static_cast<std::size_t>(s.nslots), State::Seen{});
+    s.role = MemberRole::spare;
+    s.slot = -1;
+    s.refill_stats.spawned_here = true;
+    return;
   }
+  s.gather_processes(world);
   detail::check_mpi(MPI_Comm_dup(world, &s.ctl), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(s.ctl, MPI_ERRORS_RETURN);
   detail::check_mpi(MPI_Comm_dup(world, &s.groups), "MPI_Comm_dup");
@@ -532,6 +912,8 @@ const MembershipOptions& Membership::options() const noexcept { return s_->o; }
 const std::vector<int>& Membership::members() const noexcept { return s_->members; }
 const std::vector<int>& Membership::spares() const noexcept { return s_->spares; }
 std::int64_t Membership::resume_iteration() const noexcept { return s_->resume_iteration; }
+int Membership::world_rank() const noexcept { return s_->world_rank; }
+const RefillStats& Membership::refills() const noexcept { return s_->refill_stats; }
 const std::optional<EpochChange>& Membership::last_change() const noexcept { return s_->last; }
 
 bool Membership::check_due() const noexcept {
@@ -545,8 +927,9 @@ bool Membership::wait_for_slot() {
   Message m;
   MPI_Status st;
   while (true) {
-    while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
-      if (st.MPI_TAG == kStop) {
+    while (s.receive(m, st)) {
+      if (st.MPI_TAG == kStop) s.stop_pending = true;
+      if (s.stop_pending) {
         s.role = MemberRole::finished;
         return false;
       }
@@ -555,9 +938,15 @@ bool Membership::wait_for_slot() {
         if (!m.empty() && m[0] >= 1) s.epoch = static_cast<std::uint64_t>(m[0]) - 1;
         if (s.on_proposal(m, st.MPI_SOURCE)) return true;
         if (s.role == MemberRole::finished) return false;
+      } else if (st.MPI_TAG == kRefill) {
+        s.on_refill(m, st.MPI_SOURCE);  // a spare takes part, and waits on
       } else {
         (void)s.bookkeeping(m, st);
       }
+    }
+    if (s.stop_pending) {  // read inside an agreement
+      s.role = MemberRole::finished;
+      return false;
     }
     sleep_seconds(s.o.spare_sleep_seconds);
   }
@@ -571,7 +960,19 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   }
   Message m;
   MPI_Status st;
-  while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
+  auto evicted = [&s](const Message& msg) -> std::optional<EpochChange> {
+    if (!s.evicted_by(msg)) return std::nullopt;
+    EpochChange change;
+    change.epoch = s.epoch;
+    change.members = s.members;
+    return change;
+  };
+  if (s.evict_pending) {  // read inside an agreement since the last poll
+    const Message e = std::move(*s.evict_pending);
+    s.evict_pending.reset();
+    if (auto change = evicted(e)) return change;
+  }
+  while (s.receive(m, st)) {
     if (s.settles_pending(m, st)) {
       if (auto change = s.settle(st)) return change;
     } else if (st.MPI_TAG == kPropose) {
@@ -580,15 +981,17 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
       } else if (auto change = s.on_proposal(m, st.MPI_SOURCE)) {
         return change;
       }
+    } else if (st.MPI_TAG == kRefill) {
+      s.on_refill(m, st.MPI_SOURCE);  // no new epoch: the members keep their communicator
     } else if (st.MPI_TAG == kEvict) {
-      if (s.evicted_by(m)) {
-        EpochChange change;
-        change.epoch = s.epoch;
-        change.members = s.members;
-        return change;
-      }
+      if (auto change = evicted(m)) return change;
     } else {
       (void)s.bookkeeping(m, st);
+    }
+    if (s.evict_pending) {
+      const Message e = std::move(*s.evict_pending);
+      s.evict_pending.reset();
+      if (auto change = evicted(e)) return change;
     }
   }
   if (s.pending && (s.process_gone(s.pending->proposer) ||
@@ -599,7 +1002,20 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
-  if (std::none_of(dead.begin(), dead.end(), [](int d) { return d != 0; })) return std::nullopt;
+  const auto ndead = static_cast<std::size_t>(
+      std::count_if(dead.begin(), dead.end(), [](int d) { return d != 0; }));
+  if (s.refill_allowed()) {
+    // Spares first: enough for the dead slots waiting, and the pool.
+    const auto live_spares =
+        static_cast<std::size_t>(std::count_if(s.spares.begin(), s.spares.end(),
+                                               [&s](int w) { return !s.process_gone(w); }));
+    const std::size_t want = std::max(static_cast<std::size_t>(s.o.spawn.pool), ndead);
+    if (live_spares < want) {
+      s.propose_refill(static_cast<int>(want - live_spares), dead);
+      return std::nullopt;  // the dead slots get their spares at the next check
+    }
+  }
+  if (ndead == 0) return std::nullopt;
   return s.propose(dead, roster);
 }
 
@@ -637,7 +1053,7 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
   if (s.role != MemberRole::member) return true;
   Message m;
   MPI_Status st;
-  while (s.receive(MPI_ANY_SOURCE, MPI_ANY_TAG, m, st)) {
+  while (s.receive(m, st)) {
     if (s.settles_pending(m, st)) {
       // A yes given before finishing: the epoch holds (nothing collective), and its joiner
       // must hear that this slot is done.

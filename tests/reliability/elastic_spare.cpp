@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "death_test_util.hpp"
+#include "elastic_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 
 namespace pw = paramwin;
@@ -57,44 +58,6 @@ struct Seen {
   std::vector<float> captured_w;  // the parameters as on_rebirth saw them
   std::vector<float> captured_v;
 };
-
-/// Sets the parameters of @p slot for the publish of version @p version.
-void encode(std::vector<float>& w, std::vector<float>& v, int slot, std::uint64_t version) {
-  for (std::size_t j = 0; j < w.size(); ++j) {
-    w[j] = static_cast<float>(1000.0 * slot + static_cast<double>(version) +
-                              0.001 * static_cast<double>(j));
-  }
-  std::fill(v.begin(), v.end(), 0.0F);
-  v[static_cast<std::size_t>(slot)] = 1.0F;
-}
-
-/// Whether the captured parameters are the exact mix of the event's donors; @p members: the
-/// world rank of each slot (a donor's window rank is its slot, or its world rank in the
-/// standing window).
-bool exact_mix(const pw::StepEvent& e, const Seen& seen, const std::vector<int>& members,
-               bool standing) {
-  if (e.donors.empty()) return false;
-  std::vector<double> v(members.size(), 0.0);
-  double base = 0.0;
-  for (const pw::DonorRecord& d : e.donors) {
-    int slot = d.rank;
-    if (standing) {
-      const auto at = std::find(members.begin(), members.end(), d.rank);
-      if (at == members.end()) return false;  // a donor that holds no slot
-      slot = static_cast<int>(at - members.begin());
-    }
-    v[static_cast<std::size_t>(slot)] += d.weight;
-    base += d.weight * (1000.0 * slot + static_cast<double>(d.version));
-  }
-  for (std::size_t s = 0; s < v.size(); ++s) {
-    if (std::abs(seen.captured_v[s] - v[s]) > 1e-6) return false;
-  }
-  for (std::size_t j = 0; j < seen.captured_w.size(); ++j) {
-    const double want = base + 0.001 * static_cast<double>(j);
-    if (std::abs(seen.captured_w[j] - want) > 2e-6 * std::abs(want) + 1e-6) return false;
-  }
-  return true;
-}
 
 double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -122,7 +85,7 @@ int main(int argc, char** argv) {
   // into a new epoch's window), so that a snapshot's contents follow from its version.
   pw::ElasticAgent<>* self = nullptr;
   options.prepare_params = [&] {
-    encode(w, v, self->membership().slot(), self->agent().window().version() + 1);
+    pw::test::encode_slot(w, v, self->membership().slot(), self->agent().window().version() + 1);
   };
   options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
     seen.captured_w = w;
@@ -160,7 +123,8 @@ int main(int argc, char** argv) {
         if (agent.membership().epoch() != epoch) ++seen.epochs_seen;
         if (joined && first) {
           if (!e.died || e.reason != pw::DeathReason::joined) ++seen.bad_first_steps;
-          if (e.died && !exact_mix(e, seen, agent.membership().members(), standing)) {
+          if (e.died && !pw::test::exact_slot_mix(e, seen.captured_w, seen.captured_v,
+                                                  agent.membership().members(), standing)) {
             ++seen.bad_mixes;
           }
           const auto& change = agent.membership().last_change();

@@ -1,0 +1,152 @@
+// The spare pool refilled by MPI_Comm_spawn (docs/elastic.md, "Refilling the spares"; Open
+// MPI under mpirun --enable-recovery). The world's last rank is the one spare of the start,
+// the others members of one ElasticAgent population (Replacement::new_window) that keeps one
+// spare (SpawnOptions::pool = 1). Three members are killed (SIGKILL) one after the other, at
+// their iterations 30, 80 and 130 (the last slot, slot 1, slot 2); after the first the pool is
+// empty, so every later slot is taken by a process a refill spawned, which runs this program
+// with the same arguments, joins the population as a spare (its MPI_COMM_WORLD holds only the
+// refill's new processes) and reads its donors across the two MPI jobs. --exit: the victims
+// end with std::_Exit(3) instead (the same path, no signal).
+// Checked by every process of the last epoch: 3 joins, each joiner's first step a rebirth
+// (reason joined) whose parameters are the exact mix of its donors' recorded versions; every
+// slot finished its iterations (0 lost agents); at least two joiners were spawned. The last
+// epoch's processes meet over its communicator and print the pass line; the spare left at the
+// end (spawned by the last refill) is released and ends. Every process ends with std::_Exit(0).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "death_test_util.hpp"
+#include "elastic_test_util.hpp"
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+constexpr std::size_t kN = 256;
+constexpr std::int64_t kSteps = 200;
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pw::test::DeathRun run(argc, argv);
+  const bool kill = !(argc > 1 && std::string(argv[1]) == "--exit");
+  // The members: given by the first process of the start (argv[2]); spawned processes run
+  // with the same arguments.
+  const int members = argc > 2 ? std::atoi(argv[2]) : 4;
+  pw::Layout layout;
+  layout.add("w", kN);
+  layout.add("v", static_cast<std::size_t>(members));
+  std::vector<float> w(kN);
+  std::vector<float> v(static_cast<std::size_t>(members));
+  std::vector<float> captured_w;
+  std::vector<float> captured_v;
+  pw::AgentOptions options = pw::parse_agent_options("triggers=none k=2 selection=uniform");
+  options.seed = 13;
+  pw::ElasticAgent<>* self = nullptr;
+  options.prepare_params = [&] {
+    pw::test::encode_slot(w, v, self->membership().slot(), self->agent().window().version() + 1);
+  };
+  options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
+    captured_w = w;
+    captured_v = v;
+  };
+  pw::WindowOptions window_options;
+  window_options.name = "elastic_refill";
+  window_options.liveness.suspect_seconds = 1.0;
+  pw::MembershipOptions membership;
+  membership.members = members;
+  membership.check_seconds = 0.02;
+  membership.dead_after_seconds = 1.5;
+  membership.agree_seconds = 20.0;
+  membership.spawn.pool = 1;
+  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
+  self = &agent;
+  const bool spawned = agent.membership().refills().spawned_here;
+  const bool original = !spawned && agent.membership().role() == pw::MemberRole::member;
+  int joins = 0;
+  int spawned_joins = 0;
+  int bad = 0;
+  bool finished = false;
+  while (agent.wait_for_slot()) {
+    const int slot = agent.membership().slot();
+    const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
+    if (joined) {
+      ++joins;
+      if (spawned) ++spawned_joins;
+    }
+    bool first = true;
+    for (std::int64_t it = agent.resume_iteration(); it < kSteps; ++it) {
+      const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
+      if (joined && first) {
+        const bool ok = e.died && e.reason == pw::DeathReason::joined &&
+                        pw::test::exact_slot_mix(e, captured_w, captured_v,
+                                                 agent.membership().members(), false);
+        if (!ok) ++bad;
+        std::printf("rank %d (%s): joined slot %d at iteration %lld, epoch %llu, first step %s "
+                    "from %zu donors%s\n",
+                    agent.membership().world_rank(), spawned ? "spawned" : "of the start", slot,
+                    static_cast<long long>(it),
+                    static_cast<unsigned long long>(agent.membership().epoch()),
+                    e.died ? pw::reason_name(e.reason).data() : "no rebirth", e.donors.size(),
+                    ok ? "" : " (FAILED: not the exact mix of its donors)");
+        std::fflush(stdout);
+      }
+      first = false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const bool victim = original && ((it == 30 && slot == members - 1) ||
+                                       (it == 80 && slot == 1) || (it == 130 && slot == 2));
+      if (victim) {
+        std::printf("fault at %.6f: slot %d %s\n", monotonic_seconds(), slot,
+                    kill ? "SIGKILL" : "exits");
+        pw::test::die(kill);
+      }
+    }
+    agent.finish();
+    finished = true;
+    break;
+  }
+  const pw::RefillStats& refills = agent.membership().refills();
+  std::printf("rank %d: %s, %llu refills (%llu processes spawned, %llu failed), last %.3f s\n",
+              agent.membership().world_rank(), finished ? "finished" : "released",
+              static_cast<unsigned long long>(refills.refills),
+              static_cast<unsigned long long>(refills.spawned),
+              static_cast<unsigned long long>(refills.failed), refills.last_seconds);
+  std::fflush(stdout);
+  if (!finished) std::_Exit(0);  // a spare released at the end
+  MPI_Comm last = agent.membership().create_members_comm();
+  int mine[3] = {bad, joins, spawned_joins};
+  int sums[3] = {0, 0, 0};
+  MPI_Allreduce(mine, sums, 3, MPI_INT, MPI_SUM, last);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(last, &rank);
+  MPI_Comm_size(last, &size);
+  if (rank == 0) {
+    std::printf("last epoch %llu, %d slots finished, %d joins (%d by spawned processes)\n",
+                static_cast<unsigned long long>(agent.membership().epoch()), size, sums[1],
+                sums[2]);
+    if (sums[0] == 0 && sums[1] == 3 && sums[2] >= 2 && size == members &&
+        agent.membership().epoch() == 3) {
+      std::printf("elastic: spawned spares took every dead slot\n");
+    } else {
+      std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
+                  "%d slots (want %d)\n",
+                  sums[0], sums[1], sums[2], size, members);
+    }
+  }
+  std::fflush(stdout);
+  std::_Exit(0);
+}
