@@ -11,10 +11,15 @@ import sys
 
 def parse(path):
     faults, joins, procs, finished = [], [], [], None
+    kinds, refills = {}, (0, 0, 0)
     for line in open(path, encoding="utf-8", errors="replace"):
-        m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)", line)
+        m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)(?: kind (\w+))?", line)
         if m:
             faults.append((int(m[2]), float(m[3])))
+            kinds[m[4] or "?"] = kinds.get(m[4] or "?", 0) + 1
+        m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)", line)
+        if m:  # every process of a refill counts it: the largest count is the population's
+            refills = max(refills, (int(m[1]), int(m[2]), int(m[3])))
         m = re.match(r"join slot (\d+) at ([\d.]+) loss (\S+) donors_mean (\S+)", line)
         if m:
             joins.append((int(m[1]), float(m[2]), float(m[3]), float(m[4])))
@@ -27,13 +32,13 @@ def parse(path):
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
-    return faults, joins, procs, finished
+    return faults, joins, procs, finished, kinds, refills
 
 
 def main():
     faults_log, base_log, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    faults, joins, procs, finished = parse(faults_log)
-    _, _, base_procs, base_finished = parse(base_log)
+    faults, joins, procs, finished, kinds, refills = parse(faults_log)
+    _, _, base_procs, base_finished, _, _ = parse(base_log)
     # Each join answers the latest earlier fault of its slot not answered yet.
     open_faults = sorted(faults, key=lambda f: f[1])
     delays = []
@@ -54,7 +59,10 @@ def main():
     lost = (slots - finished[1]) if finished else slots
     q = statistics.quantiles(delays, n=20) if len(delays) >= 2 else [float("nan")] * 19
     rows = [
-        ("faults injected", f"{len(faults)}"),
+        ("faults injected", f"{len(faults)} ("
+         + ", ".join(f"{kinds[k]} {k}" for k in sorted(kinds)) + ")"),
+        ("refills of the spares by MPI_Comm_spawn (processes spawned, failed)",
+         f"{refills[0]} ({refills[1]}, {refills[2]})"),
         ("slots a spare took (joins)", f"{len(joins)}"),
         ("faults never answered by a join (slot empty at the end)", f"{len(open_faults)}"),
         ("slots finished in the last epoch / slots", f"{finished[1] if finished else 0} / {slots}"

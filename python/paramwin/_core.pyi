@@ -311,7 +311,9 @@ class ElasticAgent:
                  members: int, replacement: str, check_seconds: float,
                  dead_after_seconds: float, agree_seconds: float,
                  suspect_seconds: Optional[float] = ...,
-                 suspect_beats: Optional[float] = ...) -> None: ...
+                 suspect_beats: Optional[float] = ..., spawn_pool: int = ...,
+                 spawn_command: Optional[str] = ...,
+                 spawn_args: Optional[List[str]] = ...) -> None: ...
     def wait_for_slot(self) -> bool: ...
     def step(self, iteration: int, metric: float, layers: Sequence[Descriptor]) -> StepEvent: ...
     def resign(self) -> None: ...
@@ -324,6 +326,8 @@ class ElasticAgent:
     epoch: int
     members: List[int]
     spares: List[int]
+    world_rank: int
+    refills: Dict[str, Any]
     resume_iteration: int
     version: int
     generation: int

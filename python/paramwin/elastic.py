@@ -5,7 +5,7 @@ theirs, and their first step is a rebirth from live donors."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._options import agent_config, liveness_bound
@@ -43,7 +43,11 @@ class ElasticAgent:
     ``agree_seconds``: MembershipOptions; ``suspect_seconds``, ``suspect_beats``: the window's
     liveness bounds, as for ParameterWindow (a reader's judgement of a silent member in
     roster reads and donor choice; the coordinator's own bound is ``dead_after_seconds``).
-    Host memory only. Creation is collective over
+    ``spawn_pool``, ``spawn_command``, ``spawn_args``: SpawnOptions (Open MPI, "new_window"):
+    keep ``spawn_pool`` live spares by MPI_Comm_spawn; the spawned processes run
+    ``spawn_command`` (default: this interpreter) with ``spawn_args`` (default: this process's
+    arguments, the script and its own), so the script must create the same ElasticAgent, and
+    they join as spares (docs/elastic.md, "Refilling the spares"). Host memory only. Creation is collective over
     ``comm``; nothing is freed at the end (end the process with ``os._exit``).
     """
 
@@ -59,7 +63,8 @@ class ElasticAgent:
                  prepare_params: Optional[Callable[[], None]] = None,
                  transport: str = "auto", name: str = "",
                  suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
-                 **keywords: Any):
+                 spawn_pool: int = 0, spawn_command: Optional[str] = None,
+                 spawn_args: Optional[Sequence[str]] = None, **keywords: Any):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         self._user_prepare = _guard("prepare_params", prepare_params)
@@ -79,7 +84,10 @@ class ElasticAgent:
                                          int(members), str(replacement), float(check_seconds),
                                          float(dead_after_seconds), float(agree_seconds),
                                          liveness_bound(suspect_seconds),
-                                         liveness_bound(suspect_beats))
+                                         liveness_bound(suspect_beats), int(spawn_pool),
+                                         None if spawn_command is None else str(spawn_command),
+                                         None if spawn_args is None
+                                         else [str(a) for a in spawn_args])
 
     def _prepare(self) -> None:
         if self._batch is not None:
@@ -157,6 +165,19 @@ class ElasticAgent:
     def spares(self) -> List[int]:
         """The spares this process knows of (world ranks)."""
         return list(self._agent.spares)
+
+    @property
+    def world_rank(self) -> int:
+        """This process's rank among every process of the population (after a refill: in the
+        communicator the refill made; members and spares are ranks of the same)."""
+        return int(self._agent.world_rank)
+
+    @property
+    def refills(self) -> Dict[str, Any]:
+        """The spare pool's refills this process took part in: ``refills``, ``spawned``
+        (processes started), ``failed``, ``last_seconds`` and ``spawned_here`` (this process
+        was started by one)."""
+        return dict(self._agent.refills)
 
     @property
     def resume_iteration(self) -> int:

@@ -6,7 +6,10 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 #include "paramwin/elastic_agent.hpp"
@@ -34,7 +37,9 @@ void bind_elastic(py::module_& m) {
                        const py::dict& hooks, const std::string& transport, std::string name,
                        int members, const std::string& replacement, double check_seconds,
                        double dead_after_seconds, double agree_seconds,
-                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats) {
+                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
+                       int spawn_pool, std::optional<std::string> spawn_command,
+                       std::optional<std::vector<std::string>> spawn_args) {
              const MPI_Comm c = comm_from(comm);
              AgentOptions o = make_agent_options(config, hooks);
              WindowOptions w;
@@ -47,13 +52,18 @@ void bind_elastic(py::module_& m) {
              mo.check_seconds = check_seconds;
              mo.dead_after_seconds = dead_after_seconds;
              mo.agree_seconds = agree_seconds;
+             mo.spawn.pool = spawn_pool;
+             mo.spawn.command = spawn_command.value_or(std::string());
+             mo.spawn.args = std::move(spawn_args);
              const py::gil_scoped_release release;
              return std::make_unique<PyElastic>(c, std::move(layout), std::move(o), w, mo);
            }),
            py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
            py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
            py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"),
-           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none())
+           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
+           py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
+           py::arg("spawn_args") = py::none())
       .def("wait_for_slot",
            [](PyElastic& a) {
              const py::gil_scoped_release release;
@@ -96,6 +106,19 @@ void bind_elastic(py::module_& m) {
       .def_property_readonly("epoch", [](const PyElastic& a) { return a.membership().epoch(); })
       .def_property_readonly("members", [](const PyElastic& a) { return a.membership().members(); })
       .def_property_readonly("spares", [](const PyElastic& a) { return a.membership().spares(); })
+      .def_property_readonly("world_rank",
+                             [](const PyElastic& a) { return a.membership().world_rank(); })
+      .def_property_readonly("refills",
+                             [](const PyElastic& a) {
+                               const RefillStats& r = a.membership().refills();
+                               py::dict d;
+                               d["refills"] = r.refills;
+                               d["spawned"] = r.spawned;
+                               d["failed"] = r.failed;
+                               d["last_seconds"] = r.last_seconds;
+                               d["spawned_here"] = r.spawned_here;
+                               return d;
+                             })
       .def_property_readonly("resume_iteration",
                              [](const PyElastic& a) { return a.resume_iteration(); })
       .def_property_readonly("joined",

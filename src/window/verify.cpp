@@ -360,6 +360,44 @@ bool WindowImpl::agree_on_creation(const std::string& local_error) {
   throw InvalidArgument(message);
 }
 
+void WindowImpl::check_node_split() const {
+  // Per rank: its node communicator's first rank (as a rank of comm_) and its size. The
+  // split is consistent when every rank's node is the set of ranks naming the same first
+  // rank, and that rank names itself.
+  MPI_Group node_group = MPI_GROUP_NULL;
+  MPI_Group comm_group = MPI_GROUP_NULL;
+  check_mpi(MPI_Comm_group(node_comm_.get(), &node_group), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(comm_.get(), &comm_group), "MPI_Comm_group");
+  const int zero = 0;
+  int first = 0;
+  const int rc = MPI_Group_translate_ranks(node_group, 1, &zero, comm_group, &first);
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&comm_group);
+  check_mpi(rc, "MPI_Group_translate_ranks");
+  const int mine[2] = {first, node_comm_.size()};
+  std::vector<int> all(2 * static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm_.get()),
+            "MPI_Allgather(node split)");
+  for (int r = 0; r < size_; ++r) {
+    const int lead = all[2 * static_cast<std::size_t>(r)];
+    const int n = all[2 * static_cast<std::size_t>(r) + 1];
+    int same = 0;
+    for (int q = 0; q < size_; ++q) same += all[2 * static_cast<std::size_t>(q)] == lead ? 1 : 0;
+    if (lead >= 0 && lead < size_ && all[2 * static_cast<std::size_t>(lead)] == lead && same == n) {
+      continue;
+    }
+    throw Error("paramwin: the MPI's node communicators disagree (MPI_Comm_split_type("
+                "MPI_COMM_TYPE_SHARED)): rank " +
+                std::to_string(r) + " finds " + std::to_string(n) +
+                " ranks on its node, first rank " + std::to_string(lead) + ", but " +
+                std::to_string(same) +
+                " ranks name that first rank; a shared-memory "
+                "window cannot be built over them. Seen with Open MPI 4.1 when the communicator "
+                "holds processes of several jobs started by MPI_Comm_spawn (docs/elastic.md, "
+                "\"Refilling the spares\")");
+  }
+}
+
 void WindowImpl::check_memory() const {
   // This rank's segment as create_windows() allocates it (header page, slots, spare page),
   // computed without overflow: a layout near 2^64 bytes must fail here, not wrap.

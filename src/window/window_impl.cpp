@@ -186,6 +186,7 @@ void WindowImpl::create(MPI_Comm comm) {
     check_layouts_strict(slots_.fingerprint);
   }
   node_comm_ = Comm::split_shared(comm_.get());
+  check_node_split();
   // Whether anyone reads this rank over RMA (its owner must then let MPI progress): a rank
   // on another node, or a rank whose transport is rma (transports may differ across ranks).
   rma_readers_ = size_ > 1 && (any_rma || node_comm_.size() < size_);

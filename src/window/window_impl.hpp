@@ -206,6 +206,9 @@ class WindowImpl final : public FinalizeClient {
   bool agree_on_creation(const std::string& local_error);
   /// Throws Error on every rank when this node's ranks' segments together exceed what the
   /// node can hold (memory and swap; /dev/shm's free space under MPICH) (collective).
+  /// That every rank's node communicator (MPI_Comm_split_type) holds the ranks whose node
+  /// communicators hold it: Error on every rank otherwise. @note Collective over comm_.
+  void check_node_split() const;
   void check_memory() const;
   /// The shared-memory segment and the RMA window over the same pages (collective).
   void create_windows();

@@ -244,3 +244,11 @@ def test_elastic_torch_agent_refuses_bad_input_on_every_rank(comm):
     with pytest.raises(paramwin.InvalidArgument, match="no parameters" if bad else "rank"):
         TorchElasticAgent(torch.nn.ReLU() if bad else net, None, comm,
                           members=comm.Get_size())
+    # The spare pool's refills: the standing window cannot take spawned spares; a negative
+    # pool on one rank fails every rank's Membership.
+    with pytest.raises(paramwin.InvalidArgument, match="needs Replacement::new_window"):
+        TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_pool=1,
+                          replacement="standing_window")
+    with pytest.raises(paramwin.InvalidArgument,
+                       match="pool is -1, not >= 0" if bad else "another rank's options"):
+        TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_pool=-1 if bad else 0)

@@ -1,7 +1,7 @@
 // The elastic soak (docs/elastic.md, "Soak"): members train an ElasticAgent population for a
 // fixed wall time while faults hit random slots on a schedule every process knows; spares take
 // the slots. Usage (every rank the same arguments):
-//   elastic_soak <members> <seconds> <faults> <fault kind> [standing]
+//   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
 // --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
@@ -9,7 +9,11 @@
 // dead_after_seconds = 1.5 s of silence, and when it wakes its step throws EvictedError and
 // it waits as a spare), or mixed (every third fault sigstop, one kill per spare but one,
 // spread over the run, the others resign); standing:
-// MembershipOptions::replacement = standing_window (default: new_window).
+// MembershipOptions::replacement = standing_window (default: new_window). spawn=<pool> (Open
+// MPI, new_window): SpawnOptions::pool = pool, the spares refilled by MPI_Comm_spawn; then
+// kill and mixed are not limited by the spares (mixed: every third fault a SIGSTOP, the others
+// SIGKILL and exceptions in turn). A spawned process runs this program with the arguments
+// of the start and start=<t> (the run's start, which its own world cannot tell it).
 // The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
 // gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
@@ -67,8 +71,9 @@ struct Fault : std::runtime_error {
 /// The kind of fault @p k of @p faults under @p kind (the same on every process): "mixed"
 /// spreads @p kills SIGKILLs over the run, makes every third fault a SIGSTOP and the others
 /// trainer exceptions.
-std::string fault_kind(const std::string& kind, int k, int faults, int kills) {
+std::string fault_kind(const std::string& kind, int k, int faults, int kills, bool refilled) {
   if (kind != "mixed") return kind;
+  if (refilled) return k % 3 == 0 ? "sigstop" : k % 3 == 1 ? "kill" : "resign";
   for (int i = 1; i <= kills; ++i) {
     if (k == i * faults / (kills + 1)) return "kill";
   }
@@ -88,10 +93,20 @@ int main(int argc, char** argv) {
   const double seconds = std::atof(argv[2]);
   const int faults = std::atoi(argv[3]);
   const std::string kind = argv[4];
-  const bool standing = argc > 5 && std::string(argv[5]) == "standing";
-  double start = now_seconds();
-  MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  start += 0.5;  // every process past its set-up
+  bool standing = false;
+  int pool = 0;
+  double start = -1.0;
+  for (int i = 5; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "standing") standing = true;
+    if (a.rfind("spawn=", 0) == 0) pool = std::atoi(a.c_str() + 6);
+    if (a.rfind("start=", 0) == 0) start = std::atof(a.c_str() + 6);
+  }
+  if (start < 0.0) {  // a process of the start (a spawned one was told)
+    start = now_seconds();
+    MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    start += 0.5;  // every process past its set-up
+  }
   const double interval = faults > 0 ? seconds / (faults + 1) : 1e300;
 
   pw::Layout layout;
@@ -113,13 +128,26 @@ int main(int argc, char** argv) {
   membership.members = members;
   membership.check_seconds = 0.02;
   if (standing) membership.replacement = pw::Replacement::standing_window;
-  const int kills = kind == "mixed" ? std::max(0, run.size - members - 1) : 0;
+  if (pool > 0) {
+    membership.spawn.pool = pool;
+    std::vector<std::string> args(argv + 1, argv + argc);
+    char at[64];
+    std::snprintf(at, sizeof at, "start=%.6f", start);
+    if (std::none_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a.rfind("start=", 0) == 0; })) {
+      args.emplace_back(at);
+    }
+    membership.spawn.args = args;
+  }
+  const int kills = kind == "mixed" && pool == 0 ? std::max(0, run.size - members - 1) : 0;
   // A stopped process is judged by its silence: shorter than its 3 s stop.
   constexpr double kStopSeconds = 3.0;
   if (kind == "sigstop" || kind == "mixed") membership.dead_after_seconds = 1.5;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
 
-  std::mt19937 gen(static_cast<unsigned>(77 + run.rank));
+  const bool spawned = agent.membership().refills().spawned_here;
+  std::mt19937 gen(
+      static_cast<unsigned>(77 + agent.membership().world_rank() + (spawned ? 100000 : 0)));
   std::normal_distribution<float> noise(0.0F, 2.0F);  // a noisy gradient: the loss plateaus
   std::int64_t steps = 0;
   double step_seconds = 0.0;
@@ -134,7 +162,23 @@ int main(int argc, char** argv) {
   int faults_done = 0;
   int joins = 0;
   bool finished = false;  // this process finished in a slot
-  while (agent.wait_for_slot()) {
+  const auto failed = [&](const pw::Error& e) {
+    std::printf("FAILED: world rank %d (%s, slot %d, epoch %llu): %s\n",
+                agent.membership().world_rank(), spawned ? "spawned" : "of the start",
+                agent.membership().slot(),
+                static_cast<unsigned long long>(agent.membership().epoch()), e.what());
+    std::fflush(stdout);
+    std::_Exit(1);
+  };
+  const auto wait_for_slot = [&] {
+    try {
+      return agent.wait_for_slot();
+    } catch (const pw::Error& e) {
+      failed(e);
+    }
+    return false;
+  };
+  while (wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
     bool first = true;  // the first step since this process was given its slot
@@ -177,7 +221,7 @@ int main(int argc, char** argv) {
           const int k = next_fault++;
           if (fault_slot(k, members) != slot) continue;
           ++faults_done;
-          const std::string what = fault_kind(kind, k, faults, kills);
+          const std::string what = fault_kind(kind, k, faults, kills, pool > 0);
           std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), what.c_str());
           std::fflush(stdout);
           if (what == "kill") pw::test::die(true);
@@ -194,6 +238,8 @@ int main(int argc, char** argv) {
     } catch (const Fault&) {
       agent.resign();
     } catch (const pw::EvictedError&) {
+    } catch (const pw::Error& e) {
+      failed(e);
     }
   }
   const auto median = [](std::vector<double> v) {
@@ -204,6 +250,13 @@ int main(int argc, char** argv) {
   const double plain_median = median(plain);
   double extra = 0.0;  // what the epoch changes added to this process's steps
   for (double t : changing) extra += t - plain_median;
+  if (pool > 0 && agent.membership().slot() <= 0) {
+    const pw::RefillStats& r = agent.membership().refills();
+    std::printf("refills %llu spawned %llu failed %llu\n",
+                static_cast<unsigned long long>(r.refills),
+                static_cast<unsigned long long>(r.spawned),
+                static_cast<unsigned long long>(r.failed));
+  }
   std::printf("steps %lld step_seconds %.3f faults %d joins %d plain_median_ms %.3f "
               "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f recovery_steps %lld "
               "recovery_ms %.3f other_steps %lld other_ms %.3f\n",

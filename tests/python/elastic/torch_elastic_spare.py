@@ -13,7 +13,10 @@ weighted mix it holds: in the module's parameters, in Adam's state (the step rou
 as its learning rate the best donor's (``explore.inherit=best``, no explore rule), in the
 optimizer's param groups too. The last epoch's members gather their failures, and slot 0
 prints "elastic: torch spares inherited every dead slot". ``--standing``:
-``replacement="standing_window"``.
+``replacement="standing_window"``. ``--refill`` (Open MPI): five ranks, four members and one
+spare that the population keeps by MPI_Comm_spawn (``spawn_pool=1``); both faults are exits,
+so the second slot is taken by a spawned process (this script with the same arguments, its
+MPI_COMM_WORLD the refill's new processes only), which must be one of the joiners.
 """
 
 import os
@@ -66,7 +69,7 @@ def check_join(model, opt, agent, event, slots_of):
     ok = ok and abs(lr - 0.001 * (best + 1)) < 1e-12
     ok = ok and all(g["lr"] == lr for g in opt.param_groups)
     ok = ok and agent.optimizer_states_inherited >= 2
-    print(f"world rank {MPI.COMM_WORLD.Get_rank()}: joined slot {agent.slot} (epoch "
+    print(f"world rank {agent.agent.world_rank}: joined slot {agent.slot} (epoch "
           f"{agent.epoch}): {event.reason} from slots {[s for s, _ in donors]}, lr {lr}, "
           f"{'the exact mix' if ok else 'NOT the mix'}", flush=True)
     return ok
@@ -75,7 +78,9 @@ def check_join(model, opt, agent, event, slots_of):
 def main():
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    members = size - 2
+    refill = "--refill" in sys.argv
+    # --refill: 4 members (a spawned process's world is not the population's).
+    members = 4 if refill else size - 2
     replacement = "standing_window" if "--standing" in sys.argv else "new_window"
     torch.manual_seed(rank)
     model = torch.nn.Linear(3, 2)
@@ -84,8 +89,9 @@ def main():
         model, opt, comm, members=members, replacement=replacement, check_seconds=0.02,
         triggers=["none"], k=2, inherit_optimizer_state=True,
         hyperparameters={"lr": 0.001 * (rank + 1)}, name="python_torch_elastic",
-        suspect_seconds=1.0)
-    failures = joins = 0
+        suspect_seconds=1.0, spawn_pool=1 if refill else 0)
+    spawned = agent.agent.refills["spawned_here"]
+    failures = joins = spawned_joins = 0
     finished = False
     while not finished and agent.wait_for_slot():
         slot, joined, first = agent.slot, agent.joined, True
@@ -96,6 +102,7 @@ def main():
                 event = agent.step(it, float(slot))
                 if joined and first:
                     joins += 1
+                    spawned_joins += int(spawned)
                     # A donor's window rank: its slot (new_window), or its world rank.
                     slots_of = {r: s for s, r in enumerate(agent.agent.members)}
                     if replacement == "new_window":
@@ -105,6 +112,9 @@ def main():
                 first = False
                 time.sleep(0.005)  # the step's compute: the faults are judged meanwhile
                 if not joined and slot == members - 1 and it == 30:
+                    if refill:  # the pool must be refilled for the next fault's slot
+                        sys.stdout.flush()
+                        os._exit(3)
                     raise TrainerFault("the trainer's exception")
                 if not joined and slot == 1 and it == 60:
                     sys.stdout.flush()
@@ -119,11 +129,13 @@ def main():
         os._exit(0)  # a spare released at the end
     failed = agent.agent.members_gather(float(failures))
     joined_all = agent.agent.members_gather(float(joins))
+    spawned_all = agent.agent.members_gather(float(spawned_joins))
     if agent.slot == 0:
-        print(f"last epoch {agent.epoch}, {len(failed)} slots, {int(sum(joined_all))} joins",
+        print(f"last epoch {agent.epoch}, {len(failed)} slots, {int(sum(joined_all))} joins "
+              f"({int(sum(spawned_all))} by spawned processes; refills {agent.agent.refills})",
               flush=True)
         if sum(failed) == 0 and sum(joined_all) == 2 and agent.epoch == 2 \
-                and len(failed) == members:
+                and len(failed) == members and (not refill or sum(spawned_all) >= 1):
             print("elastic: torch spares inherited every dead slot", flush=True)
         else:
             print("FAILED: torch elastic spares", flush=True)

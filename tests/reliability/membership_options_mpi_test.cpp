@@ -1,0 +1,83 @@
+// A Membership's bad options (docs/elastic.md, "What to set"): InvalidArgument on every rank
+// (the rank with the bad option says what; the others that another rank's options are
+// invalid), before anything collective but the agreement; and the spare pool's refills are
+// refused where they cannot work (the standing window; an MPI without MPI_Comm_spawn).
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "paramwin/paramwin.hpp"
+
+namespace pw = paramwin;
+
+namespace {
+
+int rank_of() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+/// Constructs a Membership with the options @p change makes on the last rank only (@p
+/// everywhere: on every rank) and expects InvalidArgument naming @p what there, and the
+/// other ranks' message elsewhere.
+void expect_refused(const std::function<void(pw::MembershipOptions&)>& change,
+                    const std::string& what, bool everywhere = false) {
+  pw::MembershipOptions o;
+  const bool bad = everywhere || rank_of() == size_of() - 1;
+  if (bad) change(o);
+  try {
+    pw::Membership m(MPI_COMM_WORLD, o);
+    ADD_FAILURE() << "expected InvalidArgument (" << what << ")";
+  } catch (const pw::InvalidArgument& e) {
+    const std::string message = e.what();
+    const std::string want = bad ? what : "another rank's options are invalid";
+    EXPECT_NE(message.find(want), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+
+TEST(MembershipOptions, BadOptionsAreRefusedOnEveryRank) {
+  expect_refused([](pw::MembershipOptions& o) { o.members = size_of() + 1; },
+                 "MembershipOptions::members is");
+  expect_refused([](pw::MembershipOptions& o) { o.members = -1; }, "MembershipOptions::members is");
+  expect_refused([](pw::MembershipOptions& o) { o.replacement = static_cast<pw::Replacement>(7); },
+                 "replacement is out of range");
+  expect_refused([](pw::MembershipOptions& o) { o.agree_seconds = 0.0; },
+                 "agree_seconds finite and > 0");
+  expect_refused([](pw::MembershipOptions& o) { o.check_seconds = -1.0; },
+                 "must be finite and >= 0");
+  expect_refused([](pw::MembershipOptions& o) { o.spawn.pool = -2; },
+                 "SpawnOptions::pool is -2, not >= 0");
+}
+
+TEST(MembershipOptions, RefillsNeedTheNewWindowAndAnMpiThatSpawns) {
+  expect_refused(
+      [](pw::MembershipOptions& o) {
+        o.spawn.pool = 1;
+        o.replacement = pw::Replacement::standing_window;
+      },
+      "SpawnOptions::pool needs Replacement::new_window", /*everywhere=*/true);
+#if defined(OPEN_MPI)
+  // Open MPI spawns: a pool is accepted (nothing is spawned before a coordinator's check).
+  pw::MembershipOptions o;
+  o.spawn.pool = 1;
+  pw::Membership m(MPI_COMM_WORLD, o);
+  EXPECT_EQ(m.role(), pw::MemberRole::member);
+  EXPECT_EQ(m.world_rank(), rank_of());
+  EXPECT_EQ(m.refills().refills, 0U);
+  EXPECT_FALSE(m.refills().spawned_here);
+#else
+  expect_refused([](pw::MembershipOptions& o) { o.spawn.pool = 1; },
+                 "SpawnOptions::pool needs Open MPI", /*everywhere=*/true);
+#endif
+}
