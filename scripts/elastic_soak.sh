@@ -42,8 +42,8 @@ fi
 if [ "$mpi" = openmpi ]; then
   # What this machine's Open MPI needs (cmake/ParamwinMpiTest.cmake: osc/ucx for the RMA
   # windows, whose osc/rdma fails to create windows over disjoint communicators), and with
-  # --spawn the UCX PML between the MPI jobs (the shared-memory BTL connects one job's processes
-  # only, and ob1 over TCP crashed in a soak with SIGKILLs: docs/elastic.md).
+  # --spawn the UCX PML between the MPI jobs (the shared-memory BTL that the tests' environment
+  # allows connects one job's processes only).
   # shellcheck source=/dev/null
   source "$build/paramwin_mpi_env.sh"
   [ "$spawn" -gt 0 ] && export OMPI_MCA_pml=ucx
