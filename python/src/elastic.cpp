@@ -27,80 +27,10 @@ Replacement parse_replacement(const std::string& text) {
                         text + "'");
 }
 
-}  // namespace
-
-void bind_elastic(py::module_& m) {
-  py::class_<PyElastic>(m, "ElasticAgent",
-                        "ElasticAgent over a host window (see paramwin.ElasticAgent).")
-      .def(py::init([](const py::object& comm, Layout layout,
-                       const std::map<std::string, std::string, std::less<>>& config,
-                       const py::dict& hooks, const std::string& transport, std::string name,
-                       int members, const std::string& replacement, double check_seconds,
-                       double dead_after_seconds, double agree_seconds,
-                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
-                       int spawn_pool, std::optional<std::string> spawn_command,
-                       std::optional<std::vector<std::string>> spawn_args) {
-             const MPI_Comm c = comm_from(comm);
-             AgentOptions o = make_agent_options(config, hooks);
-             WindowOptions w;
-             w.transport = parse_transport(transport);
-             w.name = std::move(name);
-             set_liveness(w, suspect_seconds, suspect_beats);
-             MembershipOptions mo;
-             mo.members = members;
-             mo.replacement = parse_replacement(replacement);
-             mo.check_seconds = check_seconds;
-             mo.dead_after_seconds = dead_after_seconds;
-             mo.agree_seconds = agree_seconds;
-             mo.spawn.pool = spawn_pool;
-             mo.spawn.command = spawn_command.value_or(std::string());
-             mo.spawn.args = std::move(spawn_args);
-             const py::gil_scoped_release release;
-             return std::make_unique<PyElastic>(c, std::move(layout), std::move(o), w, mo);
-           }),
-           py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
-           py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
-           py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"),
-           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
-           py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
-           py::arg("spawn_args") = py::none())
-      .def("wait_for_slot",
-           [](PyElastic& a) {
-             const py::gil_scoped_release release;
-             return a.wait_for_slot();
-           })
-      .def(
-          "step",
-          [](PyElastic& a, std::int64_t iteration, double metric, const py::object& layers) {
-            const LayerList list(layers, a.agent().window().layout());
-            const py::gil_scoped_release release;
-            return a.step(iteration, metric, list.refs());
-          },
-          py::arg("iteration"), py::arg("metric"), py::arg("layers"))
-      // Lambdas, not member pointers: these members are ElasticSlots' (the base), which
-      // pybind11 would take as the self type.
-      .def("resign", [](PyElastic& a) { a.resign(); })
-      .def("finish",
-           [](PyElastic& a) {
-             const py::gil_scoped_release release;
-             a.finish();
-           })
-      .def("members_gather",
-           [](PyElastic& a, double value) {
-             // Over the last epoch's members (collective over them): every member's value,
-             // in slot order.
-             std::vector<double> out;
-             {
-               const py::gil_scoped_release release;
-               MPI_Comm c = a.membership().create_members_comm();
-               int size = 0;
-               MPI_Comm_size(c, &size);
-               out.resize(static_cast<std::size_t>(size));
-               MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, c);
-             }
-             return out;
-           })
-      .def_property_readonly("member", [](const PyElastic& a) { return a.member(); })
+/// The ElasticAgent's membership and agent state, as read-only properties (and the
+/// hyperparameters' setter).
+void bind_elastic_state(py::class_<PyElastic>& cls) {
+  cls.def_property_readonly("member", [](const PyElastic& a) { return a.member(); })
       .def_property_readonly("slot", [](const PyElastic& a) { return a.membership().slot(); })
       .def_property_readonly("slots", [](const PyElastic& a) { return a.membership().slots(); })
       .def_property_readonly("epoch", [](const PyElastic& a) { return a.membership().epoch(); })
@@ -139,6 +69,81 @@ void bind_elastic(py::module_& m) {
           },
           py::arg("values"))
       .def_property_readonly("generation", [](PyElastic& a) { return a.agent().generation(); });
+}
+
+}  // namespace
+
+void bind_elastic(py::module_& m) {
+  py::class_<PyElastic> cls(m, "ElasticAgent",
+                            "ElasticAgent over a host window (see paramwin.ElasticAgent).");
+  cls.def(py::init([](const py::object& comm, Layout layout,
+                      const std::map<std::string, std::string, std::less<>>& config,
+                      const py::dict& hooks, const std::string& transport, std::string name,
+                      int members, const std::string& replacement, double check_seconds,
+                      double dead_after_seconds, double agree_seconds,
+                      std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
+                      int spawn_pool, std::optional<std::string> spawn_command,
+                      std::optional<std::vector<std::string>> spawn_args) {
+            const MPI_Comm c = comm_from(comm);
+            AgentOptions o = make_agent_options(config, hooks);
+            WindowOptions w;
+            w.transport = parse_transport(transport);
+            w.name = std::move(name);
+            set_liveness(w, suspect_seconds, suspect_beats);
+            MembershipOptions mo;
+            mo.members = members;
+            mo.replacement = parse_replacement(replacement);
+            mo.check_seconds = check_seconds;
+            mo.dead_after_seconds = dead_after_seconds;
+            mo.agree_seconds = agree_seconds;
+            mo.spawn.pool = spawn_pool;
+            mo.spawn.command = spawn_command.value_or(std::string());
+            mo.spawn.args = std::move(spawn_args);
+            const py::gil_scoped_release release;
+            return std::make_unique<PyElastic>(c, std::move(layout), std::move(o), w, mo);
+          }),
+          py::arg("comm"), py::arg("layout"), py::arg("config"), py::arg("hooks"),
+          py::arg("transport"), py::arg("name"), py::arg("members"), py::arg("replacement"),
+          py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"),
+          py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
+          py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
+          py::arg("spawn_args") = py::none())
+      .def("wait_for_slot",
+           [](PyElastic& a) {
+             const py::gil_scoped_release release;
+             return a.wait_for_slot();
+           })
+      .def(
+          "step",
+          [](PyElastic& a, std::int64_t iteration, double metric, const py::object& layers) {
+            const LayerList list(layers, a.agent().window().layout());
+            const py::gil_scoped_release release;
+            return a.step(iteration, metric, list.refs());
+          },
+          py::arg("iteration"), py::arg("metric"), py::arg("layers"))
+      // Lambdas, not member pointers: these members are ElasticSlots' (the base), which
+      // pybind11 would take as the self type.
+      .def("resign", [](PyElastic& a) { a.resign(); })
+      .def("finish",
+           [](PyElastic& a) {
+             const py::gil_scoped_release release;
+             a.finish();
+           })
+      .def("members_gather", [](PyElastic& a, double value) {
+        // Over the last epoch's members (collective over them): every member's value,
+        // in slot order.
+        std::vector<double> out;
+        {
+          const py::gil_scoped_release release;
+          MPI_Comm c = a.membership().create_members_comm();
+          int size = 0;
+          MPI_Comm_size(c, &size);
+          out.resize(static_cast<std::size_t>(size));
+          MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, c);
+        }
+        return out;
+      });
+  bind_elastic_state(cls);
 }
 
 }  // namespace paramwin::python

@@ -723,6 +723,7 @@ struct Membership::State {
     }
     auto mapped = [&](const std::vector<int>& ranks) {
       std::vector<int> out;
+      out.reserve(ranks.size());
       for (int w : ranks) out.push_back(w < 0 ? -1 : to_new[static_cast<std::size_t>(w)]);
       return out;
     };
