@@ -1099,6 +1099,15 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
       s.send(r, kEvict, evict);
       s.send(r, kStop, {});
     }
+    // A process evicted earlier that has not told anyone it is a spare yet (it was still
+    // stopped when its slot was given away): it would wait for a slot after the end forever.
+    for (int r = 0; r < s.world_size; ++r) {
+      const bool known = r == s.world_rank || s.slot_of(r) >= 0 ||
+                         std::find(s.spares.begin(), s.spares.end(), r) != s.spares.end();
+      if (known || s.process_gone(r)) continue;
+      s.send(r, kEvict, evict);
+      s.send(r, kStop, {});
+    }
   }
   s.finished_members.clear();
   for (int k = 0; k < s.nslots; ++k) {

@@ -14,7 +14,8 @@
 // kill and mixed are not limited by the spares (mixed: every third fault a SIGSTOP, the others
 // SIGKILL and exceptions in turn). A spawned process runs this program with the arguments
 // of the start and start=<t> (the run's start, which its own world cannot tell it).
-// The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
+// Faults come at k * span / (faults + 1), span the run's seconds (less the last 5 s with
+// stops). The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
 // gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
 // (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "join slot <s> at <t> loss <l>
@@ -107,7 +108,12 @@ int main(int argc, char** argv) {
     MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     start += 0.5;  // every process past its set-up
   }
-  const double interval = faults > 0 ? seconds / (faults + 1) : 1e300;
+  // Faults are spread evenly over the run; a stop (sigstop, mixed) needs its silence bound and
+  // a join after it, so none comes in the last 5 s (a slot still empty at the end would count
+  // as a lost agent by the soak's own schedule).
+  const bool stops = kind == "sigstop" || kind == "mixed";
+  const double span = stops ? std::max(seconds - 5.0, seconds / 2) : seconds;
+  const double interval = faults > 0 ? span / (faults + 1) : 1e300;
 
   pw::Layout layout;
   layout.add("w", kN);
