@@ -455,6 +455,46 @@ struct Membership::State {
     return await_commit(proposer, change, spares_left);
   }
 
+  /// Waits for every one of @p targets to answer the proposal @p id (messages @p tag:
+  /// [id, ok]) made at @p started, answering other proposals no; @p yes gets those that said
+  /// yes. False when one said no, one's process is gone or agree_seconds passed.
+  bool collect_answers(const std::vector<int>& targets, int tag, std::int64_t id, double started,
+                       std::vector<int>& yes) {
+    Message m;
+    MPI_Status st;
+    bool no = false;  // the answers already here are still read: each yes gets its abort
+    while (yes.size() < targets.size()) {
+      while (receive(m, st)) {
+        if (st.MPI_TAG == tag && m.size() == 2 && m[0] == id &&
+            std::find(targets.begin(), targets.end(), st.MPI_SOURCE) != targets.end()) {
+          if (m[1] == 1) {
+            yes.push_back(st.MPI_SOURCE);
+          } else {
+            no = true;
+          }
+        } else if (st.MPI_TAG == kPropose) {
+          send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // busy with its own
+        } else {
+          (void)bookkeeping(m, st);
+        }
+      }
+      if (no) return false;
+      for (int w : targets) {
+        if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) return false;
+      }
+      if (MPI_Wtime() - started > o.agree_seconds) return false;
+      if (yes.size() < targets.size()) sleep_seconds(0.0005);
+    }
+    return true;
+  }
+
+  /// After a proposal given up: no new one for a random 20-200 ms (two coordinators whose
+  /// proposals collided do not collide again).
+  void back_off() {
+    std::uniform_real_distribution<double> wait(0.02, 0.2);
+    backoff_until = MPI_Wtime() + wait(rng);
+  }
+
   /// The coordinator: proposes the epoch that gives the slots in @p dead to spares.
   std::optional<EpochChange> propose(const std::vector<int>& dead,
                                      std::span<const RosterEntry> roster) {
@@ -500,35 +540,9 @@ struct Membership::State {
     for (int r : targets) send(r, kPropose, msg);
     const double started = MPI_Wtime();
     std::vector<int> yes;
-    bool failed = false;
-    Message m;
-    MPI_Status st;
-    while (!failed && yes.size() < targets.size()) {
-      while (receive(m, st)) {
-        if (st.MPI_TAG == kAnswer && m.size() == 2 &&
-            static_cast<std::uint64_t>(m[0]) == change.epoch &&
-            std::find(targets.begin(), targets.end(), st.MPI_SOURCE) != targets.end()) {
-          if (m[1] == 1) {
-            yes.push_back(st.MPI_SOURCE);
-          } else {
-            failed = true;
-          }
-        } else if (st.MPI_TAG == kPropose) {
-          send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // busy with its own
-        } else {
-          (void)bookkeeping(m, st);
-        }
-      }
-      for (int r : targets) {
-        if (std::find(yes.begin(), yes.end(), r) == yes.end() && process_gone(r)) failed = true;
-      }
-      if (MPI_Wtime() - started > o.agree_seconds) failed = true;
-      if (!failed && yes.size() < targets.size()) sleep_seconds(0.0005);
-    }
-    if (failed) {
+    if (!collect_answers(targets, kAnswer, static_cast<std::int64_t>(change.epoch), started, yes)) {
       for (int r : yes) send(r, kAbort, {static_cast<std::int64_t>(change.epoch)});
-      std::uniform_real_distribution<double> wait(0.02, 0.2);
-      backoff_until = MPI_Wtime() + wait(rng);
+      back_off();
       return std::nullopt;
     }
     for (int r : targets) send(r, kCommit, {static_cast<std::int64_t>(change.epoch)});
@@ -615,34 +629,9 @@ struct Membership::State {
     }
     for (int w : targets) send(w, kRefill, msg);
     std::vector<int> yes;
-    bool failed = false;
-    Message m;
-    MPI_Status st;
-    while (!failed && yes.size() < targets.size()) {
-      while (receive(m, st)) {
-        if (st.MPI_TAG == kRefillAnswer && m.size() == 2 && m[0] == r.id &&
-            std::find(targets.begin(), targets.end(), st.MPI_SOURCE) != targets.end()) {
-          if (m[1] == 1) {
-            yes.push_back(st.MPI_SOURCE);
-          } else {
-            failed = true;
-          }
-        } else if (st.MPI_TAG == kPropose) {
-          send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // busy with its own
-        } else {
-          (void)bookkeeping(m, st);
-        }
-      }
-      for (int w : targets) {
-        if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) failed = true;
-      }
-      if (MPI_Wtime() - started > o.agree_seconds) failed = true;
-      if (!failed && yes.size() < targets.size()) sleep_seconds(0.0005);
-    }
-    if (failed) {
+    if (!collect_answers(targets, kRefillAnswer, r.id, started, yes)) {
       for (int w : yes) send(w, kRefillAbort, {r.id});
-      std::uniform_real_distribution<double> wait(0.02, 0.2);
-      backoff_until = MPI_Wtime() + wait(rng);
+      back_off();
       return;
     }
     for (int w : targets) send(w, kRefillCommit, {r.id});

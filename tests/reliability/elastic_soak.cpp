@@ -15,8 +15,8 @@
 // SIGKILL and exceptions in turn). A spawned process runs this program with the arguments
 // of the start and start=<t> (the run's start, which its own world cannot tell it).
 // Faults come at k * span / (faults + 1), span the run's seconds (less the last 5 s with
-// stops). The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2, one
-// gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
+// stops). The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2,
+// one gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
 // (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "join slot <s> at <t> loss <l>
 // donors_mean <m>", "steps <n> <seconds of step time> ..." and at the end, from the last
