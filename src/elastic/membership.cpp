@@ -416,7 +416,7 @@ struct Membership::State {
           (void)bookkeeping(m, st);
         }
       }
-      if (process_gone(proposer) || MPI_Wtime() - started > o.agree_seconds) return std::nullopt;
+      if (process_gone(proposer) || MPI_Wtime() - started > commit_wait()) return std::nullopt;
       sleep_seconds(0.0005);
     }
   }
@@ -488,6 +488,21 @@ struct Membership::State {
     return true;
   }
 
+  /// How long a process that answered yes waits for the commit: agree_seconds, and no longer
+  /// than the silence bound (its proposer commits within half of it, or aborts).
+  [[nodiscard]] double commit_wait() const {
+    return o.dead_after_seconds > 0.0 ? std::min(o.agree_seconds, o.dead_after_seconds)
+                                      : o.agree_seconds;
+  }
+
+  /// Whether a proposal made at @p started may still commit: not when this process was
+  /// evicted meanwhile, nor when it took half the silence bound (the others may have judged
+  /// its proposer dead by then and given up their answers).
+  [[nodiscard]] bool may_commit(double started) const {
+    return !evict_pending &&
+           (o.dead_after_seconds <= 0.0 || MPI_Wtime() - started <= 0.5 * o.dead_after_seconds);
+  }
+
   /// After a proposal given up: no new one for a random 20-200 ms (two coordinators whose
   /// proposals collided do not collide again).
   void back_off() {
@@ -540,7 +555,8 @@ struct Membership::State {
     for (int r : targets) send(r, kPropose, msg);
     const double started = MPI_Wtime();
     std::vector<int> yes;
-    if (!collect_answers(targets, kAnswer, static_cast<std::int64_t>(change.epoch), started, yes)) {
+    if (!collect_answers(targets, kAnswer, static_cast<std::int64_t>(change.epoch), started, yes) ||
+        !may_commit(started)) {
       for (int r : yes) send(r, kAbort, {static_cast<std::int64_t>(change.epoch)});
       back_off();
       return std::nullopt;
@@ -629,7 +645,7 @@ struct Membership::State {
     }
     for (int w : targets) send(w, kRefill, msg);
     std::vector<int> yes;
-    if (!collect_answers(targets, kRefillAnswer, r.id, started, yes)) {
+    if (!collect_answers(targets, kRefillAnswer, r.id, started, yes) || !may_commit(started)) {
       for (int w : yes) send(w, kRefillAbort, {r.id});
       back_off();
       return;
@@ -665,7 +681,7 @@ struct Membership::State {
           (void)bookkeeping(in, st);
         }
       }
-      if (process_gone(proposer) || MPI_Wtime() - started > o.agree_seconds) return;
+      if (process_gone(proposer) || MPI_Wtime() - started > commit_wait()) return;
       sleep_seconds(0.0005);
     }
   }
@@ -984,13 +1000,20 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
       if (auto change = evicted(e)) return change;
     }
   }
-  if (s.pending && (s.process_gone(s.pending->proposer) ||
-                    MPI_Wtime() - s.pending->started > s.o.agree_seconds)) {
+  if (s.pending &&
+      (s.process_gone(s.pending->proposer) || MPI_Wtime() - s.pending->started > s.commit_wait())) {
     s.pending.reset();  // its proposer is gone, or never decided
   }
-  if (s.pending || (roster.empty() && !check_due())) return std::nullopt;
+  if (roster.empty() && !check_due()) return std::nullopt;
   s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
+  if (s.pending) {
+    // A proposer judged dead (silent: it stalled after proposing) will not commit in time
+    // (may_commit): give the answer up, so that the slots are judged again.
+    const int at = s.slot_of(s.pending->proposer);
+    if (at < 0 || dead[static_cast<std::size_t>(at)] == 0) return std::nullopt;
+    s.pending.reset();
+  }
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
   const auto ndead = static_cast<std::size_t>(
       std::count_if(dead.begin(), dead.end(), [](int d) { return d != 0; }));
