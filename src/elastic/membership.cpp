@@ -1008,10 +1008,10 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
   if (s.pending) {
-    // A proposer judged dead (silent: it stalled after proposing) will not commit in time
-    // (may_commit): give the answer up, so that the slots are judged again.
+    // A proposer judged dead (silent: it stalled after proposing), or no longer a member, will
+    // not commit in time (may_commit): give the answer up, so that the slots are judged again.
     const int at = s.slot_of(s.pending->proposer);
-    if (at < 0 || dead[static_cast<std::size_t>(at)] == 0) return std::nullopt;
+    if (at >= 0 && dead[static_cast<std::size_t>(at)] == 0) return std::nullopt;
     s.pending.reset();
   }
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
