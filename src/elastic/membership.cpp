@@ -821,8 +821,10 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   if (options.spawn.pool > 0) MPI_Comm_get_parent(&parent);
   const bool spawned = parent != MPI_COMM_NULL;
   const int members = options.members == 0 ? s.world_size : options.members;
-  s.spawn_command = options.spawn.command.empty() ? own_executable() : options.spawn.command;
-  s.spawn_args = options.spawn.args ? *options.spawn.args : own_arguments();
+  if (options.spawn.pool > 0) {  // /proc is read only by a population that spawns
+    s.spawn_command = options.spawn.command.empty() ? own_executable() : options.spawn.command;
+    s.spawn_args = options.spawn.args ? *options.spawn.args : own_arguments();
+  }
   std::string bad;
   if (options.spawn.pool < 0) {
     bad = "SpawnOptions::pool is " + std::to_string(options.spawn.pool) + ", not >= 0";
