@@ -10,7 +10,7 @@ import sys
 
 
 def parse(path):
-    faults, joins, procs, finished = [], [], [], None
+    faults, joins, resumes, procs, finished = [], [], [], [], None
     kinds, refills = {}, (0, 0, 0)
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)(?: kind (\w+))?", line)
@@ -20,6 +20,9 @@ def parse(path):
         m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)", line)
         if m:  # every process of a refill counts it: the largest count is the population's
             refills = max(refills, (int(m[1]), int(m[2]), int(m[3])))
+        m = re.match(r"resume slot (\d+) at ([\d.]+)", line)
+        if m:  # a stopped process that stepped on in its slot: nothing to replace
+            resumes.append((int(m[1]), float(m[2])))
         m = re.match(r"join slot (\d+) at ([\d.]+) loss (\S+) donors_mean (\S+)", line)
         if m:
             joins.append((int(m[1]), float(m[2]), float(m[3]), float(m[4])))
@@ -32,20 +35,27 @@ def parse(path):
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
-    return faults, joins, procs, finished, kinds, refills
+    return faults, joins, resumes, procs, finished, kinds, refills
 
 
 def main():
     faults_log, base_log, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    faults, joins, procs, finished, kinds, refills = parse(faults_log)
-    _, _, base_procs, base_finished, _, _ = parse(base_log)
-    # Each join answers the latest earlier fault of its slot not answered yet.
+    faults, joins, resumes, procs, finished, kinds, refills = parse(faults_log)
+    _, _, _, base_procs, base_finished, _, _ = parse(base_log)
+    # Each join, or resume of a stopped process in its slot, answers the earliest fault of its
+    # slot not answered yet (when two are open, the longer delay: the pessimistic reading);
+    # only joins are replacements (their delays are measured).
     open_faults = sorted(faults, key=lambda f: f[1])
-    delays = []
-    for slot, at, _, _ in sorted(joins, key=lambda j: j[1]):
-        for i, (fslot, fat) in enumerate(open_faults):
+    events = [(j[0], j[1], True) for j in joins] + [(r[0], r[1], False) for r in resumes]
+    delays, resumed = [], 0
+    for slot, at, joined in sorted(events, key=lambda e: e[1]):
+        for i in range(len(open_faults)):
+            fslot, fat = open_faults[i]
             if fslot == slot and fat <= at:
-                delays.append(at - fat)
+                if joined:
+                    delays.append(at - fat)
+                else:
+                    resumed += 1
                 del open_faults[i]
                 break
     steps = sum(p[0] for p in procs)
@@ -64,6 +74,8 @@ def main():
         ("refills of the spares by MPI_Comm_spawn (processes spawned, failed)",
          f"{refills[0]} ({refills[1]}, {refills[2]})"),
         ("slots a spare took (joins)", f"{len(joins)}"),
+        ("stops the process outlived in its slot (it stepped on: nothing to replace)",
+         f"{resumed}"),
         ("faults never answered by a join (slot empty at the end)", f"{len(open_faults)}"),
         ("slots finished in the last epoch / slots", f"{finished[1] if finished else 0} / {slots}"
          f" (lost agents: {lost})"),

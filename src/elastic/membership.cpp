@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -57,6 +60,26 @@ int epoch_tag(std::uint64_t epoch) { return kCommTagBase + static_cast<int>(epoc
 using Message = std::vector<std::int64_t>;
 
 void sleep_seconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+/// Whether PARAMWIN_MEMBERSHIP_TRACE asks for every decision on stderr (docs/elastic.md,
+/// "When a population does not recover"): set, non-empty and not "0".
+bool tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("PARAMWIN_MEMBERSHIP_TRACE");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+/// "[a b c]" for a trace line.
+std::string listed(const std::vector<int>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ' ';
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
 
 /// This process's executable and arguments (what a refill spawns by default).
 std::string own_executable() {
@@ -134,6 +157,13 @@ struct Membership::State {
     double started = 0.0;
   };
   std::optional<Pending> pending;
+  /// A kResign of an epoch this process had not entered yet: applied when it enters it.
+  struct LaterResign {
+    std::uint64_t epoch = 0;
+    int slot = -1;
+    int world = -1;
+  };
+  std::vector<LaterResign> later_resigns;
   struct Outgoing {
     MPI_Request request = MPI_REQUEST_NULL;
     std::unique_ptr<Message> data;
@@ -156,6 +186,18 @@ struct Membership::State {
   RefillStats refill_stats;
   std::string spawn_command;            // resolved SpawnOptions::command
   std::vector<std::string> spawn_args;  // resolved SpawnOptions::args
+
+  // --- trace (PARAMWIN_MEMBERSHIP_TRACE) --------------------------------------------------
+
+  std::vector<int> traced_dead;  // the judgement last traced
+  std::string traced_wait;       // the last "waits for a spare" traced
+
+  /// One line on stderr: who says it (world rank, epoch, slot, role), when, and @p what.
+  void trace(const std::string& what) const {
+    std::fprintf(stderr, "paramwin membership: world %d epoch %llu slot %d role %d t %.6f: %s\n",
+                 world_rank, static_cast<unsigned long long>(epoch), slot,
+                 static_cast<int>(role), MPI_Wtime(), what.c_str());
+  }
 
   // --- messages -------------------------------------------------------------------------
 
@@ -320,7 +362,16 @@ struct Membership::State {
     if (!standing) comm = create_comm(change.members, epoch_tag(change.epoch));  // old one stays
     epoch = change.epoch;
     members = change.members;
+    // The proposer's spares first (its order gives the slots), then the spares this process
+    // knows and the proposer did not yet (a kSpare or kResign that reached it later): a spare
+    // that every proposal left out would never be given a slot again.
+    std::vector<int> known = std::move(spares);
     spares = spares_left;
+    for (int w : known) {
+      if (slot_of(w) < 0 && std::find(spares.begin(), spares.end(), w) == spares.end()) {
+        spares.push_back(w);
+      }
+    }
     const int mine = slot_of(world_rank);
     if (role == MemberRole::spare) {
       const auto at = std::find(change.dead.begin(), change.dead.end(), mine);
@@ -333,6 +384,13 @@ struct Membership::State {
     role = MemberRole::member;
     std::fill(gone.begin(), gone.end(), 0);
     std::fill(seen.begin(), seen.end(), Seen{});
+    for (const LaterResign& r : later_resigns) {  // read before this process entered the epoch
+      if (r.epoch == epoch && members[static_cast<std::size_t>(r.slot)] == r.world) {
+        gone[static_cast<std::size_t>(r.slot)] = 1;
+        add_spare(r.world, true);
+      }
+    }
+    std::erase_if(later_resigns, [this](const LaterResign& r) { return r.epoch <= epoch; });
     change.agree_seconds = MPI_Wtime() - started;
     last = change;
     return change;
@@ -347,6 +405,7 @@ struct Membership::State {
     for (std::size_t k = 2; k < m.size(); ++k) members.push_back(static_cast<int>(m[k]));
     role = MemberRole::evicted;
     slot = -1;
+    if (tracing()) trace("evicted: members " + listed(members));
     return true;
   }
 
@@ -354,10 +413,16 @@ struct Membership::State {
   bool bookkeeping(const Message& m, const MPI_Status& st) {
     switch (st.MPI_TAG) {
       case kResign:
-        if (m.size() == 2 && static_cast<std::uint64_t>(m[0]) == epoch && m[1] >= 0 &&
-            m[1] < nslots) {
-          gone[static_cast<std::size_t>(m[1])] = 1;
-          add_spare(st.MPI_SOURCE, true);  // the resigned process waits as a spare
+        if (m.size() == 2 && m[1] >= 0 && m[1] < nslots) {
+          const auto of = static_cast<std::uint64_t>(m[0]);
+          if (of == epoch) {
+            gone[static_cast<std::size_t>(m[1])] = 1;
+            add_spare(st.MPI_SOURCE, true);  // the resigned process waits as a spare
+          } else if (of < epoch) {
+            add_spare(st.MPI_SOURCE);  // a spare, unless a later epoch gave it a slot
+          } else {  // of an epoch this process has yet to enter (its commit is on the way)
+            later_resigns.push_back({of, static_cast<int>(m[1]), st.MPI_SOURCE});
+          }
         }
         return true;
       case kSpare: add_spare(st.MPI_SOURCE); return true;
@@ -390,6 +455,7 @@ struct Membership::State {
     if (std::find(spares.begin(), spares.end(), world) == spares.end() &&
         (resigned || slot_of(world) < 0)) {
       spares.push_back(world);
+      if (tracing()) trace("spare " + std::to_string(world) + " known: spares " + listed(spares));
     }
   }
 
@@ -404,6 +470,10 @@ struct Membership::State {
       while (receive(m, st)) {
         if (st.MPI_SOURCE == proposer && (st.MPI_TAG == kCommit || st.MPI_TAG == kAbort) &&
             !m.empty() && static_cast<std::uint64_t>(m[0]) == change.epoch) {
+          if (tracing()) {
+            trace(std::string(st.MPI_TAG == kAbort ? "aborted" : "committed") + ": epoch " +
+                  std::to_string(change.epoch) + " of " + std::to_string(proposer));
+          }
           if (st.MPI_TAG == kAbort) return std::nullopt;
           return enter(change, spares_left, started);
         }
@@ -416,7 +486,14 @@ struct Membership::State {
           (void)bookkeeping(m, st);
         }
       }
-      if (process_gone(proposer) || MPI_Wtime() - started > commit_wait()) return std::nullopt;
+      if (process_gone(proposer) || MPI_Wtime() - started > commit_wait()) {
+        if (tracing()) {
+          trace("gave up waiting for the commit of epoch " + std::to_string(change.epoch) +
+                " of " + std::to_string(proposer) +
+                (process_gone(proposer) ? " (its process is gone)" : " (commit_wait passed)"));
+        }
+        return std::nullopt;
+      }
       sleep_seconds(0.0005);
     }
   }
@@ -434,6 +511,11 @@ struct Membership::State {
   std::optional<EpochChange> settle(const MPI_Status& st) {
     Pending p = std::move(*pending);
     pending.reset();
+    if (tracing()) {
+      trace(std::string(st.MPI_TAG == kCommit ? "committed" : "aborted") + ": epoch " +
+            std::to_string(p.change.epoch) + " of " + std::to_string(p.proposer) +
+            " (answered while training)");
+    }
     if (st.MPI_TAG != kCommit) return std::nullopt;
     return enter(std::move(p.change), p.spares_left, p.started);
   }
@@ -447,6 +529,11 @@ struct Membership::State {
                         change.members.end() &&
                     static_cast<int>(change.members.size()) == nslots;
     send(proposer, kAnswer, {static_cast<std::int64_t>(change.epoch), ok ? 1 : 0});
+    if (tracing()) {
+      trace("answered " + std::string(ok ? "yes" : "no") + " to epoch " +
+            std::to_string(change.epoch) + " of " + std::to_string(proposer) + ": members " +
+            listed(change.members) + ", dead " + listed(change.dead));
+    }
     if (!ok) return std::nullopt;
     if (standing && role == MemberRole::member) {
       pending = Pending{proposer, std::move(change), std::move(spares_left), MPI_Wtime()};
@@ -457,12 +544,12 @@ struct Membership::State {
 
   /// Waits for every one of @p targets to answer the proposal @p id (messages @p tag:
   /// [id, ok]) made at @p started, answering other proposals no; @p yes gets those that said
-  /// yes. False when one said no, one's process is gone or agree_seconds passed.
+  /// yes. False when one said no, one's process is gone or answer_wait() passed.
   bool collect_answers(const std::vector<int>& targets, int tag, std::int64_t id, double started,
                        std::vector<int>& yes) {
     Message m;
     MPI_Status st;
-    bool no = false;  // the answers already here are still read: each yes gets its abort
+    bool no = false;  // the answers already here are still read (then every target is aborted)
     while (yes.size() < targets.size()) {
       while (receive(m, st)) {
         if (st.MPI_TAG == tag && m.size() == 2 && m[0] == id &&
@@ -478,14 +565,34 @@ struct Membership::State {
           (void)bookkeeping(m, st);
         }
       }
-      if (no) return false;
-      for (int w : targets) {
-        if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) return false;
+      if (no) {
+        if (tracing()) trace("proposal " + std::to_string(id) + ": an answer was no");
+        return false;
       }
-      if (MPI_Wtime() - started > o.agree_seconds) return false;
+      for (int w : targets) {
+        if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) {
+          if (tracing()) trace("proposal " + std::to_string(id) + ": " + std::to_string(w) +
+                               "'s process is gone");
+          return false;
+        }
+      }
+      if (MPI_Wtime() - started > answer_wait()) {
+        if (tracing()) trace("proposal " + std::to_string(id) + ": answer_wait passed, yes " +
+                             listed(yes) + " of " + listed(targets));
+        return false;
+      }
       if (yes.size() < targets.size()) sleep_seconds(0.0005);
     }
     return true;
+  }
+
+  /// How long a proposer waits for the answers: agree_seconds, and no longer than half the
+  /// silence bound, after which it may not commit (may_commit). A proposer does not step while
+  /// it waits: waiting longer for a member that stopped would make the others judge the
+  /// proposer itself dead by its silence.
+  [[nodiscard]] double answer_wait() const {
+    return o.dead_after_seconds > 0.0 ? std::min(o.agree_seconds, 0.5 * o.dead_after_seconds)
+                                      : o.agree_seconds;
   }
 
   /// How long a process that answered yes waits for the commit: agree_seconds, and no longer
@@ -526,7 +633,15 @@ struct Membership::State {
     for (int s = 0; s < nslots; ++s) {
       const int how = dead[static_cast<std::size_t>(s)];
       if (how == 0) continue;
-      if (next_spare == live_spares.size()) return std::nullopt;  // wait for a spare
+      if (next_spare == live_spares.size()) {  // wait for a spare
+        if (tracing()) {
+          const std::string w = "waits for a spare: dead " + listed(dead) + ", live spares " +
+                                listed(live_spares) + " of " + listed(spares);
+          if (w != traced_wait) trace(w);
+          traced_wait = w;
+        }
+        return std::nullopt;
+      }
       change.dead.push_back(s);
       change.reasons_pid.push_back(how == 1 ? 1 : 0);
       change.iterations.push_back(roster.size() == static_cast<std::size_t>(nslots)
@@ -553,15 +668,24 @@ struct Membership::State {
       if (r != world_rank) targets.push_back(r);
     }
     for (int r : targets) send(r, kPropose, msg);
+    if (tracing()) {
+      trace("proposes epoch " + std::to_string(change.epoch) + ": dead slots " +
+            listed(change.dead) + ", members " + listed(change.members) + ", spares left " +
+            listed(spares_left));
+    }
     const double started = MPI_Wtime();
     std::vector<int> yes;
     if (!collect_answers(targets, kAnswer, static_cast<std::int64_t>(change.epoch), started, yes) ||
         !may_commit(started)) {
-      for (int r : yes) send(r, kAbort, {static_cast<std::int64_t>(change.epoch)});
+      if (tracing()) trace("gives up epoch " + std::to_string(change.epoch));
+      // Every target, not only those whose yes was read: a yes that comes after a no would
+      // otherwise hold its sender (answering every other proposal no) for commit_wait().
+      for (int r : targets) send(r, kAbort, {static_cast<std::int64_t>(change.epoch)});
       back_off();
       return std::nullopt;
     }
     for (int r : targets) send(r, kCommit, {static_cast<std::int64_t>(change.epoch)});
+    if (tracing()) trace("commits epoch " + std::to_string(change.epoch));
     Message evict{static_cast<std::int64_t>(change.epoch), nslots};
     for (int r : change.members) evict.push_back(r);
     for (int s : change.dead) {
@@ -646,7 +770,7 @@ struct Membership::State {
     for (int w : targets) send(w, kRefill, msg);
     std::vector<int> yes;
     if (!collect_answers(targets, kRefillAnswer, r.id, started, yes) || !may_commit(started)) {
-      for (int w : yes) send(w, kRefillAbort, {r.id});
+      for (int w : targets) send(w, kRefillAbort, {r.id});  // as propose(): every target
       back_off();
       return;
     }
@@ -756,6 +880,8 @@ struct Membership::State {
       if (to_new[static_cast<std::size_t>(w)] < 0 && !process_gone(w)) left_out.push_back(w);
     }
     old_universes.push_back(std::move(left));
+    for (LaterResign& lr : later_resigns) lr.world = to_new[static_cast<std::size_t>(lr.world)];
+    std::erase_if(later_resigns, [](const LaterResign& lr) { return lr.world < 0; });
     adopt_universe(universe, header);
     if (coordinator_here) {
       for (int w : left_out) tell_left_out(old_universes.back(), w);
@@ -1004,16 +1130,23 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   }
   if (s.pending &&
       (s.process_gone(s.pending->proposer) || MPI_Wtime() - s.pending->started > s.commit_wait())) {
+    if (tracing()) s.trace("drops its answer to " + std::to_string(s.pending->proposer));
     s.pending.reset();  // its proposer is gone, or never decided
   }
   if (roster.empty() && !check_due()) return std::nullopt;
   s.last_check = MPI_Wtime();
   const std::vector<int> dead = s.judge(roster);
+  if (tracing() && dead != s.traced_dead) {
+    s.trace("judges (0 alive, 1 gone or resigned, 2 silent) " + listed(dead) + ", members " +
+            listed(s.members));
+    s.traced_dead = dead;
+  }
   if (s.pending) {
     // A proposer judged dead (silent: it stalled after proposing), or no longer a member, will
     // not commit in time (may_commit): give the answer up, so that the slots are judged again.
     const int at = s.slot_of(s.pending->proposer);
     if (at >= 0 && dead[static_cast<std::size_t>(at)] == 0) return std::nullopt;
+    if (tracing()) s.trace("drops its answer to " + std::to_string(s.pending->proposer));
     s.pending.reset();
   }
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
@@ -1037,6 +1170,7 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
 void Membership::resign() {
   State& s = *s_;
   if (s.role != MemberRole::member) return;
+  if (tracing()) s.trace("resigns");
   for (int r : s.members) {
     if (r != s.world_rank) s.send(r, kResign, {static_cast<std::int64_t>(s.epoch), s.slot});
   }
@@ -1047,6 +1181,7 @@ void Membership::resign() {
 void Membership::rejoin_as_spare() {
   State& s = *s_;
   if (s.role != MemberRole::evicted) return;
+  if (tracing()) s.trace("rejoins as a spare: tells " + listed(s.members));
   for (int r : s.members) {
     if (r != s.world_rank) s.send(r, kSpare, {});
   }

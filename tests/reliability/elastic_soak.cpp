@@ -18,7 +18,8 @@
 // stops). The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2,
 // one gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
 // 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
-// (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "join slot <s> at <t> loss <l>
+// (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "resume slot <s> at <t>" (a stopped
+// process that stepped on in its slot: it was not replaced), "join slot <s> at <t> loss <l>
 // donors_mean <m>", "steps <n> <seconds of step time> ..." and at the end, from the last
 // epoch's slot 0, "soak: epoch <e>, <slots> slots finished" (the step times also split
 // into steps begun within 0.1 s after a scheduled fault, a recovery, and the others). t is
@@ -187,7 +188,8 @@ int main(int argc, char** argv) {
   while (wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
-    bool first = true;  // the first step since this process was given its slot
+    bool first = true;      // the first step since this process was given its slot
+    bool woke = false;      // this process stopped itself and has not stepped since
     // The faults before this moment are not this process's to take.
     int next_fault =
         std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
@@ -209,6 +211,10 @@ int main(int argc, char** argv) {
                       now_seconds(), loss_of(w, target), mean, pw::reason_name(e.reason).data());
         }
         first = false;
+        if (woke) {  // not evicted while it was stopped: its slot was never given away
+          std::printf("resume slot %d at %.6f\n", slot, now_seconds());
+          woke = false;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         ++steps;
         const double t1 = now_seconds();
@@ -233,7 +239,12 @@ int main(int argc, char** argv) {
           if (what == "kill") pw::test::die(true);
           if (what == "sigstop") {
             pw::test::stop_self_for(kStopSeconds);  // the next step finds it evicted
-            continue;
+            // The faults scheduled while it was stopped are its slot's new holder's, if any.
+            next_fault = std::max(
+                next_fault,
+                static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
+            woke = true;
+            break;
           }
           throw Fault("injected");
         }
