@@ -195,8 +195,8 @@ struct Membership::State {
   /// One line on stderr: who says it (world rank, epoch, slot, role), when, and @p what.
   void trace(const std::string& what) const {
     std::fprintf(stderr, "paramwin membership: world %d epoch %llu slot %d role %d t %.6f: %s\n",
-                 world_rank, static_cast<unsigned long long>(epoch), slot,
-                 static_cast<int>(role), MPI_Wtime(), what.c_str());
+                 world_rank, static_cast<unsigned long long>(epoch), slot, static_cast<int>(role),
+                 MPI_Wtime(), what.c_str());
   }
 
   // --- messages -------------------------------------------------------------------------
@@ -488,8 +488,8 @@ struct Membership::State {
       }
       if (process_gone(proposer) || MPI_Wtime() - started > commit_wait()) {
         if (tracing()) {
-          trace("gave up waiting for the commit of epoch " + std::to_string(change.epoch) +
-                " of " + std::to_string(proposer) +
+          trace("gave up waiting for the commit of epoch " + std::to_string(change.epoch) + " of " +
+                std::to_string(proposer) +
                 (process_gone(proposer) ? " (its process is gone)" : " (commit_wait passed)"));
         }
         return std::nullopt;
@@ -571,14 +571,16 @@ struct Membership::State {
       }
       for (int w : targets) {
         if (std::find(yes.begin(), yes.end(), w) == yes.end() && process_gone(w)) {
-          if (tracing()) trace("proposal " + std::to_string(id) + ": " + std::to_string(w) +
-                               "'s process is gone");
+          if (tracing())
+            trace("proposal " + std::to_string(id) + ": " + std::to_string(w) +
+                  "'s process is gone");
           return false;
         }
       }
       if (MPI_Wtime() - started > answer_wait()) {
-        if (tracing()) trace("proposal " + std::to_string(id) + ": answer_wait passed, yes " +
-                             listed(yes) + " of " + listed(targets));
+        if (tracing())
+          trace("proposal " + std::to_string(id) + ": answer_wait passed, yes " + listed(yes) +
+                " of " + listed(targets));
         return false;
       }
       if (yes.size() < targets.size()) sleep_seconds(0.0005);

@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
   while (wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
-    bool first = true;      // the first step since this process was given its slot
-    bool woke = false;      // this process stopped itself and has not stepped since
+    bool first = true;  // the first step since this process was given its slot
+    bool woke = false;  // this process stopped itself and has not stepped since
     // The faults before this moment are not this process's to take.
     int next_fault =
         std::max(1, static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
@@ -240,9 +240,9 @@ int main(int argc, char** argv) {
           if (what == "sigstop") {
             pw::test::stop_self_for(kStopSeconds);  // the next step finds it evicted
             // The faults scheduled while it was stopped are its slot's new holder's, if any.
-            next_fault = std::max(
-                next_fault,
-                static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
+            next_fault =
+                std::max(next_fault,
+                         static_cast<int>(std::floor((now_seconds() - start) / interval)) + 1);
             woke = true;
             break;
           }
