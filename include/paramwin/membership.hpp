@@ -65,7 +65,8 @@ struct MembershipOptions {
   /// is dead. On its own host a member is dead as soon as its process is gone, with no bound.
   double dead_after_seconds = 30.0;
   /// How long a proposal waits for every answer, and an answer for the commit, before it is
-  /// given up (a member answers at its next step).
+  /// given up (a member answers at its next step). With a silence bound, a proposal waits at
+  /// most half of dead_after_seconds and an answer at most dead_after_seconds, if shorter.
   double agree_seconds = 60.0;
   /// How long a spare sleeps between looks for a message.
   double spare_sleep_seconds = 0.002;
