@@ -52,6 +52,26 @@ struct SpawnOptions {
   std::optional<std::vector<std::string>> args{};
 };
 
+/// Joins of processes launched on their own (docs/elastic.md, "Joining from outside"), e.g. a
+/// preempted agent requeued by Slurm: Open MPI with its name server (`ompi-server`, and every
+/// mpirun given `--ompi-server`), Replacement::new_window only. A joiner (joining = true; its
+/// whole MPI_COMM_WORLD joins) opens a port, publishes it as `service` + ".join"
+/// (MPI_Publish_name) and waits in its Membership's constructor; the population's coordinator
+/// looks the name up every look_seconds, every live process agrees, and together they connect
+/// to the port (MPI_Comm_connect) and merge with the joiner into a new communicator of every
+/// process, as a refill does. The joiner then waits as a spare.
+struct JoinOptions {
+  /// The name the population and its joiners meet under; empty: no joins.
+  std::string service{};
+  /// This process joins the population that serves `service` (instead of starting one).
+  bool joining = false;
+  /// How often the coordinator looks for a joiner (one MPI_Lookup_name, about 1 ms here).
+  double look_seconds = 0.5;
+  /// How long a joiner tries to publish its port (the name is taken while another joiner
+  /// waits) before its constructor throws an Error on every rank.
+  double publish_seconds = 60.0;
+};
+
 /// How a Membership judges and agrees.
 struct MembershipOptions {
   /// How a slot is given to a spare (see Replacement).
@@ -72,6 +92,8 @@ struct MembershipOptions {
   double spare_sleep_seconds = 0.002;
   /// Refills of the spare pool by MPI_Comm_spawn (none by default).
   SpawnOptions spawn{};
+  /// Joins of processes launched on their own through a name server (none by default).
+  JoinOptions join{};
 };
 
 /// The refills a process took part in (Membership::refills()).
@@ -79,8 +101,11 @@ struct RefillStats {
   std::uint64_t refills = 0;  ///< refills this process took part in (or, spawned, was made by)
   std::uint64_t spawned = 0;  ///< processes those refills started
   std::uint64_t failed = 0;   ///< refills whose MPI_Comm_spawn failed (no more are proposed)
+  std::uint64_t joins = 0;    ///< joins (JoinOptions) this process took part in, or made
+  std::uint64_t joined = 0;   ///< processes those joins brought in
   double last_seconds = 0.0;  ///< the last refill, from its proposal to the new communicator
   bool spawned_here = false;  ///< this process was started by a refill
+  bool joined_here = false;   ///< this process joined from outside (JoinOptions::joining)
 };
 
 /// What a process does in the population now.
@@ -116,6 +141,7 @@ class Membership {
   /// communicator over the members). InvalidArgument on every rank for bad options. A process
   /// started by a refill (SpawnOptions::pool > 0 and a parent communicator) instead joins its
   /// parents' population as a spare: collective over its parents and the other new processes.
+  /// A joiner (JoinOptions::joining) waits here until the population takes it in as a spare.
   explicit Membership(MPI_Comm world, MembershipOptions options = {});
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;

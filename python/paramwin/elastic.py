@@ -47,7 +47,11 @@ class ElasticAgent:
     keep ``spawn_pool`` live spares by MPI_Comm_spawn; the spawned processes run
     ``spawn_command`` (default: this interpreter) with ``spawn_args`` (default: this process's
     arguments, the script and its own), so the script must create the same ElasticAgent, and
-    they join as spares (docs/elastic.md, "Refilling the spares"). Host memory only. Creation is collective over
+    they join as spares (docs/elastic.md, "Refilling the spares"). ``join_service``,
+    ``joining``: JoinOptions (Open MPI with ompi-server, "new_window"): the population takes
+    in, as a spare, a process launched on its own that waits under that name (``joining=True``:
+    this process is one; its constructor returns once it is in) (docs/elastic.md, "Joining
+    from outside"). Host memory only. Creation is collective over
     ``comm``; nothing is freed at the end (end the process with ``os._exit``).
     """
 
@@ -64,7 +68,8 @@ class ElasticAgent:
                  transport: str = "auto", name: str = "",
                  suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
                  spawn_pool: int = 0, spawn_command: Optional[str] = None,
-                 spawn_args: Optional[Sequence[str]] = None, **keywords: Any):
+                 spawn_args: Optional[Sequence[str]] = None, join_service: str = "",
+                 joining: bool = False, **keywords: Any):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         self._user_prepare = _guard("prepare_params", prepare_params)
@@ -87,7 +92,8 @@ class ElasticAgent:
                                          liveness_bound(suspect_beats), int(spawn_pool),
                                          None if spawn_command is None else str(spawn_command),
                                          None if spawn_args is None
-                                         else [str(a) for a in spawn_args])
+                                         else [str(a) for a in spawn_args],
+                                         str(join_service), bool(joining))
 
     def _prepare(self) -> None:
         if self._batch is not None:
@@ -176,7 +182,8 @@ class ElasticAgent:
     def refills(self) -> Dict[str, Any]:
         """The spare pool's refills this process took part in: ``refills``, ``spawned``
         (processes started), ``failed``, ``last_seconds`` and ``spawned_here`` (this process
-        was started by one)."""
+        was started by one); and the joins: ``joins``, ``joined`` (processes taken in) and
+        ``joined_here`` (this process joined from outside)."""
         return dict(self._agent.refills)
 
     @property

@@ -47,6 +47,9 @@ void bind_elastic_state(py::class_<PyElastic>& cls) {
                                d["failed"] = r.failed;
                                d["last_seconds"] = r.last_seconds;
                                d["spawned_here"] = r.spawned_here;
+                               d["joins"] = r.joins;
+                               d["joined"] = r.joined;
+                               d["joined_here"] = r.joined_here;
                                return d;
                              })
       .def_property_readonly("resume_iteration",
@@ -83,7 +86,8 @@ void bind_elastic(py::module_& m) {
                       double dead_after_seconds, double agree_seconds,
                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
                       int spawn_pool, std::optional<std::string> spawn_command,
-                      std::optional<std::vector<std::string>> spawn_args) {
+                      std::optional<std::vector<std::string>> spawn_args,
+                      const std::string& join_service, bool joining) {
             const MPI_Comm c = comm_from(comm);
             AgentOptions o = make_agent_options(config, hooks);
             WindowOptions w;
@@ -99,6 +103,8 @@ void bind_elastic(py::module_& m) {
             mo.spawn.pool = spawn_pool;
             mo.spawn.command = spawn_command.value_or(std::string());
             mo.spawn.args = std::move(spawn_args);
+            mo.join.service = join_service;
+            mo.join.joining = joining;
             const py::gil_scoped_release release;
             return std::make_unique<PyElastic>(c, std::move(layout), std::move(o), w, mo);
           }),
@@ -107,7 +113,8 @@ void bind_elastic(py::module_& m) {
           py::arg("check_seconds"), py::arg("dead_after_seconds"), py::arg("agree_seconds"),
           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
           py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
-          py::arg("spawn_args") = py::none())
+          py::arg("spawn_args") = py::none(), py::arg("join_service") = std::string(),
+          py::arg("joining") = false)
       .def("wait_for_slot",
            [](PyElastic& a) {
              const py::gil_scoped_release release;

@@ -104,6 +104,27 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
+/// @p call (an MPI name-service call, whose errors MPI raises on MPI_COMM_WORLD or, in MPI 4,
+/// MPI_COMM_SELF) with both returning errors instead of aborting; their handlers restored.
+template <class Call>
+int quietly(Call&& call) {
+  MPI_Errhandler world = MPI_ERRHANDLER_NULL;
+  MPI_Errhandler self = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+  MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  const int rc = call();
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+  MPI_Errhandler_free(&world);
+  MPI_Errhandler_free(&self);
+  return rc;
+}
+
+/// The name a joiner publishes its port under (JoinOptions).
+std::string join_name(const std::string& service) { return service + ".join"; }
+
 /// Whether this MPI has MPI_Comm_spawn here (Open MPI; MPICH's ch4:ucx has not).
 constexpr bool kCanSpawn =
 #if defined(OPEN_MPI)
@@ -184,8 +205,11 @@ struct Membership::State {
   };
   std::vector<OldUniverse> old_universes;
   RefillStats refill_stats;
-  std::string spawn_command;            // resolved SpawnOptions::command
-  std::vector<std::string> spawn_args;  // resolved SpawnOptions::args
+  std::vector<std::string> ports_joined;  // JoinOptions: ports connected to (never again)
+  std::string join_port;                  // the port the coordinator proposes to connect to
+  double next_look = 0.0;                 // JoinOptions: the coordinator's next lookup
+  std::string spawn_command;              // resolved SpawnOptions::command
+  std::vector<std::string> spawn_args;    // resolved SpawnOptions::args
 
   // --- trace (PARAMWIN_MEMBERSHIP_TRACE) --------------------------------------------------
 
@@ -709,6 +733,7 @@ struct Membership::State {
     std::vector<int> live;     // the processes that take part, current ranks
     std::vector<int> members;  // per slot, current rank (-1: none alive)
     std::vector<int> spares;   // current ranks
+    std::int64_t join = 0;     // 1: connect to a joiner's port (JoinOptions) instead of a spawn
   };
 
   static Message refill_message(const Refill& r) {
@@ -718,6 +743,7 @@ struct Membership::State {
     m.insert(m.end(), r.members.begin(), r.members.end());
     m.push_back(static_cast<std::int64_t>(r.spares.size()));
     m.insert(m.end(), r.spares.begin(), r.spares.end());
+    m.push_back(r.join);
     return m;
   }
 
@@ -734,8 +760,10 @@ struct Membership::State {
     r.id = next();
     r.nspawn = static_cast<int>(next());
     r.root = static_cast<int>(next());
-    return list(r.live) && list(r.members) && list(r.spares) && i <= m.size() && r.nspawn > 0 &&
-           r.root >= 0 && static_cast<std::size_t>(r.root) < r.live.size();
+    if (!list(r.live) || !list(r.members) || !list(r.spares)) return false;
+    r.join = next();
+    return i <= m.size() && r.nspawn > 0 && (r.join == 0 || r.join == 1) && r.root >= 0 &&
+           static_cast<std::size_t>(r.root) < r.live.size();
   }
 
   /// Whether a refill may be proposed now (the coordinator, no dead slot it can fill).
@@ -744,13 +772,41 @@ struct Membership::State {
            std::none_of(done.begin(), done.end(), [](char d) { return d != 0; });
   }
 
-  /// The coordinator: proposes a refill that spawns @p nspawn spares, to every process it
-  /// does not judge dead (@p dead: per slot, as judge() says).
-  void propose_refill(int nspawn, const std::vector<int>& dead) {
+  /// Whether the coordinator looks for a joiner now (JoinOptions; not once a slot finished).
+  [[nodiscard]] bool join_due() const {
+    return !o.join.service.empty() && MPI_Wtime() >= next_look &&
+           std::none_of(done.begin(), done.end(), [](char d) { return d != 0; });
+  }
+
+  /// The coordinator: a joiner's port published under the service's name, if one waits there
+  /// (and it is not one this population connected to already).
+  std::optional<std::string> look_for_joiner() {
+    next_look = MPI_Wtime() + o.join.look_seconds;
+    std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+    const std::string name = join_name(o.join.service);
+    if (quietly([&] { return MPI_Lookup_name(name.c_str(), MPI_INFO_NULL, port.data()); }) !=
+        MPI_SUCCESS) {
+      return std::nullopt;
+    }
+    std::string found(port.data());
+    if (found.empty() ||
+        std::find(ports_joined.begin(), ports_joined.end(), found) != ports_joined.end()) {
+      return std::nullopt;
+    }
+    if (tracing()) trace("a joiner waits at " + found);
+    return found;
+  }
+
+  /// The coordinator: proposes a refill that spawns @p nspawn spares (or, with @p port, that
+  /// connects to the joiner waiting there), to every process it does not judge dead (@p dead:
+  /// per slot, as judge() says).
+  void propose_refill(int nspawn, const std::vector<int>& dead, const std::string& port = {}) {
     const double started = MPI_Wtime();
     Refill r;
     r.id = static_cast<std::int64_t>(rng() >> 2);
     r.nspawn = nspawn;
+    r.join = port.empty() ? 0 : 1;
+    join_port = port;
     for (int k = 0; k < nslots; ++k) {
       const int w = members[static_cast<std::size_t>(k)];
       const bool alive = dead[static_cast<std::size_t>(k)] == 0 && w >= 0;
@@ -813,12 +869,52 @@ struct Membership::State {
   }
 
   /// The committed refill @p r: the live processes build a communicator over themselves,
-  /// spawn the new spares and merge with them; every process of the result then takes it as
-  /// its communicator of every process. Collective over the live processes (and, through
-  /// the spawn, the new ones). A failed spawn leaves everything as it was (refills stop).
+  /// spawn the new spares (or connect to the joiner) and merge with them; every process of
+  /// the result then takes it as its communicator of every process. Collective over the live
+  /// processes (and, through the spawn or connection, the new ones). A failed spawn leaves
+  /// everything as it was (refills stop); a failed connection too (that port is not tried
+  /// again).
   void enter_refill(const Refill& r, double started) {
     MPI_Comm live =
-        create_comm(r.live, kRefillTagBase + static_cast<int>(refill_stats.refills % 700));
+        create_comm(r.live,
+                    kRefillTagBase +
+                        static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+    MPI_Comm inter = MPI_COMM_NULL;
+    int nnew = r.nspawn;
+    if (r.join == 1) {
+      if (!connect_joiner(r, live, inter, nnew)) return;
+    } else if (!spawn_spares(r, live, inter)) {
+      return;
+    }
+    adopt_refill(r, inter, nnew, started);
+  }
+
+  /// A join's connection: the root's port to every live process (each remembers it), then
+  /// MPI_Comm_connect over @p live; @p nnew gets the joiner's processes. False (the port
+  /// remembered, nothing else changed) when the connection failed on any live process.
+  bool connect_joiner(const Refill& r, MPI_Comm live, MPI_Comm& inter, int& nnew) {
+    std::int64_t n = static_cast<std::int64_t>(join_port.size());
+    detail::check_mpi(MPI_Bcast(&n, 1, MPI_INT64_T, r.root, live), "MPI_Bcast");
+    join_port.resize(static_cast<std::size_t>(n));
+    detail::check_mpi(MPI_Bcast(join_port.data(), static_cast<int>(n), MPI_CHAR, r.root, live),
+                      "MPI_Bcast");
+    ports_joined.push_back(join_port);
+    const int rc = MPI_Comm_connect(join_port.c_str(), MPI_INFO_NULL, r.root, live, &inter);
+    int failed = rc != MPI_SUCCESS ? 1 : 0;
+    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, live),
+                      "MPI_Allreduce");
+    ++refill_stats.joins;
+    if (tracing())
+      trace(std::string(failed != 0 ? "failed to connect to " : "connected to ") + join_port);
+    if (failed != 0) return false;
+    MPI_Comm_remote_size(inter, &nnew);
+    refill_stats.joined += static_cast<std::uint64_t>(nnew);
+    return true;
+  }
+
+  /// A refill's spawn over @p live (the new processes' intercommunicator in @p inter). False
+  /// when it failed on any live process (refills stop).
+  bool spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& inter) {
     const std::string& command = spawn_command;
     std::vector<char*> argv;
     std::vector<std::string> args = spawn_args;  // MPI_Comm_spawn takes char**
@@ -830,7 +926,6 @@ struct Membership::State {
     const std::string cwd = std::filesystem::current_path(ec).string();
     MPI_Info_create(&info);
     if (!ec) MPI_Info_set(info, "wdir", cwd.c_str());
-    MPI_Comm inter = MPI_COMM_NULL;
     std::vector<int> errcodes(static_cast<std::size_t>(r.nspawn), MPI_SUCCESS);
     int rc = MPI_Comm_spawn(command.c_str(), argv.data(), r.nspawn, info, r.root, live, &inter,
                             errcodes.data());
@@ -843,8 +938,16 @@ struct Membership::State {
     ++refill_stats.refills;
     if (failed != 0) {
       ++refill_stats.failed;  // a spawn that started some processes leaves them waiting
-      return;
+      return false;
     }
+    refill_stats.spawned += static_cast<std::uint64_t>(r.nspawn);
+    return true;
+  }
+
+  /// After a refill's spawn or a join's connection: merges with the @p nnew new processes
+  /// over @p inter and takes the result as the communicator of every process (the dead and
+  /// the processes the refill left out out of it; the latter are told to stop).
+  void adopt_refill(const Refill& r, MPI_Comm inter, int nnew, double started) {
     MPI_Comm universe = MPI_COMM_NULL;
     detail::check_mpi(MPI_Intercomm_merge(inter, 0, &universe), "MPI_Intercomm_merge");
     // The live processes keep their order in the merged communicator; the new ones follow.
@@ -859,11 +962,13 @@ struct Membership::State {
       return out;
     };
     std::vector<int> new_spares = mapped(r.spares);
-    for (int j = 0; j < r.nspawn; ++j) new_spares.push_back(static_cast<int>(r.live.size()) + j);
-    Message header{static_cast<std::int64_t>(epoch), nslots,
+    for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(r.live.size()) + j);
+    Message header{static_cast<std::int64_t>(epoch),
+                   nslots,
                    static_cast<std::int64_t>(refill_stats.refills),
-                   static_cast<std::int64_t>(refill_stats.spawned +
-                                             static_cast<std::uint64_t>(r.nspawn))};
+                   static_cast<std::int64_t>(refill_stats.spawned),
+                   static_cast<std::int64_t>(refill_stats.joins),
+                   static_cast<std::int64_t>(refill_stats.joined)};
     for (int w : mapped(r.members)) header.push_back(w);
     header.push_back(static_cast<std::int64_t>(new_spares.size()));
     for (int w : new_spares) header.push_back(w);
@@ -893,7 +998,8 @@ struct Membership::State {
 
   /// Takes @p universe (every process of the population, after a refill) as the
   /// communicator of every process: the header from its rank 0 (@p header there: epoch,
-  /// slots, refills, spawned, members, spares), the pids and hosts, the two duplicates.
+  /// slots, refills, spawned, joins, joined, members, spares), the pids and hosts, the two
+  /// duplicates.
   /// Collective over @p universe.
   void adopt_universe(MPI_Comm universe, Message header) {
     MPI_Comm_set_errhandler(universe, MPI_ERRORS_RETURN);
@@ -910,6 +1016,8 @@ struct Membership::State {
     nslots = static_cast<int>(next());
     refill_stats.refills = static_cast<std::uint64_t>(next());
     refill_stats.spawned = static_cast<std::uint64_t>(next());
+    refill_stats.joins = static_cast<std::uint64_t>(next());
+    refill_stats.joined = static_cast<std::uint64_t>(next());
     members.clear();
     for (int k = 0; k < nslots; ++k) members.push_back(static_cast<int>(next()));
     spares.clear();
@@ -921,6 +1029,62 @@ struct Membership::State {
     detail::check_mpi(MPI_Comm_dup(universe, &groups), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(groups, MPI_ERRORS_RETURN);
     slot = slot_of(world_rank);
+  }
+
+  /// JoinOptions::joining: this world's rank 0 opens a port and publishes it under the
+  /// service's name (trying for publish_seconds: the name is taken while another joiner waits
+  /// there), then every process of @p world waits for the population to connect
+  /// (MPI_Comm_accept), merges with it, and waits as a spare. Collective over @p world.
+  void join_population(MPI_Comm world) {
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+    const std::string name = join_name(o.join.service);
+    int published = 1;
+    if (rank == 0) {
+      detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
+      const double until = MPI_Wtime() + o.join.publish_seconds;
+      while (quietly([&] { return MPI_Publish_name(name.c_str(), MPI_INFO_NULL, port.data()); }) !=
+             MPI_SUCCESS) {
+        if (MPI_Wtime() >= until) {
+          published = 0;
+          break;
+        }
+        sleep_seconds(std::max(0.05, o.join.look_seconds));
+      }
+    }
+    detail::check_mpi(MPI_Bcast(&published, 1, MPI_INT, 0, world), "MPI_Bcast");
+    if (published == 0) {
+      if (rank == 0) MPI_Close_port(port.data());
+      throw Error("paramwin: Membership: this joiner could not publish its port as '" + name +
+                  "' within " + std::to_string(o.join.publish_seconds) +
+                  " s: is ompi-server running, was every mpirun given --ompi-server, and is the "
+                  "name free (another joiner waits under it)?");
+    }
+    detail::check_mpi(MPI_Bcast(port.data(), MPI_MAX_PORT_NAME, MPI_CHAR, 0, world), "MPI_Bcast");
+    if (tracing()) trace("a joiner: waits at " + std::string(port.data()));
+    MPI_Comm inter = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, world, &inter),
+                      "MPI_Comm_accept");
+    if (rank == 0) {
+      (void)quietly([&] { return MPI_Unpublish_name(name.c_str(), MPI_INFO_NULL, port.data()); });
+      MPI_Close_port(port.data());
+    }
+    ports_joined.emplace_back(port.data());
+    MPI_Comm universe = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(inter, 1, &universe), "MPI_Intercomm_merge");
+    adopt_universe(universe, {});
+    become_new_spare();
+    refill_stats.joined_here = true;
+  }
+
+  /// A process a refill or join brought in, once it adopted its population: a spare.
+  void become_new_spare() {
+    gone.assign(static_cast<std::size_t>(nslots), 0);
+    done.assign(static_cast<std::size_t>(nslots), 0);
+    seen.assign(static_cast<std::size_t>(nslots), Seen{});
+    role = MemberRole::spare;
+    slot = -1;
   }
 
   /// Every process's pid and host over @p all (MPI_Allgather).
@@ -965,7 +1129,17 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   } else if (options.spawn.pool > 0 && s.spawn_command.empty()) {
     bad = "SpawnOptions::command is empty and this process's executable is unknown "
           "(/proc/self/exe)";
-  } else if (!spawned && (members < 1 || members > s.world_size)) {
+  } else if (!options.join.service.empty() && options.replacement != Replacement::new_window) {
+    bad = "JoinOptions::service needs Replacement::new_window (the standing window is over the "
+          "processes of the start: a joiner could never take a slot in it)";
+  } else if (!options.join.service.empty() && !kCanSpawn) {
+    bad = "JoinOptions::service needs Open MPI (MPICH's ch4:ucx has no MPI_Comm_connect here)";
+  } else if (options.join.joining && options.join.service.empty()) {
+    bad = "JoinOptions::joining needs JoinOptions::service (the population's name)";
+  } else if (!(options.join.look_seconds >= 0.0) || !(options.join.publish_seconds >= 0.0) ||
+             !std::isfinite(options.join.look_seconds + options.join.publish_seconds)) {
+    bad = "JoinOptions: look_seconds and publish_seconds must be finite and >= 0";
+  } else if (!spawned && !options.join.joining && (members < 1 || members > s.world_size)) {
     bad = "MembershipOptions::members is " + std::to_string(options.members) + ", not in [0, " +
           std::to_string(s.world_size) + "] (0: every rank)";
   } else if (options.replacement != Replacement::new_window &&
@@ -986,16 +1160,16 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
                           (bad.empty() ? std::string("another rank's options are invalid") : bad));
   }
   s.host = detail::host_id();
+  if (options.join.joining) {
+    s.join_population(world);
+    return;
+  }
   if (spawned) {
     // The other side of the parents' enter_refill: merge, then their header and the rest.
     MPI_Comm universe = MPI_COMM_NULL;
     detail::check_mpi(MPI_Intercomm_merge(parent, 1, &universe), "MPI_Intercomm_merge");
     s.adopt_universe(universe, {});
-    s.gone.assign(static_cast<std::size_t>(s.nslots), 0);
-    s.done.assign(static_cast<std::size_t>(s.nslots), 0);
-    s.seen.assign(static_cast<std::size_t>(s.nslots), State::Seen{});
-    s.role = MemberRole::spare;
-    s.slot = -1;
+    s.become_new_spare();
     s.refill_stats.spawned_here = true;
     return;
   }
@@ -1163,6 +1337,12 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
     if (live_spares < want) {
       s.propose_refill(static_cast<int>(want - live_spares), dead);
       return std::nullopt;  // the dead slots get their spares at the next check
+    }
+  }
+  if (s.join_due()) {
+    if (std::optional<std::string> port = s.look_for_joiner()) {
+      s.propose_refill(1, dead, *port);
+      return std::nullopt;  // the joiner is a spare at the next check
     }
   }
   if (ndead == 0) return std::nullopt;

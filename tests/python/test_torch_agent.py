@@ -252,3 +252,13 @@ def test_elastic_torch_agent_refuses_bad_input_on_every_rank(comm):
     with pytest.raises(paramwin.InvalidArgument,
                        match="pool is -1, not >= 0" if bad else "another rank's options"):
         TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_pool=-1 if bad else 0)
+    # Joins from outside: the same refusal with the standing window, and a joiner needs the
+    # population's name.
+    with pytest.raises(paramwin.InvalidArgument, match="JoinOptions::service needs "
+                       "Replacement::new_window"):
+        TorchElasticAgent(net, None, comm, members=comm.Get_size(), join_service="pw-test",
+                          replacement="standing_window")
+    with pytest.raises(paramwin.InvalidArgument,
+                       match="joining needs JoinOptions::service" if bad
+                       else "another rank's options"):
+        TorchElasticAgent(net, None, comm, members=comm.Get_size(), joining=bad)

@@ -1,7 +1,8 @@
 // A Membership's bad options (docs/elastic.md, "What to set"): InvalidArgument on every rank
 // (the rank with the bad option says what; the others that another rank's options are
 // invalid), before anything collective but the agreement; and the spare pool's refills are
-// refused where they cannot work (the standing window; an MPI without MPI_Comm_spawn).
+// refused where they cannot work (the standing window; an MPI without MPI_Comm_spawn), and
+// so are joins of processes launched on their own (JoinOptions).
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -79,5 +80,32 @@ TEST(MembershipOptions, RefillsNeedTheNewWindowAndAnMpiThatSpawns) {
 #else
   expect_refused([](pw::MembershipOptions& o) { o.spawn.pool = 1; },
                  "SpawnOptions::pool needs Open MPI", /*everywhere=*/true);
+#endif
+}
+
+TEST(MembershipOptions, JoinsNeedTheNewWindowAServiceAndAnMpiThatConnects) {
+  expect_refused(
+      [](pw::MembershipOptions& o) {
+        o.join.service = "paramwin-test";
+        o.replacement = pw::Replacement::standing_window;
+      },
+      "JoinOptions::service needs Replacement::new_window", /*everywhere=*/true);
+  expect_refused([](pw::MembershipOptions& o) { o.join.joining = true; },
+                 "JoinOptions::joining needs JoinOptions::service");
+  expect_refused([](pw::MembershipOptions& o) { o.join.look_seconds = -1.0; },
+                 "JoinOptions: look_seconds and publish_seconds must be finite and >= 0");
+#if defined(OPEN_MPI)
+  // Open MPI connects: a service is accepted, and the coordinator's look for a joiner (none
+  // waits, and this launch has no ompi-server: its own name service answers) changes nothing.
+  pw::MembershipOptions o;
+  o.join.service = "paramwin-test-nobody";
+  pw::Membership m(MPI_COMM_WORLD, o);
+  EXPECT_FALSE(m.poll().has_value());
+  EXPECT_EQ(m.role(), pw::MemberRole::member);
+  EXPECT_EQ(m.refills().joins, 0U);
+  EXPECT_FALSE(m.refills().joined_here);
+#else
+  expect_refused([](pw::MembershipOptions& o) { o.join.service = "paramwin-test"; },
+                 "JoinOptions::service needs Open MPI", /*everywhere=*/true);
 #endif
 }
