@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,35 +52,19 @@ int main(int argc, char** argv) {
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", 3);  // the population's slots (3 in the test)
-  std::vector<float> w(kN);
-  std::vector<float> v(3);
-  std::vector<float> captured_w;
-  std::vector<float> captured_v;
+  pw::test::EncodedSlot p(kN, 3);
   pw::AgentOptions options = pw::parse_agent_options("triggers=none k=2 selection=uniform");
   options.seed = 17;
-  pw::ElasticAgent<>* self = nullptr;
-  options.prepare_params = [&] {
-    pw::test::encode_slot(w, v, self->membership().slot(), self->agent().window().version() + 1);
-  };
-  options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
-    captured_w = w;
-    captured_v = v;
-  };
-  pw::WindowOptions window_options;
-  window_options.name = "elastic_join";
-  window_options.liveness.suspect_seconds = 1.0;
-  pw::MembershipOptions membership;
-  membership.members = members;
-  membership.check_seconds = 0.02;
-  membership.dead_after_seconds = 1.5;
-  membership.agree_seconds = 20.0;
+  p.hook(options);
+  pw::MembershipOptions membership = pw::test::test_membership(members);
   membership.join.service = argv[3];
   membership.join.joining = joiner;
   membership.join.look_seconds = 0.1;
   membership.join.publish_seconds = 30.0;
   const double started = monotonic_seconds();
-  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
-  self = &agent;
+  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_join"),
+                           membership);
+  p.agent = &agent;
   const bool original = !joiner && agent.membership().role() == pw::MemberRole::member;
   int joins = 0;
   int joiner_joins = 0;
@@ -103,21 +86,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         std::_Exit(1);
       }
-      const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
-      if (joined && first) {
-        const bool ok = e.died && e.reason == pw::DeathReason::joined &&
-                        pw::test::exact_slot_mix(e, captured_w, captured_v,
-                                                 agent.membership().members(), false);
-        if (!ok) ++bad;
-        std::printf("rank %d (%s): joined slot %d at iteration %lld, epoch %llu, first step %s "
-                    "from %zu donors%s\n",
-                    agent.membership().world_rank(), joiner ? "a joiner" : "of the start", slot,
-                    static_cast<long long>(it),
-                    static_cast<unsigned long long>(agent.membership().epoch()),
-                    e.died ? pw::reason_name(e.reason).data() : "no rebirth", e.donors.size(),
-                    ok ? "" : " (FAILED: not the exact mix of its donors)");
-        std::fflush(stdout);
-      }
+      const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(p.w), pw::LayerRef(p.v)});
+      if (joined && first &&
+          !pw::test::check_first_step(agent, e, p, joiner ? "a joiner" : "of the start", it))
+        ++bad;
       first = false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (original && it == 30 && slot == run.size - 1) {

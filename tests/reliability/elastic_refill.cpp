@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,31 +48,15 @@ int main(int argc, char** argv) {
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
-  std::vector<float> w(kN);
-  std::vector<float> v(static_cast<std::size_t>(members));
-  std::vector<float> captured_w;
-  std::vector<float> captured_v;
+  pw::test::EncodedSlot p(kN, members);
   pw::AgentOptions options = pw::parse_agent_options("triggers=none k=2 selection=uniform");
   options.seed = 13;
-  pw::ElasticAgent<>* self = nullptr;
-  options.prepare_params = [&] {
-    pw::test::encode_slot(w, v, self->membership().slot(), self->agent().window().version() + 1);
-  };
-  options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
-    captured_w = w;
-    captured_v = v;
-  };
-  pw::WindowOptions window_options;
-  window_options.name = "elastic_refill";
-  window_options.liveness.suspect_seconds = 1.0;
-  pw::MembershipOptions membership;
-  membership.members = members;
-  membership.check_seconds = 0.02;
-  membership.dead_after_seconds = 1.5;
-  membership.agree_seconds = 20.0;
+  p.hook(options);
+  pw::MembershipOptions membership = pw::test::test_membership(members);
   membership.spawn.pool = 1;
-  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
-  self = &agent;
+  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
+                           membership);
+  p.agent = &agent;
   const bool spawned = agent.membership().refills().spawned_here;
   const bool original = !spawned && agent.membership().role() == pw::MemberRole::member;
   int joins = 0;
@@ -89,21 +72,10 @@ int main(int argc, char** argv) {
     }
     bool first = true;
     for (std::int64_t it = agent.resume_iteration(); it < kSteps; ++it) {
-      const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
-      if (joined && first) {
-        const bool ok = e.died && e.reason == pw::DeathReason::joined &&
-                        pw::test::exact_slot_mix(e, captured_w, captured_v,
-                                                 agent.membership().members(), false);
-        if (!ok) ++bad;
-        std::printf("rank %d (%s): joined slot %d at iteration %lld, epoch %llu, first step %s "
-                    "from %zu donors%s\n",
-                    agent.membership().world_rank(), spawned ? "spawned" : "of the start", slot,
-                    static_cast<long long>(it),
-                    static_cast<unsigned long long>(agent.membership().epoch()),
-                    e.died ? pw::reason_name(e.reason).data() : "no rebirth", e.donors.size(),
-                    ok ? "" : " (FAILED: not the exact mix of its donors)");
-        std::fflush(stdout);
-      }
+      const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(p.w), pw::LayerRef(p.v)});
+      if (joined && first &&
+          !pw::test::check_first_step(agent, e, p, spawned ? "spawned" : "of the start", it))
+        ++bad;
       first = false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       const bool victim = original && ((it == 30 && slot == members - 1) ||

@@ -1,12 +1,15 @@
 #pragma once
-// What the elastic spare tests (elastic_spare.cpp, elastic_refill.cpp) share: parameters whose
-// values follow from their slot and snapshot version, and the check that a joined spare's
-// first rebirth holds the exact mix of its donors' recorded versions.
+// What the elastic spare tests (elastic_spare.cpp, elastic_refill.cpp, elastic_join.cpp) share:
+// parameters whose values follow from their slot and snapshot version, the hooks that keep
+// them so, the check that a joined spare's first rebirth holds the exact mix of its donors'
+// recorded versions, and the tests' membership and window options.
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <span>
 #include <vector>
 
 #include "paramwin/paramwin.hpp"
@@ -52,6 +55,72 @@ inline bool exact_slot_mix(const StepEvent& e, const std::vector<float>& w,
     if (std::abs(w[j] - want) > 2e-6 * std::abs(want) + 1e-6) return false;
   }
   return true;
+}
+
+/// A slot's encoded parameters (w: @p n floats, v: one per slot) and what a rebirth left in
+/// them. hook() sets an agent's prepare_params (encode_slot with the agent's slot and next
+/// version) and on_rebirth (captures w and v); set `agent` once it is made. The hooks hold
+/// this object: it does not move.
+struct EncodedSlot {
+  std::vector<float> w;
+  std::vector<float> v;
+  std::vector<float> captured_w;
+  std::vector<float> captured_v;
+  ElasticAgent<>* agent = nullptr;
+
+  EncodedSlot(std::size_t n, int slots) : w(n), v(static_cast<std::size_t>(slots)) {}
+  EncodedSlot(const EncodedSlot&) = delete;
+  EncodedSlot& operator=(const EncodedSlot&) = delete;
+  EncodedSlot(EncodedSlot&&) = delete;
+  EncodedSlot& operator=(EncodedSlot&&) = delete;
+  ~EncodedSlot() = default;
+
+  void hook(AgentOptions& options) {
+    options.prepare_params = [this] {
+      encode_slot(w, v, agent->membership().slot(), agent->agent().window().version() + 1);
+    };
+    options.on_rebirth = [this](const StepEvent&, std::span<const LayerRef>) {
+      captured_w = w;
+      captured_v = v;
+    };
+  }
+};
+
+/// A joined process's first step @p e (at iteration @p it) in a population of new windows:
+/// whether it was a rebirth (reason joined) that left in @p p the exact mix of its donors'
+/// recorded versions. Prints a line saying so; @p who says what process it is.
+inline bool check_first_step(const ElasticAgent<>& agent, const StepEvent& e, const EncodedSlot& p,
+                             const char* who, std::int64_t it) {
+  const Membership& m = agent.membership();
+  const bool ok = e.died && e.reason == DeathReason::joined &&
+                  exact_slot_mix(e, p.captured_w, p.captured_v, m.members(), false);
+  std::printf("rank %d (%s): joined slot %d at iteration %lld, epoch %llu, first step %s from "
+              "%zu donors%s\n",
+              m.world_rank(), who, m.slot(), static_cast<long long>(it),
+              static_cast<unsigned long long>(m.epoch()),
+              e.died ? reason_name(e.reason).data() : "no rebirth", e.donors.size(),
+              ok ? "" : " (FAILED: not the exact mix of its donors)");
+  std::fflush(stdout);
+  return ok;
+}
+
+/// The tests' membership: @p members, checks every 0.02 s, dead after 1.5 s of silence,
+/// agreements given up after 20 s.
+inline MembershipOptions test_membership(int members) {
+  MembershipOptions m;
+  m.members = members;
+  m.check_seconds = 0.02;
+  m.dead_after_seconds = 1.5;
+  m.agree_seconds = 20.0;
+  return m;
+}
+
+/// The tests' window: @p name, a reader's suspect bound of 1 s.
+inline WindowOptions test_window(const char* name) {
+  WindowOptions w;
+  w.name = name;
+  w.liveness.suspect_seconds = 1.0;
+  return w;
 }
 
 }  // namespace paramwin::test
