@@ -391,11 +391,7 @@ struct Membership::State {
     // that every proposal left out would never be given a slot again.
     std::vector<int> known = std::move(spares);
     spares = spares_left;
-    for (int w : known) {
-      if (slot_of(w) < 0 && std::find(spares.begin(), spares.end(), w) == spares.end()) {
-        spares.push_back(w);
-      }
-    }
+    for (int w : known) add_spare(w);  // those the new epoch gave no slot
     const int mine = slot_of(world_rank);
     if (role == MemberRole::spare) {
       const auto at = std::find(change.dead.begin(), change.dead.end(), mine);
@@ -766,16 +762,19 @@ struct Membership::State {
            static_cast<std::size_t>(r.root) < r.live.size();
   }
 
+  /// Whether a slot has finished (no refill or join is proposed after that).
+  [[nodiscard]] bool any_done() const {
+    return std::any_of(done.begin(), done.end(), [](char d) { return d != 0; });
+  }
+
   /// Whether a refill may be proposed now (the coordinator, no dead slot it can fill).
   [[nodiscard]] bool refill_allowed() const {
-    return o.spawn.pool > 0 && refill_stats.failed == 0 &&
-           std::none_of(done.begin(), done.end(), [](char d) { return d != 0; });
+    return o.spawn.pool > 0 && refill_stats.failed == 0 && !any_done();
   }
 
   /// Whether the coordinator looks for a joiner now (JoinOptions; not once a slot finished).
   [[nodiscard]] bool join_due() const {
-    return !o.join.service.empty() && MPI_Wtime() >= next_look &&
-           std::none_of(done.begin(), done.end(), [](char d) { return d != 0; });
+    return !o.join.service.empty() && MPI_Wtime() >= next_look && !any_done();
   }
 
   /// The coordinator: a joiner's port published under the service's name, if one waits there
