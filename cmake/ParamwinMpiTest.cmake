@@ -2,6 +2,8 @@
 # Builds one GoogleTest executable with paramwin's MPI-aware main and registers it in CTest
 # once per rank count as <name>.np<N>, each with a timeout.
 include_guard(GLOBAL)
+include(ParamwinTestPch)
+include(ParamwinTorchPch)
 
 # PARAMWIN_MPI_TEST_ENVIRONMENT: what the chosen MPI's launcher needs on this kind of machine,
 # given to every test as its ENVIRONMENT (never exported globally) by
@@ -80,6 +82,13 @@ function(paramwin_add_mpi_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE paramwin_test_mpi_main ${ARG_LIBS})
   paramwin_warnings(${name})
+  # A LibTorch test (LIBS paramwin::torch) precompiles <torch/torch.h>, the others the
+  # GoogleTest programs' headers: one precompiled header per target.
+  if("paramwin::torch" IN_LIST ARG_LIBS)
+    paramwin_torch_pch(${name})
+  else()
+    paramwin_test_pch(${name})
+  endif()
   foreach(np IN LISTS ARG_RANKS)
     add_test(NAME ${name}.np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}

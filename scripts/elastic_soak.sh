@@ -3,16 +3,23 @@
 # time while faults hit random slots, then the same run without faults; prints the figures.
 #   scripts/elastic_soak.sh [--mpi mpich|openmpi] [--members M] [--spares S] [--seconds T]
 #                           [--faults N] [--kind resign|kill]
-#                           [--replacement new_window|standing] [--spawn POOL] [--out DIR]
+#                           [--replacement new_window|standing] [--spawn POOL]
+#                           [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
 # its process waits as a spare again; kill needs Open MPI and at most S faults, unless --spawn).
 # --spawn POOL (Open MPI, new_window): the spares refilled by MPI_Comm_spawn to POOL
 # (SpawnOptions); kill and mixed then take any number of faults. Builds
 # elastic_soak in build (MPICH) or build-openmpi first (scripts/setup.sh).
+# --launcher slurm: both runs as one Slurm batch job (scripts/slurm/elastic_soak.sbatch: srun
+# -K0, --mpi=pmi2 for MPICH, pmix for Open MPI) on a cluster of this machine that
+# scripts/slurm.sh starts and stops (root; Debian's slurm-wlm and munge); exits 77 where none
+# can start. Default mpiexec: MPICH's mpiexec -disable-auto-cleanup, Open MPI's mpirun
+# --enable-recovery.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpi=mpich members=8 spares=2 seconds=150 faults=120 kind=resign replacement=new_window spawn=0
-out=out/elastic_soak
+launcher=mpiexec out=out/elastic_soak
+args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --mpi) mpi=$2; shift 2 ;;
@@ -23,10 +30,17 @@ while [ $# -gt 0 ]; do
     --kind) kind=$2; shift 2 ;;
     --replacement) replacement=$2; shift 2 ;;
     --spawn) spawn=$2; shift 2 ;;
+    --launcher) launcher=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "elastic_soak.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$launcher" in
+  mpiexec) ;;
+  slurm)
+    [ "$spawn" = 0 ] || { echo "elastic_soak.sh: --spawn needs --launcher mpiexec" >&2; exit 2; } ;;
+  *) echo "elastic_soak.sh: --launcher takes mpiexec or slurm, not '$launcher'" >&2; exit 2 ;;
+esac
 if [ "$mpi" = openmpi ]; then
   build=build-openmpi
   launch=(mpirun.openmpi --enable-recovery --oversubscribe)
@@ -51,8 +65,33 @@ fi
 mkdir -p "$out"
 np=$((members + spares))
 limit=$((seconds * 2 + 60))
+if [ "$launcher" = slurm ] && [ -z "${SLURM_CONF:-}" ]; then
+  # Into a cluster of this machine with a CPU per task (the node oversubscribes the cores).
+  exec bash scripts/slurm.sh run --cpus "$np" -- bash "$0" "${args[@]}"
+fi
 echo "elastic_soak.sh: $mpi, $members members + $spares spares, $seconds s, $faults $kind faults," \
-  "$replacement, spawn pool $spawn"
+  "$replacement, spawn pool $spawn, launcher $launcher"
+if [ "$launcher" = slurm ]; then
+  out=$(cd "$out" && pwd)
+  srun_mpi=pmi2
+  [ "$mpi" = openmpi ] && srun_mpi=pmix
+  # Open MPI with SIGKILLs: its mpirun --enable-recovery inside the job, since srun's pmix
+  # plugin cancels the step when a task dies (docs/elastic.md, "What the MPIs allow").
+  soak_launcher=srun
+  [ "$mpi" = openmpi ] && { [ "$kind" = kill ] || [ "$kind" = mixed ]; } && soak_launcher=mpirun
+  jid=$(PARAMWIN_SRUN_MPI=$srun_mpi PARAMWIN_SOAK_LAUNCHER=$soak_launcher sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" \
+          scripts/slurm/elastic_soak.sbatch "$PWD/$build/tests/elastic_soak" "$out" "$members" \
+          "$seconds" "$faults" "$kind" "$replacement")
+  check_name=elastic_soak.sh
+  # shellcheck source=slurm/common.sh
+  source scripts/slurm/common.sh
+  state=$(wait_job "$jid" $((2 * limit + 60)))
+  show_job_output "$out/job-$jid.out"
+  [ "$state" = COMPLETED ] || echo "elastic_soak.sh: job $jid ended $state"
+  /usr/bin/python3 scripts/elastic_soak.py "$out/faults.log" "$out/baseline.log" "$members" |
+    tee "$out/report.md"
+  exit "${PIPESTATUS[0]}"
+fi
 
 timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" \
   "$faults" "$kind" "$replacement" "spawn=$spawn" > "$out/faults.log" 2>&1 || echo "elastic_soak.sh: the run with faults ended with $?"
