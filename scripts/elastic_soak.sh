@@ -76,7 +76,8 @@ if [ "$launcher" = slurm ]; then
   srun_mpi=pmi2
   [ "$mpi" = openmpi ] && srun_mpi=pmix
   # Open MPI with SIGKILLs: its mpirun --enable-recovery inside the job, since srun's pmix
-  # plugin cancels the step when a task dies (docs/elastic.md, "What the MPIs allow").
+  # plugin cancels the step when a task is killed (docs/elastic.md, "What the MPIs allow");
+  # MPICH's tasks stay srun's, whose pmi2 plugin lets the others run on.
   soak_launcher=srun
   [ "$mpi" = openmpi ] && { [ "$kind" = kill ] || [ "$kind" = mixed ]; } && soak_launcher=mpirun
   jid=$(PARAMWIN_SRUN_MPI=$srun_mpi PARAMWIN_SOAK_LAUNCHER=$soak_launcher sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" \

@@ -5,9 +5,10 @@
 # mpiexec: every slot finished in the last epoch, and every fault was answered (a spare took
 # the slot, or a stopped process stepped on in it); prints the soak's report.
 #   check_elastic_soak.sh EXE OUT SECONDS FAULTS KIND [standing]
-# KIND kill or mixed (SIGKILLs; Open MPI only): the job starts its tasks with Open MPI's
-# mpirun --enable-recovery (PARAMWIN_SOAK_LAUNCHER=mpirun), since srun's pmix plugin cancels
-# the step when a task dies.
+# KIND kill or mixed (SIGKILLs) under Open MPI (PARAMWIN_SLURM_MPI=OpenMPI, set by CTest): the
+# job starts its tasks with Open MPI's mpirun --enable-recovery (PARAMWIN_SOAK_LAUNCHER=mpirun),
+# since srun's pmix plugin cancels the step when a task is killed; MPICH's tasks stay srun's
+# (its pmi2 plugin lets the others run on).
 set -euo pipefail
 check_name=check_elastic_soak
 source "$(dirname "$0")/common.sh"
@@ -16,7 +17,8 @@ shift 5
 rm -rf "$out"
 mkdir -p "$out"
 launcher=srun
-[[ $kind == kill || $kind == mixed ]] && launcher=mpirun
+[[ ${PARAMWIN_SLURM_MPI:-MPICH} == OpenMPI && ( $kind == kill || $kind == mixed ) ]] &&
+  launcher=mpirun
 jid=$(PARAMWIN_SOAK_BASELINE=0 PARAMWIN_SOAK_LAUNCHER=$launcher sbatch --parsable --ntasks=6 -o "$out/job-%j.out" \
         "$slurm_lib/elastic_soak.sbatch" "$exe" "$out" 4 "$seconds" "$faults" "$kind" "$@")
 state=$(wait_job "$jid" $((2 * seconds + 90)))
