@@ -85,7 +85,8 @@ fi
 if [ "$minimal" = 0 ]; then
   # doxygen: the `docs` target; clang-format: scripts/format.sh and the format_check test;
   # python3-matplotlib: scripts/lineage.py (the pbt example and the lineage_script test);
-  # clang-tidy: scripts/tidy.sh and the clang_tidy test (Debian 12's is clang-tidy 14).
+  # clang-tidy: scripts/tidy.sh and the clang_tidy test (Debian 12's is clang-tidy 14; it pulls
+  # clang-14, whose preprocessor keys scripts/tidy/clean.txt: scripts/tidy/cache.py).
   packages+=(doxygen clang-format python3-matplotlib clang-tidy)
   if [ "$mpi" = mpich ]; then
     # python3-numpy: PB2's reference numbers (tests/agent/pb2_reference.py).
