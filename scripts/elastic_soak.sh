@@ -6,7 +6,8 @@
 #                           [--replacement new_window|standing] [--spawn POOL]
 #                           [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
-# its process waits as a spare again; kill needs Open MPI and at most S faults, unless --spawn).
+# its process waits as a spare again; kill needs Open MPI or --launcher slurm, and at most S
+# faults unless --spawn).
 # --spawn POOL (Open MPI, new_window): the spares refilled by MPI_Comm_spawn to POOL
 # (SpawnOptions); kill and mixed then take any number of faults. Builds
 # elastic_soak in build (MPICH) or build-openmpi first (scripts/setup.sh).
@@ -80,9 +81,10 @@ if [ "$launcher" = slurm ]; then
   # MPICH's tasks stay srun's, whose pmi2 plugin lets the others run on.
   soak_launcher=srun
   [ "$mpi" = openmpi ] && { [ "$kind" = kill ] || [ "$kind" = mixed ]; } && soak_launcher=mpirun
-  jid=$(PARAMWIN_SRUN_MPI=$srun_mpi PARAMWIN_SOAK_LAUNCHER=$soak_launcher sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" \
-          scripts/slurm/elastic_soak.sbatch "$PWD/$build/tests/elastic_soak" "$out" "$members" \
-          "$seconds" "$faults" "$kind" "$replacement")
+  jid=$(PARAMWIN_SRUN_MPI=$srun_mpi PARAMWIN_SOAK_LAUNCHER=$soak_launcher \
+        sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" scripts/slurm/elastic_soak.sbatch \
+        "$PWD/$build/tests/elastic_soak" "$out" "$members" "$seconds" "$faults" "$kind" \
+        "$replacement")
   check_name=elastic_soak.sh
   # shellcheck source=slurm/common.sh
   source scripts/slurm/common.sh

@@ -15,7 +15,7 @@
 # avoided by a shim the harness preloads into the ranks; see docs/cluster.md.
 # PARAMWIN_MULTIHOST=0 scripts/test.sh leaves them out.
 # The Slurm tests (label slurm: a Slurm cluster from Debian's slurm-wlm and munge started for
-# each test by scripts/slurm.sh, jobs submitted with sbatch; about 30 s here) need root as
+# each test by scripts/slurm.sh, jobs submitted with sbatch; about 80 s here) need root as
 # well and are skipped the same way without it; each pass prints their time.
 # PARAMWIN_SLURM=0 scripts/test.sh leaves them out.
 set -euo pipefail

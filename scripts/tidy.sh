@@ -8,9 +8,10 @@
 # not checked again. The key (scripts/tidy/cache.py) is a SHA-256 over everything the verdict
 # depends on: clang-tidy's version, .clang-tidy, the file's path and compile arguments, and its
 # whole preprocessed text as clang 14 sees it (every header, system ones too, every macro and
-# comment: a NOLINT is one); a change to any of them checks the file again. --update-record: after a run without findings,
-# record the keys of the files checked (without FILEs the record is rewritten: files gone drop
-# out). PARAMWIN_TIDY_RECORD=0 ignores the record (every file checked).
+# comment: a NOLINT is one); a change to any of them checks the file again.
+# --update-record: after a run without findings, record the keys of the files checked
+# (without FILEs the record is rewritten: files gone drop out). PARAMWIN_TIDY_RECORD=0
+# ignores the record (every file checked).
 # Exits 0 with no finding, 1 with findings (each listed with its check), 2 on a usage or set-up
 # error, 77 (CTest's skip) when clang-tidy is not installed (apt-get install clang-tidy).
 # CLANG_TIDY selects the binary (default: clang-tidy-14, the reference, else clang-tidy).
@@ -111,8 +112,8 @@ for n in $(seq 1 "$i"); do
     grep -v -E '^[0-9]+ (warnings?|errors?)( and [0-9]+ errors?)? generated\.$' "$logs/$n.log" || true
   fi
 done
-findings=$( { cat "$logs"/*.log 2>/dev/null || true; } | { grep -E '(warning|error): .*\[[a-z0-9.,-]+\]$' || true; } |
-  sort -u | wc -l)
+findings=$( { cat "$logs"/*.log 2>/dev/null || true; } |
+  { grep -E '(warning|error): .*\[[a-z0-9.,-]+\]$' || true; } | sort -u | wc -l)
 elapsed=$(($(date +%s) - start))
 if [ "$failed" -gt 0 ]; then
   echo "tidy.sh: $findings findings in $failed of ${#files[@]} files (wall ${elapsed} s); fix them," \
