@@ -16,21 +16,11 @@
 # PARAMWIN_TEST_PCH=OFF compiles the tests without it (the same programs; about 200 MB less in
 # the build directory).
 include_guard(GLOBAL)
-include(ParamwinWarnings)
+include(ParamwinSharedPch)
 option(PARAMWIN_TEST_PCH "Precompile the test programs' common headers once" ON)
 function(paramwin_test_pch target)
-  if(NOT PARAMWIN_TEST_PCH)
-    return()
+  if(PARAMWIN_TEST_PCH)
+    paramwin_shared_pch(${target} paramwin_test_pch LIBS paramwin::paramwin GTest::gtest
+                        HEADERS <mpi.h> <gtest/gtest.h> <Kokkos_Core.hpp> <paramwin/paramwin.hpp>)
   endif()
-  if(NOT TARGET paramwin_test_pch)
-    # Its users are executables of tests/: their flags (the warnings, no -fPIC, GoogleTest's
-    # definitions).
-    add_library(paramwin_test_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/test_pch.cpp)
-    target_link_libraries(paramwin_test_pch PRIVATE paramwin::paramwin GTest::gtest)
-    set_target_properties(paramwin_test_pch PROPERTIES POSITION_INDEPENDENT_CODE OFF)
-    paramwin_warnings(paramwin_test_pch)
-    target_precompile_headers(paramwin_test_pch PRIVATE <mpi.h> <gtest/gtest.h> <Kokkos_Core.hpp>
-                              <paramwin/paramwin.hpp>)
-  endif()
-  target_precompile_headers(${target} REUSE_FROM paramwin_test_pch)
 endfunction()

@@ -9,20 +9,10 @@
 # PARAMWIN_TORCH_PCH=OFF compiles them without it (the same program; about 630 MB less in the
 # build directory).
 include_guard(GLOBAL)
-include(ParamwinWarnings)
+include(ParamwinSharedPch)
 option(PARAMWIN_TORCH_PCH "Precompile <torch/torch.h> once for the LibTorch tests" ON)
 function(paramwin_torch_pch target)
-  if(NOT PARAMWIN_TORCH_PCH)
-    return()
+  if(PARAMWIN_TORCH_PCH)
+    paramwin_shared_pch(${target} paramwin_torch_pch LIBS paramwin::torch HEADERS <torch/torch.h>)
   endif()
-  if(NOT TARGET paramwin_torch_pch)
-    # Its users are executables of tests/: their flags (the warnings, no -fPIC). CMake adds
-    # -Winvalid-pch, so a header that cannot be used is a warning (an error with -Werror).
-    add_library(paramwin_torch_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
-    target_link_libraries(paramwin_torch_pch PRIVATE paramwin::torch)
-    set_target_properties(paramwin_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE OFF)
-    paramwin_warnings(paramwin_torch_pch)
-    target_precompile_headers(paramwin_torch_pch PRIVATE <torch/torch.h>)
-  endif()
-  target_precompile_headers(${target} REUSE_FROM paramwin_torch_pch)
 endfunction()
