@@ -66,8 +66,18 @@ bool amsgrad_of(const ::torch::optim::OptimizerOptions& options) {
   return static_cast<const Options&>(options).amsgrad();
 }
 
-/// A fresh copy of buffer @p buffer with @p like's device and dtype.
-::torch::Tensor to_param(const ::torch::Tensor& buffer, const ::torch::Tensor& like) {
+/// Buffer @p buffer as a state tensor of parameter @p like: written into @p current, the
+/// entry's tensor, when that has @p like's shape, dtype and device (no allocation: a fresh
+/// tensor of a large model's size is page-faulted in on its first write, which cost more than
+/// the copy itself), else a fresh copy with @p like's device and dtype.
+::torch::Tensor to_param(const ::torch::Tensor& buffer, const ::torch::Tensor& like,
+                         const ::torch::Tensor& current = {}) {
+  if (current.defined() && current.sizes() == like.sizes() &&
+      current.scalar_type() == like.scalar_type() && current.device() == like.device() &&
+      current.is_contiguous()) {
+    current.copy_(buffer.view(like.sizes()));
+    return current;
+  }
   return buffer.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -103,11 +113,11 @@ void restore_adam(State& state, const std::string& field, const ::torch::Tensor&
   if (field == "step") {
     state.step(step);
   } else if (field == "exp_avg") {
-    state.exp_avg(to_param(buffer, param));
+    state.exp_avg(to_param(buffer, param, state.exp_avg()));
   } else if (field == "exp_avg_sq") {
-    state.exp_avg_sq(to_param(buffer, param));
+    state.exp_avg_sq(to_param(buffer, param, state.exp_avg_sq()));
   } else {
-    state.max_exp_avg_sq(to_param(buffer, param));
+    state.max_exp_avg_sq(to_param(buffer, param, state.max_exp_avg_sq()));
   }
 }
 
@@ -271,11 +281,12 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
                          fields_[i].buffer, param, count);
           }
           break;
-        case OptimizerFamily::sgd:
+        case OptimizerFamily::sgd: {
           if (slot == nullptr) slot = std::make_unique<::torch::optim::SGDParamState>();
-          static_cast<::torch::optim::SGDParamState&>(*slot).momentum_buffer(
-              to_param(fields_[begin].buffer, param));
+          auto& sgd = static_cast<::torch::optim::SGDParamState&>(*slot);
+          sgd.momentum_buffer(to_param(fields_[begin].buffer, param, sgd.momentum_buffer()));
           break;
+        }
       }
       ++written;
     }

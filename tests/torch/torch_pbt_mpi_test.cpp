@@ -158,12 +158,24 @@ void reborn_adam_gets_the_mean_of_its_donors_state(const torch::Device& device) 
             device.is_cuda() ? pw::Memory::cuda : pw::Memory::host);
   (void)agent.publish();
   EXPECT_EQ(agent.staging_stats().device_window, device.is_cuda());
+  // Rank 0's own moments: the rebirth writes the mix into these tensors (no allocation).
+  auto moments = [&] {
+    std::vector<const void*> at;
+    for (const torch::Tensor& p : model->parameters()) {
+      const auto& s = static_cast<torch::optim::AdamParamState&>(*adam.state().at(key_of(p)));
+      at.push_back(s.exp_avg().data_ptr());
+      at.push_back(s.exp_avg_sq().data_ptr());
+    }
+    return at;
+  };
+  const std::vector<const void*> own = world_rank() == 0 ? moments() : std::vector<const void*>{};
   MPI_Barrier(MPI_COMM_WORLD);
   const pw::StepEvent ev = agent.step(0, 1.0);
   EXPECT_EQ(ev.died, world_rank() == 0);
   if (ev.died) {
     ASSERT_EQ(ev.donors.size(), static_cast<std::size_t>(world_size() - 1));
     expect_mean_state<torch::optim::AdamParamState>(adam, *model, ev.donors, fresh);
+    EXPECT_EQ(moments(), own);
     EXPECT_EQ(agent.optimizer_states_inherited(), 3U);
     EXPECT_EQ(agent.optimizer_states_reset(), 0U);
     // Adam goes on from the inherited step.
