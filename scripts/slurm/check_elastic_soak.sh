@@ -19,8 +19,9 @@ mkdir -p "$out"
 launcher=srun
 [[ ${PARAMWIN_SLURM_MPI:-MPICH} == OpenMPI && ( $kind == kill || $kind == mixed ) ]] &&
   launcher=mpirun
-jid=$(PARAMWIN_SOAK_BASELINE=0 PARAMWIN_SOAK_LAUNCHER=$launcher sbatch --parsable --ntasks=6 -o "$out/job-%j.out" \
-        "$slurm_lib/elastic_soak.sbatch" "$exe" "$out" 4 "$seconds" "$faults" "$kind" "$@")
+jid=$(PARAMWIN_SOAK_BASELINE=0 PARAMWIN_SOAK_LAUNCHER=$launcher \
+        sbatch --parsable --ntasks=6 -o "$out/job-%j.out" "$slurm_lib/elastic_soak.sbatch" \
+        "$exe" "$out" 4 "$seconds" "$faults" "$kind" "$@")
 state=$(wait_job "$jid" $((2 * seconds + 90)))
 show_job_output "$out/job-$jid.out"
 [[ $state == COMPLETED ]] || fail "job $jid ended $state"
