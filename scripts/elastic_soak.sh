@@ -12,7 +12,7 @@
 # (SpawnOptions); kill and mixed then take any number of faults. Builds
 # elastic_soak in build (MPICH) or build-openmpi first (scripts/setup.sh).
 # --launcher slurm: both runs as one Slurm batch job (scripts/slurm/elastic_soak.sbatch: srun
-# -K0, --mpi=pmi2 for MPICH, pmix for Open MPI) on a cluster of this machine that
+# -K0, --mpi=pmi2 for MPICH, pmix for Open MPI, whose SIGKILLed tasks need its mpirun) on a cluster of this machine that
 # scripts/slurm.sh starts and stops (root; Debian's slurm-wlm and munge); exits 77 where none
 # can start. Default mpiexec: MPICH's mpiexec -disable-auto-cleanup, Open MPI's mpirun
 # --enable-recovery.
@@ -76,12 +76,7 @@ if [ "$launcher" = slurm ]; then
   out=$(cd "$out" && pwd)
   srun_mpi=pmi2
   [ "$mpi" = openmpi ] && srun_mpi=pmix
-  # Open MPI with SIGKILLs: its mpirun --enable-recovery inside the job, since srun's pmix
-  # plugin cancels the step when a task is killed (docs/elastic.md, "What the MPIs allow");
-  # MPICH's tasks stay srun's, whose pmi2 plugin lets the others run on.
-  soak_launcher=srun
-  [ "$mpi" = openmpi ] && { [ "$kind" = kill ] || [ "$kind" = mixed ]; } && soak_launcher=mpirun
-  jid=$(PARAMWIN_SRUN_MPI=$srun_mpi PARAMWIN_SOAK_LAUNCHER=$soak_launcher \
+  jid=$(PARAMWIN_SRUN_MPI=$srun_mpi \
         sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" scripts/slurm/elastic_soak.sbatch \
         "$PWD/$build/tests/elastic_soak" "$out" "$members" "$seconds" "$faults" "$kind" \
         "$replacement")
@@ -91,14 +86,13 @@ if [ "$launcher" = slurm ]; then
   state=$(wait_job "$jid" $((2 * limit + 60)))
   show_job_output "$out/job-$jid.out"
   [ "$state" = COMPLETED ] || echo "elastic_soak.sh: job $jid ended $state"
-  /usr/bin/python3 scripts/elastic_soak.py "$out/faults.log" "$out/baseline.log" "$members" |
-    tee "$out/report.md"
-  exit "${PIPESTATUS[0]}"
+else
+  timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" \
+    "$faults" "$kind" "$replacement" "spawn=$spawn" > "$out/faults.log" 2>&1 ||
+    echo "elastic_soak.sh: the run with faults ended with $?"
+  timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" 0 \
+    "$kind" "$replacement" "spawn=$spawn" > "$out/baseline.log" 2>&1 ||
+    echo "elastic_soak.sh: the baseline ended with $?"
 fi
-
-timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" \
-  "$faults" "$kind" "$replacement" "spawn=$spawn" > "$out/faults.log" 2>&1 || echo "elastic_soak.sh: the run with faults ended with $?"
-timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" 0 \
-  "$kind" "$replacement" "spawn=$spawn" > "$out/baseline.log" 2>&1 || echo "elastic_soak.sh: the baseline ended with $?"
 /usr/bin/python3 scripts/elastic_soak.py "$out/faults.log" "$out/baseline.log" "$members" |
   tee "$out/report.md"

@@ -67,11 +67,16 @@ done < <(if [ ${#only[@]} -gt 0 ]; then printf '%s\n' "${only[@]}"; else
 [ ${#files[@]} -gt 0 ] || { echo "tidy.sh: no library source of $db found under $root/src" >&2; exit 2; }
 
 # The files whose key is in the record were checked clean as they are now: leave them out.
+# (The keys, about 11 s of CPU, only where the record is read or written.)
 keys=$(mktemp)
-/usr/bin/python3 scripts/tidy/cache.py "$db" "$root" "$clang_tidy" "${files[@]}" >"$keys" ||
-  : >"$keys"
+use_record=0
+[ "${PARAMWIN_TIDY_RECORD:-1}" != 0 ] && [ -f "$record" ] && use_record=1
+if [ "$use_record" = 1 ] || [ "$update_record" = 1 ]; then
+  /usr/bin/python3 scripts/tidy/cache.py "$db" "$root" "$clang_tidy" "${files[@]}" >"$keys" ||
+    : >"$keys"
+fi
 all=("${files[@]}")
-if [ "${PARAMWIN_TIDY_RECORD:-1}" != 0 ] && [ -f "$record" ]; then
+if [ "$use_record" = 1 ]; then
   files=()
   while read -r key f; do
     if [ "$key" = - ] || ! grep -qxF "$key $f" "$record"; then files+=("$f"); fi

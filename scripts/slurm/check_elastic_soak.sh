@@ -5,10 +5,8 @@
 # mpiexec: every slot finished in the last epoch, and every fault was answered (a spare took
 # the slot, or a stopped process stepped on in it); prints the soak's report.
 #   check_elastic_soak.sh EXE OUT SECONDS FAULTS KIND [standing]
-# KIND kill or mixed (SIGKILLs) under Open MPI (PARAMWIN_SLURM_MPI=OpenMPI, set by CTest): the
-# job starts its tasks with Open MPI's mpirun --enable-recovery (PARAMWIN_SOAK_LAUNCHER=mpirun),
-# since srun's pmix plugin cancels the step when a task is killed; MPICH's tasks stay srun's
-# (its pmi2 plugin lets the others run on).
+# The job script picks the tasks' launcher from the MPI (PARAMWIN_SRUN_MPI, set by CTest) and
+# KIND: srun -K0, or Open MPI's mpirun --enable-recovery when its tasks are SIGKILLed.
 set -euo pipefail
 check_name=check_elastic_soak
 source "$(dirname "$0")/common.sh"
@@ -16,11 +14,7 @@ exe=$1 out=$2 seconds=$3 faults=$4 kind=$5
 shift 5
 rm -rf "$out"
 mkdir -p "$out"
-launcher=srun
-[[ ${PARAMWIN_SLURM_MPI:-MPICH} == OpenMPI && ( $kind == kill || $kind == mixed ) ]] &&
-  launcher=mpirun
-jid=$(PARAMWIN_SOAK_BASELINE=0 PARAMWIN_SOAK_LAUNCHER=$launcher \
-        sbatch --parsable --ntasks=6 -o "$out/job-%j.out" "$slurm_lib/elastic_soak.sbatch" \
+jid=$(PARAMWIN_SOAK_BASELINE=0 sbatch --parsable --ntasks=6 -o "$out/job-%j.out" "$slurm_lib/elastic_soak.sbatch" \
         "$exe" "$out" 4 "$seconds" "$faults" "$kind" "$@")
 state=$(wait_job "$jid" $((2 * seconds + 90)))
 show_job_output "$out/job-$jid.out"
@@ -37,5 +31,5 @@ injected=$(sed -n 's/^| faults injected | \([0-9]*\) .*/\1/p' <<<"$report")
 ((injected >= 1)) || fail "no fault injected"
 [[ $kind == sigstop || $kind == mixed || $injected == "$faults" ]] ||
   fail "$injected faults injected, $faults scheduled"
-echo "check_elastic_soak: the soak under sbatch ($launcher): $injected $kind faults answered," \
+echo "check_elastic_soak: the soak under sbatch: $injected $kind faults answered," \
      "4 slots finished"
