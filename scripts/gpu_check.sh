@@ -80,6 +80,7 @@ python_tests=0
 # all (a device-window save_checkpoint crashed there at cd948f4).
 python_host_files="tests/python/test_checkpoint.py"
 python_cuda_file="tests/python/test_cuda_windows.py"
+python_averaging_file="tests/python/test_averaging.py"
 launcher=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -218,7 +219,7 @@ device_targets=()
 [ "$device" = 1 ] && [ "$device_tests" = 1 ] &&
   device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
 torch_targets=()
-[ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test)
+[ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test torch_averaging_mpi_test)
 [ "$torch_tests" = 1 ] && [ "$device" = 1 ] && torch_targets+=(paramwin_torch_device_bench)
 [ "$bench" = 1 ] && device_targets+=(paramwin_bench)
 # build_targets LOG TARGET...: builds, prints the errors on failure.
@@ -354,6 +355,19 @@ for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
 
+# Averaging a CUDA module (staged through pinned host buffers, docs/averaging.md).
+if [ "$torch_tests" = 1 ]; then
+  step "torch_averaging_mpi_test TorchAveragingDevice.* on 2 ranks"
+  mpi_run torch_averaging_np2.log 120 2 "$build_dir/tests/torch_averaging_mpi_test" \
+    --gtest_filter='TorchAveragingDevice.*'
+  if [ "$torch_cuda" = 1 ] && grep -q "no CUDA device" "$out/torch_averaging_np2.log"; then
+    echo "gpu_check: CUDA is available but TorchAveragingDevice tests were skipped"
+    status=1
+  fi
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED|SKIPPED) \]" \
+    "$out/torch_averaging_np2.log" | sort -u | head -10
+fi
+
 # --- the Python package's CUDA tests (--python) ---------------------------------------------
 # A crash's native frames: scripts/crash_backtrace.c, preloaded into the Python processes,
 # writes them to $out/crash_<log>.<pid>; resolve_frames adds each frame's function and line.
@@ -403,6 +417,11 @@ for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
     status=1
   fi
 done
+# The averaging agents' CUDA cases (CUDA modules and their optimizer state staged), on 2 ranks.
+if [ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ]; then
+  step "$python_averaging_file -k cuda on 2 ranks"
+  python_run python_averaging_np2.log 2 "$python_averaging_file" -k cuda
+fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
 run_bench() {  # run_bench JSON-NAME TIMEOUT (env: PARAMWIN_BENCH_STORES)
