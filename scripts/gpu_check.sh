@@ -128,6 +128,7 @@ step "environment"
   echo "compiler: $(c++ --version 2>&1 | head -1)"
   echo "nvcc: $( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>&1 | tail -1)"
   echo "cmake: $(cmake --version | head -1)"
+  echo "build flags in the environment: $(env | grep -E '^(LDFLAGS|CXXFLAGS|CFLAGS|CPPFLAGS|LIBRARY_PATH)=' | tr '\n' ' ')"
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
     "available", torch.cuda.is_available(),
     torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1
@@ -217,7 +218,8 @@ if [ "$python_tests" = 1 ] && ! grep -q "building the Python package" "$out/conf
 fi
 device_targets=()
 [ "$device" = 1 ] && [ "$device_tests" = 1 ] &&
-  device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench)
+  device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench
+                  elastic_spare)
 torch_targets=()
 [ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test torch_averaging_mpi_test)
 [ "$torch_tests" = 1 ] && [ "$device" = 1 ] && torch_targets+=(paramwin_torch_device_bench)
@@ -274,6 +276,22 @@ finish_torch_build() {
   if [ "$python_tests" = 1 ]; then
     step "build paramwin_python (-j $jobs)"
     build_targets build_python.log paramwin_python || { python_tests=0; status=1; }
+    # How the extension was linked: the C++ runtime the linker took (a static libstdc++ in
+    # _core.so crashed it at f212fbd) and what the extension exports of it.
+    if [ "$python_tests" = 1 ]; then
+      local link core
+      link=$(cd "$build_dir" && ninja -t commands paramwin_python 2>/dev/null | tail -1)
+      core=$(ls "$build_dir"/python/paramwin/_core*.so 2>/dev/null | head -1)
+      {
+        echo "c++ -print-file-name=libstdc++.so: $(c++ -print-file-name=libstdc++.so)" \
+          "-> $(readlink -f "$(c++ -print-file-name=libstdc++.so)")"
+        echo "link: $link"
+        [ -n "$link" ] && (cd "$build_dir" && eval "$link -Wl,--trace" 2>&1 | grep -iE "stdc|gcc")
+        echo "libstdc++ symbols _core.so exports: $(nm -D --defined-only "$core" | grep -c ' _ZNS[io]')"
+        echo "libstdc++ objects in _core.so: $(nm "$core" | grep -c read_utf8_code_point)"
+      } >"$out/python_link.txt" 2>&1
+      tail -3 "$out/python_link.txt"
+    fi
   fi
 }
 
@@ -319,6 +337,23 @@ if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
     fi
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(FAILED|SKIPPED) \]|torn-read stress|busy donor" \
       "$out/$log" | sort -u | head -30
+  done
+fi
+# Elastic populations on a device window: 4 members + 2 spares, two members leave (an exit, a
+# resignation), spares take their slots from live donors' device snapshots, exact mixes checked
+# (tests/reliability/elastic_spare.cpp --cuda), with a new window per epoch and the standing one.
+if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
+  for run in exit resign:standing; do
+    mode=${run%%:*} extra=()
+    [ "$run" != "$mode" ] && extra=(--standing)
+    log="elastic_cuda_${mode}.log"
+    step "elastic_spare --$mode ${extra[*]} --cuda on 6 ranks sharing the GPU"
+    # The launcher's exit status reports the dead rank: the pass line is the verdict.
+    timeout 90 "$mpiexec" -n 6 "${launcher[@]}" -disable-auto-cleanup \
+      "$build_dir/tests/elastic_spare" --"$mode" "${extra[@]}" --cuda >"$out/$log" 2>&1
+    echo "exit $?"
+    grep -q "elastic: spares took every dead slot" "$out/$log" || { echo "no pass line"; status=1; }
+    grep -E "elastic:|joined slot|FAILED|rror" "$out/$log" | head -8
   done
 fi
 finish_torch_build
@@ -419,8 +454,8 @@ for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
 done
 # The averaging agents' CUDA cases (CUDA modules and their optimizer state staged), on 2 ranks.
 if [ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ]; then
-  step "$python_averaging_file -k cuda on 2 ranks"
-  python_run python_averaging_np2.log 2 "$python_averaging_file" -k cuda
+  step "$python_averaging_file -k 'cuda or optimizer_state' on 2 ranks"
+  python_run python_averaging_np2.log 2 "$python_averaging_file" -k "cuda or optimizer_state"
 fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------

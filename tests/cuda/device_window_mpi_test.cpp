@@ -604,6 +604,72 @@ TEST(DeviceWindow, FailedVmmSharingFallsBackToIpcOrIsTheErrorWhenForced) {
   }
 }
 
+// An AveragingAgent on a device window (docs/averaging.md: inline rounds) beside one on a host
+// window, stepped in lock step over the same values: every round reads the peers' explicit
+// publishes of the previous iteration (the steps publish nothing, so the reads are
+// deterministic), and after every step the device layers hold the host agent's bits. A
+// synchronous step (finish) of device layers is refused on every rank, nothing changed.
+TEST(DeviceWindow, AveragingAgentMixesDeviceLayersAsAHostWindowDoes) {
+  PARAMWIN_REQUIRE_GPU();
+  PARAMWIN_REQUIRE_RANKS(2);
+  const int rank = pw::test::world_rank();
+  pw::Layout layout;
+  layout.add("f32", std::size_t{4099}).add("f64", {129}, pw::DType::float64);
+  layout.add("bf16", {515}, pw::DType::bfloat16);
+  auto options = [](pw::Memory memory, const char* name) {
+    pw::AveragingOptions o;
+    o.topology = pw::Topology::ring_peers();
+    o.publish_every = 1000000;  // the test publishes, between the steps
+    o.window.name = name;
+    o.window.memory = memory;
+    return o;
+  };
+  pw::AveragingAgent host(MPI_COMM_WORLD, layout, options(pw::Memory::host, "avg_host"));
+  pw::AveragingAgent device(MPI_COMM_WORLD, layout, options(pw::Memory::cuda, "avg_device"));
+  auto values = host_values(layout, rank);
+  DeviceLayers mine(layout, values);
+  std::vector<pw::LayerRef> refs = host_refs(layout, values);
+  int mixed = 0;
+  for (int t = 0; t < 6; ++t) {
+    (void)host.publish(const_refs(refs));
+    (void)device.publish(mine.crefs);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const pw::AveragingRound h = host.step(refs);
+    const pw::AveragingRound d = device.step(mine.refs);
+    EXPECT_EQ(d.applied, h.applied) << "step " << t << ": " << d.note;
+    ASSERT_EQ(d.peers.size(), h.peers.size());
+    for (std::size_t p = 0; p < d.peers.size(); ++p) {
+      EXPECT_EQ(d.peers[p].rank, h.peers[p].rank);
+      EXPECT_EQ(d.peers[p].version, h.peers[p].version) << "step " << t;
+      EXPECT_EQ(d.peers[p].skipped, pw::SkipReason::none) << "step " << t;
+    }
+    mixed += d.applied ? 1 : 0;
+    const auto got = mine.download();
+    for (std::size_t l = 0; l < layout.size(); ++l) {
+      EXPECT_EQ(first_difference(got, values, l), -1)
+          << "step " << t << ", layer " << layout[l].name;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // every read of this iteration is done before the publishes
+  }
+  EXPECT_EQ(mixed, 6);
+  EXPECT_EQ(device.rounds(), 6);
+  EXPECT_EQ(device.window().version(), 6U);
+  // The values moved towards the neighbours' (a mix happened, not a copy of one's own).
+  EXPECT_NE(first_difference(values, host_values(layout, rank), 0), -1);
+  const auto before = mine.download();
+  try {
+    (void)device.finish(mine.refs);
+    ADD_FAILURE() << "finish of device layers was not refused";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs host memory"), std::string::npos) << e.what();
+  }
+  const auto after = mine.download();
+  for (std::size_t l = 0; l < layout.size(); ++l) {
+    EXPECT_EQ(first_difference(after, before, l), -1) << "finish changed " << layout[l].name;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Readers check every pull: a donor publishes a constant array whose value names its version
 // (and its stamp says the same), so a torn read shows as a mixed array or a value that is not
 // the stamp's. Even ranks publish without pause; odd ranks pull; >= 10000 verified pulls in all.

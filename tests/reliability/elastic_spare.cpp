@@ -21,7 +21,13 @@
 // last epoch meet over its communicator (no dead rank in it) and print the pass line; every
 // process ends with std::_Exit(0). Each joiner prints the seconds from the coordinator's
 // judgement to its first step.
+// --cuda (after the fault, any position; built with CUDA): the population's window is a device
+// window and the parameters live on the GPU (written from the encoding before each publish,
+// read back in on_rebirth); scripts/gpu_check.sh runs it. Without a GPU it says so and fails.
 #include <mpi.h>
+#ifdef PARAMWIN_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <signal.h>
 #include <sys/types.h>
@@ -32,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -63,12 +70,67 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// The parameters on the GPU (--cuda): device copies of the encoded host vectors.
+class DeviceParams {
+ public:
+  DeviceParams(std::size_t w, std::size_t v)
+      : w_bytes_(w * sizeof(float)), v_bytes_(v * sizeof(float)) {
+#ifdef PARAMWIN_TEST_CUDA
+    if (cudaMalloc(&w_, w_bytes_) != cudaSuccess || cudaMalloc(&v_, v_bytes_) != cudaSuccess) {
+      throw std::runtime_error("cudaMalloc of the device parameters failed");
+    }
+#else
+    throw std::runtime_error("--cuda: this test was built without CUDA");
+#endif
+  }
+  DeviceParams(const DeviceParams&) = delete;
+  DeviceParams& operator=(const DeviceParams&) = delete;
+  ~DeviceParams() = default;  // the process ends with _Exit
+  void upload(const std::vector<float>& w, const std::vector<float>& v) const {
+    copy(w_, w.data(), w_bytes_, true);
+    copy(v_, v.data(), v_bytes_, true);
+  }
+  void download(std::vector<float>& w, std::vector<float>& v) const {
+    copy(w.data(), w_, w_bytes_, false);
+    copy(v.data(), v_, v_bytes_, false);
+  }
+  [[nodiscard]] pw::LayerRef w_ref() const {
+    return {"", w_, w_bytes_ / sizeof(float), pw::DType::float32, pw::device_memory};
+  }
+  [[nodiscard]] pw::LayerRef v_ref() const {
+    return {"", v_, v_bytes_ / sizeof(float), pw::DType::float32, pw::device_memory};
+  }
+
+ private:
+  static void copy([[maybe_unused]] void* dst, [[maybe_unused]] const void* src,
+                   [[maybe_unused]] std::size_t bytes, [[maybe_unused]] bool to_device) {
+#ifdef PARAMWIN_TEST_CUDA
+    if (cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      throw std::runtime_error("cudaMemcpy of the device parameters failed");
+    }
+#endif
+  }
+  std::size_t w_bytes_;
+  std::size_t v_bytes_;
+  void* w_ = nullptr;
+  void* v_ = nullptr;
+};
+
+bool has_arg(int argc, char** argv, const std::string& what) {
+  for (int i = 2; i < argc; ++i) {
+    if (what == argv[i]) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pw::test::DeathRun run(argc, argv);
   const std::string how = argc > 1 ? argv[1] : "--exit";
-  const bool standing = argc > 2 && std::string(argv[2]) == "--standing";
+  const bool standing = has_arg(argc, argv, "--standing");
+  const bool on_device = has_arg(argc, argv, "--cuda");
   const int members = run.size - kSpares;
   // --sigstop: long enough for the silence bound (1.5 s) and the stall (4 s) to pass.
   const std::int64_t steps = how == "--sigstop" ? 900 : 150;
@@ -79,6 +141,8 @@ int main(int argc, char** argv) {
   Seen seen;
   std::vector<float> w(kN);
   std::vector<float> v(static_cast<std::size_t>(members));
+  std::unique_ptr<DeviceParams> device;
+  if (on_device) device = std::make_unique<DeviceParams>(w.size(), v.size());
   pw::AgentOptions options = pw::parse_agent_options("triggers=none k=2 selection=uniform");
   options.seed = 11;
   // The parameters are written for the publish that follows (the step's, or the republish
@@ -86,14 +150,17 @@ int main(int argc, char** argv) {
   pw::ElasticAgent<>* self = nullptr;
   options.prepare_params = [&] {
     pw::test::encode_slot(w, v, self->membership().slot(), self->agent().window().version() + 1);
+    if (device) device->upload(w, v);
   };
   options.on_rebirth = [&](const pw::StepEvent&, std::span<const pw::LayerRef>) {
+    if (device) device->download(w, v);
     seen.captured_w = w;
     seen.captured_v = v;
   };
   pw::WindowOptions window_options;
   window_options.name = "elastic_spare";
   window_options.liveness.suspect_seconds = 1.0;
+  if (on_device) window_options.memory = pw::Memory::cuda;
   pw::MembershipOptions membership;
   membership.members = members;
   membership.check_seconds = 0.02;
@@ -119,7 +186,9 @@ int main(int argc, char** argv) {
     try {
       for (std::int64_t it = agent.resume_iteration(); it < steps; ++it) {
         const std::uint64_t epoch = agent.membership().epoch();
-        const pw::StepEvent e = agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
+        const pw::StepEvent e =
+            device ? agent.step(it, 1.0 * slot, {device->w_ref(), device->v_ref()})
+                   : agent.step(it, 1.0 * slot, {pw::LayerRef(w), pw::LayerRef(v)});
         if (agent.membership().epoch() != epoch) ++seen.epochs_seen;
         if (joined && first) {
           if (!e.died || e.reason != pw::DeathReason::joined) ++seen.bad_first_steps;
@@ -208,8 +277,8 @@ int main(int argc, char** argv) {
     std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
     if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
         size == expected_slots) {
-      std::printf("elastic: spares took every dead slot (%s%s)\n", how.c_str(),
-                  standing ? ", standing window" : "");
+      std::printf("elastic: spares took every dead slot (%s%s%s)\n", how.c_str(),
+                  standing ? ", standing window" : "", on_device ? ", device window" : "");
     } else {
       std::printf("FAILED: %d bad, %d joins (want %d), epoch %d, %d slots\n", sums[0], sums[1],
                   expected_joins, sums[2], size);
