@@ -11,7 +11,7 @@
 #                        [--bench-rounds N] [--bench-only] [--no-device]
 #                        [--device-sizes LIST] [--device-only] [--adapter-only]
 #                        [--torch-bench-sizes LIST] [--device-no-host] [--python]
-#                        [--no-torch-bench]
+#                        [--no-torch-bench] [--python-only] [--python-files LIST]
 # --debs DIR: unpack every DIR/*.deb into --prefix (default /opt/deb) and use MPICH,
 #             Kokkos, GoogleTest (and Google Benchmark) from there; without it, /usr's.
 # --torch-dir: a directory holding TorchConfig.cmake or a CMake prefix path above it
@@ -28,7 +28,9 @@
 # Device windows (issue 25, docs/gpu.md), on by default where nvcc is found (--no-device: off):
 #          device_options_mpi_test on 2 ranks, device_window_mpi_test on 1, 2 and 4 ranks sharing
 #          the GPU with VMM slots (PARAMWIN_DEVICE_SHARING=vmm) and on 2 with CUDA IPC slots
-#          (fails when a GPU is present but its tests skip), then paramwin_device_bench on 4
+#          (fails when a GPU is present but its tests skip), elastic_spare --cuda on 6 ranks (a
+#          population on a device window: an exit, and a resignation with the standing window;
+#          elastic_cuda_*.log), then paramwin_device_bench on 4
 #          ranks for --device-sizes (default 100M,250M float32 parameters), VMM then IPC.
 #          Without --device-only or --adapter-only, one call does both: the device targets are
 #          built first, LibTorch's in the background while the device tests run; then the
@@ -38,11 +40,17 @@
 # --python: also builds the Python package against the machine's mpi4py (pip's wheel, made to
 #          load the unpacked MPICH as libmpi.so.12) and runs tests/python/test_checkpoint.py
 #          (host windows) on 2 ranks, then its CUDA tests (tests/python/test_cuda_windows.py)
-#          on 2 and 4 ranks, each in processes of their own, with scripts/crash_backtrace.c
+#          on 2 and 4 ranks, then test_averaging.py's CUDA and optimizer-state cases on 2
+#          (python_averaging_np2.log), each in processes of their own, with scripts/crash_backtrace.c
 #          preloaded: a crash's native frames land in crash_python_*.<pid>.resolved;
+#          python_link.txt how the extension was linked (the C++ runtime the linker took);
 #          python_env.txt says what was found, configure.log why the package was not built if
 #          it was not.
 # --no-torch-bench: the adapter's tests without paramwin_torch_device_bench.
+# --python-only: the Python package alone (built with CUDA and the machine's torch): its steps
+#          of --python, no C++ test or benchmark.
+# --python-files LIST: instead of --python's steps, these test files (comma-separated) on 2
+#          ranks each (python_<file>_np2.log).
 # --device-only: the device windows alone (no LibTorch adapter tests, no paramwin_bench).
 # --adapter-only: the LibTorch adapter's tests and paramwin_torch_device_bench (a CUDA model's
 #          rebirth through TorchAgent, device windows against host staging, on 4 ranks, for
@@ -69,6 +77,8 @@ ctest_seconds=0
 bench_stores=""
 bench_rounds=1
 torch_tests=1
+adapter=1
+python_files=""
 device=1
 device_sizes=100M,250M
 device_tests=1
@@ -104,6 +114,8 @@ while [ $# -gt 0 ]; do
     --device-no-host) device_bench_args=--no-host; shift ;;
     --python) python_tests=1; shift ;;
     --no-torch-bench) torch_bench=0; shift ;;
+    --python-only) python_tests=1; adapter=0; device_tests=0; bench=0; torch_bench=0; shift ;;
+    --python-files) python_files=${2//,/ }; shift 2 ;;
     # Hydra starts local ranks by fork; HYDRA_LAUNCHER covers CTest's mpiexec calls too.
     --launcher-fork) launcher=(-launcher fork); export HYDRA_LAUNCHER=fork; shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
@@ -221,8 +233,10 @@ device_targets=()
   device_targets=(device_options_mpi_test device_window_mpi_test paramwin_device_bench
                   elastic_spare)
 torch_targets=()
-[ "$torch_tests" = 1 ] && torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test torch_averaging_mpi_test)
-[ "$torch_tests" = 1 ] && [ "$device" = 1 ] && torch_targets+=(paramwin_torch_device_bench)
+[ "$torch_tests" = 1 ] && [ "$adapter" = 1 ] &&
+  torch_targets=(torch_adapter_mpi_test torch_pbt_mpi_test torch_averaging_mpi_test)
+[ "$torch_tests" = 1 ] && [ "$adapter" = 1 ] && [ "$device" = 1 ] &&
+  torch_targets+=(paramwin_torch_device_bench)
 [ "$bench" = 1 ] && device_targets+=(paramwin_bench)
 # build_targets LOG TARGET...: builds, prints the errors on failure.
 build_targets() {
@@ -263,7 +277,7 @@ finish_torch_build() {
   fi
   [ "$torch_tests" = 1 ] || return 0
   local test_bin=$build_dir/tests/torch_adapter_mpi_test
-  if [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
+  if [ "$adapter" = 1 ] && [ "$torch_cuda" = 1 ] && ! ldd "$test_bin" | grep -q libtorch_cuda; then
     echo "gpu_check: $test_bin does not load libtorch_cuda; relinking with it (--no-as-needed)"
     local torch_lib
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
@@ -271,7 +285,7 @@ finish_torch_build() {
       >>"$out/configure.log" 2>&1 && build_targets build_torch.log "${torch_targets[@]}" ||
       { echo "gpu_check: relink FAILED"; torch_tests=0; status=1; return 0; }
   fi
-  ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
+  [ "$adapter" = 1 ] && ldd "$test_bin" | grep -E "torch|c10|mpich|kokkos|cudart" | tee -a "$out/env.txt"
   # The Python package apart, so that its failure leaves the adapter's tests alone.
   if [ "$python_tests" = 1 ]; then
     step "build paramwin_python (-j $jobs)"
@@ -360,7 +374,7 @@ finish_torch_build
 
 # A CUDA model's rebirth through TorchAgent, device windows against host staging (issue 25's
 # target as stated: docs/gpu.md), then the device windows' own benchmark.
-if [ "$torch_tests" = 1 ] && [ "$device" = 1 ] && [ "$torch_bench" = 1 ]; then
+if [ "$torch_tests" = 1 ] && [ "$adapter" = 1 ] && [ "$device" = 1 ] && [ "$torch_bench" = 1 ]; then
   PARAMWIN_DEVICE_SHARING=vmm device_bench benchmarks/paramwin_torch_device_bench \
     "$torch_bench_sizes" torch_device_bench.txt
 fi
@@ -373,7 +387,7 @@ if [ "$device" = 1 ] && [ "$device_tests" = 1 ]; then
 fi
 
 # --- the adapter's tests, CUDA ones included ------------------------------------------------
-for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do
+for np in $([ "$torch_tests" = 1 ] && [ "$adapter" = 1 ] && echo 1 2 4); do
   step "torch_adapter_mpi_test on $np rank(s)"
   mpi_run "torch_np$np.log" 180 "$np" "$build_dir/tests/torch_adapter_mpi_test"
   if [ "$torch_cuda" = 1 ] && grep -q "^no CUDA device" "$out/torch_np$np.log"; then
@@ -384,14 +398,14 @@ for np in $([ "$torch_tests" = 1 ] && echo 1 2 4); do
     "$out/torch_np$np.log" | sort -u | head -30
 done
 # Optimizer state and optimizer options as hyperparameters (issue 15) against this LibTorch.
-for np in $([ "$torch_tests" = 1 ] && echo 2 4); do
+for np in $([ "$torch_tests" = 1 ] && [ "$adapter" = 1 ] && echo 2 4); do
   step "torch_pbt_mpi_test on $np ranks"
   mpi_run "torch_pbt_np$np.log" 180 "$np" "$build_dir/tests/torch_pbt_mpi_test"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +FAILED \]" "$out/torch_pbt_np$np.log" | sort -u | head -20
 done
 
 # Averaging a CUDA module (staged through pinned host buffers, docs/averaging.md).
-if [ "$torch_tests" = 1 ]; then
+if [ "$torch_tests" = 1 ] && [ "$adapter" = 1 ]; then
   step "torch_averaging_mpi_test TorchAveragingDevice.* on 2 ranks"
   mpi_run torch_averaging_np2.log 120 2 "$build_dir/tests/torch_averaging_mpi_test" \
     --gtest_filter='TorchAveragingDevice.*'
@@ -438,6 +452,14 @@ python_run() {  # python_run LOG NP TEST-FILE...: pytest on NP ranks, a crash's 
     grep -avE 'crash_backtrace|libc\.so|python3' "$frames.resolved" | head -12
   done
 }
+# --python-files: those files alone, on 2 ranks.
+if [ -n "$python_files" ]; then
+  for file in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo "$python_files"); do
+    step "$file on 2 ranks"
+    python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
+  done
+  python_tests=0
+fi
 # Host windows first, in a process of their own: whether HDF5 checkpoints work from Python on
 # this machine at all (a device window's save_checkpoint crashed at cd948f4).
 for file in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo "$python_host_files"); do

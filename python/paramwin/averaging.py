@@ -97,7 +97,8 @@ class _Averaging:
 
     def publish(self, params: Params) -> "_core.PublishResult":
         """Publishes ``params`` now (the initial parameters, before the first step)."""
-        return self._agent.publish(self._layers(params, writable=False).descriptors)
+        batch = self._layers(params, writable=False)  # holds the staged copies during the call
+        return self._agent.publish(batch.descriptors)
 
     def _mixing_call(self, call: Callable[[list], Any], params: Params, applied) -> Any:
         batch = self._layers(params, writable=True)
