@@ -2,6 +2,7 @@
 ParameterWindow(memory="cuda") round trip of CUDA tensors of every dtype, in place and bit for
 bit (a mix with momentum gives a host window's bits), the wrong memory refused with nothing
 changed, host windows still staging CUDA tensors, publishes ordered after the current stream,
+an AveragingAgent on a device window mixing as a host window's does,
 an Agent's checkpoints of CUDA tensors, and TorchAgent's device window by default (rebirths
 land the donor's values bit for bit, no staging; checkpoints; grouped agents), its fallback
 and refusals. Skipped, with a message, where torch sees no GPU.
@@ -243,6 +244,43 @@ def test_a_module_moved_off_its_gpu_is_refused_and_can_come_back(comm, dev):
         net.to(dev)
         agent.step(2, 0.0)
         assert agent.steps == 2
+        comm.Barrier()
+
+
+def test_averaging_agent_on_a_device_window_mixes_as_a_host_window_does(comm, dev, no_staging):
+    """An AveragingAgent on a device window (CUDA tensors mixed in place) beside one on a host
+    window over CPU copies, in lock step: the rounds read the peers' explicit publishes of the
+    previous iteration (the steps publish nothing), and after every round the CUDA tensors
+    hold the host agent's bits. finish() of device tensors is refused on every rank."""
+    need_ranks(comm, 2)
+    rank = comm.Get_rank()
+    layout = paramwin.Layout().add("f32", (37, 5)).add("f64", 11, "float64")
+    layout.add("bf16", (9,), "bfloat16")
+    g = torch.Generator().manual_seed(500 + rank)
+    host = {s.name: torch.randn(s.shape, generator=g, dtype=torch.float64).to(DTYPES[s.dtype])
+            for s in layout}
+    cuda = {k: v.to(dev) for k, v in host.items()}
+    pointers = [t.data_ptr() for t in cuda.values()]
+    options = {"topology": "ring", "publish_every": 1_000_000}
+    with paramwin.AveragingAgent(layout, comm, memory="cuda", name="avg_dev", **options) as d, \
+            paramwin.AveragingAgent(layout, comm, name="avg_host", **options) as h:
+        assert d.memory == "cuda" and h.memory == "host"
+        for t in range(4):
+            d.publish(cuda)
+            h.publish(host)
+            comm.Barrier()
+            rd, rh = d.step(cuda), h.step(host)
+            assert rd.applied and rh.applied, (rd.note, rh.note)
+            assert [(p.rank, p.version) for p in rd.peers] == \
+                [(p.rank, p.version) for p in rh.peers]
+            for k in host:
+                assert same_bits(cuda[k], host[k]), (t, k)
+            comm.Barrier()
+        assert [t.data_ptr() for t in cuda.values()] == pointers  # mixed in place
+        before = {k: v.clone() for k, v in cuda.items()}
+        with pytest.raises(paramwin.InvalidArgument, match="needs host memory"):
+            d.finish(cuda)
+        assert all(same_bits(cuda[k], before[k]) for k in cuda)
         comm.Barrier()
 
 
