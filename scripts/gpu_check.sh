@@ -295,6 +295,8 @@ finish_torch_build() {
     if [ "$python_tests" = 1 ]; then
       local link core
       link=$(cd "$build_dir" && ninja -t commands paramwin_python 2>/dev/null | tail -1)
+      link=${link#: && }  # ninja's link line is ": && g++ ... && :"
+      link=${link% && :}
       core=$(ls "$build_dir"/python/paramwin/_core*.so 2>/dev/null | head -1)
       {
         echo "c++ -print-file-name=libstdc++.so: $(c++ -print-file-name=libstdc++.so)" \
