@@ -12,7 +12,8 @@
 // process having failed, and the library throws paramwin::MpiError: registered disabled
 // there). Not under Open MPI on one host: its osc/ucx blocks inside the MPI_Rget_accumulate
 // of a pin whose target has died (tests/CMakeLists.txt, docs/elastic.md). The survivors meet
-// over a communicator of their own and end with std::_Exit(0) (death_test_util.hpp).
+// through files on one node (over a communicator made before the death across nodes) and end
+// with std::_Exit(0) (death_test_util.hpp).
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
   pw::ParameterWindow<> window = pw::test::death_window("donor_death", kN, rma && rank != donor);
   std::vector<float> w(kN, 1.0F);
   window.publish({pw::ConstLayerRef(w)});  // version 1, every element 1
+  // How the survivors meet at the end, prepared now (on one node: files, no MPI;
+  // death_test_util.hpp says why).
+  const pw::test::SurvivorMeeting meeting = pw::test::meet_later(donor);
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == donor) {
@@ -117,5 +121,6 @@ int main(int argc, char** argv) {
   if (failed) std::printf("FAILED: rank %d: a reader of the dead donor\n", rank);
   pw::test::end_survivor(donor, failed,
                          std::string("survivors: donor death survived (") + (rma ? "rma" : "shm") +
-                             ")");
+                             ")",
+                         meeting);
 }
