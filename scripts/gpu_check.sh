@@ -454,32 +454,32 @@ python_run() {  # python_run LOG NP TEST-FILE...: pytest on NP ranks, a crash's 
     grep -avE 'crash_backtrace|libc\.so|python3' "$frames.resolved" | head -12
   done
 }
-# --python-files: those files alone, on 2 ranks.
-if [ -n "$python_files" ]; then
-  for file in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo "$python_files"); do
-    step "$file on 2 ranks"
-    python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
-  done
-  python_tests=0
-fi
-# Host windows first, in a process of their own: whether HDF5 checkpoints work from Python on
-# this machine at all (a device window's save_checkpoint crashed at cd948f4).
-for file in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo "$python_host_files"); do
-  step "$file on 2 ranks"
-  python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
-done
-for np in $([ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ] && echo 2 4); do
-  step "$python_cuda_file on $np ranks"
-  python_run "python_np$np.log" "$np" "$python_cuda_file"
-  if [ "$torch_cuda" = 1 ] && grep -q "is_available() is False" "$out/python_np$np.log"; then
-    echo "gpu_check: CUDA is available but Python CUDA tests were skipped"
-    status=1
-  fi
-done
-# The averaging agents' CUDA cases (CUDA modules and their optimizer state staged), on 2 ranks.
+# The Python steps: --python-files alone, or the default ones.
 if [ "$python_tests" = 1 ] && [ "$torch_tests" = 1 ]; then
-  step "$python_averaging_file -k 'cuda or optimizer_state' on 2 ranks"
-  python_run python_averaging_np2.log 2 "$python_averaging_file" -k "cuda or optimizer_state"
+  if [ -n "$python_files" ]; then
+    for file in $python_files; do
+      step "$file on 2 ranks"
+      python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
+    done
+  else
+    # Host windows first, in a process of their own: whether HDF5 checkpoints work from Python
+    # on this machine at all (a device window's save_checkpoint crashed at cd948f4).
+    for file in $python_host_files; do
+      step "$file on 2 ranks"
+      python_run "python_$(basename "$file" .py)_np2.log" 2 "$file"
+    done
+    for np in 2 4; do
+      step "$python_cuda_file on $np ranks"
+      python_run "python_np$np.log" "$np" "$python_cuda_file"
+      if [ "$torch_cuda" = 1 ] && grep -q "is_available() is False" "$out/python_np$np.log"; then
+        echo "gpu_check: CUDA is available but Python CUDA tests were skipped"
+        status=1
+      fi
+    done
+    # The averaging agents' CUDA cases (CUDA modules and their optimizer state staged).
+    step "$python_averaging_file -k 'cuda or optimizer_state' on 2 ranks"
+    python_run python_averaging_np2.log 2 "$python_averaging_file" -k "cuda or optimizer_state"
+  fi
 fi
 
 # --- issue 18's kernel rows (optional) ------------------------------------------------------
