@@ -171,6 +171,9 @@ enum class RoundKind : std::uint8_t {
   none = 0,         ///< no round was due (or the agent is paused)
   gossip = 1,       ///< an asynchronous round: peers read one-sidedly and mixed in
   synchronous = 2,  ///< warm-up, cool-down or finish(): MPI_Allreduce mean over every rank
+  /// The first step after AveragingAgent::join(): the uniform mix of every usable member of
+  /// the population replaced the parameters (self weight 0), whatever the topology.
+  joined = 3,
 };
 
 /// Why a peer of a round was not mixed in.
@@ -189,7 +192,8 @@ enum class SkipReason : std::uint8_t {
 namespace detail {
 inline constexpr EnumName<RoundKind> kRoundKindNames[] = {{RoundKind::none, "none"},
                                                           {RoundKind::gossip, "gossip"},
-                                                          {RoundKind::synchronous, "synchronous"}};
+                                                          {RoundKind::synchronous, "synchronous"},
+                                                          {RoundKind::joined, "joined"}};
 inline constexpr EnumName<SkipReason> kSkipReasonNames[] =
     {{SkipReason::none, "none"},
      {SkipReason::never_published, "never_published"},
@@ -251,6 +255,8 @@ struct AveragingRound {
   std::string note{};                  ///< why nothing changed, or the read's error
   bool paused = false;                 ///< the agent was paused
   bool published = false;              ///< the parameters were published in this step
+  /// A join (AveragingAgent::join) is still pending after this step: it read no member yet.
+  bool joining = false;
   std::uint64_t version = 0;           ///< the agent's publish version after the step
   std::size_t bytes = 0;               ///< bytes read from peers
   /// Wall time of the averaging in this step (read and mix); for a round read on the worker
@@ -273,6 +279,8 @@ class HierarchicalAveragingAgent;
 /// cool-down and finish() are collective.
 class AveragingAgent {
  public:
+  using window_type = Window;  ///< the owned window
+
   /// Checks @p options on every rank (InvalidArgument on every rank, naming the first failing
   /// rank, when any is invalid), refuses ranks with another layout, and creates the window.
   /// @p site (leave the default: the caller's line) is the window's creation site (see
@@ -280,6 +288,14 @@ class AveragingAgent {
   /// @note Collective over @p comm.
   AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions options = {},
                  const std::source_location& site = std::source_location::current());
+  /// Adopts @p window, created by the caller (options.window is ignored: the window's own
+  /// options are used), as an elastic population does at each epoch (ElasticAveragingAgent).
+  /// Local, no collective: @p options are checked on this rank only, against the population
+  /// @p members (window ranks in slot order, see set_members; empty: every rank). Such an
+  /// agent has no communicator of its own for collectives, so warm-up, cool-down, symmetric
+  /// averaging (InvalidArgument here), finish() and checkpoints (InvalidArgument there) are
+  /// refused.
+  AveragingAgent(Window&& window, AveragingOptions options, std::vector<int> members = {});
   AveragingAgent(const AveragingAgent&) = delete;
   AveragingAgent& operator=(const AveragingAgent&) = delete;
   /// Takes over @p other's window and state; @p other throws InvalidArgument from every call.
@@ -362,6 +378,40 @@ class AveragingAgent {
   /// Bagua's resume(): roster active again; rounds continue. No-op when not paused.
   void resume();
   [[nodiscard]] bool is_paused() const;  ///< whether paused
+
+  /// Makes the next step (not paused) a join: the parameters are replaced by the uniform mix
+  /// of every usable member of the population (self weight 0, whatever the topology; read
+  /// inline), reported as RoundKind::joined, and published. Until a join has read at least
+  /// one member, the agent publishes nothing and its roster says it is being reborn (so no
+  /// peer mixes its stale parameters in). A pending background correction is dropped; the
+  /// window entry gets a new incarnation (a new life in the slot). With symmetric averaging
+  /// the join is a pull only. Local.
+  void join();
+  /// Whether a join is pending (join() was called and no join step has read a member yet).
+  [[nodiscard]] bool joining() const;
+  /// The population within the window: @p members are window ranks in slot order (every
+  /// rank at most once); the topology then ranges over them (its rank: this rank's index
+  /// among them, its size: their count) and no other rank is ever read; a join mixes them
+  /// all. Empty: every rank of the window (the default). An elastic population in one
+  /// standing window sets it at each epoch (the spares and the dead hold ranks outside).
+  /// InvalidArgument (nothing changed) for ranks out of range or repeated, or a topology
+  /// that is invalid over them while this rank is among them. Local.
+  void set_members(std::vector<int> members);
+  /// The window ranks set_members gave (empty: every rank).
+  [[nodiscard]] const std::vector<int>& members() const;
+  /// Gives the window up without freeing it (Window::abandon), for a window whose
+  /// communicator holds a dead rank: the background worker is stopped (a read in flight
+  /// completes first: bound it with timeout_seconds), and the agent's communicators and
+  /// symmetric inbox are left allocated, never freed. Local; the agent is then empty (as moved
+  /// from) but for destruction.
+  void abandon() noexcept;
+  /// Moves the agent to @p window, a new window over a new communicator (a membership epoch)
+  /// with this agent's rank, size and layout, keeping its counters and what it saw of its
+  /// peers; the new window continues the old one's versions and status. The old window is
+  /// abandoned, never freed. Nothing is published: publish() before others may read this
+  /// agent. A background read in flight is waited for and dropped. InvalidArgument (nothing
+  /// changed) when rank, size or layout differ. Local.
+  void replace_window(Window&& window);
 
   [[nodiscard]] int rank() const;                         ///< rank in the communicator
   [[nodiscard]] int size() const;                         ///< ranks in the communicator

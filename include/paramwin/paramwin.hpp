@@ -11,6 +11,7 @@
 #include "paramwin/bound_layers.hpp"
 #include "paramwin/dtype.hpp"
 #include "paramwin/elastic_agent.hpp"
+#include "paramwin/elastic_averaging.hpp"
 #include "paramwin/enum_names.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/event.hpp"

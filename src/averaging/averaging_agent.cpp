@@ -117,6 +117,94 @@ AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions op
   start_worker();
 }
 
+AveragingState::AveragingState(Window&& window, AveragingOptions options,
+                               std::vector<int> members)
+    : options_(std::move(options)),
+      window_(std::move(window)),
+      rank_(window_.rank()),
+      size_(window_.size()),
+      last_round_time_(MPI_Wtime()),
+      seen_(static_cast<std::size_t>(size_)) {
+  if (options_.warmup_steps > 0 || options_.cooldown_steps > 0 || options_.symmetric) {
+    throw InvalidArgument(
+        "paramwin: AveragingAgent: an agent made from a window has no communicator for "
+        "collectives: warm-up, cool-down and symmetric averaging need one (warmup_steps " +
+        std::to_string(options_.warmup_steps) + ", cooldown_steps " +
+        std::to_string(options_.cooldown_steps) +
+        ", symmetric " + (options_.symmetric ? "true" : "false") + ")");
+  }
+  set_members(std::move(members));
+  std::string bad = check_layers(options_, window_.layout());
+  if (!bad.empty()) {
+    throw InvalidArgument(bad);
+  }
+  options_.window = window_.options();
+  if (!options_.event_log.empty()) {
+    log_ = std::make_unique<std::ofstream>(log_path(options_.event_log, rank_));
+    if (!*log_) {
+      throw InvalidArgument("paramwin: AveragingAgent: cannot open the event log " +
+                            log_path(options_.event_log, rank_));
+    }
+  }
+  start_worker();
+}
+
+void AveragingState::set_members(std::vector<int> members) {
+  std::vector<bool> seen(static_cast<std::size_t>(size_), false);
+  int index = members.empty() ? rank_ : -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    if (r < 0 || r >= size_ || seen[static_cast<std::size_t>(r)]) {
+      throw InvalidArgument("paramwin: AveragingAgent::set_members: rank " + std::to_string(r) +
+                            (r < 0 || r >= size_ ? " is outside the window (ranks 0.." +
+                                                       std::to_string(size_ - 1) + ")"
+                                                 : " is named twice"));
+    }
+    seen[static_cast<std::size_t>(r)] = true;
+    if (r == rank_) {
+      index = static_cast<int>(i);
+    }
+  }
+  const int count = members.empty() ? size_ : static_cast<int>(members.size());
+  if (index >= 0) {
+    const std::string bad = check_options(options_, index, count);
+    if (!bad.empty()) {
+      throw InvalidArgument("paramwin: AveragingAgent::set_members: over " +
+                            std::to_string(count) + " members: " + bad);
+    }
+  }
+  members_ = std::move(members);
+  member_index_ = index;
+  peers_round_ = -1;  // the topology's peers are asked anew over the new population
+}
+
+void AveragingState::beat() {
+  AgentStatus status = window_.status();
+  status.iteration = steps_;
+  status.age = steps_;
+  status.state = paused_    ? AgentState::paused
+                 : joining_ ? AgentState::rebirth
+                 : window_.version() > 0 ? AgentState::active
+                                         : AgentState::fresh;
+  window_.set_status(status);
+}
+
+void AveragingState::abandon() noexcept {
+  worker_.reset();  // a read in flight completes first; its abandoned reads go to the window
+  // NOLINTNEXTLINE(bugprone-unused-return-value): left allocated on purpose (a dead rank)
+  (void)inbox_.release();
+  sync_comm_.leak();
+  window_.abandon();
+}
+
+void AveragingState::require_collectives(const char* what) const {
+  if (!sync_comm_) {
+    throw InvalidArgument(std::string("paramwin: AveragingAgent::") + what +
+                          ": this agent was made from a window (an elastic population's) and has "
+                          "no communicator for collectives");
+  }
+}
+
 std::int64_t AveragingState::drain_all(const BoundLayers<LayerRef>& params) {
   if (!inbox_) {
     return 0;
@@ -144,11 +232,7 @@ bool AveragingState::round_due() {
 
 PublishResult AveragingState::publish(const BoundLayers<ConstLayerRef>& params) {
   PublishResult result = window_.publish(params, static_cast<std::uint64_t>(steps_));
-  AgentStatus status = window_.status();
-  status.iteration = steps_;
-  status.age = steps_;
-  status.state = paused_ ? AgentState::paused : AgentState::active;
-  window_.set_status(status);
+  beat();
   return result;
 }
 
@@ -195,6 +279,9 @@ AveragingAgent::AveragingAgent(MPI_Comm comm, Layout layout, AveragingOptions op
                                const std::source_location& site)
     : state_(std::make_unique<detail::AveragingState>(comm, std::move(layout), std::move(options),
                                                       site)) {}
+AveragingAgent::AveragingAgent(Window&& window, AveragingOptions options, std::vector<int> members)
+    : state_(std::make_unique<detail::AveragingState>(std::move(window), std::move(options),
+                                                      std::move(members))) {}
 AveragingAgent::AveragingAgent(AveragingAgent&& other) noexcept = default;
 AveragingAgent& AveragingAgent::operator=(AveragingAgent&& other) noexcept = default;
 AveragingAgent::~AveragingAgent() = default;
@@ -213,9 +300,10 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   const BoundLayers<LayerRef> bound =
       bind_step(s.window_.layout(), params, "AveragingAgent::step",
                 sync ? s.sync_comm_.get() : MPI_COMM_NULL, s.options_.symmetric);
-  if (!sync && !s.paused_ && s.options_.topology.kind == TopologyKind::custom) {
+  if (!sync && !s.paused_ && !s.joining_ && s.population_rank() >= 0 &&
+      s.options_.topology.kind == TopologyKind::custom) {
     const std::vector<int>& peers = s.round_peers();
-    const std::string bad = check_peers(peers, s.rank_, s.size_);
+    const std::string bad = check_peers(peers, s.population_rank(), s.population_size());
     if (!bad.empty()) {  // checked before anything changes
       throw InvalidArgument("paramwin: topology custom: round " + std::to_string(s.rounds_) + ": " +
                             bad);
@@ -236,6 +324,12 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
     round.kind = RoundKind::synchronous;
     round.applied = true;
     round.self_weight = 1.0 / s.size_;
+  } else if (s.joining_ && !s.paused_) {
+    round.received = s.drain(bound);
+    s.join_round(bound, round);
+    s.last_round_time_ = MPI_Wtime();
+  } else if (s.population_rank() < 0 && !s.paused_) {
+    round.note = "this rank is not among the population's members (set_members): no round";
   } else if (s.has_worker() && s.paused_) {
     s.collect_dropped();
   } else if (s.has_worker()) {
@@ -253,9 +347,13 @@ AveragingRound AveragingAgent::step(std::span<const LayerRef> params) {
   if (!round.overlapped) {  // an overlapped round reports its read's own time on the worker
     round.seconds = MPI_Wtime() - start;
   }
-  if (!s.paused_ && next % s.options_.publish_every == 0) {
+  const bool joined_now = round.kind == RoundKind::joined && round.applied;
+  if (!s.paused_ && !s.joining_ && (joined_now || next % s.options_.publish_every == 0)) {
     round.published = s.publish(bound.as_const()).published;
+  } else {
+    s.beat();  // the heartbeat of every step (liveness), published or not
   }
+  round.joining = s.joining_;
   round.version = s.window_.version();
   s.log(round);
   return round;
@@ -268,6 +366,7 @@ PublishResult AveragingAgent::publish(std::span<const ConstLayerRef> params) {
 
 AveragingRound AveragingAgent::finish(std::span<const LayerRef> params) {
   detail::AveragingState& s = state();
+  s.require_collectives("finish");
   const BoundLayers<LayerRef> bound =
       bind_step(s.window_.layout(), params, "AveragingAgent::finish", s.sync_comm_.get(),
                 s.options_.symmetric);
@@ -322,6 +421,50 @@ void AveragingAgent::resume() {
 }
 
 bool AveragingAgent::is_paused() const { return state().paused_; }
+
+void AveragingAgent::join() {
+  detail::AveragingState& s = state();
+  s.pending_ = false;
+  s.drop_in_flight();
+  s.window_.renew_incarnation();
+  s.joining_ = true;
+  s.beat();  // the roster says rebirth: no peer mixes this agent in until it has joined
+}
+
+bool AveragingAgent::joining() const { return state().joining_; }
+
+void AveragingAgent::set_members(std::vector<int> members) {
+  state().set_members(std::move(members));
+}
+
+const std::vector<int>& AveragingAgent::members() const { return state().members_; }
+
+void AveragingAgent::abandon() noexcept {
+  if (!state_) {
+    return;
+  }
+  state_->abandon();
+  state_.reset();
+}
+
+void AveragingAgent::replace_window(Window&& window) {
+  detail::AveragingState& s = state();
+  if (window.rank() != s.rank_ || window.size() != s.size_ ||
+      window.fingerprint() != s.window_.fingerprint()) {
+    throw InvalidArgument("paramwin: AveragingAgent::replace_window: the new window has rank " +
+                          std::to_string(window.rank()) + " of " + std::to_string(window.size()) +
+                          " and fingerprint " + std::to_string(window.fingerprint()) +
+                          ", the agent's has rank " + std::to_string(s.rank_) + " of " +
+                          std::to_string(s.size_) + " and fingerprint " +
+                          std::to_string(s.window_.fingerprint()));
+  }
+  s.quiesce();  // the worker reads the window: idle before it changes
+  s.pending_ = false;
+  window.continue_versions(s.window_.version() + 1);
+  window.set_status(s.window_.status());
+  s.window_.abandon();
+  s.window_ = std::move(window);
+}
 int AveragingAgent::rank() const { return state().rank_; }
 int AveragingAgent::size() const { return state().size_; }
 std::int64_t AveragingAgent::steps() const { return state().steps_; }

@@ -137,7 +137,7 @@ void AveragingState::overlap_step(const BoundLayers<LayerRef>& params, Averaging
   // The round's peers before anything changes (a custom topology's callable may throw).
   std::vector<int> peers;
   if (start) {
-    peers = round_peers();
+    peers = round_ranks();
   }
   if (due && !start) {
     out.busy = true;

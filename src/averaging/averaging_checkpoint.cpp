@@ -166,6 +166,7 @@ detail::AveragingSnapshot check_share(const detail::CheckpointRead& read, const 
 void AveragingAgent::save_checkpoint(const std::string& path,
                                      std::span<const ConstLayerRef> params) {
   detail::AveragingState& s = state();
+  s.require_collectives("save_checkpoint");
   const MPI_Comm comm = s.sync_comm_.get();
   const Layout& layout = s.window_.layout();
   const BoundLayers<ConstLayerRef> ordered =
@@ -192,6 +193,7 @@ void AveragingAgent::save_checkpoint(const std::string& path,
 CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path,
                                                std::span<const LayerRef> params) {
   detail::AveragingState& s = state();
+  s.require_collectives("load_checkpoint");
   const MPI_Comm comm = s.sync_comm_.get();
   const Layout& layout = s.window_.layout();
   const BoundLayers<LayerRef> ordered =

@@ -84,7 +84,7 @@ void keep_correction(const void* own, const std::vector<char>& mix, double peers
 }  // namespace
 
 void AveragingState::screen(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
-                            AveragingRound& out) {
+                            AveragingRound& out, bool given_weights) {
   for (std::size_t i = 0; i < peers.size(); ++i) {
     AveragingPeer peer{.rank = peers[i]};
     try {
@@ -97,7 +97,7 @@ void AveragingState::screen(std::span<const int> peers, std::int64_t step, Worke
     } catch (const TimeoutError&) {
       peer.skipped = SkipReason::unreachable;
     }
-    if (peer.skipped == SkipReason::none && !options_.peer_weights.empty() &&
+    if (given_weights && peer.skipped == SkipReason::none && !options_.peer_weights.empty() &&
         options_.peer_weights[i] <= 0.0) {
       peer.skipped = SkipReason::zero_weight;
     }
@@ -163,14 +163,72 @@ void AveragingState::guarded_read(AveragingRound& out, const std::function<void(
 
 const std::vector<int>& AveragingState::round_peers() {
   if (peers_round_ != rounds_) {
-    peers_ = options_.topology.peers(rounds_, rank_, size_);
+    peers_ = options_.topology.peers(rounds_, population_rank(), population_size());
     peers_round_ = rounds_;
   }
   return peers_;
 }
 
+std::vector<int> AveragingState::round_ranks() {
+  std::vector<int> ranks = round_peers();
+  if (!members_.empty()) {
+    for (int& r : ranks) {
+      r = members_.at(static_cast<std::size_t>(r));
+    }
+  }
+  return ranks;
+}
+
+void AveragingState::join_round(const BoundLayers<LayerRef>& params, AveragingRound& out) {
+  quiesce();  // a background read in flight, and a pending correction, are dropped
+  pending_ = false;
+  out.kind = RoundKind::joined;
+  std::vector<int> peers;
+  if (members_.empty()) {
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) {
+        peers.push_back(r);
+      }
+    }
+  } else {
+    for (const int r : members_) {
+      if (r != rank_) {
+        peers.push_back(r);
+      }
+    }
+  }
+  screen(peers, steps_, nullptr, out, false);
+  RoundPlan plan;
+  std::string skipped;
+  for (const AveragingPeer& p : out.peers) {
+    if (p.skipped == SkipReason::none) {
+      plan.donors.push_back(p.rank);
+      plan.weights.push_back(1.0);
+    } else {
+      skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) +
+                 " " + std::string(enum_name(p.skipped));
+    }
+  }
+  if (plan.donors.empty()) {
+    out.note = "joining: no usable member (" + (peers.empty() ? std::string("none") : skipped) +
+               "): parameters unchanged, nothing published";
+    return;
+  }
+  plan.self = 0.0;
+  guarded_read(out, [&] {
+    const PullResult result = window_.pull(plan.donors, params, pull_options(plan, 0.0));
+    out.bytes = result.bytes;
+    record_reads(result, 0.0, out);
+    out.applied = true;
+    out.self_weight = 0.0;
+  });
+  if (out.applied) {
+    joining_ = false;
+  }
+}
+
 void AveragingState::gossip(const BoundLayers<LayerRef>& params, AveragingRound& out) {
-  const std::vector<int> peers = round_peers();
+  const std::vector<int> peers = round_ranks();
   out.kind = RoundKind::gossip;
   out.round = rounds_++;
   if (options_.background) {
@@ -305,6 +363,9 @@ std::string to_json(const AveragingRound& round) {
   }
   j["paused"] = round.paused;
   j["published"] = round.published;
+  if (round.joining) {
+    j["joining"] = true;
+  }
   j["version"] = round.version;
   j["bytes"] = round.bytes;
   j["seconds"] = round.seconds;

@@ -57,13 +57,37 @@ class AveragingState {
  public:
   AveragingState(MPI_Comm comm, Layout layout, AveragingOptions options,
                  const std::source_location& site);
+  /// Adopts @p window (AveragingAgent's constructor from a window): local, no communicator
+  /// for collectives; @p options checked on this rank against @p members.
+  AveragingState(Window&& window, AveragingOptions options, std::vector<int> members);
 
   /// The asynchronous round of step steps_ into @p params (inline or background), filling
   /// @p out. Never collective.
   void gossip(const BoundLayers<LayerRef>& params, AveragingRound& out);
-  /// The peers the topology names for round rounds_: asked once per round index (a custom
-  /// callable is called once, whether step() checks them early or the round reads them).
+  /// The peers the topology names for round rounds_, as indices into the population
+  /// (population_rank / population_size): asked once per round index (a custom callable is
+  /// called once, whether step() checks them early or the round reads them).
   [[nodiscard]] const std::vector<int>& round_peers();
+  /// round_peers() as window ranks (members_[i], or i itself when members_ is empty).
+  [[nodiscard]] std::vector<int> round_ranks();
+  /// This rank's index in the population (-1 when set_members left it out) and its size.
+  [[nodiscard]] int population_rank() const noexcept { return member_index_; }
+  [[nodiscard]] int population_size() const noexcept {
+    return members_.empty() ? size_ : static_cast<int>(members_.size());
+  }
+  /// Sets the population (AveragingAgent::set_members); InvalidArgument, unchanged, if bad.
+  void set_members(std::vector<int> members);
+  /// The join of step steps_ (AveragingAgent::join): the uniform mix of every usable member
+  /// into @p params, inline; clears joining_ once a member was read.
+  void join_round(const BoundLayers<LayerRef>& params, AveragingRound& out);
+  /// The roster's status after a step that did not publish (a heartbeat: liveness).
+  void beat();
+  /// AveragingAgent::abandon: the worker stopped, the window abandoned, the communicator
+  /// and the symmetric inbox left allocated (they may hold a dead rank). Never throws.
+  void abandon() noexcept;
+  /// InvalidArgument naming @p what when the agent has no communicator for collectives
+  /// (made from a window).
+  void require_collectives(const char* what) const;
   /// Symmetric averaging: adds the exchanges peers deposited in this agent's inbox to
   /// @p params; returns how many (0 when not symmetric).
   std::int64_t drain(const BoundLayers<LayerRef>& params) {
@@ -125,6 +149,9 @@ class AveragingState {
   std::vector<int> peers_;
   double last_round_time_ = 0.0;
   bool paused_ = false;
+  bool joining_ = false;           // join(): the next step mixes every usable member
+  std::vector<int> members_;       // the population's window ranks (empty: every rank)
+  int member_index_ = 0;           // this rank's index in members_ (-1: not among them)
   std::vector<SeenVersion> seen_;
   std::vector<std::vector<double>> correction_;    // per layer, background read inline
   std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)
@@ -138,8 +165,10 @@ class AveragingState {
  private:
   /// Reads the roster of each of @p peers at step @p step (through @p reads: the worker's,
   /// or the window's own when null) and says which are usable (SkipReason::none).
+  /// @p given_weights: a peer whose AveragingOptions::peer_weights entry (by position) is 0
+  /// is skipped (false for a join, which weighs every member alike).
   void screen(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
-              AveragingRound& out);
+              AveragingRound& out, bool given_weights = true);
   /// Screens @p peers and forms the weights; false (out.note says why) when none is usable.
   bool plan_round(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
                   AveragingRound& out, RoundPlan& plan);
