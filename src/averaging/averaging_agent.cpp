@@ -167,7 +167,10 @@ void AveragingState::set_members(std::vector<int> members) {
   }
   const int count = members.empty() ? size_ : static_cast<int>(members.size());
   if (index >= 0) {
-    const std::string bad = check_options(options_, index, count);
+    std::string bad = check_options(options_, index, count);
+    if (bad.starts_with("paramwin: ")) {
+      bad.erase(0, 10);
+    }
     if (!bad.empty()) {
       throw InvalidArgument("paramwin: AveragingAgent::set_members: over " +
                             std::to_string(count) + " members: " + bad);

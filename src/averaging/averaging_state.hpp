@@ -71,7 +71,9 @@ class AveragingState {
   /// round_peers() as window ranks (members_[i], or i itself when members_ is empty).
   [[nodiscard]] std::vector<int> round_ranks();
   /// This rank's index in the population (-1 when set_members left it out) and its size.
-  [[nodiscard]] int population_rank() const noexcept { return member_index_; }
+  [[nodiscard]] int population_rank() const noexcept {
+    return members_.empty() ? rank_ : member_index_;
+  }
   [[nodiscard]] int population_size() const noexcept {
     return members_.empty() ? size_ : static_cast<int>(members_.size());
   }
@@ -151,7 +153,7 @@ class AveragingState {
   bool paused_ = false;
   bool joining_ = false;           // join(): the next step mixes every usable member
   std::vector<int> members_;       // the population's window ranks (empty: every rank)
-  int member_index_ = 0;           // this rank's index in members_ (-1: not among them)
+  int member_index_ = -1;          // this rank's index in members_ (-1: not among them)
   std::vector<SeenVersion> seen_;
   std::vector<std::vector<double>> correction_;    // per layer, background read inline
   std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)

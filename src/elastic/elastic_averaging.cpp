@@ -30,7 +30,10 @@ std::string check_elastic(const AveragingOptions& options, int slots) {
            "warmup_steps and cooldown_steps to 0 and symmetric to false";
   }
   for (int slot = 0; slot < slots; ++slot) {
-    const std::string bad = check_options(options, slot, slots);
+    std::string bad = check_options(options, slot, slots);
+    if (bad.starts_with("paramwin: ")) {
+      bad.erase(0, 10);
+    }
     if (!bad.empty()) {
       return "paramwin: ElasticAveragingAgent: slot " + std::to_string(slot) + " of " +
              std::to_string(slots) + ": " + bad;

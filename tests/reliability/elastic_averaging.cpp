@@ -47,6 +47,10 @@ constexpr std::size_t kN = 256;
 constexpr int kSpares = 2;
 constexpr float kJunk = 1.0e6F;
 
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 bool has_arg(int argc, char** argv, const std::string& what) {
   for (int i = 2; i < argc; ++i) {
     if (what == argv[i]) return true;
@@ -163,10 +167,10 @@ int main(int argc, char** argv) {
           if (ok && exact) ok = exact_mix(round, w, v, m, standing);
           if (ok && !exact) ok = w[0] >= 0.0F && w[0] <= 1000.0F * static_cast<float>(members);
           if (!ok) ++seen.bad_joins;
-          std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu): %s round, "
-                      "%d members read, w[0] %.4f%s\n",
+          std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu) at %.6f: %s "
+                      "round, %d members read, w[0] %.4f%s\n",
                       run.rank, slot, static_cast<long long>(it),
-                      static_cast<unsigned long long>(m.epoch()),
+                      static_cast<unsigned long long>(m.epoch()), monotonic_seconds(),
                       pw::enum_name(round.kind).data(), read, static_cast<double>(w[0]),
                       ok ? "" : " (FAILED: not a proper join)");
           std::fflush(stdout);
@@ -176,8 +180,8 @@ int main(int argc, char** argv) {
         const bool victim = original && !joined &&
                             ((it == 30 && slot == members - 1) || (it == 70 && slot == 1));
         if (!victim) continue;
-        std::printf("fault: world rank %d (slot %d) %s at iteration %lld\n", run.rank, slot,
-                    how.c_str(), static_cast<long long>(it));
+        std::printf("fault: world rank %d (slot %d) %s at iteration %lld at %.6f\n", run.rank,
+                    slot, how.c_str(), static_cast<long long>(it), monotonic_seconds());
         std::fflush(stdout);
         if (how == "--resign") throw std::runtime_error("the trainer's exception");
         pw::test::die(how == "--kill");
