@@ -399,6 +399,7 @@ class AveragingRound:
     note: str
     paused: bool
     published: bool
+    joining: bool
     version: int
     bytes: int
     seconds: float

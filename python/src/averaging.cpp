@@ -271,6 +271,7 @@ void bind_averaging_records(py::module_& m) {
       .def_readonly("note", &AveragingRound::note)
       .def_readonly("paused", &AveragingRound::paused)
       .def_readonly("published", &AveragingRound::published)
+      .def_readonly("joining", &AveragingRound::joining)
       .def_readonly("version", &AveragingRound::version)
       .def_readonly("bytes", &AveragingRound::bytes)
       .def_readonly("seconds", &AveragingRound::seconds)
