@@ -33,7 +33,7 @@ from .agent import Agent, ExploreContext  # noqa: E402
 from .groups import AgentGroups, GroupAgent  # noqa: E402
 from .averaging import (AveragingAgent, HierarchicalAveragingAgent,  # noqa: E402
                         topology_peers)
-from .elastic import ElasticAgent  # noqa: E402
+from .elastic import ElasticAgent, ElasticAveragingAgent  # noqa: E402
 from ._lifetime import exit_on_exception  # noqa: E402
 
 
@@ -58,7 +58,7 @@ __all__ = [
     "Agent", "AgentGroups", "AgentState", "AgentStats", "AgentStatus", "AveragingAgent",
     "AveragingPeer", "AveragingRound", "CallbackError",
     "CheckpointError", "CheckpointLoad", "DType", "DeathReason", "DeviceWindows", "DonorError",
-    "DonorRead", "DonorRecord", "ElasticAgent", "Error", "EvictedError", "ExploreContext", "ExploreKind", "Exposure",
+    "DonorRead", "DonorRecord", "ElasticAgent", "ElasticAveragingAgent", "Error", "EvictedError", "ExploreContext", "ExploreKind", "Exposure",
     "FitnessWeighting", "GroupAgent", "HierarchicalAveragingAgent", "HierarchicalRound",
     "HyperDistribution", "HyperInherit", "HyperScale",
     "HyperType", "InvalidArgument", "Landing", "LayerSpec", "Layout", "LayoutCheck",

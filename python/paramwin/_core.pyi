@@ -335,6 +335,27 @@ class ElasticAgent:
     hyperparameters: Hyper
     def set_hyperparameters(self, values: Mapping[str, Number]) -> None: ...
 
+class ElasticAveragingAgent:
+    """ElasticAveragingAgent over a host window (see paramwin.ElasticAveragingAgent)."""
+    def __init__(self, comm: Any, layout: Layout, options: Mapping[str, Any], members: int,
+                 replacement: str, check_seconds: float, dead_after_seconds: float,
+                 agree_seconds: float) -> None: ...
+    def wait_for_slot(self) -> bool: ...
+    def step(self, layers: Sequence[Descriptor]) -> AveragingRound: ...
+    def resign(self) -> None: ...
+    def finish(self) -> None: ...
+    def members_gather(self, value: float) -> List[float]: ...
+    member: bool
+    slot: int
+    slots: int
+    epoch: int
+    members: List[int]
+    world_rank: int
+    resume_iteration: int
+    joining: bool
+    version: int
+    steps: int
+
 class AgentGroups:
     """AgentGroups (see paramwin.AgentGroups)."""
     def __init__(self, comm: Any, ranks_per_agent: int, buffer_ranks: int, coordinator: bool,

@@ -11,8 +11,9 @@ from . import _core
 from ._options import agent_config, liveness_bound
 from ._tensors import Layers
 from .agent import ExploreContext, Params, _extra_hooks, _guard, _hooks
+from .averaging import _options as _averaging_options
 
-__all__ = ["ElasticAgent"]
+__all__ = ["ElasticAgent", "ElasticAveragingAgent"]
 
 
 class ElasticAgent:
@@ -210,3 +211,96 @@ class ElasticAgent:
     def set_hyperparameters(self, values: Mapping[str, Union[int, float]]) -> None:
         """Sets hyperparameters of the slot's agent (published with its next publish)."""
         self._agent.set_hyperparameters(values)
+
+
+class ElasticAveragingAgent:
+    """One process of an elastic averaging population over ``comm`` (mpi4py communicator,
+    default COMM_WORLD): one model trained data-parallel by ranks that average one-sidedly
+    (AveragingAgent), whose first ``members`` ranks train, one slot each; the others are
+    spares (docs/elastic.md, "Averaging populations").
+
+    The trainer's loop (a Python exception in a trainer gives its slot to a spare)::
+
+        agent = paramwin.ElasticAveragingAgent(layout, members=8, topology="ring")
+        finished = False
+        while not finished and agent.wait_for_slot():   # a spare sleeps here
+            try:
+                for it in range(agent.resume_iteration, steps):
+                    train(params)
+                    agent.step(params)      # a joined spare's first step: the members' mix
+                agent.finish()
+                finished = True
+            except paramwin.EvictedError:
+                pass
+            except Exception:
+                agent.resign()
+        os._exit(0)                         # never MPI_Finalize: it waits for the dead
+
+    A joined spare's first ``step`` replaces ``params`` with the uniform mix of every usable
+    member (``kind`` "joined"); put optimizer state into the layout for it to follow. The
+    averaging keywords are AveragingAgent's, except what is collective over the population
+    (``warmup_steps``, ``cooldown_steps``, ``symmetric``: InvalidArgument on every process);
+    the topology ranges over the slots. ``replacement``, ``check_seconds``,
+    ``dead_after_seconds``, ``agree_seconds``: as for ElasticAgent. Host memory; CPU arrays
+    (numpy or torch) mixed in place. Creation is collective over ``comm``; nothing is freed
+    at the end (end the process with ``os._exit``).
+    """
+
+    def __init__(self, layout: "_core.Layout", comm: Any = None, *, members: int = 0,
+                 replacement: str = "new_window", check_seconds: float = 0.05,
+                 dead_after_seconds: float = 30.0, agree_seconds: float = 60.0,
+                 topology: Any = "all", k: int = 1, seed: int = 0, **options: Any):
+        self._agent = _core.ElasticAveragingAgent(comm, layout,
+                                                  _averaging_options(topology, k, seed, options),
+                                                  int(members), str(replacement),
+                                                  float(check_seconds),
+                                                  float(dead_after_seconds),
+                                                  float(agree_seconds))
+
+    def wait_for_slot(self) -> bool:
+        """A member: True at once. A spare: sleeps (GIL released) until it is given a dead
+        member's slot (True; its next step is a join) or the population finished (False)."""
+        return bool(self._agent.wait_for_slot())
+
+    def step(self, params: Params) -> "_core.AveragingRound":
+        """One step: the membership's messages first (a new epoch may move the agent to a new
+        window), then AveragingAgent.step into ``params`` (in place). Raises EvictedError when
+        this process was judged dead while it stalled: it is a spare now."""
+        batch = Layers(params, True, device_window=False)
+        batch.prepare()
+        result = self._agent.step(batch.descriptors)
+        if result.applied:
+            batch.write_back()
+        return result
+
+    def resign(self) -> None:
+        """Gives the slot up after a trainer's exception: a spare takes it, and this process
+        becomes a spare (call wait_for_slot())."""
+        self._agent.resign()
+
+    def finish(self) -> None:
+        """At the end of training: waits until every slot finished or is dead, then releases
+        the spares (no synchronous mean: nothing collective runs over the population)."""
+        self._agent.finish()
+
+    def members_gather(self, value: float) -> List[float]:
+        """Every last-epoch member's ``value``, in slot order (collective over them: call it
+        after finish(), on the processes that finished in a slot)."""
+        return list(self._agent.members_gather(float(value)))
+
+    member = property(lambda self: bool(self._agent.member),
+                      doc="Whether this process trains in a slot now.")
+    joining = property(lambda self: bool(self._agent.joining),
+                       doc="Whether this member's next step is its join.")
+    slot = property(lambda self: int(self._agent.slot), doc="This process's slot (-1: a spare).")
+    slots = property(lambda self: int(self._agent.slots), doc="The population's size.")
+    epoch = property(lambda self: int(self._agent.epoch), doc="The membership epoch.")
+    members = property(lambda self: list(self._agent.members),
+                       doc="The world rank of every slot, as this process knows it.")
+    world_rank = property(lambda self: int(self._agent.world_rank),
+                          doc="This process's rank among every process of the population.")
+    resume_iteration = property(lambda self: int(self._agent.resume_iteration),
+                                doc="Where a joined spare resumes: the slot's last iteration.")
+    version = property(lambda self: int(self._agent.version),
+                       doc="This member's publish version.")
+    steps = property(lambda self: int(self._agent.steps), doc="This member's step() calls.")

@@ -199,9 +199,8 @@ const OptionSetter kOptionSetters[] = {
      }},
 };
 
-/// AveragingOptions from the Python wrapper's dict: the topology keys ("topology", "k",
-/// "seed", "neighbours", "custom") and one key per option of kOptionSetters; InvalidArgument
-/// for any other key.
+}  // namespace
+
 AveragingOptions averaging_options(const py::dict& options) {
   AveragingOptions o;
   std::string kind = "all";
@@ -233,6 +232,8 @@ AveragingOptions averaging_options(const py::dict& options) {
   o.topology = topology_from(kind, k, seed, std::move(neighbours), custom);
   return o;
 }
+
+namespace {
 
 void bind_averaging_records(py::module_& m) {
   py::class_<AveragingPeer>(m, "AveragingPeer", "One peer of an averaging round.")

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "paramwin/agent_options.hpp"
+#include "paramwin/averaging.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/groups.hpp"
 #include "paramwin/hyper.hpp"
@@ -54,6 +55,11 @@ std::vector<std::string> hook_names();
 /// A Python callable that C++ code running without the GIL may copy and destroy anywhere:
 /// the deleter takes the GIL.
 std::shared_ptr<py::object> hold(const py::object& fn);
+
+/// AveragingOptions from the Python wrapper's dict (paramwin/averaging.py's _options): the
+/// topology keys ("topology", "k", "seed", "neighbours", "custom") and one key per option;
+/// InvalidArgument for any other key.
+AveragingOptions averaging_options(const py::dict& options);
 
 /// "auto" (or "automatic"), "shm" or "rma"; InvalidArgument listing them otherwise.
 Transport parse_transport(std::string_view text);

@@ -1,7 +1,9 @@
 // paramwin._core.ElasticAgent: ElasticAgent<HostSpace> (docs/elastic.md, "Epochs and
 // spares"), configured as _core.Agent is (parse_agent_options' key/value form plus Python
 // callables), with the Membership's options. The pure-Python paramwin.ElasticAgent wraps it.
-// Every call that may wait for other processes releases the GIL.
+// paramwin._core.ElasticAveragingAgent: ElasticAveragingAgent ("Averaging populations"),
+// configured as _core.AveragingAgent is (the options dict). Every call that may wait for
+// other processes releases the GIL.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -13,12 +15,14 @@
 
 #include "bindings.hpp"
 #include "paramwin/elastic_agent.hpp"
+#include "paramwin/elastic_averaging.hpp"
 #include "paramwin/error.hpp"
 
 namespace paramwin::python {
 namespace {
 
 using PyElastic = ElasticAgent<>;
+using PyElasticAveraging = ElasticAveragingAgent;
 
 Replacement parse_replacement(const std::string& text) {
   if (text == "new_window") return Replacement::new_window;
@@ -74,6 +78,92 @@ void bind_elastic_state(py::class_<PyElastic>& cls) {
       .def_property_readonly("generation", [](PyElastic& a) { return a.agent().generation(); });
 }
 
+MembershipOptions membership_options(int members, const std::string& replacement,
+                                     double check_seconds, double dead_after_seconds,
+                                     double agree_seconds) {
+  MembershipOptions mo;
+  mo.members = members;
+  mo.replacement = parse_replacement(replacement);
+  mo.check_seconds = check_seconds;
+  mo.dead_after_seconds = dead_after_seconds;
+  mo.agree_seconds = agree_seconds;
+  return mo;
+}
+
+/// Every last-epoch member's @p value in slot order (collective over them, after finish()).
+template <class E>
+std::vector<double> members_gather(E& a, double value) {
+  std::vector<double> out;
+  const py::gil_scoped_release release;
+  MPI_Comm c = a.membership().create_members_comm();
+  int size = 0;
+  MPI_Comm_size(c, &size);
+  out.resize(static_cast<std::size_t>(size));
+  MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, c);
+  return out;
+}
+
+void bind_elastic_averaging(py::module_& m) {
+  py::class_<PyElasticAveraging> cls(
+      m, "ElasticAveragingAgent",
+      "ElasticAveragingAgent over a host window (see paramwin.ElasticAveragingAgent).");
+  cls.def(py::init([](const py::object& comm, Layout layout, const py::dict& options,
+                      int members, const std::string& replacement, double check_seconds,
+                      double dead_after_seconds, double agree_seconds) {
+            const MPI_Comm c = comm_from(comm);
+            AveragingOptions o = averaging_options(options);
+            MembershipOptions mo = membership_options(members, replacement, check_seconds,
+                                                      dead_after_seconds, agree_seconds);
+            const py::gil_scoped_release release;
+            return std::make_unique<PyElasticAveraging>(c, std::move(layout), std::move(o), mo);
+          }),
+          py::arg("comm"), py::arg("layout"), py::arg("options"), py::arg("members"),
+          py::arg("replacement"), py::arg("check_seconds"), py::arg("dead_after_seconds"),
+          py::arg("agree_seconds"))
+      .def("wait_for_slot",
+           [](PyElasticAveraging& a) {
+             const py::gil_scoped_release release;
+             return a.wait_for_slot();
+           })
+      .def(
+          "step",
+          [](PyElasticAveraging& a, const py::object& layers) {
+            const LayerList list(layers, a.agent().layout());
+            const py::gil_scoped_release release;
+            return a.step(list.refs());
+          },
+          py::arg("layers"))
+      .def("resign", [](PyElasticAveraging& a) { a.resign(); })
+      .def("finish",
+           [](PyElasticAveraging& a) {
+             const py::gil_scoped_release release;
+             a.finish();
+           })
+      .def("members_gather", &members_gather<PyElasticAveraging>, py::arg("value"))
+      .def_property_readonly("member", [](const PyElasticAveraging& a) { return a.member(); })
+      .def_property_readonly("slot",
+                             [](const PyElasticAveraging& a) { return a.membership().slot(); })
+      .def_property_readonly("slots",
+                             [](const PyElasticAveraging& a) { return a.membership().slots(); })
+      .def_property_readonly("epoch",
+                             [](const PyElasticAveraging& a) { return a.membership().epoch(); })
+      .def_property_readonly("members",
+                             [](const PyElasticAveraging& a) { return a.membership().members(); })
+      .def_property_readonly("world_rank",
+                             [](const PyElasticAveraging& a) {
+                               return a.membership().world_rank();
+                             })
+      .def_property_readonly("resume_iteration",
+                             [](const PyElasticAveraging& a) { return a.resume_iteration(); })
+      .def_property_readonly("joining",
+                             [](PyElasticAveraging& a) {
+                               return a.member() && a.agent().joining();
+                             })
+      .def_property_readonly("version",
+                             [](PyElasticAveraging& a) { return a.agent().window().version(); })
+      .def_property_readonly("steps", [](PyElasticAveraging& a) { return a.agent().steps(); });
+}
+
 }  // namespace
 
 void bind_elastic(py::module_& m) {
@@ -94,12 +184,8 @@ void bind_elastic(py::module_& m) {
             w.transport = parse_transport(transport);
             w.name = std::move(name);
             set_liveness(w, suspect_seconds, suspect_beats);
-            MembershipOptions mo;
-            mo.members = members;
-            mo.replacement = parse_replacement(replacement);
-            mo.check_seconds = check_seconds;
-            mo.dead_after_seconds = dead_after_seconds;
-            mo.agree_seconds = agree_seconds;
+            MembershipOptions mo = membership_options(members, replacement, check_seconds,
+                                                      dead_after_seconds, agree_seconds);
             mo.spawn.pool = spawn_pool;
             mo.spawn.command = spawn_command.value_or(std::string());
             mo.spawn.args = std::move(spawn_args);
@@ -136,21 +222,9 @@ void bind_elastic(py::module_& m) {
              const py::gil_scoped_release release;
              a.finish();
            })
-      .def("members_gather", [](PyElastic& a, double value) {
-        // Over the last epoch's members (collective over them): every member's value,
-        // in slot order.
-        std::vector<double> out;
-        {
-          const py::gil_scoped_release release;
-          MPI_Comm c = a.membership().create_members_comm();
-          int size = 0;
-          MPI_Comm_size(c, &size);
-          out.resize(static_cast<std::size_t>(size));
-          MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, c);
-        }
-        return out;
-      });
+      .def("members_gather", &members_gather<PyElastic>, py::arg("value"));
   bind_elastic_state(cls);
+  bind_elastic_averaging(m);
 }
 
 }  // namespace paramwin::python
