@@ -257,8 +257,8 @@ struct AveragingRound {
   bool published = false;              ///< the parameters were published in this step
   /// A join (AveragingAgent::join) is still pending after this step: it read no member yet.
   bool joining = false;
-  std::uint64_t version = 0;           ///< the agent's publish version after the step
-  std::size_t bytes = 0;               ///< bytes read from peers
+  std::uint64_t version = 0;  ///< the agent's publish version after the step
+  std::size_t bytes = 0;      ///< bytes read from peers
   /// Wall time of the averaging in this step (read and mix); for a round read on the worker
   /// (overlapped), the read's own time there.
   double seconds = 0.0;

@@ -104,11 +104,11 @@ std::vector<double> members_gather(E& a, double value) {
 }
 
 void bind_elastic_averaging(py::module_& m) {
-  py::class_<PyElasticAveraging> cls(
-      m, "ElasticAveragingAgent",
-      "ElasticAveragingAgent over a host window (see paramwin.ElasticAveragingAgent).");
-  cls.def(py::init([](const py::object& comm, Layout layout, const py::dict& options,
-                      int members, const std::string& replacement, double check_seconds,
+  py::class_<PyElasticAveraging>
+      cls(m, "ElasticAveragingAgent",
+          "ElasticAveragingAgent over a host window (see paramwin.ElasticAveragingAgent).");
+  cls.def(py::init([](const py::object& comm, Layout layout, const py::dict& options, int members,
+                      const std::string& replacement, double check_seconds,
                       double dead_after_seconds, double agree_seconds) {
             const MPI_Comm c = comm_from(comm);
             AveragingOptions o = averaging_options(options);

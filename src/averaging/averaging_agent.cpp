@@ -117,8 +117,7 @@ AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions op
   start_worker();
 }
 
-AveragingState::AveragingState(Window&& window, AveragingOptions options,
-                               std::vector<int> members)
+AveragingState::AveragingState(Window&& window, AveragingOptions options, std::vector<int> members)
     : options_(std::move(options)),
       window_(std::move(window)),
       rank_(window_.rank()),
@@ -130,8 +129,8 @@ AveragingState::AveragingState(Window&& window, AveragingOptions options,
         "paramwin: AveragingAgent: an agent made from a window has no communicator for "
         "collectives: warm-up, cool-down and symmetric averaging need one (warmup_steps " +
         std::to_string(options_.warmup_steps) + ", cooldown_steps " +
-        std::to_string(options_.cooldown_steps) +
-        ", symmetric " + (options_.symmetric ? "true" : "false") + ")");
+        std::to_string(options_.cooldown_steps) + ", symmetric " +
+        (options_.symmetric ? "true" : "false") + ")");
   }
   set_members(std::move(members));
   std::string bad = check_layers(options_, window_.layout());
@@ -172,8 +171,8 @@ void AveragingState::set_members(std::vector<int> members) {
       bad.erase(0, 10);
     }
     if (!bad.empty()) {
-      throw InvalidArgument("paramwin: AveragingAgent::set_members: over " +
-                            std::to_string(count) + " members: " + bad);
+      throw InvalidArgument("paramwin: AveragingAgent::set_members: over " + std::to_string(count) +
+                            " members: " + bad);
     }
   }
   members_ = std::move(members);
@@ -185,8 +184,8 @@ void AveragingState::beat() {
   AgentStatus status = window_.status();
   status.iteration = steps_;
   status.age = steps_;
-  status.state = paused_    ? AgentState::paused
-                 : joining_ ? AgentState::rebirth
+  status.state = paused_                 ? AgentState::paused
+                 : joining_              ? AgentState::rebirth
                  : window_.version() > 0 ? AgentState::active
                                          : AgentState::fresh;
   window_.set_status(status);

@@ -151,9 +151,9 @@ class AveragingState {
   std::vector<int> peers_;
   double last_round_time_ = 0.0;
   bool paused_ = false;
-  bool joining_ = false;           // join(): the next step mixes every usable member
-  std::vector<int> members_;       // the population's window ranks (empty: every rank)
-  int member_index_ = -1;          // this rank's index in members_ (-1: not among them)
+  bool joining_ = false;      // join(): the next step mixes every usable member
+  std::vector<int> members_;  // the population's window ranks (empty: every rank)
+  int member_index_ = -1;     // this rank's index in members_ (-1: not among them)
   std::vector<SeenVersion> seen_;
   std::vector<std::vector<double>> correction_;    // per layer, background read inline
   std::vector<std::vector<char>> inline_scratch_;  // per layer, its peers' mix (inline)

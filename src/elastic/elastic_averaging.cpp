@@ -59,7 +59,8 @@ AveragingOptions checked(MPI_Comm world, const Layout& layout, AveragingOptions 
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
       throw LayoutMismatch("paramwin: ElasticAveragingAgent: every process needs the same "
                            "layout, but process " +
-                           std::to_string(r) + "'s layout (or wire format) differs from process 0's");
+                           std::to_string(r) +
+                           "'s layout (or wire format) differs from process 0's");
     }
   }
   return options;
@@ -75,8 +76,7 @@ AgentOptions slot_options(const AveragingOptions& options) {
 }  // namespace
 
 ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout layout,
-                                             AveragingOptions options,
-                                             MembershipOptions membership)
+                                             AveragingOptions options, MembershipOptions membership)
     : ElasticAveragingAgent(world, layout, checked(world, layout, std::move(options), membership),
                             membership, 0) {}
 

@@ -235,8 +235,8 @@ TEST(ElasticAveraging, BadOptionsAreRefusedOnEveryProcess) {
 
 TEST(ElasticAveraging, WithoutFaultsEveryMemberAveragesAndFinishes) {
   PARAMWIN_REQUIRE_RANKS(2);
-  for (const pw::Replacement kind : {pw::Replacement::new_window,
-                                     pw::Replacement::standing_window}) {
+  for (const pw::Replacement kind :
+       {pw::Replacement::new_window, pw::Replacement::standing_window}) {
     pw::MembershipOptions membership;
     membership.replacement = kind;
     membership.check_seconds = 0.01;

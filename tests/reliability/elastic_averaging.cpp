@@ -177,11 +177,11 @@ int main(int argc, char** argv) {
         }
         first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const bool victim = original && !joined &&
-                            ((it == 30 && slot == members - 1) || (it == 70 && slot == 1));
+        const bool victim =
+            original && !joined && ((it == 30 && slot == members - 1) || (it == 70 && slot == 1));
         if (!victim) continue;
-        std::printf("fault: world rank %d (slot %d) %s at iteration %lld at %.6f\n", run.rank,
-                    slot, how.c_str(), static_cast<long long>(it), monotonic_seconds());
+        std::printf("fault: world rank %d (slot %d) %s at iteration %lld at %.6f\n", run.rank, slot,
+                    how.c_str(), static_cast<long long>(it), monotonic_seconds());
         std::fflush(stdout);
         if (how == "--resign") throw std::runtime_error("the trainer's exception");
         pw::test::die(how == "--kill");
