@@ -58,34 +58,20 @@ bool has_arg(int argc, char** argv, const std::string& what) {
   return false;
 }
 
-/// The slot of window rank @p rank in the current epoch (-1: none). With the standing
-/// window the ranks are world ranks; with new windows a rank is its slot.
+/// The slot of window rank @p rank in the current epoch (-1: none).
 int slot_of(const pw::Membership& m, int rank, bool standing) {
-  if (!standing) return rank >= 0 && rank < m.slots() ? rank : -1;
-  const auto at = std::find(m.members().begin(), m.members().end(), rank);
-  return at == m.members().end() ? -1 : static_cast<int>(at - m.members().begin());
+  return pw::test::slot_of_rank(rank, m.members(), standing);
 }
 
-/// Whether @p w and @p v hold the exact mix of the snapshots @p round read (--exact).
+/// Whether @p w and @p v hold the exact mix of the slots @p round read (--exact: version 0).
 bool exact_mix(const pw::AveragingRound& round, const std::vector<float>& w,
                const std::vector<float>& v, const pw::Membership& m, bool standing) {
-  std::vector<double> want_v(v.size(), 0.0);
-  double base = 0.0;
+  std::vector<pw::test::SlotRead> reads;
   for (const pw::AveragingPeer& p : round.peers) {
-    if (p.skipped != pw::SkipReason::none) continue;
-    const int slot = slot_of(m, p.rank, standing);
-    if (slot < 0) return false;
-    want_v[static_cast<std::size_t>(slot)] += p.weight;
-    base += p.weight * 1000.0 * slot;
+    if (p.skipped == pw::SkipReason::none)
+      reads.push_back({slot_of(m, p.rank, standing), 0, p.weight});
   }
-  for (std::size_t s = 0; s < v.size(); ++s) {
-    if (std::abs(v[s] - want_v[s]) > 1e-6) return false;
-  }
-  for (std::size_t j = 0; j < w.size(); ++j) {
-    const double want = base + 0.001 * static_cast<double>(j);
-    if (std::abs(w[j] - want) > 2e-6 * std::abs(want) + 1e-6) return false;
-  }
-  return true;
+  return pw::test::exact_encoded_mix(reads, w, v);
 }
 
 /// What a process saw, checked at the end.
@@ -177,14 +163,7 @@ int main(int argc, char** argv) {
         }
         first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const bool victim =
-            original && !joined && ((it == 30 && slot == members - 1) || (it == 70 && slot == 1));
-        if (!victim) continue;
-        std::printf("fault: world rank %d (slot %d) %s at iteration %lld at %.6f\n", run.rank, slot,
-                    how.c_str(), static_cast<long long>(it), monotonic_seconds());
-        std::fflush(stdout);
-        if (how == "--resign") throw std::runtime_error("the trainer's exception");
-        pw::test::die(how == "--kill");
+        pw::test::spare_test_fault(how, original && !joined, run.rank, slot, members, it);
       }
       agent.finish();
       finished = true;

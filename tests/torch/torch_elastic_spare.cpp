@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "death_test_util.hpp"
+#include "elastic_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/elastic.hpp"
 
@@ -166,13 +167,7 @@ int main(int argc, char** argv) {
         }
         first = false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const bool victim =
-            original && !joined && ((it == 30 && slot == members - 1) || (it == 70 && slot == 1));
-        if (!victim) continue;
-        std::printf("fault: world rank %d (slot %d) %s\n", run.rank, slot, how.c_str());
-        std::fflush(stdout);
-        if (how == "--resign") throw std::runtime_error("the trainer's exception");
-        pw::test::die(how == "--kill");
+        pw::test::spare_test_fault(how, original && !joined, run.rank, slot, members, it);
       }
       agent.finish();
       finished = true;
