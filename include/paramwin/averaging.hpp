@@ -394,8 +394,9 @@ class AveragingAgent {
   /// among them, its size: their count) and no other rank is ever read; a join mixes them
   /// all. Empty: every rank of the window (the default). An elastic population in one
   /// standing window sets it at each epoch (the spares and the dead hold ranks outside).
-  /// InvalidArgument (nothing changed) for ranks out of range or repeated, or a topology
-  /// that is invalid over them while this rank is among them. Local.
+  /// InvalidArgument (nothing changed) for ranks out of range or repeated, or options (a
+  /// topology) invalid over them (for this rank's index, or the first when it is not among
+  /// them). Local.
   void set_members(std::vector<int> members);
   /// The window ranks set_members gave (empty: every rank).
   [[nodiscard]] const std::vector<int>& members() const;

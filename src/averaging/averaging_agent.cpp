@@ -117,66 +117,84 @@ AveragingState::AveragingState(MPI_Comm comm, Layout layout, AveragingOptions op
   start_worker();
 }
 
+namespace {
+
+/// This rank's index in @p members (window ranks of a window of @p size ranks; empty: every
+/// rank, the index is @p rank; -1: not among them), after checking them and @p options over
+/// them (InvalidArgument naming what is wrong).
+int member_index(const AveragingOptions& options, int rank, int size,
+                 const std::vector<int>& members) {
+  std::vector<bool> seen(static_cast<std::size_t>(size), false);
+  int index = members.empty() ? rank : -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    if (r < 0 || r >= size || seen[static_cast<std::size_t>(r)]) {
+      throw InvalidArgument(
+          "paramwin: AveragingAgent::set_members: rank " + std::to_string(r) +
+          (r < 0 || r >= size ? " is outside the window (ranks 0.." + std::to_string(size - 1) + ")"
+                              : " is named twice"));
+    }
+    seen[static_cast<std::size_t>(r)] = true;
+    if (r == rank) {
+      index = static_cast<int>(i);
+    }
+  }
+  const int count = members.empty() ? size : static_cast<int>(members.size());
+  // Checked as the population's first member when this rank is not one of them (a spare).
+  std::string bad = check_options(options, index >= 0 ? index : 0, count);
+  if (bad.starts_with("paramwin: ")) {
+    bad.erase(0, 10);
+  }
+  if (!bad.empty()) {
+    throw InvalidArgument("paramwin: AveragingAgent::set_members: over " + std::to_string(count) +
+                          " members: " + bad);
+  }
+  return index;
+}
+
+/// @p options for an agent made from @p window, checked before the window is taken (a refused
+/// window stays the caller's: its collective free is not left to an exception's unwinding).
+AveragingOptions adopted_options(const Window& window, AveragingOptions options,
+                                 const std::vector<int>& members) {
+  if (options.warmup_steps > 0 || options.cooldown_steps > 0 || options.symmetric) {
+    throw InvalidArgument(
+        "paramwin: AveragingAgent: an agent made from a window has no communicator for "
+        "collectives: warm-up, cool-down and symmetric averaging need one (warmup_steps " +
+        std::to_string(options.warmup_steps) + ", cooldown_steps " +
+        std::to_string(options.cooldown_steps) + ", symmetric " +
+        (options.symmetric ? "true" : "false") + ")");
+  }
+  (void)member_index(options, window.rank(), window.size(), members);
+  if (std::string bad = check_layers(options, window.layout()); !bad.empty()) {
+    throw InvalidArgument(bad);
+  }
+  if (!options.event_log.empty() && !std::ofstream(log_path(options.event_log, window.rank()))) {
+    throw InvalidArgument("paramwin: AveragingAgent: cannot open the event log " +
+                          log_path(options.event_log, window.rank()));
+  }
+  options.window = window.options();
+  return options;
+}
+
+}  // namespace
+
 AveragingState::AveragingState(Window&& window, AveragingOptions options, std::vector<int> members)
-    : options_(std::move(options)),
+    : options_(adopted_options(window, std::move(options), members)),
       window_(std::move(window)),
       rank_(window_.rank()),
       size_(window_.size()),
       last_round_time_(MPI_Wtime()),
       seen_(static_cast<std::size_t>(size_)) {
-  if (options_.warmup_steps > 0 || options_.cooldown_steps > 0 || options_.symmetric) {
-    throw InvalidArgument(
-        "paramwin: AveragingAgent: an agent made from a window has no communicator for "
-        "collectives: warm-up, cool-down and symmetric averaging need one (warmup_steps " +
-        std::to_string(options_.warmup_steps) + ", cooldown_steps " +
-        std::to_string(options_.cooldown_steps) + ", symmetric " +
-        (options_.symmetric ? "true" : "false") + ")");
-  }
-  set_members(std::move(members));
-  std::string bad = check_layers(options_, window_.layout());
-  if (!bad.empty()) {
-    throw InvalidArgument(bad);
-  }
-  options_.window = window_.options();
+  set_members(std::move(members));  // checked above: does not throw
   if (!options_.event_log.empty()) {
     log_ = std::make_unique<std::ofstream>(log_path(options_.event_log, rank_));
-    if (!*log_) {
-      throw InvalidArgument("paramwin: AveragingAgent: cannot open the event log " +
-                            log_path(options_.event_log, rank_));
-    }
   }
   start_worker();
 }
 
 void AveragingState::set_members(std::vector<int> members) {
-  std::vector<bool> seen(static_cast<std::size_t>(size_), false);
-  int index = members.empty() ? rank_ : -1;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    const int r = members[i];
-    if (r < 0 || r >= size_ || seen[static_cast<std::size_t>(r)]) {
-      throw InvalidArgument("paramwin: AveragingAgent::set_members: rank " + std::to_string(r) +
-                            (r < 0 || r >= size_ ? " is outside the window (ranks 0.." +
-                                                       std::to_string(size_ - 1) + ")"
-                                                 : " is named twice"));
-    }
-    seen[static_cast<std::size_t>(r)] = true;
-    if (r == rank_) {
-      index = static_cast<int>(i);
-    }
-  }
-  const int count = members.empty() ? size_ : static_cast<int>(members.size());
-  if (index >= 0) {
-    std::string bad = check_options(options_, index, count);
-    if (bad.starts_with("paramwin: ")) {
-      bad.erase(0, 10);
-    }
-    if (!bad.empty()) {
-      throw InvalidArgument("paramwin: AveragingAgent::set_members: over " + std::to_string(count) +
-                            " members: " + bad);
-    }
-  }
+  member_index_ = member_index(options_, rank_, size_, members);
   members_ = std::move(members);
-  member_index_ = index;
   peers_round_ = -1;  // the topology's peers are asked anew over the new population
 }
 

@@ -85,10 +85,17 @@ ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout layout,
                                              const MembershipOptions& membership, int /*checked*/)
     : base(
           world,
-          [layout = std::move(layout), options](MPI_Comm comm, const WindowOptions& w,
-                                                bool /*joining*/) {
+          [layout = std::move(layout), options,
+           slots = membership.members](MPI_Comm comm, const WindowOptions& w, bool /*joining*/) {
             // The only collective: the window's creation, which the members make too.
-            return AveragingAgent(Window(comm, layout, w), options);
+            Window window(comm, layout, w);
+            // The standing window's slots at the start: world ranks [0, members) (a new
+            // window's ranks are the slots). ElasticAveragingAgent::step follows the epochs.
+            std::vector<int> initial;
+            for (int r = 0; slots > 0 && slots < window.size() && r < slots; ++r) {
+              initial.push_back(r);
+            }
+            return AveragingAgent(std::move(window), options, std::move(initial));
           },
           options.window, membership, slot_options(options)) {}
 

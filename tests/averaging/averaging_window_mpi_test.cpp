@@ -55,14 +55,22 @@ bool contains(const std::string& text, const std::string& part) {
 }  // namespace
 
 TEST(AveragingFromWindow, CollectiveFeaturesAreRefusedWithAClearError) {
+  // Refused before the window is taken: it stays the caller's, valid (its free is collective).
+  pw::Window refused = window("aw.refused");
   pw::AveragingOptions warm;
   warm.warmup_steps = 2;
-  std::string m = message_of([&] { pw::AveragingAgent a(window("aw.warm"), warm); });
+  std::string m = message_of([&] { pw::AveragingAgent a(std::move(refused), warm); });
   EXPECT_TRUE(contains(m, "no communicator for collectives")) << m;
   pw::AveragingOptions symmetric;
   symmetric.symmetric = true;
-  m = message_of([&] { pw::AveragingAgent a(window("aw.sym"), symmetric); });
+  m = message_of([&] { pw::AveragingAgent a(std::move(refused), symmetric); });
   EXPECT_TRUE(contains(m, "symmetric true")) << m;
+  pw::AveragingOptions lists;
+  lists.topology = pw::Topology::neighbour_lists({{}, {}, {}, {}, {}});
+  m = message_of([&] { pw::AveragingAgent a(std::move(refused), lists); });
+  EXPECT_TRUE(contains(m, "5 lists for")) << m;
+  EXPECT_TRUE(refused.valid());
+  refused.close();
 
   pw::AveragingAgent a(window("aw.plain"), {});
   std::vector<float> w(kN, 1.0F);
@@ -234,6 +242,10 @@ TEST(ElasticAveraging, BadOptionsAreRefusedOnEveryProcess) {
 }
 
 TEST(ElasticAveraging, WithoutFaultsEveryMemberAveragesAndFinishes) {
+  // Every process a member: a spare's process would hold fewer windows than the members (a
+  // new window per epoch is the members'), and Open MPI's MPI_Finalize, which this program
+  // calls, frees the windows an elastic population abandoned in its own order and hangs then
+  // (elastic populations end with std::_Exit; the spares' case is elastic_averaging's).
   PARAMWIN_REQUIRE_RANKS(2);
   for (const pw::Replacement kind :
        {pw::Replacement::new_window, pw::Replacement::standing_window}) {
@@ -241,15 +253,15 @@ TEST(ElasticAveraging, WithoutFaultsEveryMemberAveragesAndFinishes) {
     membership.replacement = kind;
     membership.check_seconds = 0.01;
     pw::AveragingOptions o;
+    o.topology = pw::Topology::ring_peers();
     o.window.name = kind == pw::Replacement::new_window ? "ea.new" : "ea.standing";
     pw::ElasticAveragingAgent agent(MPI_COMM_WORLD, layout(), o, membership);
     ASSERT_TRUE(agent.wait_for_slot());
     std::vector<float> w(kN, static_cast<float>(world_rank()));
     int read = 0;
-    for (int it = 0; it < 40; ++it) {
+    for (int it = 0; it < 60; ++it) {
       const pw::AveragingRound r = agent.step({pw::LayerRef(w)});
       for (const pw::AveragingPeer& p : r.peers) read += p.skipped == pw::SkipReason::none;
-      MPI_Barrier(MPI_COMM_WORLD);
     }
     EXPECT_GT(read, 0);
     EXPECT_EQ(agent.membership().epoch(), 0U);
@@ -259,8 +271,10 @@ TEST(ElasticAveraging, WithoutFaultsEveryMemberAveragesAndFinishes) {
     float hi = 0.0F;
     MPI_Allreduce(&w[0], &lo, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&w[0], &hi, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT_LT(hi - lo, 1e-3F);  // 40 rounds of every peer, lock-step: consensus
+    const auto top = static_cast<float>(world_size() - 1);
     EXPECT_GE(lo, 0.0F);
-    EXPECT_LE(hi, static_cast<float>(world_size() - 1));
+    EXPECT_LE(hi, top);
+    EXPECT_TRUE(lo > 0.0F && hi < top) << "no member read another: " << lo << " " << hi;
   }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
