@@ -3,8 +3,11 @@
 // replaces the parameters with the exact uniform mix of the usable members (paused and
 // non-members left out) and, until a member could be read, publishes nothing and shows the
 // roster state rebirth; set_members maps the topology onto the given ranks; replace_window
-// continues the versions and refuses another shape; abandon() empties the agent; and
-// ElasticAveragingAgent refuses bad options on every process, then averages without faults.
+// refuses another shape; and ElasticAveragingAgent refuses bad options on every process. What
+// abandons windows (a replacement, abandon(), an elastic population) runs in
+// tests/reliability/elastic_averaging.cpp, whose processes end with std::_Exit: MPI_Finalize,
+// which this program calls, fails on abandoned windows (MPICH: a UCX assertion; Open MPI frees
+// them in its own order and hangs when the processes hold different ones).
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -199,7 +202,9 @@ TEST(AveragingFromWindow, SetMembersMapsTheTopologyOntoTheGivenRanks) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(AveragingFromWindow, ReplaceWindowContinuesTheVersionsAndRefusesAnotherShape) {
+TEST(AveragingFromWindow, ReplaceWindowRefusesAnotherShapeAndChangesNothing) {
+  // (A replacement that succeeds abandons the old window, and MPI_Finalize, which this program
+  // calls, fails on abandoned windows; elastic_averaging's new-window runs replace them.)
   pw::AveragingAgent a(window("aw.replace"), {});
   std::vector<float> w(kN, 2.0F);
   (void)a.publish({pw::ConstLayerRef(w)});
@@ -210,16 +215,11 @@ TEST(AveragingFromWindow, ReplaceWindowContinuesTheVersionsAndRefusesAnotherShap
   pw::Window wrong = window("aw.replace.wrong", other);
   const std::string m = message_of([&] { a.replace_window(std::move(wrong)); });
   EXPECT_TRUE(contains(m, "AveragingAgent::replace_window: the new window has rank")) << m;
+  EXPECT_TRUE(wrong.valid());  // not taken
   EXPECT_EQ(a.window().version(), version);
-  a.replace_window(window("aw.replace.next"));
-  EXPECT_EQ(a.steps(), 1);  // kept (the publish was no step)
-  EXPECT_EQ(a.window().name(), "aw.replace.next");
+  EXPECT_EQ(a.window().name(), "aw.replace");
   (void)a.step({pw::LayerRef(w)});
   EXPECT_EQ(a.window().version(), version + 1);
-  MPI_Barrier(MPI_COMM_WORLD);
-  a.abandon();
-  const std::string after = message_of([&] { (void)a.step({pw::LayerRef(w)}); });
-  EXPECT_TRUE(contains(after, "used after being moved from")) << after;
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -232,49 +232,11 @@ TEST(ElasticAveraging, BadOptionsAreRefusedOnEveryProcess) {
                   ? contains(m, "warm-up, cool-down and symmetric averaging are collective")
                   : contains(m, "failed: paramwin: ElasticAveragingAgent"))
       << m;
-  pw::AveragingOptions lists;
-  lists.topology = pw::Topology::neighbour_lists({{}});
-  m = message_of([&] { pw::ElasticAveragingAgent a(MPI_COMM_WORLD, layout(), lists); });
-  if (world_size() > 1) {
-    EXPECT_TRUE(contains(m, "lists for")) << m;
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-}
-
-TEST(ElasticAveraging, WithoutFaultsEveryMemberAveragesAndFinishes) {
-  // Every process a member: a spare's process would hold fewer windows than the members (a
-  // new window per epoch is the members'), and Open MPI's MPI_Finalize, which this program
-  // calls, frees the windows an elastic population abandoned in its own order and hangs then
-  // (elastic populations end with std::_Exit; the spares' case is elastic_averaging's).
-  PARAMWIN_REQUIRE_RANKS(2);
-  for (const pw::Replacement kind :
-       {pw::Replacement::new_window, pw::Replacement::standing_window}) {
-    pw::MembershipOptions membership;
-    membership.replacement = kind;
-    membership.check_seconds = 0.01;
-    pw::AveragingOptions o;
-    o.topology = pw::Topology::ring_peers();
-    o.window.name = kind == pw::Replacement::new_window ? "ea.new" : "ea.standing";
-    pw::ElasticAveragingAgent agent(MPI_COMM_WORLD, layout(), o, membership);
-    ASSERT_TRUE(agent.wait_for_slot());
-    std::vector<float> w(kN, static_cast<float>(world_rank()));
-    int read = 0;
-    for (int it = 0; it < 60; ++it) {
-      const pw::AveragingRound r = agent.step({pw::LayerRef(w)});
-      for (const pw::AveragingPeer& p : r.peers) read += p.skipped == pw::SkipReason::none;
-    }
-    EXPECT_GT(read, 0);
-    EXPECT_EQ(agent.membership().epoch(), 0U);
-    agent.finish();
-    EXPECT_EQ(agent.membership().role(), pw::MemberRole::finished);
-    float lo = 0.0F;
-    float hi = 0.0F;
-    MPI_Allreduce(&w[0], &lo, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&w[0], &hi, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-    const auto top = static_cast<float>(world_size() - 1);
-    EXPECT_GE(lo, 0.0F);
-    EXPECT_LE(hi, top);
-    EXPECT_TRUE(lo > 0.0F && hi < top) << "no member read another: " << lo << " " << hi;
+  if (world_size() > 1) {  // (on one rank it is valid, and the population would be made)
+    pw::AveragingOptions lists;
+    lists.topology = pw::Topology::neighbour_lists({{}});
+    m = message_of([&] { pw::ElasticAveragingAgent a(MPI_COMM_WORLD, layout(), lists); });
+    EXPECT_TRUE(contains(m, "1 lists for")) << m;
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
