@@ -85,8 +85,8 @@ class ElasticAveragingAgent : public detail::ElasticSlots<AveragingAgent> {
 
  private:
   /// The constructor after the options were checked on every process.
-  ElasticAveragingAgent(MPI_Comm world, Layout layout, AveragingOptions options,
-                        const MembershipOptions& membership, int checked);
+  ElasticAveragingAgent(MPI_Comm world, Layout&& layout, const AveragingOptions& options,
+                        MembershipOptions&& membership, int checked);
 
   std::uint64_t members_epoch_ = std::numeric_limits<std::uint64_t>::max();
 };

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <source_location>
 #include <span>
 #include <string>
 #include <utility>
@@ -77,18 +78,22 @@ AgentOptions slot_options(const AveragingOptions& options) {
 
 ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout layout,
                                              AveragingOptions options, MembershipOptions membership)
-    : ElasticAveragingAgent(world, layout, checked(world, layout, std::move(options), membership),
-                            membership, 0) {}
+    // Rvalue references: checked() reads layout and membership before anything is moved.
+    : ElasticAveragingAgent(world, std::move(layout),
+                            checked(world, layout, std::move(options), membership),
+                            std::move(membership), 0) {}
 
-ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout layout,
-                                             AveragingOptions options,
-                                             const MembershipOptions& membership, int /*checked*/)
+ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout&& layout,
+                                             const AveragingOptions& options,
+                                             MembershipOptions&& membership, int /*checked*/)
     : base(
           world,
           [layout = std::move(layout), options,
            slots = membership.members](MPI_Comm comm, const WindowOptions& w, bool /*joining*/) {
-            // The only collective: the window's creation, which the members make too.
-            Window window(comm, layout, w);
+            // The only collective: the window's creation, which the members make too (one
+            // site on every process: the windows pair up by it).
+            const std::source_location site = std::source_location::current();
+            Window window(comm, layout, w, site);
             // The standing window's slots at the start: world ranks [0, members) (a new
             // window's ranks are the slots). ElasticAveragingAgent::step follows the epochs.
             std::vector<int> initial;
@@ -97,7 +102,7 @@ ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout layout,
             }
             return AveragingAgent(std::move(window), options, std::move(initial));
           },
-          options.window, membership, slot_options(options)) {}
+          options.window, std::move(membership), slot_options(options)) {}
 
 AveragingRound ElasticAveragingAgent::step(std::span<const LayerRef> params) {
   AveragingAgent& a = this->before_step([&](AveragingAgent& slot) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,7 +114,7 @@ class ElasticSlots {
   /// serving options shape the windows; their roster bound bounds the roster reads).
   ElasticSlots(MPI_Comm world, Make make, WindowOptions window_options,
                MembershipOptions membership, const AgentOptions& agent_options)
-      : membership_(world, membership),
+      : membership_(world, std::move(membership)),
         make_(std::move(make)),
         window_options_(std::move(window_options)),
         serve_(agent_options.serve),
@@ -145,8 +146,8 @@ class ElasticSlots {
     if (std::optional<EpochChange> change = membership_.poll(roster)) {
       if (membership_.role() == MemberRole::evicted) evicted(change->epoch);
       if (!standing()) {
-        a.replace_window(
-            window_type(membership_.comm(), a.window().layout(), epoch_window_options()));
+        a.replace_window(window_type(membership_.comm(), a.window().layout(),
+                                     epoch_window_options(), std::source_location::current()));
         std::forward<Republish>(republish)(s);
         barrier();
       }
