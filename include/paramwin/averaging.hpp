@@ -294,7 +294,8 @@ class AveragingAgent {
   /// @p members (window ranks in slot order, see set_members; empty: every rank). Such an
   /// agent has no communicator of its own for collectives, so warm-up, cool-down, symmetric
   /// averaging (InvalidArgument here), finish() and checkpoints (InvalidArgument there) are
-  /// refused.
+  /// refused. Every InvalidArgument here comes before @p window is taken: it stays the
+  /// caller's, valid.
   AveragingAgent(Window&& window, AveragingOptions options, std::vector<int> members = {});
   AveragingAgent(const AveragingAgent&) = delete;
   AveragingAgent& operator=(const AveragingAgent&) = delete;
