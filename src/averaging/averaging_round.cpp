@@ -63,6 +63,18 @@ SkipReason roster_verdict(const RosterEntry& entry, const AveragingOptions& o, S
   return SkipReason::none;
 }
 
+/// "rank R reason, ..." for the peers of @p peers that were left out.
+std::string skipped_text(const std::vector<AveragingPeer>& peers) {
+  std::string text;
+  for (const AveragingPeer& p : peers) {
+    if (p.skipped != SkipReason::none) {
+      text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) + " " +
+              std::string(enum_name(p.skipped));
+    }
+  }
+  return text;
+}
+
 template <class T>
 void add_correction(void* data, const std::vector<double>& correction) {
   T* out = static_cast<T*>(data);
@@ -108,20 +120,17 @@ void AveragingState::screen(std::span<const int> peers, std::int64_t step, Worke
 bool AveragingState::plan_round(std::span<const int> peers, std::int64_t step, WorkerReads* reads,
                                 AveragingRound& out, RoundPlan& plan) {
   screen(peers, step, reads, out);
-  std::string skipped;
   for (std::size_t i = 0; i < out.peers.size(); ++i) {
     const AveragingPeer& p = out.peers[i];
     if (p.skipped == SkipReason::none) {
       plan.donors.push_back(p.rank);
       plan.weights.push_back(options_.peer_weights.empty() ? 1.0 : options_.peer_weights[i]);
-    } else {
-      skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) +
-                 " " + std::string(enum_name(p.skipped));
     }
   }
   if (plan.donors.empty()) {
-    out.note = peers.empty() ? "no peer in this round's topology"
-                             : "no usable peer (" + skipped + "): parameters unchanged";
+    out.note = peers.empty()
+                   ? "no peer in this round's topology"
+                   : "no usable peer (" + skipped_text(out.peers) + "): parameters unchanged";
     return false;
   }
   plan.self = options_.self_weight;
@@ -199,18 +208,15 @@ void AveragingState::join_round(const BoundLayers<LayerRef>& params, AveragingRo
   }
   screen(peers, steps_, nullptr, out, false);
   RoundPlan plan;
-  std::string skipped;
   for (const AveragingPeer& p : out.peers) {
     if (p.skipped == SkipReason::none) {
       plan.donors.push_back(p.rank);
       plan.weights.push_back(1.0);
-    } else {
-      skipped += (skipped.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank) +
-                 " " + std::string(enum_name(p.skipped));
     }
   }
   if (plan.donors.empty()) {
-    out.note = "joining: no usable member (" + (peers.empty() ? std::string("none") : skipped) +
+    out.note = "joining: no usable member (" +
+               (peers.empty() ? std::string("none") : skipped_text(out.peers)) +
                "): parameters unchanged, nothing published";
     return;
   }
