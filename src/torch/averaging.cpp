@@ -1,6 +1,6 @@
 // LibTorch adapter: torch::AveragingAgent, the core's AveragingAgent driven by a module's tensors
-// (in place on the CPU, through the adapter's host staging otherwise), optionally with the
-// optimizer's state mixed as extra layers.
+// (detail::ModuleLayers: in place on the CPU, through the adapter's host staging otherwise),
+// optionally with the optimizer's state mixed as extra layers.
 #include "paramwin/torch/averaging.hpp"
 
 #include <torch/nn/module.h>
@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -18,72 +17,24 @@
 #include <vector>
 
 #include "../mpi/agree.hpp"
-#include "device_staging.hpp"
+#include "module_layers.hpp"
 #include "optimizer_state.hpp"
 #include "paramwin/error.hpp"
-#include "tensor_watch.hpp"
 
 namespace paramwin::torch {
 
 struct AveragingAgent::Impl {
-  ::torch::nn::Module* module = nullptr;
-  ::torch::optim::Optimizer* optimizer = nullptr;  // borrowed; may be null
-  TorchAveragingOptions options;
-  Layout module_layout;  // the module's layers (the core's layout less the state layers)
-  std::vector<std::string> skipped;
-  // With TorchAveragingOptions::mix_optimizer_state: the state layers and their buffers.
-  std::optional<detail::OptimizerStateLayers> state_layers;
-  std::uint64_t states_mixed = 0;
-  // The adapter's one staging of tensors: CPU tensors in place, the others through host
-  // buffers (TorchAgent's, detail::DeviceStaging).
-  detail::DeviceStaging staging;
-  detail::TensorWatch watch;
-  std::vector<LayerRef> refs;  // the staging's refs, then the state layers'
+  detail::ModuleLayers layers;
   std::unique_ptr<paramwin::AveragingAgent> agent;
 
   Impl(::torch::nn::Module& m, ::torch::optim::Optimizer* opt, TorchAveragingOptions o)
-      : module(&m), optimizer(opt), options(std::move(o)), staging(options.module) {}
-
-  /// The core's layout for the module (and the optimizer's state); binds the module's
-  /// tensors. Throws InvalidArgument naming what cannot be averaged.
-  Layout prepare(const AveragingOptions& averaging) {
-    if (averaging.window.exposure == Exposure::live) {
-      throw InvalidArgument(
-          "paramwin::torch: AveragingAgent needs snapshot exposure (WindowOptions::exposure "
-          "live is not supported: the module's tensors keep their own memory)");
-    }
-    if (averaging.window.memory == Memory::cuda) {
-      throw InvalidArgument(
-          "paramwin::torch: AveragingAgent stages CUDA tensors through host memory (synchronous "
-          "means and background corrections compute on the host); WindowOptions::memory "
-          "Memory::cuda is not supported");
-    }
-    if (options.mix_optimizer_state && optimizer == nullptr) {
-      throw InvalidArgument(
-          "paramwin::torch: TorchAveragingOptions::mix_optimizer_state needs an optimizer (use "
-          "the constructor that takes one)");
-    }
-    ModuleTensors mt = collect(*module, options.module);
-    check_against(mt, mt.layout);  // contiguity: the core reads the tensors' memory as is
-    if (mt.tensors.empty()) {
-      throw InvalidArgument("paramwin::torch: AveragingAgent: the module has no tensor to average");
-    }
-    skipped = mt.skipped;
-    module_layout = mt.layout;
-    Layout layout = mt.layout;
-    if (options.mix_optimizer_state) {
-      state_layers.emplace(*optimizer, mt, "TorchAveragingOptions::mix_optimizer_state");
-      state_layers->append_to(layout);
-    }
-    bind_collected(std::move(mt));
-    return layout;
-  }
+      : layers(m, opt, std::move(o)) {}
 
   void create(MPI_Comm comm, AveragingOptions averaging, const std::source_location& site) {
     std::exception_ptr error;
     Layout layout;
     try {
-      layout = prepare(averaging);
+      layout = layers.prepare(averaging.window, "AveragingAgent");
     } catch (...) {
       error = std::current_exception();
     }
@@ -102,72 +53,30 @@ struct AveragingAgent::Impl {
     CheckpointHooks h;
     h.save = [this] {
       std::vector<CheckpointBlob> blobs;
-      if (optimizer != nullptr) {
-        blobs.push_back({.name = "optimizer", .bytes = detail::optimizer_archive(*optimizer)});
+      if (layers.optimizer() != nullptr) {
+        blobs.push_back(
+            {.name = "optimizer", .bytes = detail::optimizer_archive(*layers.optimizer())});
       }
       return blobs;
     };
     h.load = [this](const std::vector<CheckpointBlob>& blobs, bool /*reborn*/) {
-      take_module_layers();
+      layers.take_module_layers();
       for (const CheckpointBlob& b : blobs) {
-        if (b.name == "optimizer" && optimizer != nullptr) {
-          detail::load_optimizer_archive(*optimizer, b.bytes);
+        if (b.name == "optimizer" && layers.optimizer() != nullptr) {
+          detail::load_optimizer_archive(*layers.optimizer(), b.bytes);
         }
       }
     };
     return h;
   }
 
-  void bind_collected(ModuleTensors mt) {
-    const std::vector<::torch::Tensor> all = detail::listed(*module, options.module);
-    staging.bind(std::move(mt));
-    watch.record(all);
-    refs = staging.refs();
-    if (state_layers) {
-      refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
-    }
-  }
-
-  /// Makes refs reach the module's current tensors: a cheap comparison each call; collected
-  /// and checked against the layout again only when they changed.
-  void bind() {
-    if (watch.unchanged(detail::listed(*module, options.module))) return;
-    ModuleTensors mt = collect(*module, options.module);
-    check_against(mt, module_layout);
-    bind_collected(std::move(mt));
-  }
-
-  /// Gives the layers the module's values (staged tensors only) and the optimizer's state.
-  void stage_in() {
-    if (state_layers) state_layers->capture(*optimizer, staging.tensors());
-    staging.to_layers();
-  }
-
-  /// The module's layers changed (a mix, a mean, a correction, a load): into its tensors,
-  /// whose autograd versions are bumped.
-  void take_module_layers() {
-    ::torch::NoGradGuard no_grad;
-    staging.from_layers();
-    for (const ::torch::Tensor& t : staging.tensors()) t.unsafeGetTensorImpl()->bump_version();
-  }
-
-  /// The layers changed (a mix, a mean, a correction): into the module and the optimizer.
-  void take_layers() {
-    take_module_layers();
-    if (state_layers) {
-      // Adam's step count stays each rank's own (its bias correction follows its own steps).
-      states_mixed +=
-          state_layers->restore(*optimizer, staging.tensors(), /*keep_own_counts=*/true);
-    }
-  }
-
-  /// bind(), or, when the module no longer fits, the core's call with no parameters (bad
-  /// input: thrown on every rank in a synchronous step, on this rank only otherwise, before
-  /// anything changes), then this rank's own error.
+  /// layers.bind(), or, when the module no longer fits, the core's call with no parameters
+  /// (bad input: thrown on every rank in a synchronous step, on this rank only otherwise,
+  /// before anything changes), then this rank's own error.
   template <class Call>
   void bind_or_fail(Call&& with_no_params) {
     try {
-      bind();
+      layers.bind();
     } catch (const InvalidArgument&) {
       try {
         (void)with_no_params();
@@ -175,6 +84,13 @@ struct AveragingAgent::Impl {
       }
       throw;
     }
+  }
+
+  /// A round's layers into the module and the optimizer (Adam's step count stays each rank's
+  /// own: its bias correction follows its own steps).
+  AveragingRound taken(AveragingRound round) {
+    if (round.applied) layers.take_layers(/*keep_own_counts=*/true);
+    return round;
   }
 };
 
@@ -205,45 +121,35 @@ AveragingAgent::Impl& AveragingAgent::live() const {
 AveragingRound AveragingAgent::step() {
   Impl& impl = live();
   impl.bind_or_fail([&] { return impl.agent->step(std::span<const LayerRef>()); });
-  impl.stage_in();
-  AveragingRound round = impl.agent->step(impl.refs);
-  if (round.applied) impl.take_layers();
-  return round;
+  impl.layers.stage_in();
+  return impl.taken(impl.agent->step(impl.layers.refs()));
 }
 
 PublishResult AveragingAgent::publish() {
   Impl& impl = live();
-  impl.bind();
-  impl.stage_in();
-  std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl.refs.size());
-  for (const LayerRef& r : impl.refs) as_const.push_back(r.as_const());
-  return impl.agent->publish(as_const);
+  impl.layers.bind();
+  impl.layers.stage_in();
+  return impl.agent->publish(impl.layers.const_refs());
 }
 
 AveragingRound AveragingAgent::finish() {
   Impl& impl = live();
   impl.bind_or_fail([&] { return impl.agent->finish(std::span<const LayerRef>()); });
-  impl.stage_in();
-  AveragingRound round = impl.agent->finish(impl.refs);
-  if (round.applied) impl.take_layers();
-  return round;
+  impl.layers.stage_in();
+  return impl.taken(impl.agent->finish(impl.layers.refs()));
 }
 
 void AveragingAgent::save_checkpoint(const std::string& path) {
   Impl& impl = live();
   impl.bind_or_fail([&] { impl.agent->save_checkpoint(path, std::span<const ConstLayerRef>()); });
-  impl.stage_in();
-  std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl.refs.size());
-  for (const LayerRef& r : impl.refs) as_const.push_back(r.as_const());
-  impl.agent->save_checkpoint(path, as_const);
+  impl.layers.stage_in();
+  impl.agent->save_checkpoint(path, impl.layers.const_refs());
 }
 
 CheckpointLoad AveragingAgent::load_checkpoint(const std::string& path) {
   Impl& impl = live();
   impl.bind_or_fail([&] { return impl.agent->load_checkpoint(path, std::span<const LayerRef>()); });
-  return impl.agent->load_checkpoint(path, impl.refs);
+  return impl.agent->load_checkpoint(path, impl.layers.refs());
 }
 
 void AveragingAgent::pause() { live().agent->pause(); }
@@ -255,9 +161,13 @@ std::int64_t AveragingAgent::steps() const { return live().agent->steps(); }
 std::int64_t AveragingAgent::rounds() const { return live().agent->rounds(); }
 paramwin::AveragingAgent& AveragingAgent::averaging() { return *live().agent; }
 const paramwin::AveragingAgent& AveragingAgent::averaging() const { return *live().agent; }
-::torch::nn::Module& AveragingAgent::module() { return *live().module; }
-const std::vector<std::string>& AveragingAgent::skipped() const { return live().skipped; }
-const TorchStagingStats& AveragingAgent::staging_stats() const { return live().staging.stats(); }
-std::uint64_t AveragingAgent::optimizer_states_mixed() const { return live().states_mixed; }
+::torch::nn::Module& AveragingAgent::module() { return live().layers.module(); }
+const std::vector<std::string>& AveragingAgent::skipped() const { return live().layers.skipped(); }
+const TorchStagingStats& AveragingAgent::staging_stats() const {
+  return live().layers.staging_stats();
+}
+std::uint64_t AveragingAgent::optimizer_states_mixed() const {
+  return live().layers.states_mixed();
+}
 
 }  // namespace paramwin::torch

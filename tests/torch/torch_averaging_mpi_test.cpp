@@ -4,8 +4,8 @@
 // buffers; consensus with training off; background corrections keep the local progress; the
 // optimizer's state is mixed with the same weights when asked and kept otherwise; modules of
 // another layout, unsupported or non-contiguous parameters and a module that no longer fits
-// are refused on every rank; a checkpoint resumes the module and Adam exactly. The CUDA case
-// skips without a GPU.
+// are refused on every rank (and by the elastic agent before it creates anything); a
+// checkpoint resumes the module and Adam exactly. The CUDA case skips without a GPU.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -27,6 +27,7 @@
 #include "mpi_test_util.hpp"
 #include "paramwin/error.hpp"
 #include "paramwin/torch/averaging.hpp"
+#include "paramwin/torch/elastic_averaging.hpp"
 #include "paramwin/torch/module.hpp"
 #include "torch_test_util.hpp"
 
@@ -675,6 +676,43 @@ TEST(TorchAveragingBadInput, ModulesThatCannotBeAveragedAreRefusedOnEveryRank) {
         pwt::AveragingAgent agent(MPI_COMM_WORLD, *lin, o);
       },
       "float32 or float64");
+}
+
+// The elastic agent's refusals come before anything is created (no membership, no window: an
+// elastic window is never freed), on every process: the adapter's, then the core's.
+TEST(TorchAveragingBadInput, TheElasticAgentRefusesOnEveryProcessBeforeItCreatesAnything) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  const bool last = world_rank() == world_size() - 1;
+  refused_on_every_rank<pw::InvalidArgument>(
+      [&] {
+        torch::nn::Linear lin(3, 2);
+        pwt::TorchAveragingOptions to;
+        to.mix_optimizer_state = last;
+        pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *lin, {}, to);
+      },
+      "mix_optimizer_state needs an optimizer");
+  refused_on_every_rank<pw::InvalidArgument>(
+      [&] {
+        torch::nn::Linear lin(3, 2);
+        pw::AveragingOptions o;
+        if (last) o.window.memory = pw::Memory::cuda;
+        pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *lin, o);
+      },
+      "ElasticAveragingAgent stages CUDA tensors through host memory");
+  refused_on_every_rank<pw::InvalidArgument>(
+      [&] {
+        torch::nn::Linear lin(3, 2);
+        pw::AveragingOptions o;
+        o.warmup_steps = last ? 5 : 0;
+        pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *lin, o);
+      },
+      "warm-up, cool-down and symmetric averaging are collective");
+  refused_on_every_rank<pw::LayoutMismatch>(
+      [&] {
+        torch::nn::Linear lin(3, last ? 3 : 2);
+        pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *lin);
+      },
+      "every process needs the same layout", /*named=*/false);
 }
 
 TEST(TorchAveragingBadInput, AModuleThatNoLongerFitsFailsASynchronousStepOnEveryRank) {
