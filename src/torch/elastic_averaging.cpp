@@ -38,8 +38,9 @@ struct ElasticAveragingAgent::Impl {
     // A process's error on every process, before the core's collective creation (which checks
     // the options against every slot and the layouts on every process itself).
     paramwin::detail::agree_or_rethrow<InvalidArgument>(world, error);
-    elastic = std::make_unique<paramwin::ElasticAveragingAgent>(
-        world, std::move(layout), std::move(averaging), std::move(membership));
+    elastic = std::make_unique<paramwin::ElasticAveragingAgent>(world, std::move(layout),
+                                                                std::move(averaging),
+                                                                std::move(membership));
   }
 };
 
@@ -61,8 +62,7 @@ ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, ::torch::nn::Module
 }
 
 ElasticAveragingAgent::ElasticAveragingAgent(ElasticAveragingAgent&&) noexcept = default;
-ElasticAveragingAgent& ElasticAveragingAgent::operator=(ElasticAveragingAgent&&) noexcept =
-    default;
+ElasticAveragingAgent& ElasticAveragingAgent::operator=(ElasticAveragingAgent&&) noexcept = default;
 ElasticAveragingAgent::~ElasticAveragingAgent() = default;
 
 ElasticAveragingAgent::Impl& ElasticAveragingAgent::live() const {

@@ -17,9 +17,8 @@ namespace paramwin::torch::detail {
 Layout ModuleLayers::prepare(const WindowOptions& window, std::string_view who) {
   const std::string agent = "paramwin::torch: " + std::string(who);
   if (window.exposure == Exposure::live) {
-    throw InvalidArgument(agent +
-                          " needs snapshot exposure (WindowOptions::exposure live is not "
-                          "supported: the module's tensors keep their own memory)");
+    throw InvalidArgument(agent + " needs snapshot exposure (WindowOptions::exposure live is not "
+                                  "supported: the module's tensors keep their own memory)");
   }
   if (window.memory == Memory::cuda) {
     throw InvalidArgument(agent +

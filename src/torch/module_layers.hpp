@@ -32,7 +32,9 @@ class ModuleLayers {
  public:
   ModuleLayers(::torch::nn::Module& module, ::torch::optim::Optimizer* optimizer,
                TorchAveragingOptions options)
-      : module_(&module), optimizer_(optimizer), options_(std::move(options)),
+      : module_(&module),
+        optimizer_(optimizer),
+        options_(std::move(options)),
         staging_(options_.module) {}
   ModuleLayers(const ModuleLayers&) = delete;
   ModuleLayers& operator=(const ModuleLayers&) = delete;

@@ -78,8 +78,8 @@ bool near(double got, double want) { return std::abs(got - want) <= 1e-4 * std::
 
 /// Whether @p round is a proper join and the module and Adam's state hold the exact mix of the
 /// slots it read (@p m: the epoch's members; @p standing: whose window ranks are world ranks).
-bool exact_join(const pw::AveragingRound& round, torch::nn::Linear& model,
-                torch::optim::Adam& opt, const pw::Membership& m, bool standing) {
+bool exact_join(const pw::AveragingRound& round, torch::nn::Linear& model, torch::optim::Adam& opt,
+                const pw::Membership& m, bool standing) {
   if (round.kind != pw::RoundKind::joined || !round.applied || round.self_weight != 0.0) {
     return false;
   }
@@ -138,8 +138,7 @@ int main(int argc, char** argv) {
   torch_options.mix_optimizer_state = true;
   pw::MembershipOptions membership = pw::test::test_membership(members);
   if (standing) membership.replacement = pw::Replacement::standing_window;
-  pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *model, opt, options, torch_options,
-                                   membership);
+  pwt::ElasticAveragingAgent agent(MPI_COMM_WORLD, *model, opt, options, torch_options, membership);
   const pw::Membership& m = agent.membership();
   const bool original = run.rank < members;
   int joins = 0;

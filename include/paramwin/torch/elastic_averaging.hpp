@@ -97,7 +97,7 @@ class ElasticAveragingAgent {
   /// spares (paramwin::ElasticAveragingAgent's finish: no mean).
   void finish();
 
-  [[nodiscard]] bool member() const;                   ///< whether this process has a slot
+  [[nodiscard]] bool member() const;                    ///< whether this process has a slot
   [[nodiscard]] std::int64_t resume_iteration() const;  ///< where a joined spare resumes
   /// The process's membership: slot, epoch, members, spares, the last change.
   [[nodiscard]] const Membership& membership() const;
