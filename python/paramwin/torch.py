@@ -1,5 +1,6 @@
 """paramwin.torch: TorchAgent, an Agent driven by a torch.nn.Module and its optimizer (and
-TorchAveragingAgent, TorchElasticAgent: the averaging and elastic agents driven the same way).
+TorchAveragingAgent, TorchElasticAgent, TorchElasticAveragingAgent: the averaging and elastic
+agents driven the same way).
 
 Written in Python over the binding, so it works with the torch the user has. The layout is
 the module's ``named_parameters()`` (0-dim parameters included; float32, float64, bfloat16,
@@ -26,11 +27,12 @@ from ._optimizer_state import OptimizerStateLayers, agreed
 from ._tensors import named_layout
 from .agent import Agent
 from .averaging import AveragingAgent
-from .elastic import ElasticAgent
+from .elastic import ElasticAgent, ElasticAveragingAgent
 from .groups import AgentGroups, GroupAgent
 from .errors import InvalidArgument
 
-__all__ = ["TorchAgent", "TorchAveragingAgent", "TorchElasticAgent", "layout_of"]
+__all__ = ["TorchAgent", "TorchAveragingAgent", "TorchElasticAgent", "TorchElasticAveragingAgent",
+           "layout_of"]
 
 
 def _named_parameters(module: _torch.nn.Module) -> List[Tuple[str, _torch.nn.Parameter]]:
@@ -557,7 +559,48 @@ class TorchElasticAgent(_TorchMember):
                                 doc="Where a joined spare resumes its slot's training.")
 
 
-class TorchAveragingAgent:
+class _ModuleAveraging:
+    """What the module averaging agents share: the module's parameters (then, with
+    ``mix_optimizer_state``, the optimizer's state layers) as the agent's data, and a round's
+    mix written back into the optimizer."""
+
+    def _bind(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
+              state: Optional[OptimizerStateLayers]) -> None:
+        named = _named_parameters(module)
+        self.module = module
+        self.optimizer = optimizer
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        self._state = state
+        self._states_mixed = 0
+
+    def _layout(self) -> "_core.Layout":
+        layout = layout_of(self.module)
+        if self._state is not None:
+            self._state.append_to(layout)
+        return layout
+
+    def _data(self) -> Dict[str, _torch.Tensor]:
+        data = {name: p.data for name, p in zip(self._names, self._params)}
+        if self._state is not None:
+            self._state.capture(self.optimizer, self._params)
+            data.update(self._state.layers())
+        return data
+
+    def _mixed(self, r: "_core.AveragingRound",
+               keep_own_counts: bool = True) -> "_core.AveragingRound":
+        if self._state is not None and r.applied:
+            self._states_mixed += self._state.restore(self.optimizer, self._params,
+                                                      keep_own_counts=keep_own_counts)
+        return r
+
+    @property
+    def optimizer_states_mixed(self) -> int:
+        """Optimizer state entries written from a mix so far (``mix_optimizer_state``)."""
+        return self._states_mixed
+
+
+class TorchAveragingAgent(_ModuleAveraging):
     """One rank of a module trained data-parallel by ranks that average their parameters
     one-sidedly (paramwin.AveragingAgent over ``module.named_parameters()``; collective
     creation over ``comm``).
@@ -598,38 +641,12 @@ class TorchAveragingAgent:
             raise InvalidArgument("paramwin: TorchAveragingAgent: the synchronous means and "
                                   "background corrections run on the host, so it has no device "
                                   "window (memory must be \"host\"; CUDA parameters are staged)")
-        self.module = module
-        self.optimizer = optimizer
-        self._names = [name for name, _ in named]
-        self._params = [p for _, p in named]
-        self._state: Optional[OptimizerStateLayers] = None
+        state: Optional[OptimizerStateLayers] = None
         if mix_optimizer_state:
-            self._state = agreed(comm, lambda: _state_layers(optimizer, named,
-                                                             "mix_optimizer_state"))
-        layout = layout_of(module)
-        if self._state is not None:
-            self._state.append_to(layout)
-        self.agent = AveragingAgent(layout, comm, **options)
+            state = agreed(comm, lambda: _state_layers(optimizer, named, "mix_optimizer_state"))
+        self._bind(module, optimizer, state)
+        self.agent = AveragingAgent(self._layout(), comm, **options)
         self._published = False
-        self._states_mixed = 0
-
-    def _data(self) -> Dict[str, _torch.Tensor]:
-        data = {name: p.data for name, p in zip(self._names, self._params)}
-        if self._state is not None:
-            self._state.capture(self.optimizer, self._params)
-            data.update(self._state.layers())
-        return data
-
-    def _mixed(self, r: "_core.AveragingRound") -> "_core.AveragingRound":
-        if self._state is not None and r.applied:
-            self._states_mixed += self._state.restore(self.optimizer, self._params,
-                                                      keep_own_counts=True)
-        return r
-
-    @property
-    def optimizer_states_mixed(self) -> int:
-        """Optimizer state entries written from a mix so far (``mix_optimizer_state``)."""
-        return self._states_mixed
 
     def publish(self) -> "_core.PublishResult":
         """Publishes the module's parameters now (the initial ones, before the first step)."""
@@ -724,3 +741,106 @@ class TorchAveragingAgent:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         close_after_block(self, "TorchAveragingAgent", exc_type, exc, tb)
+
+
+class TorchElasticAveragingAgent(_ModuleAveraging):
+    """One process of an elastic averaging population of modules (docs/elastic.md, "Averaging
+    populations"): ``paramwin.ElasticAveragingAgent`` driven by a module's parameters, as
+    TorchAveragingAgent drives an AveragingAgent. Every process of ``comm`` (mpi4py; default
+    COMM_WORLD) builds the module (and its optimizer); the first ``members`` ranks train in
+    slots, the others are spares. A spare given a dead member's slot starts from the uniform
+    mix of the live members (round kind ``"joined"``), read one-sidedly: the module's
+    parameters and, with ``mix_optimizer_state=True`` (Adam, AdamW or SGD with momentum), the
+    optimizer's state, Adam's step count included (the joiner takes over the members'
+    training; other rounds keep each rank's own count). The parameters must be CPU tensors.
+
+    The trainer's loop (a Python exception in one trainer is a death the others survive)::
+
+        agent = paramwin.torch.TorchElasticAveragingAgent(model, members=8, optimizer=opt,
+                                                          mix_optimizer_state=True,
+                                                          topology="ring")
+        finished = False
+        while not finished and agent.wait_for_slot():    # a spare sleeps here
+            try:
+                for it in range(agent.resume_iteration, steps):
+                    opt.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    opt.step()
+                    agent.step()                          # a joiner's first: the members' mix
+                agent.finish()
+                finished = True
+            except paramwin.EvictedError:                 # stalled past the bound: a spare
+                pass
+            except Exception:
+                agent.resign()                            # a spare takes the slot
+        os._exit(0)                                       # never MPI_Finalize
+
+    Options are paramwin.ElasticAveragingAgent's (``replacement``, ``check_seconds``,
+    ``dead_after_seconds``, ``agree_seconds``, the averaging keywords less what is collective
+    over the population). Creation is collective over ``comm``; a bad argument on one process
+    raises InvalidArgument on every process.
+    """
+
+    def __init__(self, module: _torch.nn.Module, comm: Any = None, *, members: int,
+                 optimizer: Optional[_torch.optim.Optimizer] = None,
+                 mix_optimizer_state: bool = False, **options: Any):
+        named = _named_parameters(module)
+
+        def check() -> Optional[OptimizerStateLayers]:
+            if not named:
+                raise InvalidArgument("paramwin: the module has no parameters")
+            for name, p in named:
+                if p.device.type != "cpu":
+                    raise InvalidArgument(
+                        f"paramwin: TorchElasticAveragingAgent: '{name}' is on {p.device}; an "
+                        "elastic population's window is host memory (keep the module on the CPU)")
+            if str(options.get("memory", "host")) != "host":
+                raise InvalidArgument("paramwin: TorchElasticAveragingAgent: an elastic "
+                                      "population's window is host memory (memory must be "
+                                      "\"host\")")
+            if not mix_optimizer_state:
+                return None
+            return _state_layers(optimizer, named, "mix_optimizer_state")
+
+        # Agreed before the collective creation: a process that refuses must not leave the
+        # others waiting in it.
+        self._bind(module, optimizer, agreed(comm, check))
+        self._agent = ElasticAveragingAgent(self._layout(), comm, members=members, **options)
+
+    def wait_for_slot(self) -> bool:
+        """A member: True at once. A spare: sleeps until it is given a dead member's slot
+        (True: its next step is the join) or the population finished (False)."""
+        return self._agent.wait_for_slot()
+
+    def step(self) -> "_core.AveragingRound":
+        """One step, after the optimizer's (see paramwin.ElasticAveragingAgent.step): the
+        membership's messages, then the round into the module's parameters (and with
+        ``mix_optimizer_state`` the optimizer's state) in place. Raises EvictedError when this
+        process was judged dead while it stalled (a spare now)."""
+        with _torch.no_grad():
+            r = self._agent.step(self._data())
+        return self._mixed(r, keep_own_counts=str(r.kind) != "joined")
+
+    def resign(self) -> None:
+        """Gives the slot up after a trainer's exception (a spare takes it); this process is
+        a spare now (call wait_for_slot())."""
+        self._agent.resign()
+
+    def finish(self) -> None:
+        """At the end of training: waits until every slot finished or is dead, then releases
+        the spares (no mean: nothing collective runs over the population)."""
+        self._agent.finish()
+
+    @property
+    def agent(self) -> ElasticAveragingAgent:
+        """The underlying paramwin.ElasticAveragingAgent (slot, epoch, members, version,
+        members_gather, ...)."""
+        return self._agent
+
+    member = property(lambda self: self._agent.member, doc="Whether this process has a slot.")
+    joining = property(lambda self: self._agent.joining,
+                       doc="Whether this member's next step is its join.")
+    slot = property(lambda self: self._agent.slot, doc="This process's slot (-1: a spare).")
+    epoch = property(lambda self: self._agent.epoch, doc="The membership epoch.")
+    resume_iteration = property(lambda self: self._agent.resume_iteration,
+                                doc="Where a joined spare resumes its slot's training.")
