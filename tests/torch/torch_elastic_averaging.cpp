@@ -156,11 +156,15 @@ int main(int argc, char** argv) {
         if (joined && first) {
           const bool ok = exact_join(round, model, opt, m, standing);
           if (!ok) ++bad;
-          std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu): %s round "
-                      "over %zu peers, %s\n",
+          const double now =
+              std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+          std::printf("world rank %d: joined slot %d at iteration %lld (epoch %llu) at %.6f: %s "
+                      "round over %zu peers, %s\n",
                       run.rank, slot, static_cast<long long>(it),
-                      static_cast<unsigned long long>(m.epoch()), pw::enum_name(round.kind).data(),
-                      round.peers.size(), ok ? "the exact mix" : "NOT the mix");
+                      static_cast<unsigned long long>(m.epoch()), now,
+                      pw::enum_name(round.kind).data(), round.peers.size(),
+                      ok ? "the exact mix" : "NOT the mix");
           std::fflush(stdout);
         }
         first = false;
