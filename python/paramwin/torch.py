@@ -424,7 +424,25 @@ class TorchAgent(_TorchMember):
         close_after_block(self, "TorchAgent", exc_type, exc, tb)
 
 
-class TorchElasticAgent(_TorchMember):
+class _ElasticSlot:
+    """What the module elastic agents share: the slot's calls and properties of the elastic
+    agent they hold (``self._agent``)."""
+
+    _agent: Any
+
+    def resign(self) -> None:
+        """Gives the slot up after a trainer's exception (a spare takes it); this process is
+        a spare now (call wait_for_slot())."""
+        self._agent.resign()
+
+    member = property(lambda self: self._agent.member, doc="Whether this process has a slot.")
+    slot = property(lambda self: self._agent.slot, doc="This process's slot (-1: a spare).")
+    epoch = property(lambda self: self._agent.epoch, doc="The membership epoch.")
+    resume_iteration = property(lambda self: self._agent.resume_iteration,
+                                doc="Where a joined spare resumes its slot's training.")
+
+
+class TorchElasticAgent(_ElasticSlot, _TorchMember):
     """One process of an elastic population of modules (docs/elastic.md, "Epochs and
     spares"): ``paramwin.ElasticAgent`` driven by a module and its optimizer, as TorchAgent
     drives an Agent. Every process of ``comm`` (mpi4py; default COMM_WORLD) builds the module
@@ -534,11 +552,6 @@ class TorchElasticAgent(_TorchMember):
             self._after_rebirth()
         return event
 
-    def resign(self) -> None:
-        """Gives the slot up after a trainer's exception (a spare takes it); this process is
-        a spare now (call wait_for_slot())."""
-        self._agent.resign()
-
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
         the spares (EvictedError: see paramwin.ElasticAgent.finish)."""
@@ -550,13 +563,8 @@ class TorchElasticAgent(_TorchMember):
         members_gather, ...)."""
         return self._agent
 
-    member = property(lambda self: self._agent.member, doc="Whether this process has a slot.")
     joined = property(lambda self: self._agent.joined,
                       doc="Whether the next step is a joined spare's rebirth.")
-    slot = property(lambda self: self._agent.slot, doc="This process's slot (-1: a spare).")
-    epoch = property(lambda self: self._agent.epoch, doc="The membership epoch.")
-    resume_iteration = property(lambda self: self._agent.resume_iteration,
-                                doc="Where a joined spare resumes its slot's training.")
 
 
 class _ModuleAveraging:
@@ -743,7 +751,7 @@ class TorchAveragingAgent(_ModuleAveraging):
         close_after_block(self, "TorchAveragingAgent", exc_type, exc, tb)
 
 
-class TorchElasticAveragingAgent(_ModuleAveraging):
+class TorchElasticAveragingAgent(_ElasticSlot, _ModuleAveraging):
     """One process of an elastic averaging population of modules (docs/elastic.md, "Averaging
     populations"): ``paramwin.ElasticAveragingAgent`` driven by a module's parameters, as
     TorchAveragingAgent drives an AveragingAgent. Every process of ``comm`` (mpi4py; default
@@ -821,11 +829,6 @@ class TorchElasticAveragingAgent(_ModuleAveraging):
             r = self._agent.step(self._data())
         return self._mixed(r, keep_own_counts=str(r.kind) != "joined")
 
-    def resign(self) -> None:
-        """Gives the slot up after a trainer's exception (a spare takes it); this process is
-        a spare now (call wait_for_slot())."""
-        self._agent.resign()
-
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
         the spares (no mean: nothing collective runs over the population)."""
@@ -837,10 +840,5 @@ class TorchElasticAveragingAgent(_ModuleAveraging):
         members_gather, ...)."""
         return self._agent
 
-    member = property(lambda self: self._agent.member, doc="Whether this process has a slot.")
     joining = property(lambda self: self._agent.joining,
                        doc="Whether this member's next step is its join.")
-    slot = property(lambda self: self._agent.slot, doc="This process's slot (-1: a spare).")
-    epoch = property(lambda self: self._agent.epoch, doc="The membership epoch.")
-    resume_iteration = property(lambda self: self._agent.resume_iteration,
-                                doc="Where a joined spare resumes its slot's training.")

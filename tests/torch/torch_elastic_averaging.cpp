@@ -34,6 +34,7 @@
 #include "elastic_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/elastic_averaging.hpp"
+#include "torch_slot_state.hpp"
 
 namespace pw = paramwin;
 namespace pwt = paramwin::torch;
@@ -41,41 +42,6 @@ namespace pwt = paramwin::torch;
 namespace {
 
 constexpr int kSpares = 2;
-constexpr double kJunk = 1.0e6;
-
-double param_value(int slot, std::int64_t j, std::size_t t) {
-  return 100.0 * (slot + 1) + 0.01 * static_cast<double>(j) + static_cast<double>(t);
-}
-
-torch::optim::AdamParamState& adam_of(torch::optim::Optimizer& opt, const torch::Tensor& p) {
-  torch::optim::OptimizerParamState* s = pwt::optimizer_state(opt, p);
-  if (s == nullptr) throw std::runtime_error("no Adam state for a parameter");
-  return static_cast<torch::optim::AdamParamState&>(*s);
-}
-
-/// Writes the member's state: its slot's constants (see the top of the file); slot -1: junk.
-void encode(torch::nn::Linear& model, torch::optim::Adam& opt, int slot) {
-  const torch::NoGradGuard no_grad;
-  std::size_t t = 0;
-  for (torch::Tensor& p : model->parameters()) {
-    torch::optim::AdamParamState& s = adam_of(opt, p);
-    if (slot < 0) {
-      p.fill_(kJunk);
-      s.exp_avg(torch::full_like(p, kJunk));
-      s.exp_avg_sq(torch::full_like(p, kJunk));
-      s.step(1);
-      continue;
-    }
-    const torch::Tensor j = torch::arange(p.numel(), torch::kFloat64).reshape(p.sizes());
-    p.copy_(100.0 * (slot + 1) + 0.01 * j + static_cast<double>(t++));
-    s.exp_avg(torch::full_like(p, 10.0 * (slot + 1)));
-    s.exp_avg_sq(torch::full_like(p, 1.0 * (slot + 1)));
-    s.step(5 * (slot + 1));
-  }
-}
-
-bool near(double got, double want) { return std::abs(got - want) <= 1e-4 * std::abs(want) + 1e-5; }
-
 /// Whether @p round is a proper join and the module and Adam's state hold the exact mix of the
 /// slots it read (@p m: the epoch's members; @p standing: whose window ranks are world ranks).
 bool exact_join(const pw::AveragingRound& round, torch::nn::Linear& model, torch::optim::Adam& opt,
@@ -93,25 +59,7 @@ bool exact_join(const pw::AveragingRound& round, torch::nn::Linear& model, torch
     sum += p.weight;
   }
   if (read.empty() || std::abs(sum - 1.0) > 1e-9) return false;
-  const auto mix = [&](auto f) {
-    double out = 0.0;
-    for (const auto& [slot, w] : read) out += w * f(slot);
-    return out;
-  };
-  bool ok = true;
-  std::size_t t = 0;
-  for (const torch::Tensor& p : model->parameters()) {
-    const torch::Tensor flat = p.detach().reshape(-1).to(torch::kFloat64);
-    for (std::int64_t j = 0; j < flat.numel(); ++j) {
-      ok = ok && near(flat[j].item<double>(), mix([&](int s) { return param_value(s, j, t); }));
-    }
-    const torch::optim::AdamParamState& s = adam_of(opt, p);
-    ok = ok && near(s.exp_avg().mean().item<double>(), mix([](int k) { return 10.0 * (k + 1); }));
-    ok = ok && near(s.exp_avg_sq().mean().item<double>(), mix([](int k) { return 1.0 * (k + 1); }));
-    ok = ok && s.step() == std::llround(mix([](int k) { return 5.0 * (k + 1); }));
-    ++t;
-  }
-  return ok;
+  return pw::test::holds_slot_mix(model, opt, read);
 }
 
 }  // namespace
@@ -151,7 +99,8 @@ int main(int argc, char** argv) {
     bool first = true;
     try {
       for (std::int64_t it = agent.resume_iteration(); it < 150; ++it) {
-        encode(model, opt, joined && first ? -1 : slot);  // a join that did not mix shows
+        pw::test::encode_slot_state(model, opt,
+                                    joined && first ? -1 : slot);  // a join that did not mix shows
         const pw::AveragingRound round = agent.step();
         if (joined && first) {
           const bool ok = exact_join(round, model, opt, m, standing);

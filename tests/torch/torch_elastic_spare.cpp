@@ -34,6 +34,7 @@
 #include "elastic_test_util.hpp"
 #include "paramwin/paramwin.hpp"
 #include "paramwin/torch/elastic.hpp"
+#include "torch_slot_state.hpp"
 
 namespace pw = paramwin;
 namespace pwt = paramwin::torch;
@@ -42,34 +43,13 @@ namespace {
 
 constexpr int kSpares = 2;
 
-double param_value(int slot, std::int64_t j, std::size_t t) {
-  return 100.0 * (slot + 1) + 0.01 * static_cast<double>(j) + static_cast<double>(t);
-}
-
-torch::optim::AdamParamState& adam_of(torch::optim::Optimizer& opt, const torch::Tensor& p) {
-  torch::optim::OptimizerParamState* s = pwt::optimizer_state(opt, p);
-  if (s == nullptr) throw std::runtime_error("no Adam state for a parameter");
-  return static_cast<torch::optim::AdamParamState&>(*s);
-}
-
 /// Writes the member's state: its slot's constants (see the top of the file).
 void encode(torch::nn::Linear& model, torch::optim::Adam& opt, int slot) {
-  const torch::NoGradGuard no_grad;
-  std::size_t t = 0;
-  for (torch::Tensor& p : model->parameters()) {
-    const torch::Tensor j = torch::arange(p.numel(), torch::kFloat64).reshape(p.sizes());
-    p.copy_(100.0 * (slot + 1) + 0.01 * j + static_cast<double>(t++));
-    torch::optim::AdamParamState& s = adam_of(opt, p);
-    s.exp_avg(torch::full_like(p, 10.0 * (slot + 1)));
-    s.exp_avg_sq(torch::full_like(p, 1.0 * (slot + 1)));
-    s.step(5 * (slot + 1));
-  }
+  pw::test::encode_slot_state(model, opt, slot);
   for (auto& g : opt.param_groups()) {
     static_cast<torch::optim::AdamOptions&>(g.options()).lr(0.001 * (slot + 1));
   }
 }
-
-bool near(double got, double want) { return std::abs(got - want) <= 1e-4 * std::abs(want) + 1e-5; }
 
 /// Whether the joined rebirth holds the exact mix of its donors; @p members: the world rank of
 /// each slot (the standing window's ranks are world ranks).
@@ -85,31 +65,12 @@ bool exact_mix(const pw::StepEvent& e, torch::nn::Linear& model, torch::optim::A
     if (slot < 0) return false;  // a donor that holds no slot
     donors.emplace_back(slot, d.weight);
   }
-  const auto mix = [&](auto f) {
-    double sum = 0.0;
-    for (const auto& [slot, w] : donors) sum += w * f(slot);
-    return sum;
-  };
-  bool ok = true;
-  std::size_t t = 0;
-  for (const torch::Tensor& p : model->parameters()) {
-    const torch::Tensor flat = p.detach().reshape(-1).to(torch::kFloat64);
-    for (std::int64_t j = 0; j < flat.numel(); ++j) {
-      ok = ok && near(flat[j].item<double>(), mix([&](int s) { return param_value(s, j, t); }));
-    }
-    torch::optim::OptimizerParamState* state = pwt::optimizer_state(opt, p);
-    if (state == nullptr) return false;  // the state was reset, not inherited
-    const auto& s = static_cast<const torch::optim::AdamParamState&>(*state);
-    ok = ok && near(s.exp_avg().mean().item<double>(), mix([](int k) { return 10.0 * (k + 1); }));
-    ok = ok && near(s.exp_avg_sq().mean().item<double>(), mix([](int k) { return 1.0 * (k + 1); }));
-    ok = ok && s.step() == std::llround(mix([](int k) { return 5.0 * (k + 1); }));
-    ++t;
-  }
+  bool ok = pw::test::holds_slot_mix(model, opt, donors);
   int best = static_cast<int>(members.size());
   for (const auto& [slot, w] : donors) best = std::min(best, slot);  // lower metric: fitter
   for (auto& g : opt.param_groups()) {
     const double lr = static_cast<torch::optim::AdamOptions&>(g.options()).lr();
-    ok = ok && near(lr, 0.001 * (best + 1));
+    ok = ok && pw::test::near(lr, 0.001 * (best + 1));
   }
   return ok;
 }
