@@ -10,7 +10,7 @@ import sys
 
 
 def parse(path):
-    faults, joins, resumes, procs, finished = [], [], [], [], None
+    faults, joins, resumes, procs, finished, final = [], [], [], [], None, []
     kinds, refills = {}, (0, 0, 0)
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)(?: kind (\w+))?", line)
@@ -32,16 +32,19 @@ def parse(path):
         if m:
             procs.append((int(m[1]), float(m[2]), int(m[3]), float(m[4]), float(m[5]),
                           int(m[6]), float(m[7]), int(m[8]), float(m[9])))
+        m = re.match(r"final slot (\d+) loss (\S+)", line)
+        if m:
+            final.append(float(m[2]))
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
-    return faults, joins, resumes, procs, finished, kinds, refills
+    return faults, joins, resumes, procs, finished, kinds, refills, final
 
 
 def main():
     faults_log, base_log, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    faults, joins, resumes, procs, finished, kinds, refills = parse(faults_log)
-    _, _, _, base_procs, base_finished, _, _ = parse(base_log)
+    faults, joins, resumes, procs, finished, kinds, refills, final = parse(faults_log)
+    _, _, _, base_procs, base_finished, _, _, base_final = parse(base_log)
     # Each join, or resume of a stopped process in its slot, answers the earliest fault of its
     # slot not answered yet (when two are open, the longer delay: the pessimistic reading);
     # only joins are replacements (their delays are measured).
@@ -94,6 +97,9 @@ def main():
         ("replacement's first loss / its donors' mean loss: min, median, max",
          f"{min(ratios):.3f}, {statistics.median(ratios):.3f}, {max(ratios):.3f}"
          if ratios else "-"),
+        ("finished slots' final loss, mean: with faults / without",
+         f"{statistics.mean(final):.4g} / {statistics.mean(base_final):.4g}"
+         if final and base_final else "-"),
         ("baseline: slots finished", f"{base_finished[1] if base_finished else 0}"),
     ]
     print("| figure | measured |")

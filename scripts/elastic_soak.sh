@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The elastic soak (docs/elastic.md, "Soak"): an ElasticAgent population trains for a fixed
-# time while faults hit random slots, then the same run without faults; prints the figures.
+# The elastic soak (docs/elastic.md, "Soak"): an ElasticAgent population (--agent averaging:
+# an ElasticAveragingAgent one) trains for a fixed time while faults hit random slots, then the
+# same run without faults; prints the figures.
 #   scripts/elastic_soak.sh [--mpi mpich|openmpi] [--members M] [--spares S] [--seconds T]
-#                           [--faults N] [--kind resign|kill]
+#                           [--faults N] [--kind resign|kill|sigstop|mixed]
 #                           [--replacement new_window|standing] [--spawn POOL]
-#                           [--launcher mpiexec|slurm] [--out DIR]
+#                           [--agent pbt|averaging] [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
 # its process waits as a spare again; kill needs Open MPI or --launcher slurm, and at most S
 # faults unless --spawn).
@@ -19,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpi=mpich members=8 spares=2 seconds=150 faults=120 kind=resign replacement=new_window spawn=0
-launcher=mpiexec out=out/elastic_soak
+launcher=mpiexec out=out/elastic_soak agent=pbt
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,10 +33,16 @@ while [ $# -gt 0 ]; do
     --replacement) replacement=$2; shift 2 ;;
     --spawn) spawn=$2; shift 2 ;;
     --launcher) launcher=$2; shift 2 ;;
+    --agent) agent=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "elastic_soak.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$agent" in
+  pbt) agent_arg=() ;;
+  averaging) agent_arg=(averaging) ;;
+  *) echo "elastic_soak.sh: --agent takes pbt or averaging, not '$agent'" >&2; exit 2 ;;
+esac
 case "$launcher" in
   mpiexec) ;;
   slurm)
@@ -71,7 +78,7 @@ if [ "$launcher" = slurm ] && [ -z "${SLURM_CONF:-}" ]; then
   exec bash scripts/slurm.sh run --cpus "$np" -- bash "$0" "${args[@]}"
 fi
 echo "elastic_soak.sh: $mpi, $members members + $spares spares, $seconds s, $faults $kind faults," \
-  "$replacement, spawn pool $spawn, launcher $launcher"
+  "$replacement, spawn pool $spawn, launcher $launcher, agent $agent"
 if [ "$launcher" = slurm ]; then
   out=$(cd "$out" && pwd)
   srun_mpi=pmi2
@@ -79,7 +86,7 @@ if [ "$launcher" = slurm ]; then
   jid=$(PARAMWIN_SRUN_MPI=$srun_mpi \
         sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" scripts/slurm/elastic_soak.sbatch \
         "$PWD/$build/tests/elastic_soak" "$out" "$members" "$seconds" "$faults" "$kind" \
-        "$replacement")
+        "$replacement" "${agent_arg[@]}")
   check_name=elastic_soak.sh
   # shellcheck source=slurm/common.sh
   source scripts/slurm/common.sh
@@ -88,10 +95,10 @@ if [ "$launcher" = slurm ]; then
   [ "$state" = COMPLETED ] || echo "elastic_soak.sh: job $jid ended $state"
 else
   timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" \
-    "$faults" "$kind" "$replacement" "spawn=$spawn" > "$out/faults.log" 2>&1 ||
+    "$faults" "$kind" "$replacement" "spawn=$spawn" "${agent_arg[@]}" > "$out/faults.log" 2>&1 ||
     echo "elastic_soak.sh: the run with faults ended with $?"
   timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" 0 \
-    "$kind" "$replacement" "spawn=$spawn" > "$out/baseline.log" 2>&1 ||
+    "$kind" "$replacement" "spawn=$spawn" "${agent_arg[@]}" > "$out/baseline.log" 2>&1 ||
     echo "elastic_soak.sh: the baseline ended with $?"
 fi
 /usr/bin/python3 scripts/elastic_soak.py "$out/faults.log" "$out/baseline.log" "$members" |

@@ -1,7 +1,8 @@
-// The elastic soak (docs/elastic.md, "Soak"): members train an ElasticAgent population for a
-// fixed wall time while faults hit random slots on a schedule every process knows; spares take
-// the slots. Usage (every rank the same arguments):
-//   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>]
+// The elastic soak (docs/elastic.md, "Soak"): members train an ElasticAgent population (or,
+// with `averaging`, an ElasticAveragingAgent one) for a fixed wall time while faults hit random
+// slots on a schedule every process knows; spares take the slots. Usage (every rank the same
+// arguments):
+//   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>] [averaging]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
 // --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
@@ -17,12 +18,16 @@
 // Faults come at k * span / (faults + 1), span the run's seconds (less the last 5 s with
 // stops). The model: w (10,000 float32) regressed towards a fixed target, loss = mean (w - t)^2,
 // one gradient step and 5 ms of sleep (the device's compute) per step; age trigger rebirths every
-// 40-60 steps from k = 2 donors. Every process prints lines the soak report reads
-// (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "resume slot <s> at <t>" (a stopped
-// process that stepped on in its slot: it was not replaced), "join slot <s> at <t> loss <l>
-// donors_mean <m>", "steps <n> <seconds of step time> ..." and at the end, from the last
-// epoch's slot 0, "soak: epoch <e>, <slots> slots finished" (the step times also split
-// into steps begun within 0.1 s after a scheduled fault, a recovery, and the others). t is
+// 40-60 steps from k = 2 donors. With `averaging` the members instead gossip over a ring of the
+// slots every step (AveragingAgent, self weight 1/3), and a joiner starts from the uniform mix
+// of the live members; a one-element layer "loss" carries each member's loss in its snapshot,
+// so the join's mix of it is the members' mean loss (its "donors' mean"). Every process prints
+// lines the soak report reads (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "resume
+// slot <s> at <t>" (a stopped process that stepped on in its slot: it was not replaced), "join
+// slot <s> at <t> loss <l> donors_mean <m>", "steps <n> <seconds of step time> ...", "final
+// slot <s> loss <l>" from each process that finished in a slot, and at the end, from the last
+// epoch's slot 0, "soak: epoch <e>, <slots> slots finished" (the step times also split into
+// steps begun within 0.1 s after a scheduled fault, a recovery, and the others). t is
 // steady_clock seconds (system-wide on Linux). No checkpoint is written or read.
 #include <mpi.h>
 
@@ -82,26 +87,114 @@ std::string fault_kind(const std::string& kind, int k, int faults, int kills, bo
   return k % 3 == 0 ? "sigstop" : "resign";
 }
 
+/// What a join reports: the round's kind or rebirth reason, and the donors' mean loss.
+struct Joined {
+  std::string how;
+  double donors_mean = 0.0;
+};
+
+/// The PBT population: an ElasticAgent whose members are reborn by age from the 2 fittest.
+struct PbtPopulation {
+  pw::ElasticAgent<> agent;
+
+  PbtPopulation(const pw::WindowOptions& window_options, const pw::MembershipOptions& membership)
+      : agent(MPI_COMM_WORLD, layout(), options(), window_options, membership) {}
+  static pw::Layout layout() {
+    pw::Layout l;
+    l.add("w", kN);
+    return l;
+  }
+  static pw::AgentOptions options() {
+    pw::AgentOptions o =
+        pw::parse_agent_options("triggers=age age=40..60 k=2 selection=fittest direction=lower");
+    o.seed = 5;
+    return o;
+  }
+  /// Whether this member's next step is a joined spare's first.
+  bool joining() { return agent.agent().policy().pending() == pw::DeathReason::joined; }
+  /// One step of the member with parameters @p w at @p loss.
+  Joined step(std::int64_t it, double loss, std::vector<float>& w) {
+    const pw::StepEvent e = agent.step(it, loss, {pw::LayerRef(w)});
+    Joined j{std::string(pw::reason_name(e.reason)), 0.0};
+    for (const pw::DonorRecord& d : e.donors)
+      j.donors_mean += d.metric / static_cast<double>(e.donors.size());
+    return j;
+  }
+};
+
+/// The averaging population: an ElasticAveragingAgent whose members gossip over a ring of the
+/// slots every step; the layer "loss" carries each member's loss.
+struct AveragingPopulation {
+  pw::ElasticAveragingAgent agent;
+  std::vector<float> loss_layer = std::vector<float>(1, 0.0F);
+
+  AveragingPopulation(const pw::WindowOptions& window_options,
+                      const pw::MembershipOptions& membership)
+      : agent(MPI_COMM_WORLD, layout(), options(window_options), membership) {}
+  static pw::Layout layout() {
+    pw::Layout l;
+    l.add("w", kN);
+    l.add("loss", 1);
+    return l;
+  }
+  static pw::AveragingOptions options(const pw::WindowOptions& window_options) {
+    pw::AveragingOptions o;
+    o.topology = pw::Topology::ring_peers();  // over the slots, whoever holds them
+    o.interval = 1;
+    o.timeout_seconds = 1.0;  // a dead member over RMA never answers
+    o.window = window_options;
+    return o;
+  }
+  bool joining() { return agent.agent().joining(); }
+  Joined step(std::int64_t /*it*/, double loss, std::vector<float>& w) {
+    loss_layer[0] = static_cast<float>(loss);
+    const pw::AveragingRound r = agent.step({pw::LayerRef(w), pw::LayerRef(loss_layer)});
+    // A join's "loss" layer is the uniform mix of the members' losses: their mean.
+    return {std::string(pw::enum_name(r.kind)), static_cast<double>(loss_layer[0])};
+  }
+};
+
+/// The soak's settings, the same on every process.
+struct Soak {
+  int members = 0;
+  double seconds = 0.0;
+  int faults = 0;
+  std::string kind;
+  int pool = 0;
+  int kills = 0;
+  double start = 0.0;
+  double interval = 0.0;
+};
+
+/// A stopped process is judged by its silence: shorter than its 3 s stop.
+constexpr double kStopSeconds = 3.0;
+
+template <class Population>
+[[noreturn]] void run_soak(Population& pop, const Soak& soak);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pw::test::DeathRun run(argc, argv);
   if (argc < 5) {
     if (run.rank == 0)
-      std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill>\n");
+      std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill|sigstop|mixed> "
+                  "[standing] [spawn=<pool>] [averaging]\n");
     std::_Exit(2);
   }
-  const int members = std::atoi(argv[1]);
-  const double seconds = std::atof(argv[2]);
-  const int faults = std::atoi(argv[3]);
-  const std::string kind = argv[4];
+  Soak soak;
+  soak.members = std::atoi(argv[1]);
+  soak.seconds = std::atof(argv[2]);
+  soak.faults = std::atoi(argv[3]);
+  soak.kind = argv[4];
   bool standing = false;
-  int pool = 0;
+  bool averaging = false;
   double start = -1.0;
   for (int i = 5; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "standing") standing = true;
-    if (a.rfind("spawn=", 0) == 0) pool = std::atoi(a.c_str() + 6);
+    if (a == "averaging") averaging = true;
+    if (a.rfind("spawn=", 0) == 0) soak.pool = std::atoi(a.c_str() + 6);
     if (a.rfind("start=", 0) == 0) start = std::atof(a.c_str() + 6);
   }
   if (start < 0.0) {  // a process of the start (a spawned one was told)
@@ -109,34 +202,22 @@ int main(int argc, char** argv) {
     MPI_Bcast(&start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     start += 0.5;  // every process past its set-up
   }
+  soak.start = start;
   // Faults are spread evenly over the run; a stop (sigstop, mixed) needs its silence bound and
   // a join after it, so none comes in the last 5 s (a slot still empty at the end would count
   // as a lost agent by the soak's own schedule).
-  const bool stops = kind == "sigstop" || kind == "mixed";
-  const double span = stops ? std::max(seconds - 5.0, seconds / 2) : seconds;
-  const double interval = faults > 0 ? span / (faults + 1) : 1e300;
+  const bool stops = soak.kind == "sigstop" || soak.kind == "mixed";
+  const double span = stops ? std::max(soak.seconds - 5.0, soak.seconds / 2) : soak.seconds;
+  soak.interval = soak.faults > 0 ? span / (soak.faults + 1) : 1e300;
 
-  pw::Layout layout;
-  layout.add("w", kN);
-  std::vector<float> target(kN);
-  for (std::size_t i = 0; i < kN; ++i)
-    target[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
-  std::vector<float> w(kN);
-  std::mt19937 init(static_cast<unsigned>(run.rank));
-  std::normal_distribution<float> normal(0.0F, 1.0F);
-  for (float& x : w) x = 3.0F * normal(init);
-
-  pw::AgentOptions options =
-      pw::parse_agent_options("triggers=age age=40..60 k=2 selection=fittest direction=lower");
-  options.seed = 5;
   pw::WindowOptions window_options;
   window_options.name = "elastic_soak";
   pw::MembershipOptions membership;
-  membership.members = members;
+  membership.members = soak.members;
   membership.check_seconds = 0.02;
   if (standing) membership.replacement = pw::Replacement::standing_window;
-  if (pool > 0) {
-    membership.spawn.pool = pool;
+  if (soak.pool > 0) {
+    membership.spawn.pool = soak.pool;
     std::vector<std::string> args(argv + 1, argv + argc);
     char at[64];
     std::snprintf(at, sizeof at, "start=%.6f", start);
@@ -146,11 +227,34 @@ int main(int argc, char** argv) {
     }
     membership.spawn.args = args;
   }
-  const int kills = kind == "mixed" && pool == 0 ? std::max(0, run.size - members - 1) : 0;
-  // A stopped process is judged by its silence: shorter than its 3 s stop.
-  constexpr double kStopSeconds = 3.0;
-  if (kind == "sigstop" || kind == "mixed") membership.dead_after_seconds = 1.5;
-  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, window_options, membership);
+  soak.kills =
+      soak.kind == "mixed" && soak.pool == 0 ? std::max(0, run.size - soak.members - 1) : 0;
+  if (stops) membership.dead_after_seconds = 1.5;
+  if (averaging) {
+    AveragingPopulation pop(window_options, membership);
+    run_soak(pop, soak);
+  }
+  PbtPopulation pop(window_options, membership);
+  run_soak(pop, soak);
+}
+
+namespace {
+
+/// Trains @p pop's slots until the run's time is up, injecting this process's faults; prints
+/// the report's lines and ends the process.
+template <class Population>
+[[noreturn]] void run_soak(Population& pop, const Soak& soak) {
+  auto& agent = pop.agent;
+  const int members = soak.members;
+  const double start = soak.start;
+  const double interval = soak.interval;
+  std::vector<float> target(kN);
+  for (std::size_t i = 0; i < kN; ++i)
+    target[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  std::vector<float> w(kN);
+  std::mt19937 init(static_cast<unsigned>(agent.membership().world_rank()));
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (float& x : w) x = 3.0F * normal(init);
 
   const bool spawned = agent.membership().refills().spawned_here;
   std::mt19937 gen(
@@ -187,7 +291,7 @@ int main(int argc, char** argv) {
   };
   while (wait_for_slot()) {
     const int slot = agent.membership().slot();
-    const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
+    const bool joined = pop.joining();
     bool first = true;  // the first step since this process was given its slot
     bool woke = false;  // this process stopped itself and has not stepped since
     // The faults before this moment are not this process's to take.
@@ -196,19 +300,16 @@ int main(int argc, char** argv) {
     try {
       for (std::int64_t it = agent.resume_iteration();; ++it) {
         const double t0 = now_seconds();
-        if (t0 - start >= seconds) break;
+        if (t0 - start >= soak.seconds) break;
         for (std::size_t i = 0; i < kN; ++i) w[i] -= 0.005F * (w[i] - target[i] + noise(gen));
         const double loss = loss_of(w, target);
         const std::uint64_t epoch = agent.membership().epoch();
-        const pw::StepEvent e = agent.step(it, loss, {pw::LayerRef(w)});
+        const Joined j = pop.step(it, loss, w);
         const bool changed = agent.membership().epoch() != epoch;
         if (joined && first) {
-          double mean = 0.0;
-          for (const pw::DonorRecord& d : e.donors)
-            mean += d.metric / static_cast<double>(e.donors.size());
           ++joins;
           std::printf("join slot %d at %.6f loss %.6g donors_mean %.6g reason %s\n", slot,
-                      now_seconds(), loss_of(w, target), mean, pw::reason_name(e.reason).data());
+                      now_seconds(), loss_of(w, target), j.donors_mean, j.how.c_str());
         }
         first = false;
         if (woke) {  // not evicted while it was stopped: its slot was never given away
@@ -222,18 +323,18 @@ int main(int argc, char** argv) {
         (changed ? changing : plain).push_back(t1 - t0);
         const double since = t0 - start;
         const double n = std::floor(since / interval);
-        if (n >= 1.0 && n <= faults && since - n * interval < kRecovery) {
+        if (n >= 1.0 && n <= soak.faults && since - n * interval < kRecovery) {
           recovery_sum += t1 - t0;
           ++recovery_steps;
         } else {
           other_sum += t1 - t0;
           ++other_steps;
         }
-        while (next_fault <= faults && t1 >= start + next_fault * interval) {
+        while (next_fault <= soak.faults && t1 >= start + next_fault * interval) {
           const int k = next_fault++;
           if (fault_slot(k, members) != slot) continue;
           ++faults_done;
-          const std::string what = fault_kind(kind, k, faults, kills, pool > 0);
+          const std::string what = fault_kind(soak.kind, k, soak.faults, soak.kills, soak.pool > 0);
           std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), what.c_str());
           std::fflush(stdout);
           if (what == "kill") pw::test::die(true);
@@ -267,7 +368,7 @@ int main(int argc, char** argv) {
   const double plain_median = median(plain);
   double extra = 0.0;  // what the epoch changes added to this process's steps
   for (double t : changing) extra += t - plain_median;
-  if (pool > 0 && agent.membership().slot() <= 0) {
+  if (soak.pool > 0 && agent.membership().slot() <= 0) {
     const pw::RefillStats& r = agent.membership().refills();
     std::printf("refills %llu spawned %llu failed %llu\n",
                 static_cast<unsigned long long>(r.refills),
@@ -281,6 +382,9 @@ int main(int argc, char** argv) {
               changing.size(), median(changing) * 1e3, extra,
               static_cast<long long>(recovery_steps), recovery_sum * 1e3,
               static_cast<long long>(other_steps), other_sum * 1e3);
+  if (finished) {
+    std::printf("final slot %d loss %.6g\n", agent.membership().slot(), loss_of(w, target));
+  }
   std::fflush(stdout);
   if (!finished) std::_Exit(0);
   MPI_Comm last = agent.membership().create_members_comm();
@@ -295,3 +399,5 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::_Exit(0);
 }
+
+}  // namespace
