@@ -5,7 +5,8 @@
 #   scripts/elastic_soak.sh [--mpi mpich|openmpi] [--members M] [--spares S] [--seconds T]
 #                           [--faults N] [--kind resign|kill|sigstop|mixed]
 #                           [--replacement new_window|standing] [--spawn POOL]
-#                           [--agent pbt|averaging] [--launcher mpiexec|slurm] [--out DIR]
+#                           [--agent pbt|averaging] [--dead-after SECONDS]
+#                           [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
 # its process waits as a spare again; kill needs Open MPI or --launcher slurm, and at most S
 # faults unless --spawn).
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpi=mpich members=8 spares=2 seconds=150 faults=120 kind=resign replacement=new_window spawn=0
-launcher=mpiexec out=out/elastic_soak agent=pbt
+launcher=mpiexec out=out/elastic_soak agent=pbt dead_after=1.5
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     --spawn) spawn=$2; shift 2 ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent) agent=$2; shift 2 ;;
+    --dead-after) dead_after=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "elastic_soak.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -43,6 +45,8 @@ case "$agent" in
   averaging) agent_arg=(averaging) ;;
   *) echo "elastic_soak.sh: --agent takes pbt or averaging, not '$agent'" >&2; exit 2 ;;
 esac
+# With stops (sigstop, mixed): the silence after which a member is judged dead.
+agent_arg+=("dead_after=$dead_after")
 case "$launcher" in
   mpiexec) ;;
   slurm)
@@ -78,7 +82,7 @@ if [ "$launcher" = slurm ] && [ -z "${SLURM_CONF:-}" ]; then
   exec bash scripts/slurm.sh run --cpus "$np" -- bash "$0" "${args[@]}"
 fi
 echo "elastic_soak.sh: $mpi, $members members + $spares spares, $seconds s, $faults $kind faults," \
-  "$replacement, spawn pool $spawn, launcher $launcher, agent $agent"
+  "$replacement, spawn pool $spawn, launcher $launcher, agent $agent, dead after $dead_after s"
 if [ "$launcher" = slurm ]; then
   out=$(cd "$out" && pwd)
   srun_mpi=pmi2

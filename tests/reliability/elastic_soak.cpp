@@ -3,11 +3,13 @@
 // slots on a schedule every process knows; spares take the slots. Usage (every rank the same
 // arguments):
 //   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>] [averaging]
+//                [dead_after=<s>]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
 // --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
 // process stops itself for 3 s: a child shell sends SIGCONT; the others judge it dead after
-// dead_after_seconds = 1.5 s of silence, and when it wakes its step throws EvictedError and
+// dead_after_seconds = 1.5 s of silence (dead_after=<s>: another bound), and when it wakes its
+// step throws EvictedError and
 // it waits as a spare), or mixed (every third fault sigstop, one kill per spare but one,
 // spread over the run, the others resign); standing:
 // MembershipOptions::replacement = standing_window (default: new_window). spawn=<pool> (Open
@@ -190,12 +192,14 @@ int main(int argc, char** argv) {
   bool standing = false;
   bool averaging = false;
   double start = -1.0;
+  double dead_after = 1.5;  // the silence bound with stops
   for (int i = 5; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "standing") standing = true;
     if (a == "averaging") averaging = true;
     if (a.rfind("spawn=", 0) == 0) soak.pool = std::atoi(a.c_str() + 6);
     if (a.rfind("start=", 0) == 0) start = std::atof(a.c_str() + 6);
+    if (a.rfind("dead_after=", 0) == 0) dead_after = std::atof(a.c_str() + 11);
   }
   if (start < 0.0) {  // a process of the start (a spawned one was told)
     start = now_seconds();
@@ -229,7 +233,7 @@ int main(int argc, char** argv) {
   }
   soak.kills =
       soak.kind == "mixed" && soak.pool == 0 ? std::max(0, run.size - soak.members - 1) : 0;
-  if (stops) membership.dead_after_seconds = 1.5;
+  if (stops) membership.dead_after_seconds = dead_after;
   if (averaging) {
     AveragingPopulation pop(window_options, membership);
     run_soak(pop, soak);
