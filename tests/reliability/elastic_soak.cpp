@@ -26,7 +26,8 @@
 // so the join's mix of it is the members' mean loss (its "donors' mean"). Every process prints
 // lines the soak report reads (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "resume
 // slot <s> at <t>" (a stopped process that stepped on in its slot: it was not replaced), "join
-// slot <s> at <t> loss <l> donors_mean <m>", "steps <n> <seconds of step time> ...", "final
+// slot <s> at <t> loss <l> donors_mean <m>", "steps <n> <seconds of step time> ..." (at the
+// end, and from a process about to be SIGKILLed, before it dies), "final
 // slot <s> loss <l>" from each process that finished in a slot, and at the end, from the last
 // epoch's slot 0, "soak: epoch <e>, <slots> slots finished" (the step times also split into
 // steps begun within 0.1 s after a scheduled fault, a recovery, and the others). t is
@@ -285,6 +286,26 @@ template <class Population>
     std::fflush(stdout);
     std::_Exit(1);
   };
+  // This process's steps line: at the end, and before a SIGKILL (a killed process's steps
+  // count too).
+  const auto report_steps = [&] {
+    const auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    const double plain_median = median(plain);
+    double extra = 0.0;  // what the epoch changes added to this process's steps
+    for (double t : changing) extra += t - plain_median;
+    std::printf("steps %lld step_seconds %.3f faults %d joins %d plain_median_ms %.3f "
+                "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f recovery_steps %lld "
+                "recovery_ms %.3f other_steps %lld other_ms %.3f\n",
+                static_cast<long long>(steps), step_seconds, faults_done, joins, plain_median * 1e3,
+                changing.size(), median(changing) * 1e3, extra,
+                static_cast<long long>(recovery_steps), recovery_sum * 1e3,
+                static_cast<long long>(other_steps), other_sum * 1e3);
+    std::fflush(stdout);
+  };
   const auto wait_for_slot = [&] {
     try {
       return agent.wait_for_slot();
@@ -341,7 +362,10 @@ template <class Population>
           const std::string what = fault_kind(soak.kind, k, soak.faults, soak.kills, soak.pool > 0);
           std::printf("fault %d slot %d at %.6f kind %s\n", k, slot, now_seconds(), what.c_str());
           std::fflush(stdout);
-          if (what == "kill") pw::test::die(true);
+          if (what == "kill") {
+            report_steps();
+            pw::test::die(true);
+          }
           if (what == "sigstop") {
             pw::test::stop_self_for(kStopSeconds);  // the next step finds it evicted
             // The faults scheduled while it was stopped are its slot's new holder's, if any.
@@ -364,14 +388,7 @@ template <class Population>
       failed(e);
     }
   }
-  const auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  const double plain_median = median(plain);
-  double extra = 0.0;  // what the epoch changes added to this process's steps
-  for (double t : changing) extra += t - plain_median;
+  report_steps();
   if (soak.pool > 0 && agent.membership().slot() <= 0) {
     const pw::RefillStats& r = agent.membership().refills();
     std::printf("refills %llu spawned %llu failed %llu\n",
@@ -379,13 +396,6 @@ template <class Population>
                 static_cast<unsigned long long>(r.spawned),
                 static_cast<unsigned long long>(r.failed));
   }
-  std::printf("steps %lld step_seconds %.3f faults %d joins %d plain_median_ms %.3f "
-              "epoch_steps %zu epoch_median_ms %.3f epoch_extra_s %.3f recovery_steps %lld "
-              "recovery_ms %.3f other_steps %lld other_ms %.3f\n",
-              static_cast<long long>(steps), step_seconds, faults_done, joins, plain_median * 1e3,
-              changing.size(), median(changing) * 1e3, extra,
-              static_cast<long long>(recovery_steps), recovery_sum * 1e3,
-              static_cast<long long>(other_steps), other_sum * 1e3);
   if (finished) {
     std::printf("final slot %d loss %.6g\n", agent.membership().slot(), loss_of(w, target));
   }
