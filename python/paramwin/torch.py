@@ -572,9 +572,11 @@ class _ModuleAveraging:
     ``mix_optimizer_state``, the optimizer's state layers) as the agent's data, and a round's
     mix written back into the optimizer."""
 
-    def _bind(self, module: _torch.nn.Module, optimizer: Optional[_torch.optim.Optimizer],
+    def _bind(self, module: _torch.nn.Module,
+              named: List[Tuple[str, _torch.nn.Parameter]],
+              optimizer: Optional[_torch.optim.Optimizer],
               state: Optional[OptimizerStateLayers]) -> None:
-        named = _named_parameters(module)
+        """``named``: the module's ``_named_parameters``, as the caller collected them."""
         self.module = module
         self.optimizer = optimizer
         self._names = [name for name, _ in named]
@@ -652,7 +654,7 @@ class TorchAveragingAgent(_ModuleAveraging):
         state: Optional[OptimizerStateLayers] = None
         if mix_optimizer_state:
             state = agreed(comm, lambda: _state_layers(optimizer, named, "mix_optimizer_state"))
-        self._bind(module, optimizer, state)
+        self._bind(module, named, optimizer, state)
         self.agent = AveragingAgent(self._layout(), comm, **options)
         self._published = False
 
@@ -812,7 +814,7 @@ class TorchElasticAveragingAgent(_ElasticSlot, _ModuleAveraging):
 
         # Agreed before the collective creation: a process that refuses must not leave the
         # others waiting in it.
-        self._bind(module, optimizer, agreed(comm, check))
+        self._bind(module, named, optimizer, agreed(comm, check))
         self._agent = ElasticAveragingAgent(self._layout(), comm, members=members, **options)
 
     def wait_for_slot(self) -> bool:
