@@ -11,15 +11,15 @@ import sys
 
 def parse(path):
     faults, joins, resumes, procs, finished, final = [], [], [], [], None, []
-    kinds, refills = {}, (0, 0, 0)
+    kinds, refills = {}, (0, 0, 0, 0.0)
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)(?: kind (\w+))?", line)
         if m:
             faults.append((int(m[2]), float(m[3])))
             kinds[m[4] or "?"] = kinds.get(m[4] or "?", 0) + 1
-        m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)", line)
+        m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)(?: seconds ([\d.]+))?", line)
         if m:  # every process of a refill counts it: the largest count is the population's
-            refills = max(refills, (int(m[1]), int(m[2]), int(m[3])))
+            refills = max(refills, (int(m[1]), int(m[2]), int(m[3]), float(m[4] or 0.0)))
         m = re.match(r"resume slot (\d+) at ([\d.]+)", line)
         if m:  # a stopped process that stepped on in its slot: nothing to replace
             resumes.append((int(m[1]), float(m[2])))
@@ -74,8 +74,8 @@ def main():
     rows = [
         ("faults injected", f"{len(faults)} ("
          + ", ".join(f"{kinds[k]} {k}" for k in sorted(kinds)) + ")"),
-        ("refills of the spares by MPI_Comm_spawn (processes spawned, failed)",
-         f"{refills[0]} ({refills[1]}, {refills[2]})"),
+        ("refills of the spares by MPI_Comm_spawn (processes spawned, failed; seconds in them)",
+         f"{refills[0]} ({refills[1]}, {refills[2]}; {refills[3]:.2f} s)"),
         ("slots a spare took (joins)", f"{len(joins)}"),
         ("stops the process outlived in its slot (it stepped on: nothing to replace)",
          f"{resumed}"),

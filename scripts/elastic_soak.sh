@@ -4,14 +4,15 @@
 # same run without faults; prints the figures.
 #   scripts/elastic_soak.sh [--mpi mpich|openmpi] [--members M] [--spares S] [--seconds T]
 #                           [--faults N] [--kind resign|kill|sigstop|mixed]
-#                           [--replacement new_window|standing] [--spawn POOL]
+#                           [--replacement new_window|standing] [--spawn POOL] [--spawn-low L]
 #                           [--agent pbt|averaging] [--dead-after SECONDS]
 #                           [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
 # its process waits as a spare again; kill needs Open MPI or --launcher slurm, and at most S
 # faults unless --spawn).
 # --spawn POOL (Open MPI, new_window): the spares refilled by MPI_Comm_spawn to POOL
-# (SpawnOptions); kill and mixed then take any number of faults. Builds
+# (SpawnOptions); kill and mixed then take any number of faults. --spawn-low L: refill only
+# when fewer than L spares live (SpawnOptions::low; default: POOL). Builds
 # elastic_soak in build (MPICH) or build-openmpi first (scripts/setup.sh).
 # --launcher slurm: both runs as one Slurm batch job (scripts/slurm/elastic_soak.sbatch: srun
 # -K0, --mpi=pmi2 for MPICH, pmix for Open MPI, whose SIGKILLed tasks need its mpirun) on a cluster of this machine that
@@ -21,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpi=mpich members=8 spares=2 seconds=150 faults=120 kind=resign replacement=new_window spawn=0
-launcher=mpiexec out=out/elastic_soak agent=pbt dead_after=1.5
+spawn_low=0 launcher=mpiexec out=out/elastic_soak agent=pbt dead_after=1.5
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
     --kind) kind=$2; shift 2 ;;
     --replacement) replacement=$2; shift 2 ;;
     --spawn) spawn=$2; shift 2 ;;
+    --spawn-low) spawn_low=$2; shift 2 ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent) agent=$2; shift 2 ;;
     --dead-after) dead_after=$2; shift 2 ;;
@@ -82,7 +84,7 @@ if [ "$launcher" = slurm ] && [ -z "${SLURM_CONF:-}" ]; then
   exec bash scripts/slurm.sh run --cpus "$np" -- bash "$0" "${args[@]}"
 fi
 echo "elastic_soak.sh: $mpi, $members members + $spares spares, $seconds s, $faults $kind faults," \
-  "$replacement, spawn pool $spawn, launcher $launcher, agent $agent, dead after $dead_after s"
+  "$replacement, spawn pool $spawn (low $spawn_low), launcher $launcher, agent $agent, dead after $dead_after s"
 if [ "$launcher" = slurm ]; then
   out=$(cd "$out" && pwd)
   srun_mpi=pmi2
@@ -99,10 +101,10 @@ if [ "$launcher" = slurm ]; then
   [ "$state" = COMPLETED ] || echo "elastic_soak.sh: job $jid ended $state"
 else
   timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" \
-    "$faults" "$kind" "$replacement" "spawn=$spawn" "${agent_arg[@]}" > "$out/faults.log" 2>&1 ||
+    "$faults" "$kind" "$replacement" "spawn=$spawn" "spawn_low=$spawn_low" "${agent_arg[@]}" > "$out/faults.log" 2>&1 ||
     echo "elastic_soak.sh: the run with faults ended with $?"
   timeout "$limit" "${launch[@]}" -n "$np" "$build/tests/elastic_soak" "$members" "$seconds" 0 \
-    "$kind" "$replacement" "spawn=$spawn" "${agent_arg[@]}" > "$out/baseline.log" 2>&1 ||
+    "$kind" "$replacement" "spawn=$spawn" "spawn_low=$spawn_low" "${agent_arg[@]}" > "$out/baseline.log" 2>&1 ||
     echo "elastic_soak.sh: the baseline ended with $?"
 fi
 /usr/bin/python3 scripts/elastic_soak.py "$out/faults.log" "$out/baseline.log" "$members" |

@@ -37,13 +37,18 @@ enum class Replacement : std::uint8_t {
 /// Refills of the spare pool by MPI_Comm_spawn (docs/elastic.md, "Refilling the spares"):
 /// Open MPI only (MPICH's ch4:ucx has no MPI_Comm_spawn), and Replacement::new_window only
 /// (the standing window is over the processes of the start). When the live spares are fewer
-/// than `pool` (or than the dead slots waiting), the coordinator proposes a refill: every
+/// than `low` (default: `pool`) or than the dead slots waiting, the coordinator proposes a
+/// refill up to `pool` (or to the dead slots waiting): every
 /// live process (members and spares) agrees, and together they spawn the missing spares and
 /// merge with them into a new communicator of every process (the dead left out). The members
 /// keep their epoch's communicator and window; the new processes wait as spares.
 struct SpawnOptions {
   /// Keep this many live spares; 0: never spawn.
   int pool = 0;
+  /// Refill only when the live spares fall below this many (or below the dead slots
+  /// waiting), then back up to `pool`: fewer, larger spawns. 0 (the default): `pool`, a
+  /// refill as soon as one spare is used up.
+  int low = 0;
   /// The program the spares run; empty: this process's own executable (/proc/self/exe).
   std::string command{};
   /// Its arguments; std::nullopt: this process's own (/proc/self/cmdline without argv[0]).
@@ -98,14 +103,15 @@ struct MembershipOptions {
 
 /// The refills a process took part in (Membership::refills()).
 struct RefillStats {
-  std::uint64_t refills = 0;  ///< refills this process took part in (or, spawned, was made by)
-  std::uint64_t spawned = 0;  ///< processes those refills started
-  std::uint64_t failed = 0;   ///< refills whose MPI_Comm_spawn failed (no more are proposed)
-  std::uint64_t joins = 0;    ///< joins (JoinOptions) this process took part in, or made
-  std::uint64_t joined = 0;   ///< processes those joins brought in
-  double last_seconds = 0.0;  ///< the last refill, from its proposal to the new communicator
-  bool spawned_here = false;  ///< this process was started by a refill
-  bool joined_here = false;   ///< this process joined from outside (JoinOptions::joining)
+  std::uint64_t refills = 0;   ///< refills this process took part in (or, spawned, was made by)
+  std::uint64_t spawned = 0;   ///< processes those refills started
+  std::uint64_t failed = 0;    ///< refills whose MPI_Comm_spawn failed (no more are proposed)
+  std::uint64_t joins = 0;     ///< joins (JoinOptions) this process took part in, or made
+  std::uint64_t joined = 0;    ///< processes those joins brought in
+  double last_seconds = 0.0;   ///< the last refill, from its proposal to the new communicator
+  double total_seconds = 0.0;  ///< all of them (the members' time away from training)
+  bool spawned_here = false;   ///< this process was started by a refill
+  bool joined_here = false;    ///< this process joined from outside (JoinOptions::joining)
 };
 
 /// What a process does in the population now.

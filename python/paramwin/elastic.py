@@ -45,7 +45,9 @@ class ElasticAgent:
     liveness bounds, as for ParameterWindow (a reader's judgement of a silent member in
     roster reads and donor choice; the coordinator's own bound is ``dead_after_seconds``).
     ``spawn_pool``, ``spawn_command``, ``spawn_args``: SpawnOptions (Open MPI, "new_window"):
-    keep ``spawn_pool`` live spares by MPI_Comm_spawn; the spawned processes run
+    keep ``spawn_pool`` live spares by MPI_Comm_spawn (``spawn_low``: refill only when fewer
+    than that many live, back up to ``spawn_pool``; 0, the default: ``spawn_pool``); the
+    spawned processes run
     ``spawn_command`` (default: this interpreter) with ``spawn_args`` (default: this process's
     arguments, the script and its own), so the script must create the same ElasticAgent, and
     they join as spares (docs/elastic.md, "Refilling the spares"). ``join_service``,
@@ -70,7 +72,7 @@ class ElasticAgent:
                  suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
                  spawn_pool: int = 0, spawn_command: Optional[str] = None,
                  spawn_args: Optional[Sequence[str]] = None, join_service: str = "",
-                 joining: bool = False, **keywords: Any):
+                 joining: bool = False, spawn_low: int = 0, **keywords: Any):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         self._user_prepare = _guard("prepare_params", prepare_params)
@@ -94,7 +96,7 @@ class ElasticAgent:
                                          None if spawn_command is None else str(spawn_command),
                                          None if spawn_args is None
                                          else [str(a) for a in spawn_args],
-                                         str(join_service), bool(joining))
+                                         str(join_service), bool(joining), int(spawn_low))
 
     def _prepare(self) -> None:
         if self._batch is not None:
@@ -182,7 +184,8 @@ class ElasticAgent:
     @property
     def refills(self) -> Dict[str, Any]:
         """The spare pool's refills this process took part in: ``refills``, ``spawned``
-        (processes started), ``failed``, ``last_seconds`` and ``spawned_here`` (this process
+        (processes started), ``failed``, ``last_seconds``, ``total_seconds`` (of all the refills
+        it took part in) and ``spawned_here`` (this process
         was started by one); and the joins: ``joins``, ``joined`` (processes taken in) and
         ``joined_here`` (this process joined from outside)."""
         return dict(self._agent.refills)

@@ -50,6 +50,7 @@ void bind_elastic_state(py::class_<PyElastic>& cls) {
                                d["spawned"] = r.spawned;
                                d["failed"] = r.failed;
                                d["last_seconds"] = r.last_seconds;
+                               d["total_seconds"] = r.total_seconds;
                                d["spawned_here"] = r.spawned_here;
                                d["joins"] = r.joins;
                                d["joined"] = r.joined;
@@ -177,7 +178,7 @@ void bind_elastic(py::module_& m) {
                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
                       int spawn_pool, std::optional<std::string> spawn_command,
                       std::optional<std::vector<std::string>> spawn_args,
-                      const std::string& join_service, bool joining) {
+                      const std::string& join_service, bool joining, int spawn_low) {
             const MPI_Comm c = comm_from(comm);
             AgentOptions o = make_agent_options(config, hooks);
             WindowOptions w;
@@ -187,6 +188,7 @@ void bind_elastic(py::module_& m) {
             MembershipOptions mo = membership_options(members, replacement, check_seconds,
                                                       dead_after_seconds, agree_seconds);
             mo.spawn.pool = spawn_pool;
+            mo.spawn.low = spawn_low;
             mo.spawn.command = spawn_command.value_or(std::string());
             mo.spawn.args = std::move(spawn_args);
             mo.join.service = join_service;
@@ -200,7 +202,7 @@ void bind_elastic(py::module_& m) {
           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
           py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
           py::arg("spawn_args") = py::none(), py::arg("join_service") = std::string(),
-          py::arg("joining") = false)
+          py::arg("joining") = false, py::arg("spawn_low") = 0)
       .def("wait_for_slot",
            [](PyElastic& a) {
              const py::gil_scoped_release release;

@@ -878,6 +878,7 @@ struct Membership::State {
         create_comm(r.live,
                     kRefillTagBase +
                         static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+    if (tracing()) trace("refill " + std::to_string(r.id) + ": communicator of the live built");
     MPI_Comm inter = MPI_COMM_NULL;
     int nnew = r.nspawn;
     if (r.join == 1) {
@@ -885,7 +886,9 @@ struct Membership::State {
     } else if (!spawn_spares(r, live, inter)) {
       return;
     }
+    if (tracing()) trace("refill " + std::to_string(r.id) + ": " + std::to_string(nnew) + " new");
     adopt_refill(r, inter, nnew, started);
+    if (tracing()) trace("refill " + std::to_string(r.id) + ": merged");
   }
 
   /// A join's connection: the root's port to every live process (each remembers it), then
@@ -993,6 +996,7 @@ struct Membership::State {
       for (int w : left_out) tell_left_out(old_universes.back(), w);
     }
     refill_stats.last_seconds = MPI_Wtime() - started;
+    refill_stats.total_seconds += refill_stats.last_seconds;
   }
 
   /// Takes @p universe (every process of the population, after a refill) as the
@@ -1119,6 +1123,9 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   std::string bad;
   if (options.spawn.pool < 0) {
     bad = "SpawnOptions::pool is " + std::to_string(options.spawn.pool) + ", not >= 0";
+  } else if (options.spawn.low < 0 || options.spawn.low > options.spawn.pool) {
+    bad = "SpawnOptions::low is " + std::to_string(options.spawn.low) + ", not in 0.." +
+          std::to_string(options.spawn.pool) + " (the pool)";
   } else if (options.spawn.pool > 0 && options.replacement != Replacement::new_window) {
     bad = "SpawnOptions::pool needs Replacement::new_window (the standing window is over the "
           "processes of the start: a spawned spare could never take a slot in it)";
@@ -1332,8 +1339,10 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
     const auto live_spares =
         static_cast<std::size_t>(std::count_if(s.spares.begin(), s.spares.end(),
                                                [&s](int w) { return !s.process_gone(w); }));
-    const std::size_t want = std::max(static_cast<std::size_t>(s.o.spawn.pool), ndead);
-    if (live_spares < want) {
+    const auto pool = static_cast<std::size_t>(s.o.spawn.pool);
+    const auto low = s.o.spawn.low > 0 ? static_cast<std::size_t>(s.o.spawn.low) : pool;
+    if (live_spares < std::max(low, ndead)) {
+      const std::size_t want = std::max(pool, ndead);
       s.propose_refill(static_cast<int>(want - live_spares), dead);
       return std::nullopt;  // the dead slots get their spares at the next check
     }

@@ -12,6 +12,9 @@
 // slot finished its iterations (0 lost agents); at least two joiners were spawned. The last
 // epoch's processes meet over its communicator and print the pass line; the spare left at the
 // end (spawned by the last refill) is released and ends. Every process ends with std::_Exit(0).
+// With a third argument `low`: a pool of 3 refilled only when no spare is left
+// (SpawnOptions::low = 1), so the spare of the start takes the first slot, one refill spawns 3
+// processes at once, and two of them take the next slots: checked, exactly one refill of 3.
 #include <mpi.h>
 
 #include <chrono>
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
   // The members: given by the first process of the start (argv[2]); spawned processes run
   // with the same arguments.
   const int members = argc > 2 ? std::atoi(argv[2]) : 4;
+  const bool low = argc > 3 && std::string(argv[3]) == "low";
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -53,7 +57,8 @@ int main(int argc, char** argv) {
   options.seed = 13;
   p.hook(options);
   pw::MembershipOptions membership = pw::test::test_membership(members);
-  membership.spawn.pool = 1;
+  membership.spawn.pool = low ? 3 : 1;
+  membership.spawn.low = low ? 1 : 0;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
                            membership);
   p.agent = &agent;
@@ -102,6 +107,11 @@ int main(int argc, char** argv) {
   int mine[3] = {bad, joins, spawned_joins};
   int sums[3] = {0, 0, 0};
   MPI_Allreduce(mine, sums, 3, MPI_INT, MPI_SUM, last);
+  // Every refill had a process of the start in it (a slot's first holder lives to the end).
+  const std::uint64_t counts[2] = {refills.refills, refills.spawned};
+  std::uint64_t most[2] = {0, 0};
+  MPI_Allreduce(counts, most, 2, MPI_UINT64_T, MPI_MAX, last);
+  const bool refills_ok = !low || (most[0] == 1 && most[1] == 3);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);
@@ -111,12 +121,14 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(agent.membership().epoch()), size, sums[1],
                 sums[2]);
     if (sums[0] == 0 && sums[1] == 3 && sums[2] >= 2 && size == members &&
-        agent.membership().epoch() == 3) {
+        agent.membership().epoch() == 3 && refills_ok) {
       std::printf("elastic: spawned spares took every dead slot\n");
     } else {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
-                  "%d slots (want %d)\n",
-                  sums[0], sums[1], sums[2], size, members);
+                  "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3)\n",
+                  sums[0], sums[1], sums[2], size, members,
+                  static_cast<unsigned long long>(most[0]),
+                  static_cast<unsigned long long>(most[1]));
     }
   }
   std::fflush(stdout);

@@ -2,8 +2,8 @@
 // with `averaging`, an ElasticAveragingAgent one) for a fixed wall time while faults hit random
 // slots on a schedule every process knows; spares take the slots. Usage (every rank the same
 // arguments):
-//   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>] [averaging]
-//                [dead_after=<s>]
+//   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>]
+//                [spawn_low=<l>] [averaging] [dead_after=<s>]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
 // --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
@@ -13,7 +13,8 @@
 // it waits as a spare), or mixed (every third fault sigstop, one kill per spare but one,
 // spread over the run, the others resign); standing:
 // MembershipOptions::replacement = standing_window (default: new_window). spawn=<pool> (Open
-// MPI, new_window): SpawnOptions::pool = pool, the spares refilled by MPI_Comm_spawn; then
+// MPI, new_window): SpawnOptions::pool = pool, the spares refilled by MPI_Comm_spawn
+// (spawn_low=<l>: SpawnOptions::low, a refill only when fewer than l spares live); then
 // kill and mixed are not limited by the spares (mixed: every third fault a SIGSTOP, the others
 // SIGKILL and exceptions in turn). A spawned process runs this program with the arguments
 // of the start and start=<t> (the run's start, which its own world cannot tell it).
@@ -164,6 +165,7 @@ struct Soak {
   int faults = 0;
   std::string kind;
   int pool = 0;
+  int low = 0;
   int kills = 0;
   double start = 0.0;
   double interval = 0.0;
@@ -182,7 +184,7 @@ int main(int argc, char** argv) {
   if (argc < 5) {
     if (run.rank == 0)
       std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill|sigstop|mixed> "
-                  "[standing] [spawn=<pool>] [averaging]\n");
+                  "[standing] [spawn=<pool>] [spawn_low=<l>] [averaging] [dead_after=<s>]\n");
     std::_Exit(2);
   }
   Soak soak;
@@ -199,6 +201,7 @@ int main(int argc, char** argv) {
     if (a == "standing") standing = true;
     if (a == "averaging") averaging = true;
     if (a.rfind("spawn=", 0) == 0) soak.pool = std::atoi(a.c_str() + 6);
+    if (a.rfind("spawn_low=", 0) == 0) soak.low = std::atoi(a.c_str() + 10);
     if (a.rfind("start=", 0) == 0) start = std::atof(a.c_str() + 6);
     if (a.rfind("dead_after=", 0) == 0) dead_after = std::atof(a.c_str() + 11);
   }
@@ -223,6 +226,7 @@ int main(int argc, char** argv) {
   if (standing) membership.replacement = pw::Replacement::standing_window;
   if (soak.pool > 0) {
     membership.spawn.pool = soak.pool;
+    membership.spawn.low = soak.low;
     std::vector<std::string> args(argv + 1, argv + argc);
     char at[64];
     std::snprintf(at, sizeof at, "start=%.6f", start);
@@ -391,10 +395,10 @@ template <class Population>
   report_steps();
   if (soak.pool > 0 && agent.membership().slot() <= 0) {
     const pw::RefillStats& r = agent.membership().refills();
-    std::printf("refills %llu spawned %llu failed %llu\n",
+    std::printf("refills %llu spawned %llu failed %llu seconds %.3f\n",
                 static_cast<unsigned long long>(r.refills),
                 static_cast<unsigned long long>(r.spawned),
-                static_cast<unsigned long long>(r.failed));
+                static_cast<unsigned long long>(r.failed), r.total_seconds);
   }
   if (finished) {
     std::printf("final slot %d loss %.6g\n", agent.membership().slot(), loss_of(w, target));

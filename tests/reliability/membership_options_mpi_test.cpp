@@ -59,6 +59,14 @@ TEST(MembershipOptions, BadOptionsAreRefusedOnEveryRank) {
                  "must be finite and >= 0");
   expect_refused([](pw::MembershipOptions& o) { o.spawn.pool = -2; },
                  "SpawnOptions::pool is -2, not >= 0");
+  expect_refused(
+      [](pw::MembershipOptions& o) {
+        o.spawn.pool = 2;
+        o.spawn.low = 3;
+      },
+      "SpawnOptions::low is 3, not in 0..2 (the pool)");
+  expect_refused([](pw::MembershipOptions& o) { o.spawn.low = -1; },
+                 "SpawnOptions::low is -1, not in 0..0 (the pool)");
 }
 
 TEST(MembershipOptions, RefillsNeedTheNewWindowAndAnMpiThatSpawns) {
