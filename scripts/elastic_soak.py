@@ -11,15 +11,19 @@ import sys
 
 def parse(path):
     faults, joins, resumes, procs, finished, final = [], [], [], [], None, []
-    kinds, refills = {}, (0, 0, 0, 0.0)
+    kinds, refills, refill_seconds = {}, (0, 0, 0), {}
     for line in open(path, encoding="utf-8", errors="replace"):
         m = re.match(r"fault (\d+) slot (\d+) at ([\d.]+)(?: kind (\w+))?", line)
         if m:
             faults.append((int(m[2]), float(m[3])))
             kinds[m[4] or "?"] = kinds.get(m[4] or "?", 0) + 1
-        m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)(?: seconds ([\d.]+))?", line)
+        m = re.match(r"refills (\d+) spawned (\d+) failed (\d+)", line)
         if m:  # every process of a refill counts it: the largest count is the population's
-            refills = max(refills, (int(m[1]), int(m[2]), int(m[3]), float(m[4] or 0.0)))
+            refills = max(refills, (int(m[1]), int(m[2]), int(m[3])))
+        m = re.match(r"refill (\d+) seconds ([\d.]+)", line)
+        if m:  # per refill, the longest any member spent in it
+            n = int(m[1])
+            refill_seconds[n] = max(refill_seconds.get(n, 0.0), float(m[2]))
         m = re.match(r"resume slot (\d+) at ([\d.]+)", line)
         if m:  # a stopped process that stepped on in its slot: nothing to replace
             resumes.append((int(m[1]), float(m[2])))
@@ -38,6 +42,7 @@ def parse(path):
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
+    refills = refills + (sorted(refill_seconds.values()),)
     return faults, joins, resumes, procs, finished, kinds, refills, final
 
 
@@ -74,8 +79,10 @@ def main():
     rows = [
         ("faults injected", f"{len(faults)} ("
          + ", ".join(f"{kinds[k]} {k}" for k in sorted(kinds)) + ")"),
-        ("refills of the spares by MPI_Comm_spawn (processes spawned, failed; seconds in them)",
-         f"{refills[0]} ({refills[1]}, {refills[2]}; {refills[3]:.2f} s)"),
+        ("refills of the spares by MPI_Comm_spawn (processes spawned, failed)",
+         f"{refills[0]} ({refills[1]}, {refills[2]})"),
+        ("the members' time in each refill, longest to shortest (s)",
+         ", ".join(f"{t:.2f}" for t in reversed(refills[3])) or "-"),
         ("slots a spare took (joins)", f"{len(joins)}"),
         ("stops the process outlived in its slot (it stepped on: nothing to replace)",
          f"{resumed}"),

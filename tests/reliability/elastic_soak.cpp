@@ -25,7 +25,9 @@
 // slots every step (AveragingAgent, self weight 1/3), and a joiner starts from the uniform mix
 // of the live members; a one-element layer "loss" carries each member's loss in its snapshot,
 // so the join's mix of it is the members' mean loss (its "donors' mean"). Every process prints
-// lines the soak report reads (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "resume
+// lines the soak report reads (scripts/elastic_soak.py): "fault <k> slot <s> at <t>", "refill
+// <n> seconds <s>" (a member that took part in the population's n-th refill, s its
+// RefillStats::last_seconds), "resume
 // slot <s> at <t>" (a stopped process that stepped on in its slot: it was not replaced), "join
 // slot <s> at <t> loss <l> donors_mean <m>", "steps <n> <seconds of step time> ..." (at the
 // end, and from a process about to be SIGKILLed, before it dies), "final
@@ -333,8 +335,14 @@ template <class Population>
         for (std::size_t i = 0; i < kN; ++i) w[i] -= 0.005F * (w[i] - target[i] + noise(gen));
         const double loss = loss_of(w, target);
         const std::uint64_t epoch = agent.membership().epoch();
+        const std::uint64_t refills = agent.membership().refills().refills;
         const Joined j = pop.step(it, loss, w);
         const bool changed = agent.membership().epoch() != epoch;
+        if (agent.membership().refills().refills != refills) {  // this member was in a refill
+          std::printf("refill %llu seconds %.3f\n",
+                      static_cast<unsigned long long>(agent.membership().refills().refills),
+                      agent.membership().refills().last_seconds);
+        }
         if (joined && first) {
           ++joins;
           std::printf("join slot %d at %.6f loss %.6g donors_mean %.6g reason %s\n", slot,
@@ -395,10 +403,10 @@ template <class Population>
   report_steps();
   if (soak.pool > 0 && agent.membership().slot() <= 0) {
     const pw::RefillStats& r = agent.membership().refills();
-    std::printf("refills %llu spawned %llu failed %llu seconds %.3f\n",
+    std::printf("refills %llu spawned %llu failed %llu\n",
                 static_cast<unsigned long long>(r.refills),
                 static_cast<unsigned long long>(r.spawned),
-                static_cast<unsigned long long>(r.failed), r.total_seconds);
+                static_cast<unsigned long long>(r.failed));
   }
   if (finished) {
     std::printf("final slot %d loss %.6g\n", agent.membership().slot(), loss_of(w, target));
