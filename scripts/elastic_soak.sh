@@ -5,6 +5,7 @@
 #   scripts/elastic_soak.sh [--mpi mpich|openmpi] [--members M] [--spares S] [--seconds T]
 #                           [--faults N] [--kind resign|kill|sigstop|mixed]
 #                           [--replacement new_window|standing] [--spawn POOL] [--spawn-low L]
+#                           [--spawn-ahead]
 #                           [--agent pbt|averaging] [--dead-after SECONDS]
 #                           [--launcher mpiexec|slurm] [--out DIR]
 # Defaults: MPICH, 8 members + 2 spares, 150 s, 120 faults, resign (the trainer throws and
@@ -12,7 +13,8 @@
 # faults unless --spawn).
 # --spawn POOL (Open MPI, new_window): the spares refilled by MPI_Comm_spawn to POOL
 # (SpawnOptions); kill and mixed then take any number of faults. --spawn-low L: refill only
-# when fewer than L spares live (SpawnOptions::low; default: POOL). Builds
+# when fewer than L spares live (SpawnOptions::low; default: POOL). --spawn-ahead: a spare
+# spawns while the members train on (SpawnOptions::ahead). Builds
 # elastic_soak in build (MPICH) or build-openmpi first (scripts/setup.sh).
 # --launcher slurm: both runs as one Slurm batch job (scripts/slurm/elastic_soak.sbatch: srun
 # -K0, --mpi=pmi2 for MPICH, pmix for Open MPI, whose SIGKILLed tasks need its mpirun) on a cluster of this machine that
@@ -22,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mpi=mpich members=8 spares=2 seconds=150 faults=120 kind=resign replacement=new_window spawn=0
-spawn_low=0 launcher=mpiexec out=out/elastic_soak agent=pbt dead_after=1.5
+spawn_low=0 agent_arg_extra=() launcher=mpiexec out=out/elastic_soak agent=pbt dead_after=1.5
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --replacement) replacement=$2; shift 2 ;;
     --spawn) spawn=$2; shift 2 ;;
     --spawn-low) spawn_low=$2; shift 2 ;;
+    --spawn-ahead) agent_arg_extra=(spawn_ahead); shift ;;
     --launcher) launcher=$2; shift 2 ;;
     --agent) agent=$2; shift 2 ;;
     --dead-after) dead_after=$2; shift 2 ;;
@@ -48,7 +51,7 @@ case "$agent" in
   *) echo "elastic_soak.sh: --agent takes pbt or averaging, not '$agent'" >&2; exit 2 ;;
 esac
 # With stops (sigstop, mixed): the silence after which a member is judged dead.
-agent_arg+=("dead_after=$dead_after")
+agent_arg+=("dead_after=$dead_after" "${agent_arg_extra[@]}")
 case "$launcher" in
   mpiexec) ;;
   slurm)
@@ -84,7 +87,7 @@ if [ "$launcher" = slurm ] && [ -z "${SLURM_CONF:-}" ]; then
   exec bash scripts/slurm.sh run --cpus "$np" -- bash "$0" "${args[@]}"
 fi
 echo "elastic_soak.sh: $mpi, $members members + $spares spares, $seconds s, $faults $kind faults," \
-  "$replacement, spawn pool $spawn (low $spawn_low), launcher $launcher, agent $agent, dead after $dead_after s"
+  "$replacement, spawn pool $spawn (low $spawn_low${agent_arg_extra:+, ahead}), launcher $launcher, agent $agent, dead after $dead_after s"
 if [ "$launcher" = slurm ]; then
   out=$(cd "$out" && pwd)
   srun_mpi=pmi2

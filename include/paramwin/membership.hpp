@@ -49,6 +49,12 @@ struct SpawnOptions {
   /// waiting), then back up to `pool`: fewer, larger spawns. 0 (the default): `pool`, a
   /// refill as soon as one spare is used up.
   int low = 0;
+  /// Spawn ahead: a live spare that the dead slots do not need spawns the new spares alone
+  /// while the members train on; the members only merge with them (milliseconds) once they
+  /// have started. Needs the UCX PML (`--mca pml ucx`): over ob1 and TCP the second merge
+  /// hung here (docs/elastic.md, "Refilling the spares"). false: every live process takes
+  /// part in the spawn and waits for the new processes' start.
+  bool ahead = false;
   /// The program the spares run; empty: this process's own executable (/proc/self/exe).
   std::string command{};
   /// Its arguments; std::nullopt: this process's own (/proc/self/cmdline without argv[0]).

@@ -46,7 +46,8 @@ class ElasticAgent:
     roster reads and donor choice; the coordinator's own bound is ``dead_after_seconds``).
     ``spawn_pool``, ``spawn_command``, ``spawn_args``: SpawnOptions (Open MPI, "new_window"):
     keep ``spawn_pool`` live spares by MPI_Comm_spawn (``spawn_low``: refill only when fewer
-    than that many live, back up to ``spawn_pool``; 0, the default: ``spawn_pool``); the
+    than that many live, back up to ``spawn_pool``; 0, the default: ``spawn_pool``;
+    ``spawn_ahead``: a spare spawns them while the members train on, under the UCX PML); the
     spawned processes run
     ``spawn_command`` (default: this interpreter) with ``spawn_args`` (default: this process's
     arguments, the script and its own), so the script must create the same ElasticAgent, and
@@ -72,7 +73,8 @@ class ElasticAgent:
                  suspect_seconds: Optional[float] = None, suspect_beats: Optional[float] = None,
                  spawn_pool: int = 0, spawn_command: Optional[str] = None,
                  spawn_args: Optional[Sequence[str]] = None, join_service: str = "",
-                 joining: bool = False, spawn_low: int = 0, **keywords: Any):
+                 joining: bool = False, spawn_low: int = 0, spawn_ahead: bool = False,
+                 **keywords: Any):
         extra = _extra_hooks(keywords)
         config = agent_config(options, **keywords)
         self._user_prepare = _guard("prepare_params", prepare_params)
@@ -96,7 +98,8 @@ class ElasticAgent:
                                          None if spawn_command is None else str(spawn_command),
                                          None if spawn_args is None
                                          else [str(a) for a in spawn_args],
-                                         str(join_service), bool(joining), int(spawn_low))
+                                         str(join_service), bool(joining), int(spawn_low),
+                                         bool(spawn_ahead))
 
     def _prepare(self) -> None:
         if self._batch is not None:

@@ -178,7 +178,8 @@ void bind_elastic(py::module_& m) {
                       std::optional<double> suspect_seconds, std::optional<double> suspect_beats,
                       int spawn_pool, std::optional<std::string> spawn_command,
                       std::optional<std::vector<std::string>> spawn_args,
-                      const std::string& join_service, bool joining, int spawn_low) {
+                      const std::string& join_service, bool joining, int spawn_low,
+                      bool spawn_ahead) {
             const MPI_Comm c = comm_from(comm);
             AgentOptions o = make_agent_options(config, hooks);
             WindowOptions w;
@@ -189,6 +190,7 @@ void bind_elastic(py::module_& m) {
                                                       dead_after_seconds, agree_seconds);
             mo.spawn.pool = spawn_pool;
             mo.spawn.low = spawn_low;
+            mo.spawn.ahead = spawn_ahead;
             mo.spawn.command = spawn_command.value_or(std::string());
             mo.spawn.args = std::move(spawn_args);
             mo.join.service = join_service;
@@ -202,7 +204,7 @@ void bind_elastic(py::module_& m) {
           py::arg("suspect_seconds") = py::none(), py::arg("suspect_beats") = py::none(),
           py::arg("spawn_pool") = 0, py::arg("spawn_command") = py::none(),
           py::arg("spawn_args") = py::none(), py::arg("join_service") = std::string(),
-          py::arg("joining") = false, py::arg("spawn_low") = 0)
+          py::arg("joining") = false, py::arg("spawn_low") = 0, py::arg("spawn_ahead") = false)
       .def("wait_for_slot",
            [](PyElastic& a) {
              const py::gil_scoped_release release;

@@ -48,7 +48,18 @@ enum Tag : int {
   kRefillAnswer = 11,
   kRefillCommit = 12,
   kRefillAbort = 13,
+  // A spawn ahead (docs/elastic.md, "Refilling the spares"): the coordinator asks one live
+  // spare to spawn the new spares alone while the members train on, and tells every process
+  // which spare is busy: [id, nspawn, spawner] to every process of the population.
+  kAhead = 14,
+  // The spawner's outcome, to every process: [id, nspawn, outcome, port...] (1: its new
+  // processes wait for the merge, a kRefill with join 2, at the port it opened, one char per
+  // value; 0: the spawn failed, refills stop; -1: it declined, no longer a spare).
+  kAheadReady = 15,
 };
+// On a spawn ahead's own communicator (the spawner and its new processes): the spawner's word
+// to them, [1] merge (they accept the population's connection at its port) or [0] stop.
+constexpr int kAheadGoTag = 7;
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
 constexpr int kCommTagBase = 1000;
@@ -210,6 +221,17 @@ struct Membership::State {
   double next_look = 0.0;                 // JoinOptions: the coordinator's next lookup
   std::string spawn_command;              // resolved SpawnOptions::command
   std::vector<std::string> spawn_args;    // resolved SpawnOptions::args
+  /// A spawn ahead in flight or ready, as this process knows it (kAhead, kAheadReady).
+  struct Ahead {
+    std::int64_t id = 0;
+    int nspawn = 0;
+    int spawner = -1;  // its current rank
+    bool ready = false;
+    std::string port;  // ready: where the spawner's group accepts the merge
+  };
+  std::optional<Ahead> ahead;
+  bool spawn_due = false;                // this spare was asked to spawn ahead
+  MPI_Comm ahead_group = MPI_COMM_NULL;  // the spawner: itself and its new processes
 
   // --- trace (PARAMWIN_MEMBERSHIP_TRACE) --------------------------------------------------
 
@@ -446,6 +468,8 @@ struct Membership::State {
         }
         return true;
       case kSpare: add_spare(st.MPI_SOURCE); return true;
+      case kAhead: on_ahead(m); return true;
+      case kAheadReady: on_ahead_ready(m); return true;
       case kDone:
         // Only from the slot's holder: a member evicted while it stalled may finish late,
         // and its slot's new holder has not finished then.
@@ -645,7 +669,7 @@ struct Membership::State {
     const double judged = MPI_Wtime();
     std::vector<int> live_spares;
     for (int r : spares) {
-      if (!process_gone(r)) live_spares.push_back(r);
+      if (!process_gone(r) && !busy_spawning(r)) live_spares.push_back(r);
     }
     EpochChange change;
     change.epoch = epoch + 1;
@@ -672,9 +696,9 @@ struct Membership::State {
       change.members[static_cast<std::size_t>(s)] = live_spares[next_spare++];
     }
     change.joined = change.dead;
-    const std::vector<int> spares_left(live_spares.begin() +
-                                           static_cast<std::ptrdiff_t>(next_spare),
-                                       live_spares.end());
+    std::vector<int> spares_left(live_spares.begin() + static_cast<std::ptrdiff_t>(next_spare),
+                                 live_spares.end());
+    if (ahead && !process_gone(ahead->spawner)) spares_left.push_back(ahead->spawner);
     Message msg{static_cast<std::int64_t>(change.epoch), nslots};
     for (int r : change.members) msg.push_back(r);
     msg.push_back(static_cast<std::int64_t>(change.dead.size()));
@@ -729,7 +753,8 @@ struct Membership::State {
     std::vector<int> live;     // the processes that take part, current ranks
     std::vector<int> members;  // per slot, current rank (-1: none alive)
     std::vector<int> spares;   // current ranks
-    std::int64_t join = 0;     // 1: connect to a joiner's port (JoinOptions) instead of a spawn
+    std::int64_t join = 0;  // 1: connect to a joiner's port (JoinOptions); 2: merge a spawn ahead
+    int spawner = -1;       // join 2: the spare that spawned ahead (not in live), current rank
   };
 
   static Message refill_message(const Refill& r) {
@@ -740,6 +765,7 @@ struct Membership::State {
     m.push_back(static_cast<std::int64_t>(r.spares.size()));
     m.insert(m.end(), r.spares.begin(), r.spares.end());
     m.push_back(r.join);
+    m.push_back(r.spawner);
     return m;
   }
 
@@ -758,8 +784,9 @@ struct Membership::State {
     r.root = static_cast<int>(next());
     if (!list(r.live) || !list(r.members) || !list(r.spares)) return false;
     r.join = next();
-    return i <= m.size() && r.nspawn > 0 && (r.join == 0 || r.join == 1) && r.root >= 0 &&
-           static_cast<std::size_t>(r.root) < r.live.size();
+    r.spawner = static_cast<int>(next());
+    return i <= m.size() && r.nspawn > 0 && r.join >= 0 && r.join <= 2 && r.root >= 0 &&
+           static_cast<std::size_t>(r.root) < r.live.size() && (r.join != 2 || r.spawner >= 0);
   }
 
   /// Whether a slot has finished (no refill or join is proposed after that).
@@ -835,13 +862,192 @@ struct Membership::State {
     enter_refill(r, started);
   }
 
+  // --- spawns ahead: a spare spawns the new spares alone, the members train on ----------
+
+  /// Whether @p world is the spare busy with a spawn ahead (not a candidate for a slot).
+  [[nodiscard]] bool busy_spawning(int world) const { return ahead && ahead->spawner == world; }
+
+  /// Sends @p msg with @p tag to every other live process of the population (the members'
+  /// and spares' lists of a spare may be stale). A send the MPI refuses at once (UCX, to a
+  /// process that died before this one ever reached it) is dropped: that process is dead.
+  void tell_everyone(int tag, const Message& msg) {
+    reap();
+    for (int w = 0; w < world_size; ++w) {
+      if (w == world_rank || process_gone(w)) continue;
+      Outgoing out;
+      out.data = std::make_unique<Message>(msg);
+      if (MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T, w, tag, ctl,
+                    &out.request) == MPI_SUCCESS) {
+        outbox.push_back(std::move(out));
+      }
+    }
+  }
+
+  /// The coordinator: asks @p spawner (a live spare not needed for a dead slot) to spawn
+  /// @p nspawn spares alone; the members go on training (docs/elastic.md).
+  void start_ahead(int nspawn, int spawner) {
+    ahead = Ahead{static_cast<std::int64_t>(rng() >> 2), nspawn, spawner, false, {}};
+    tell_everyone(kAhead, {ahead->id, nspawn, spawner});
+    if (tracing())
+      trace("asks " + std::to_string(spawner) + " to spawn " + std::to_string(nspawn) + " ahead");
+  }
+
+  /// kAhead: which spare spawns ahead; if this one (a spare), it spawns at its next wait.
+  void on_ahead(const Message& m) {
+    if (m.size() != 3) return;
+    ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}};
+    if (ahead->spawner != world_rank) return;
+    if (role == MemberRole::spare && ahead_group == MPI_COMM_NULL) {
+      spawn_due = true;
+    } else {  // given a slot meanwhile: someone else may spawn
+      tell_everyone(kAheadReady, {ahead->id, ahead->nspawn, -1});
+      ahead.reset();
+    }
+  }
+
+  /// kAheadReady: the spawner's outcome.
+  void on_ahead_ready(const Message& m) {
+    if (m.size() < 3 || !ahead || ahead->id != m[0]) return;
+    if (m[2] == 1) {
+      ahead->ready = true;
+      ahead->port.clear();
+      for (std::size_t i = 3; i < m.size(); ++i) ahead->port.push_back(static_cast<char>(m[i]));
+      return;
+    }
+    if (m[2] == 0) ++refill_stats.failed;  // as a failed refill: no more are proposed
+    ahead.reset();
+  }
+
+  /// The spawner (a spare, in wait_for_slot): spawns ahead->nspawn processes over itself
+  /// alone, merges with them into ahead_group and tells everyone the outcome. The others go
+  /// on meanwhile; the new processes wait (sleeping) for the merge or a stop.
+  void spawn_ahead() {
+    spawn_due = false;
+    if (!ahead || ahead->spawner != world_rank) return;
+    const double started = MPI_Wtime();
+    MPI_Comm inter = MPI_COMM_NULL;
+    Refill self;
+    self.nspawn = ahead->nspawn;
+    self.root = 0;
+    const bool ok = spawn_spares(self, MPI_COMM_SELF, inter);
+    Message ready{ahead->id, ahead->nspawn, ok ? 1 : 0};
+    if (ok) {
+      detail::check_mpi(MPI_Intercomm_merge(inter, 0, &ahead_group), "MPI_Intercomm_merge");
+      MPI_Comm_set_errhandler(ahead_group, MPI_ERRORS_RETURN);
+      // To the new processes: they merge later (1), and whose death ends their wait.
+      std::int64_t word[3] = {1, static_cast<std::int64_t>(getpid()),
+                              static_cast<std::int64_t>(host)};
+      detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, ahead_group), "MPI_Bcast");
+      // The merge is a connection (MPI_Comm_connect / MPI_Comm_accept, as a join's): through
+      // it Open MPI learns which of the processes share a node, which MPI_Intercomm_create
+      // does not tell it (the next epoch's shared-memory window needs it).
+      std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+      detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
+      ahead->port = port.data();
+      for (const char c : ahead->port) ready.push_back(c);
+    }
+    if (tracing()) {
+      trace("spawned " + std::to_string(ahead->nspawn) + " ahead in " +
+            std::to_string(MPI_Wtime() - started) + " s" + (ok ? "" : ": failed"));
+    }
+    tell_everyone(kAheadReady, ready);
+    if (ok) {
+      ahead->ready = true;
+    } else {
+      ahead.reset();
+    }
+  }
+
+  /// The spawner, when the population finished: its new processes stop waiting.
+  void release_ahead() {
+    if (ahead_group == MPI_COMM_NULL) return;
+    int n = 0;
+    MPI_Comm_size(ahead_group, &n);
+    for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {0}, ahead_group);
+  }
+
+  /// The coordinator: proposes to merge the ready spawn ahead into the population (a refill
+  /// with join 2: the live processes and the spawner's group build one communicator).
+  void propose_ahead_merge(const std::vector<int>& dead) {
+    const double started = MPI_Wtime();
+    Refill r;
+    r.id = ahead->id;
+    r.nspawn = ahead->nspawn;
+    r.join = 2;
+    r.spawner = ahead->spawner;
+    for (int k = 0; k < nslots; ++k) {
+      const int w = members[static_cast<std::size_t>(k)];
+      const bool alive = dead[static_cast<std::size_t>(k)] == 0 && w >= 0;
+      r.members.push_back(alive ? w : -1);
+      if (alive) r.live.push_back(w);
+    }
+    for (int w : spares) {
+      if (!process_gone(w) && w != r.spawner) {
+        r.spares.push_back(w);
+        r.live.push_back(w);
+      }
+    }
+    r.root = static_cast<int>(std::find(r.live.begin(), r.live.end(), world_rank) - r.live.begin());
+    const Message msg = refill_message(r);
+    std::vector<int> targets{r.spawner};
+    for (int w : r.live) {
+      if (w != world_rank) targets.push_back(w);
+    }
+    for (int w : targets) send(w, kRefill, msg);
+    if (tracing()) trace("proposes to merge the spawn ahead of " + std::to_string(r.spawner));
+    std::vector<int> yes;
+    if (!collect_answers(targets, kRefillAnswer, r.id, started, yes) || !may_commit(started)) {
+      for (int w : targets) send(w, kRefillAbort, {r.id});
+      back_off();
+      return;
+    }
+    for (int w : targets) send(w, kRefillCommit, {r.id});
+    enter_refill(r, started);
+  }
+
+  /// A process a spawn ahead started, merged with its spawner into @p group: waits (sleeping)
+  /// for the spawner's word, then merges with the population (true) or stops (false).
+  bool await_ahead_merge(MPI_Comm group, std::int64_t spawner_pid, std::uint64_t spawner_host) {
+    Message m;
+    MPI_Status st;
+    while (true) {
+      int flag = 0;
+      detail::check_mpi(MPI_Iprobe(0, kAheadGoTag, group, &flag, &st), "MPI_Iprobe");
+      if (flag != 0) {
+        m.assign(1, 0);
+        detail::check_mpi(MPI_Recv(m.data(), 1, MPI_INT64_T, 0, kAheadGoTag, group, &st),
+                          "MPI_Recv");
+        if (m[0] == 0) return false;
+        break;
+      }
+      if (spawner_host == host && !detail::process_alive(spawner_pid)) {
+        throw Error("paramwin: Membership: the spare that spawned this process (pid " +
+                    std::to_string(spawner_pid) + ") died before it merged it into the population");
+      }
+      sleep_seconds(o.spare_sleep_seconds);
+    }
+    if (tracing()) trace("spawned ahead: told to merge");
+    MPI_Comm inter = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_accept(nullptr, MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+    if (tracing()) trace("spawned ahead: accepted");
+    MPI_Comm universe = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(inter, 1, &universe), "MPI_Intercomm_merge");
+    adopt_universe(universe, {});
+    return true;
+  }
+
   /// A refill proposal received: answers it, and on yes waits for its commit and takes part.
   void on_refill(const Message& m, int proposer) {
     Refill r;
-    const bool ok = parse_refill(m, r) && !pending &&
+    const bool parsed = parse_refill(m, r);
+    // The spawner of a spawn ahead takes part in its merge from outside the live processes.
+    const bool part =
+        parsed && (r.join == 2 && r.spawner == world_rank
+                       ? ahead_group != MPI_COMM_NULL
+                       : std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end());
+    const bool ok = parsed && part && !pending &&
                     (role == MemberRole::member || role == MemberRole::spare) &&
                     r.members.size() == static_cast<std::size_t>(nslots) &&
-                    std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end() &&
                     r.live[static_cast<std::size_t>(r.root)] == proposer;
     send(proposer, kRefillAnswer, {r.id, ok ? 1 : 0});
     if (!ok) return;
@@ -874,6 +1080,10 @@ struct Membership::State {
   /// everything as it was (refills stop); a failed connection too (that port is not tried
   /// again).
   void enter_refill(const Refill& r, double started) {
+    if (r.join == 2) {
+      enter_ahead_merge(r, started);
+      return;
+    }
     MPI_Comm live =
         create_comm(r.live,
                     kRefillTagBase +
@@ -889,6 +1099,42 @@ struct Membership::State {
     if (tracing()) trace("refill " + std::to_string(r.id) + ": " + std::to_string(nnew) + " new");
     adopt_refill(r, inter, nnew, started);
     if (tracing()) trace("refill " + std::to_string(r.id) + ": merged");
+  }
+
+  /// The committed merge of a spawn ahead: the spawner's group (told to go on) accepts at the
+  /// spawner's port, the live processes (a communicator over them) connect to it, the root's
+  /// copy of the port sent to them, and both merge over the connection. Collective over the
+  /// live processes, the spawner and its new processes; no process starts.
+  void enter_ahead_merge(const Refill& r, double started) {
+    MPI_Comm inter = MPI_COMM_NULL;
+    if (r.spawner == world_rank) {
+      int n = 0;
+      MPI_Comm_size(ahead_group, &n);
+      for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {1}, ahead_group);
+      detail::check_mpi(MPI_Comm_accept(ahead->port.c_str(), MPI_INFO_NULL, 0, ahead_group, &inter),
+                        "MPI_Comm_accept");
+      MPI_Close_port(ahead->port.c_str());
+    } else {
+      MPI_Comm live =
+          create_comm(r.live,
+                      kRefillTagBase +
+                          static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+      std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+      if (r.live[static_cast<std::size_t>(r.root)] == world_rank) {
+        std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1),
+                    port.begin());
+      }
+      detail::check_mpi(MPI_Bcast(port.data(), MPI_MAX_PORT_NAME, MPI_CHAR, r.root, live),
+                        "MPI_Bcast");
+      if (tracing()) trace("connects to " + std::string(port.data()));
+      detail::check_mpi(MPI_Comm_connect(port.data(), MPI_INFO_NULL, r.root, live, &inter),
+                        "MPI_Comm_connect");
+    }
+    if (tracing()) trace("refill " + std::to_string(r.id) + ": connected");
+    ++refill_stats.refills;
+    refill_stats.spawned += static_cast<std::uint64_t>(r.nspawn);
+    adopt_refill(r, inter, r.nspawn, started);
+    if (tracing()) trace("refill " + std::to_string(r.id) + ": the spawn ahead merged");
   }
 
   /// A join's connection: the root's port to every live process (each remembers it), then
@@ -951,11 +1197,21 @@ struct Membership::State {
   /// the processes the refill left out out of it; the latter are told to stop).
   void adopt_refill(const Refill& r, MPI_Comm inter, int nnew, double started) {
     MPI_Comm universe = MPI_COMM_NULL;
-    detail::check_mpi(MPI_Intercomm_merge(inter, 0, &universe), "MPI_Intercomm_merge");
+    const bool spawner_here = r.join == 2 && r.spawner == world_rank;  // the high side
+    detail::check_mpi(MPI_Intercomm_merge(inter, spawner_here ? 1 : 0, &universe),
+                      "MPI_Intercomm_merge");
+    if (r.join == 0) {  // to the processes just spawned: merged already (0), not ahead
+      std::int64_t word[3] = {0, 0, 0};
+      detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, universe), "MPI_Bcast");
+    }
+    // The order of the merged communicator: the live processes, then the spawner of a
+    // spawn ahead, then the new processes.
+    std::vector<int> ordered = r.live;
+    if (r.join == 2) ordered.push_back(r.spawner);
     // The live processes keep their order in the merged communicator; the new ones follow.
     std::vector<int> to_new(static_cast<std::size_t>(world_size), -1);
-    for (std::size_t i = 0; i < r.live.size(); ++i) {
-      to_new[static_cast<std::size_t>(r.live[i])] = static_cast<int>(i);
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      to_new[static_cast<std::size_t>(ordered[i])] = static_cast<int>(i);
     }
     auto mapped = [&](const std::vector<int>& ranks) {
       std::vector<int> out;
@@ -964,7 +1220,8 @@ struct Membership::State {
       return out;
     };
     std::vector<int> new_spares = mapped(r.spares);
-    for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(r.live.size()) + j);
+    if (r.join == 2) new_spares.push_back(to_new[static_cast<std::size_t>(r.spawner)]);
+    for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(ordered.size()) + j);
     Message header{static_cast<std::int64_t>(epoch),
                    nslots,
                    static_cast<std::int64_t>(refill_stats.refills),
@@ -997,6 +1254,10 @@ struct Membership::State {
     }
     refill_stats.last_seconds = MPI_Wtime() - started;
     refill_stats.total_seconds += refill_stats.last_seconds;
+    if (r.join == 2) {
+      ahead.reset();
+      ahead_group = MPI_COMM_NULL;  // the spawner's: never freed, as the others
+    }
   }
 
   /// Takes @p universe (every process of the population, after a refill) as the
@@ -1126,6 +1387,8 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   } else if (options.spawn.low < 0 || options.spawn.low > options.spawn.pool) {
     bad = "SpawnOptions::low is " + std::to_string(options.spawn.low) + ", not in 0.." +
           std::to_string(options.spawn.pool) + " (the pool)";
+  } else if (options.spawn.ahead && options.spawn.pool == 0) {
+    bad = "SpawnOptions::ahead needs a pool (SpawnOptions::pool > 0)";
   } else if (options.spawn.pool > 0 && options.replacement != Replacement::new_window) {
     bad = "SpawnOptions::pool needs Replacement::new_window (the standing window is over the "
           "processes of the start: a spawned spare could never take a slot in it)";
@@ -1172,11 +1435,21 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   }
   if (spawned) {
     // The other side of the parents' enter_refill: merge, then their header and the rest.
-    MPI_Comm universe = MPI_COMM_NULL;
-    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &universe), "MPI_Intercomm_merge");
-    s.adopt_universe(universe, {});
-    s.become_new_spare();
+    // Its first word: merged already (0), or spawned ahead by one spare (1: the population
+    // merges with it later; then the spawner's pid and host).
+    MPI_Comm merged = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    std::int64_t word[3] = {0, 0, 0};
+    detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, merged), "MPI_Bcast");
     s.refill_stats.spawned_here = true;
+    if (word[0] == 0) {
+      s.adopt_universe(merged, {});
+    } else if (!s.await_ahead_merge(merged, word[1], static_cast<std::uint64_t>(word[2]))) {
+      s.role = MemberRole::finished;  // the population finished before it merged this one
+      return;
+    }
+    s.become_new_spare();
     return;
   }
   s.gather_processes(world);
@@ -1246,10 +1519,13 @@ bool Membership::wait_for_slot() {
     while (s.receive(m, st)) {
       if (st.MPI_TAG == kStop) s.stop_pending = true;
       if (s.stop_pending) {
+        s.release_ahead();
         s.role = MemberRole::finished;
         return false;
       }
-      if (st.MPI_TAG == kPropose) {
+      if (st.MPI_TAG == kPropose && s.ahead_group != MPI_COMM_NULL) {
+        s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // holds a spawn ahead
+      } else if (st.MPI_TAG == kPropose) {
         // A spare learns the epoch from the proposal itself.
         if (!m.empty() && m[0] >= 1) s.epoch = static_cast<std::uint64_t>(m[0]) - 1;
         if (s.on_proposal(m, st.MPI_SOURCE)) return true;
@@ -1261,8 +1537,13 @@ bool Membership::wait_for_slot() {
       }
     }
     if (s.stop_pending) {  // read inside an agreement
+      s.release_ahead();
       s.role = MemberRole::finished;
       return false;
+    }
+    if (s.spawn_due) {
+      s.spawn_ahead();
+      continue;
     }
     sleep_seconds(s.o.spare_sleep_seconds);
   }
@@ -1283,6 +1564,11 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
     change.members = s.members;
     return change;
   };
+  if (s.spawn_due) {  // asked to spawn ahead while a spare, given a slot since: declines
+    s.spawn_due = false;
+    if (s.ahead) s.tell_everyone(kAheadReady, {s.ahead->id, s.ahead->nspawn, -1});
+    s.ahead.reset();
+  }
   if (s.evict_pending) {  // read inside an agreement since the last poll
     const Message e = std::move(*s.evict_pending);
     s.evict_pending.reset();
@@ -1334,17 +1620,29 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
   const auto ndead = static_cast<std::size_t>(
       std::count_if(dead.begin(), dead.end(), [](int d) { return d != 0; }));
-  if (s.refill_allowed()) {
+  if (s.ahead && s.process_gone(s.ahead->spawner)) s.ahead.reset();  // died with its spawn
+  if (s.refill_allowed() && s.ahead && s.ahead->ready) {
+    s.propose_ahead_merge(dead);
+    return std::nullopt;  // the dead slots get their spares at the next check
+  }
+  if (s.refill_allowed() && !s.ahead) {
     // Spares first: enough for the dead slots waiting, and the pool.
-    const auto live_spares =
-        static_cast<std::size_t>(std::count_if(s.spares.begin(), s.spares.end(),
-                                               [&s](int w) { return !s.process_gone(w); }));
+    std::vector<int> live;
+    for (int w : s.spares) {
+      if (!s.process_gone(w)) live.push_back(w);
+    }
     const auto pool = static_cast<std::size_t>(s.o.spawn.pool);
     const auto low = s.o.spawn.low > 0 ? static_cast<std::size_t>(s.o.spawn.low) : pool;
-    if (live_spares < std::max(low, ndead)) {
-      const std::size_t want = std::max(pool, ndead);
-      s.propose_refill(static_cast<int>(want - live_spares), dead);
-      return std::nullopt;  // the dead slots get their spares at the next check
+    if (live.size() < std::max(low, ndead)) {
+      const int nspawn = static_cast<int>(std::max(pool, ndead) - live.size());
+      if (s.o.spawn.ahead && live.size() > ndead) {
+        // A spare the dead slots do not need spawns ahead, alone; the members train on and
+        // the dead slots take the other spares now.
+        s.start_ahead(nspawn, live.back());
+      } else {
+        s.propose_refill(nspawn, dead);  // no spare to spare: every live process spawns
+        return std::nullopt;             // the dead slots get their spares at the next check
+      }
     }
   }
   if (s.join_due()) {

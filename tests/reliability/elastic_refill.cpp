@@ -15,6 +15,10 @@
 // With a third argument `low`: a pool of 3 refilled only when no spare is left
 // (SpawnOptions::low = 1), so the spare of the start takes the first slot, one refill spawns 3
 // processes at once, and two of them take the next slots: checked, exactly one refill of 3.
+// `ahead` (the UCX PML): a pool of 3 refilled when fewer than 2 spares live, by a spare that
+// spawns ahead (SpawnOptions::ahead): the spare of the start spawns 2 at once, and again after
+// the second death (or, should the third death come first, every live process spawns 2):
+// checked, exactly two refills of 4 processes in all.
 #include <mpi.h>
 
 #include <chrono>
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
   // with the same arguments.
   const int members = argc > 2 ? std::atoi(argv[2]) : 4;
   const bool low = argc > 3 && std::string(argv[3]) == "low";
+  const bool ahead = argc > 3 && std::string(argv[3]) == "ahead";
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -57,8 +62,9 @@ int main(int argc, char** argv) {
   options.seed = 13;
   p.hook(options);
   pw::MembershipOptions membership = pw::test::test_membership(members);
-  membership.spawn.pool = low ? 3 : 1;
-  membership.spawn.low = low ? 1 : 0;
+  membership.spawn.pool = low || ahead ? 3 : 1;
+  membership.spawn.low = low ? 1 : ahead ? 2 : 0;
+  membership.spawn.ahead = ahead;
   pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
                            membership);
   p.agent = &agent;
@@ -111,7 +117,8 @@ int main(int argc, char** argv) {
   const std::uint64_t counts[2] = {refills.refills, refills.spawned};
   std::uint64_t most[2] = {0, 0};
   MPI_Allreduce(counts, most, 2, MPI_UINT64_T, MPI_MAX, last);
-  const bool refills_ok = !low || (most[0] == 1 && most[1] == 3);
+  const bool refills_ok =
+      low ? most[0] == 1 && most[1] == 3 : !ahead || (most[0] == 2 && most[1] == 4);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);
@@ -125,7 +132,8 @@ int main(int argc, char** argv) {
       std::printf("elastic: spawned spares took every dead slot\n");
     } else {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
-                  "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3)\n",
+                  "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3; "
+                  "ahead: 2, 4)\n",
                   sums[0], sums[1], sums[2], size, members,
                   static_cast<unsigned long long>(most[0]),
                   static_cast<unsigned long long>(most[1]));

@@ -3,7 +3,7 @@
 // slots on a schedule every process knows; spares take the slots. Usage (every rank the same
 // arguments):
 //   elastic_soak <members> <seconds> <faults> <fault kind> [standing] [spawn=<pool>]
-//                [spawn_low=<l>] [averaging] [dead_after=<s>]
+//                [spawn_low=<l>] [spawn_ahead] [averaging] [dead_after=<s>]
 // fault kind: resign (the trainer throws; the process resigns and waits as a spare, so it can
 // be given a slot again: a fault that any MPI survives), kill (SIGKILL: Open MPI with
 // --enable-recovery; each fault uses up a spare, so at most the spares' count), sigstop (the
@@ -14,7 +14,8 @@
 // spread over the run, the others resign); standing:
 // MembershipOptions::replacement = standing_window (default: new_window). spawn=<pool> (Open
 // MPI, new_window): SpawnOptions::pool = pool, the spares refilled by MPI_Comm_spawn
-// (spawn_low=<l>: SpawnOptions::low, a refill only when fewer than l spares live); then
+// (spawn_low=<l>: SpawnOptions::low, a refill only when fewer than l spares live;
+// spawn_ahead: SpawnOptions::ahead, a spare spawns while the members train on); then
 // kill and mixed are not limited by the spares (mixed: every third fault a SIGSTOP, the others
 // SIGKILL and exceptions in turn). A spawned process runs this program with the arguments
 // of the start and start=<t> (the run's start, which its own world cannot tell it).
@@ -168,6 +169,7 @@ struct Soak {
   std::string kind;
   int pool = 0;
   int low = 0;
+  bool ahead = false;
   int kills = 0;
   double start = 0.0;
   double interval = 0.0;
@@ -186,7 +188,8 @@ int main(int argc, char** argv) {
   if (argc < 5) {
     if (run.rank == 0)
       std::printf("usage: elastic_soak <members> <seconds> <faults> <resign|kill|sigstop|mixed> "
-                  "[standing] [spawn=<pool>] [spawn_low=<l>] [averaging] [dead_after=<s>]\n");
+                  "[standing] [spawn=<pool>] [spawn_low=<l>] [spawn_ahead] [averaging] "
+                  "[dead_after=<s>]\n");
     std::_Exit(2);
   }
   Soak soak;
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
     if (a == "averaging") averaging = true;
     if (a.rfind("spawn=", 0) == 0) soak.pool = std::atoi(a.c_str() + 6);
     if (a.rfind("spawn_low=", 0) == 0) soak.low = std::atoi(a.c_str() + 10);
+    if (a == "spawn_ahead") soak.ahead = true;
     if (a.rfind("start=", 0) == 0) start = std::atof(a.c_str() + 6);
     if (a.rfind("dead_after=", 0) == 0) dead_after = std::atof(a.c_str() + 11);
   }
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
   if (soak.pool > 0) {
     membership.spawn.pool = soak.pool;
     membership.spawn.low = soak.low;
+    membership.spawn.ahead = soak.ahead;
     std::vector<std::string> args(argv + 1, argv + argc);
     char at[64];
     std::snprintf(at, sizeof at, "start=%.6f", start);

@@ -67,6 +67,8 @@ TEST(MembershipOptions, BadOptionsAreRefusedOnEveryRank) {
       "SpawnOptions::low is 3, not in 0..2 (the pool)");
   expect_refused([](pw::MembershipOptions& o) { o.spawn.low = -1; },
                  "SpawnOptions::low is -1, not in 0..0 (the pool)");
+  expect_refused([](pw::MembershipOptions& o) { o.spawn.ahead = true; },
+                 "SpawnOptions::ahead needs a pool");
 }
 
 TEST(MembershipOptions, RefillsNeedTheNewWindowAndAnMpiThatSpawns) {
