@@ -827,12 +827,19 @@ struct Membership::State {
   /// connects to the joiner waiting there), to every process it does not judge dead (@p dead:
   /// per slot, as judge() says).
   void propose_refill(int nspawn, const std::vector<int>& dead, const std::string& port = {}) {
-    const double started = MPI_Wtime();
     Refill r;
     r.id = static_cast<std::int64_t>(rng() >> 2);
     r.nspawn = nspawn;
     r.join = port.empty() ? 0 : 1;
     join_port = port;
+    offer_refill(r, dead);
+  }
+
+  /// The coordinator: proposes @p r (its kind, count and spawner set) to every live process
+  /// (the members alive by @p dead, the live spares but a spawner ahead) and the spawner, if
+  /// any; on yes from all, commits and takes part.
+  void offer_refill(Refill& r, const std::vector<int>& dead) {
+    const double started = MPI_Wtime();
     for (int k = 0; k < nslots; ++k) {
       const int w = members[static_cast<std::size_t>(k)];
       const bool alive = dead[static_cast<std::size_t>(k)] == 0 && w >= 0;
@@ -840,7 +847,7 @@ struct Membership::State {
       if (alive) r.live.push_back(w);
     }
     for (int w : spares) {
-      if (!process_gone(w)) {
+      if (!process_gone(w) && w != r.spawner) {
         r.spares.push_back(w);
         r.live.push_back(w);
       }
@@ -848,6 +855,7 @@ struct Membership::State {
     r.root = static_cast<int>(std::find(r.live.begin(), r.live.end(), world_rank) - r.live.begin());
     const Message msg = refill_message(r);
     std::vector<int> targets;
+    if (r.spawner >= 0) targets.push_back(r.spawner);
     for (int w : r.live) {
       if (w != world_rank) targets.push_back(w);
     }
@@ -860,6 +868,35 @@ struct Membership::State {
     }
     for (int w : targets) send(w, kRefillCommit, {r.id});
     enter_refill(r, started);
+  }
+
+  /// The coordinator's refill decision at a check (spares first: enough for the @p ndead
+  /// dead slots waiting, and the pool): true when it proposed one (the epoch waits for the
+  /// next check); a spawn ahead started lets the epoch go on with the other spares.
+  bool refill_proposed(const std::vector<int>& dead, std::size_t ndead) {
+    if (ahead && process_gone(ahead->spawner)) ahead.reset();  // died with its spawn
+    if (!refill_allowed()) return false;
+    if (ahead) {
+      if (!ahead->ready) return false;
+      propose_ahead_merge(dead);
+      return true;
+    }
+    std::vector<int> live;
+    for (int w : spares) {
+      if (!process_gone(w)) live.push_back(w);
+    }
+    const auto pool = static_cast<std::size_t>(o.spawn.pool);
+    const auto low = o.spawn.low > 0 ? static_cast<std::size_t>(o.spawn.low) : pool;
+    if (live.size() >= std::max(low, ndead)) return false;
+    const int nspawn = static_cast<int>(std::max(pool, ndead) - live.size());
+    if (o.spawn.ahead && live.size() > ndead) {
+      // A spare the dead slots do not need spawns ahead, alone; the members train on and the
+      // dead slots take the other spares now.
+      start_ahead(nspawn, live.back());
+      return false;
+    }
+    propose_refill(nspawn, dead);  // no spare to spare: every live process spawns
+    return true;
   }
 
   // --- spawns ahead: a spare spawns the new spares alone, the members train on ----------
@@ -969,40 +1006,13 @@ struct Membership::State {
   /// The coordinator: proposes to merge the ready spawn ahead into the population (a refill
   /// with join 2: the live processes and the spawner's group build one communicator).
   void propose_ahead_merge(const std::vector<int>& dead) {
-    const double started = MPI_Wtime();
     Refill r;
     r.id = ahead->id;
     r.nspawn = ahead->nspawn;
     r.join = 2;
     r.spawner = ahead->spawner;
-    for (int k = 0; k < nslots; ++k) {
-      const int w = members[static_cast<std::size_t>(k)];
-      const bool alive = dead[static_cast<std::size_t>(k)] == 0 && w >= 0;
-      r.members.push_back(alive ? w : -1);
-      if (alive) r.live.push_back(w);
-    }
-    for (int w : spares) {
-      if (!process_gone(w) && w != r.spawner) {
-        r.spares.push_back(w);
-        r.live.push_back(w);
-      }
-    }
-    r.root = static_cast<int>(std::find(r.live.begin(), r.live.end(), world_rank) - r.live.begin());
-    const Message msg = refill_message(r);
-    std::vector<int> targets{r.spawner};
-    for (int w : r.live) {
-      if (w != world_rank) targets.push_back(w);
-    }
-    for (int w : targets) send(w, kRefill, msg);
     if (tracing()) trace("proposes to merge the spawn ahead of " + std::to_string(r.spawner));
-    std::vector<int> yes;
-    if (!collect_answers(targets, kRefillAnswer, r.id, started, yes) || !may_commit(started)) {
-      for (int w : targets) send(w, kRefillAbort, {r.id});
-      back_off();
-      return;
-    }
-    for (int w : targets) send(w, kRefillCommit, {r.id});
-    enter_refill(r, started);
+    offer_refill(r, dead);
   }
 
   /// A process a spawn ahead started, merged with its spawner into @p group: waits (sleeping)
@@ -1342,6 +1352,26 @@ struct Membership::State {
     refill_stats.joined_here = true;
   }
 
+  /// A process a refill started (@p parent: MPI_Comm_get_parent): merges with its parents.
+  /// Their first word: merged already (0: the population's communicator), or spawned ahead
+  /// by one spare (1: the population merges with them later; then the spawner's pid and
+  /// host). Then a spare, or finished when the population ended before it was merged.
+  void start_spawned(MPI_Comm parent) {
+    MPI_Comm merged = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    std::int64_t word[3] = {0, 0, 0};
+    detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, merged), "MPI_Bcast");
+    refill_stats.spawned_here = true;
+    if (word[0] == 0) {
+      adopt_universe(merged, {});
+    } else if (!await_ahead_merge(merged, word[1], static_cast<std::uint64_t>(word[2]))) {
+      role = MemberRole::finished;
+      return;
+    }
+    become_new_spare();
+  }
+
   /// A process a refill or join brought in, once it adopted its population: a spare.
   void become_new_spare() {
     gone.assign(static_cast<std::size_t>(nslots), 0);
@@ -1435,21 +1465,7 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   }
   if (spawned) {
     // The other side of the parents' enter_refill: merge, then their header and the rest.
-    // Its first word: merged already (0), or spawned ahead by one spare (1: the population
-    // merges with it later; then the spawner's pid and host).
-    MPI_Comm merged = MPI_COMM_NULL;
-    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
-    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
-    std::int64_t word[3] = {0, 0, 0};
-    detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, merged), "MPI_Bcast");
-    s.refill_stats.spawned_here = true;
-    if (word[0] == 0) {
-      s.adopt_universe(merged, {});
-    } else if (!s.await_ahead_merge(merged, word[1], static_cast<std::uint64_t>(word[2]))) {
-      s.role = MemberRole::finished;  // the population finished before it merged this one
-      return;
-    }
-    s.become_new_spare();
+    s.start_spawned(parent);
     return;
   }
   s.gather_processes(world);
@@ -1620,31 +1636,7 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
   if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
   const auto ndead = static_cast<std::size_t>(
       std::count_if(dead.begin(), dead.end(), [](int d) { return d != 0; }));
-  if (s.ahead && s.process_gone(s.ahead->spawner)) s.ahead.reset();  // died with its spawn
-  if (s.refill_allowed() && s.ahead && s.ahead->ready) {
-    s.propose_ahead_merge(dead);
-    return std::nullopt;  // the dead slots get their spares at the next check
-  }
-  if (s.refill_allowed() && !s.ahead) {
-    // Spares first: enough for the dead slots waiting, and the pool.
-    std::vector<int> live;
-    for (int w : s.spares) {
-      if (!s.process_gone(w)) live.push_back(w);
-    }
-    const auto pool = static_cast<std::size_t>(s.o.spawn.pool);
-    const auto low = s.o.spawn.low > 0 ? static_cast<std::size_t>(s.o.spawn.low) : pool;
-    if (live.size() < std::max(low, ndead)) {
-      const int nspawn = static_cast<int>(std::max(pool, ndead) - live.size());
-      if (s.o.spawn.ahead && live.size() > ndead) {
-        // A spare the dead slots do not need spawns ahead, alone; the members train on and
-        // the dead slots take the other spares now.
-        s.start_ahead(nspawn, live.back());
-      } else {
-        s.propose_refill(nspawn, dead);  // no spare to spare: every live process spawns
-        return std::nullopt;             // the dead slots get their spares at the next check
-      }
-    }
-  }
+  if (s.refill_proposed(dead, ndead)) return std::nullopt;  // the dead slots: at the next check
   if (s.join_due()) {
     if (std::optional<std::string> port = s.look_for_joiner()) {
       s.propose_refill(1, dead, *port);

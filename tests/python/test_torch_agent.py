@@ -249,7 +249,8 @@ def test_elastic_torch_agent_refuses_bad_input_on_every_rank(comm):
         TorchElasticAgent(torch.nn.ReLU() if bad else net, None, comm,
                           members=comm.Get_size())
     # The spare pool's refills: the standing window cannot take spawned spares; a negative
-    # pool, or a low-water mark above the pool, on one rank fails every rank's Membership.
+    # pool, a low-water mark above the pool, or spawning ahead without a pool, on one rank
+    # fails every rank's Membership.
     with pytest.raises(paramwin.InvalidArgument, match="needs Replacement::new_window"):
         TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_pool=1,
                           replacement="standing_window")
@@ -260,6 +261,9 @@ def test_elastic_torch_agent_refuses_bad_input_on_every_rank(comm):
                        match=r"low is 3, not in 0\.\.2" if bad else "another rank's options"):
         TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_pool=2 if bad else 0,
                           spawn_low=3 if bad else 0)
+    with pytest.raises(paramwin.InvalidArgument,
+                       match="ahead needs a pool" if bad else "another rank's options"):
+        TorchElasticAgent(net, None, comm, members=comm.Get_size(), spawn_ahead=bad)
     # Joins from outside: the same refusal with the standing window, and a joiner needs the
     # population's name.
     with pytest.raises(paramwin.InvalidArgument, match="JoinOptions::service needs "
