@@ -227,11 +227,13 @@ struct Membership::State {
     int nspawn = 0;
     int spawner = -1;  // its current rank
     bool ready = false;
-    std::string port;  // ready: where the spawner's group accepts the merge
+    std::string port;    // ready: where the spawner's group accepts the merge
+    double since = 0.0;  // when this process learned of it
   };
   std::optional<Ahead> ahead;
   bool spawn_due = false;                // this spare was asked to spawn ahead
   MPI_Comm ahead_group = MPI_COMM_NULL;  // the spawner: itself and its new processes
+  std::string ahead_port;                // the spawner: the port its group accepts at
 
   // --- trace (PARAMWIN_MEMBERSHIP_TRACE) --------------------------------------------------
 
@@ -874,7 +876,13 @@ struct Membership::State {
   /// dead slots waiting, and the pool): true when it proposed one (the epoch waits for the
   /// next check); a spawn ahead started lets the epoch go on with the other spares.
   bool refill_proposed(const std::vector<int>& dead, std::size_t ndead) {
-    if (ahead && process_gone(ahead->spawner)) ahead.reset();  // died with its spawn
+    // A spawner that died (on this host: its pid; elsewhere: not ready within agree_seconds)
+    // took its spawn with it.
+    if (ahead && (process_gone(ahead->spawner) ||
+                  (!ahead->ready && MPI_Wtime() - ahead->since > o.agree_seconds))) {
+      if (tracing()) trace("forgets the spawn ahead of " + std::to_string(ahead->spawner));
+      ahead.reset();
+    }
     if (!refill_allowed()) return false;
     if (ahead) {
       if (!ahead->ready) return false;
@@ -923,7 +931,7 @@ struct Membership::State {
   /// The coordinator: asks @p spawner (a live spare not needed for a dead slot) to spawn
   /// @p nspawn spares alone; the members go on training (docs/elastic.md).
   void start_ahead(int nspawn, int spawner) {
-    ahead = Ahead{static_cast<std::int64_t>(rng() >> 2), nspawn, spawner, false, {}};
+    ahead = Ahead{static_cast<std::int64_t>(rng() >> 2), nspawn, spawner, false, {}, MPI_Wtime()};
     tell_everyone(kAhead, {ahead->id, nspawn, spawner});
     if (tracing())
       trace("asks " + std::to_string(spawner) + " to spawn " + std::to_string(nspawn) + " ahead");
@@ -932,10 +940,21 @@ struct Membership::State {
   /// kAhead: which spare spawns ahead; if this one (a spare), it spawns at its next wait.
   void on_ahead(const Message& m) {
     if (m.size() != 3) return;
-    ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}};
+    ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}, MPI_Wtime()};
     if (ahead->spawner != world_rank) return;
     if (role == MemberRole::spare && ahead_group == MPI_COMM_NULL) {
       spawn_due = true;
+    } else if (role == MemberRole::spare) {
+      // Still holds the processes of a spawn ahead that a coordinator forgot (not ready in
+      // time): offers those, as they are, under the new id.
+      int n = 0;
+      MPI_Comm_size(ahead_group, &n);
+      ahead->nspawn = n - 1;
+      ahead->ready = true;
+      ahead->port = ahead_port;
+      Message ready{ahead->id, ahead->nspawn, 1};
+      for (const char c : ahead_port) ready.push_back(c);
+      tell_everyone(kAheadReady, ready);
     } else {  // given a slot meanwhile: someone else may spawn
       tell_everyone(kAheadReady, {ahead->id, ahead->nspawn, -1});
       ahead.reset();
@@ -947,6 +966,7 @@ struct Membership::State {
     if (m.size() < 3 || !ahead || ahead->id != m[0]) return;
     if (m[2] == 1) {
       ahead->ready = true;
+      ahead->nspawn = static_cast<int>(m[1]);  // what it holds (an offer of older ones)
       ahead->port.clear();
       for (std::size_t i = 3; i < m.size(); ++i) ahead->port.push_back(static_cast<char>(m[i]));
       return;
@@ -980,8 +1000,9 @@ struct Membership::State {
       // does not tell it (the next epoch's shared-memory window needs it).
       std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
       detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
-      ahead->port = port.data();
-      for (const char c : ahead->port) ready.push_back(c);
+      ahead_port = port.data();
+      ahead->port = ahead_port;
+      for (const char c : ahead_port) ready.push_back(c);
     }
     if (tracing()) {
       trace("spawned " + std::to_string(ahead->nspawn) + " ahead in " +
@@ -995,12 +1016,14 @@ struct Membership::State {
     }
   }
 
-  /// The spawner, when the population finished: its new processes stop waiting.
+  /// The spawner, when the population finished: its new processes stop waiting, its port
+  /// closes.
   void release_ahead() {
     if (ahead_group == MPI_COMM_NULL) return;
     int n = 0;
     MPI_Comm_size(ahead_group, &n);
     for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {0}, ahead_group);
+    MPI_Close_port(ahead_port.c_str());
   }
 
   /// The coordinator: proposes to merge the ready spawn ahead into the population (a refill
@@ -1121,16 +1144,16 @@ struct Membership::State {
       int n = 0;
       MPI_Comm_size(ahead_group, &n);
       for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {1}, ahead_group);
-      detail::check_mpi(MPI_Comm_accept(ahead->port.c_str(), MPI_INFO_NULL, 0, ahead_group, &inter),
+      detail::check_mpi(MPI_Comm_accept(ahead_port.c_str(), MPI_INFO_NULL, 0, ahead_group, &inter),
                         "MPI_Comm_accept");
-      MPI_Close_port(ahead->port.c_str());
+      MPI_Close_port(ahead_port.c_str());
     } else {
       MPI_Comm live =
           create_comm(r.live,
                       kRefillTagBase +
                           static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
       std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
-      if (r.live[static_cast<std::size_t>(r.root)] == world_rank) {
+      if (r.live[static_cast<std::size_t>(r.root)] == world_rank && ahead) {  // the proposer's
         std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1),
                     port.begin());
       }
@@ -1267,6 +1290,7 @@ struct Membership::State {
     if (r.join == 2) {
       ahead.reset();
       ahead_group = MPI_COMM_NULL;  // the spawner's: never freed, as the others
+      ahead_port.clear();
     }
   }
 
