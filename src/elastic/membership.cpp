@@ -262,12 +262,17 @@ struct Membership::State {
   void send(int dest, int tag, Message msg, MPI_Comm on = MPI_COMM_NULL) {
     if (dest < 0) return;
     reap();
+    detail::check_mpi(post(dest, tag, std::move(msg), on == MPI_COMM_NULL ? ctl : on), "MPI_Isend");
+  }
+
+  /// MPI_Isend of @p msg to @p dest of @p on, kept in the outbox when posted; its code.
+  int post(int dest, int tag, Message msg, MPI_Comm on) {
     Outgoing out;
     out.data = std::make_unique<Message>(std::move(msg));
-    detail::check_mpi(MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T,
-                                dest, tag, on == MPI_COMM_NULL ? ctl : on, &out.request),
-                      "MPI_Isend");
-    outbox.push_back(std::move(out));
+    const int rc = MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T,
+                             dest, tag, on, &out.request);
+    if (rc == MPI_SUCCESS) outbox.push_back(std::move(out));
+    return rc;
   }
 
   /// The next message to this process, if one has arrived: from the current ctl, else from
@@ -918,13 +923,7 @@ struct Membership::State {
   void tell_everyone(int tag, const Message& msg) {
     reap();
     for (int w = 0; w < world_size; ++w) {
-      if (w == world_rank || process_gone(w)) continue;
-      Outgoing out;
-      out.data = std::make_unique<Message>(msg);
-      if (MPI_Isend(out.data->data(), static_cast<int>(out.data->size()), MPI_INT64_T, w, tag, ctl,
-                    &out.request) == MPI_SUCCESS) {
-        outbox.push_back(std::move(out));
-      }
+      if (w != world_rank && !process_gone(w)) (void)post(w, tag, msg, ctl);
     }
   }
 
@@ -952,13 +951,19 @@ struct Membership::State {
       ahead->nspawn = n - 1;
       ahead->ready = true;
       ahead->port = ahead_port;
-      Message ready{ahead->id, ahead->nspawn, 1};
-      for (const char c : ahead_port) ready.push_back(c);
-      tell_everyone(kAheadReady, ready);
+      announce_ahead(1);
     } else {  // given a slot meanwhile: someone else may spawn
-      tell_everyone(kAheadReady, {ahead->id, ahead->nspawn, -1});
+      announce_ahead(-1);
       ahead.reset();
     }
+  }
+
+  /// The spawner: tells every process the outcome of its spawn ahead (1 ready, with the port
+  /// its group accepts at; 0 failed; -1 declined).
+  void announce_ahead(std::int64_t outcome) {
+    Message m{ahead->id, ahead->nspawn, outcome};
+    if (outcome == 1) m.insert(m.end(), ahead_port.begin(), ahead_port.end());
+    tell_everyone(kAheadReady, m);
   }
 
   /// kAheadReady: the spawner's outcome.
@@ -987,7 +992,6 @@ struct Membership::State {
     self.nspawn = ahead->nspawn;
     self.root = 0;
     const bool ok = spawn_spares(self, MPI_COMM_SELF, inter);
-    Message ready{ahead->id, ahead->nspawn, ok ? 1 : 0};
     if (ok) {
       detail::check_mpi(MPI_Intercomm_merge(inter, 0, &ahead_group), "MPI_Intercomm_merge");
       MPI_Comm_set_errhandler(ahead_group, MPI_ERRORS_RETURN);
@@ -1002,13 +1006,12 @@ struct Membership::State {
       detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
       ahead_port = port.data();
       ahead->port = ahead_port;
-      for (const char c : ahead_port) ready.push_back(c);
     }
     if (tracing()) {
       trace("spawned " + std::to_string(ahead->nspawn) + " ahead in " +
             std::to_string(MPI_Wtime() - started) + " s" + (ok ? "" : ": failed"));
     }
-    tell_everyone(kAheadReady, ready);
+    announce_ahead(ok ? 1 : 0);
     if (ok) {
       ahead->ready = true;
     } else {
@@ -1117,10 +1120,7 @@ struct Membership::State {
       enter_ahead_merge(r, started);
       return;
     }
-    MPI_Comm live =
-        create_comm(r.live,
-                    kRefillTagBase +
-                        static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+    MPI_Comm live = live_comm(r);
     if (tracing()) trace("refill " + std::to_string(r.id) + ": communicator of the live built");
     MPI_Comm inter = MPI_COMM_NULL;
     int nnew = r.nspawn;
@@ -1132,6 +1132,13 @@ struct Membership::State {
     if (tracing()) trace("refill " + std::to_string(r.id) + ": " + std::to_string(nnew) + " new");
     adopt_refill(r, inter, nnew, started);
     if (tracing()) trace("refill " + std::to_string(r.id) + ": merged");
+  }
+
+  /// The communicator over the live processes of refill @p r (collective over them).
+  MPI_Comm live_comm(const Refill& r) const {
+    return create_comm(r.live,
+                       kRefillTagBase +
+                           static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
   }
 
   /// The committed merge of a spawn ahead: the spawner's group (told to go on) accepts at the
@@ -1148,10 +1155,7 @@ struct Membership::State {
                         "MPI_Comm_accept");
       MPI_Close_port(ahead_port.c_str());
     } else {
-      MPI_Comm live =
-          create_comm(r.live,
-                      kRefillTagBase +
-                          static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+      MPI_Comm live = live_comm(r);
       std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
       if (r.live[static_cast<std::size_t>(r.root)] == world_rank && ahead) {  // the proposer's
         std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1),
