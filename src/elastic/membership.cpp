@@ -129,7 +129,7 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   }
   if (spawned) {
     // The other side of the parents' enter_refill: merge, then their header and the rest.
-    s.start_spawned(parent);
+    s.start_spawned(world, parent);
     return;
   }
   s.gather_processes(world);
@@ -203,7 +203,7 @@ bool Membership::wait_for_slot() {
         s.role = MemberRole::finished;
         return false;
       }
-      if (st.MPI_TAG == kPropose && s.ahead_group != MPI_COMM_NULL) {
+      if (st.MPI_TAG == kPropose && s.ahead_children != MPI_COMM_NULL) {
         s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // holds a spawn ahead
       } else if (st.MPI_TAG == kPropose) {
         // A spare learns the epoch from the proposal itself.

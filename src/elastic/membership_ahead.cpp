@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,14 +35,14 @@ void Membership::State::on_ahead(const Message& m) {
   if (m.size() != 3) return;
   ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}, MPI_Wtime()};
   if (ahead->spawner != world_rank) return;
-  if (role == MemberRole::spare && ahead_group == MPI_COMM_NULL) {
+  if (role == MemberRole::spare && ahead_children == MPI_COMM_NULL) {
     spawn_due = true;
   } else if (role == MemberRole::spare) {
     // Still holds the processes of a spawn ahead that a coordinator forgot (not ready in
     // time): offers those, as they are, under the new id.
     int n = 0;
-    MPI_Comm_size(ahead_group, &n);
-    ahead->nspawn = n - 1;
+    MPI_Comm_remote_size(ahead_children, &n);
+    ahead->nspawn = n;
     ahead->ready = true;
     ahead->port = ahead_port;
     announce_ahead(1);
@@ -74,26 +75,19 @@ void Membership::State::spawn_ahead() {
   spawn_due = false;
   if (!ahead || ahead->spawner != world_rank) return;
   const double started = MPI_Wtime();
-  MPI_Comm inter = MPI_COMM_NULL;
+  MPI_Comm children = MPI_COMM_NULL;
   Refill self;
   self.nspawn = ahead->nspawn;
   self.root = 0;
-  const bool ok = spawn_spares(self, MPI_COMM_SELF, inter);
-  if (ok) {
-    detail::check_mpi(MPI_Intercomm_merge(inter, 0, &ahead_group), "MPI_Intercomm_merge");
-    MPI_Comm_set_errhandler(ahead_group, MPI_ERRORS_RETURN);
-    // To the new processes: they merge later (1), and whose death ends their wait.
-    std::int64_t word[3] = {1, static_cast<std::int64_t>(getpid()),
-                            static_cast<std::int64_t>(host)};
-    detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, ahead_group), "MPI_Bcast");
-    // The merge is a connection (MPI_Comm_connect / MPI_Comm_accept, as a join's): through
-    // it Open MPI learns which of the processes share a node, which MPI_Intercomm_create
-    // does not tell it (the next epoch's shared-memory window needs it).
-    std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
-    detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
-    ahead_port = port.data();
-    ahead->port = ahead_port;
-  }
+  // The new processes never wait in a collective with this spare before the population
+  // connects to them: its word, its go or stop and their port are point-to-point messages
+  // over the spawn's intercommunicator, and they accept the connection over their own world.
+  // So they end when this spare dies at any moment after their MPI_Init. The connection
+  // (MPI_Comm_connect / MPI_Comm_accept, as a join's) is also how Open MPI learns which of the
+  // processes share a node, which MPI_Intercomm_create does not tell it (the next epoch's
+  // shared-memory window needs it).
+  bool ok = spawn_spares(self, MPI_COMM_SELF, children, /*spawned_ahead=*/true);
+  if (ok) ok = await_ahead_port(children);
   if (tracing()) {
     trace("spawned " + std::to_string(ahead->nspawn) + " ahead in " +
           std::to_string(MPI_Wtime() - started) + " s" + (ok ? "" : ": failed"));
@@ -106,12 +100,36 @@ void Membership::State::spawn_ahead() {
   }
 }
 
-void Membership::State::release_ahead() {
-  if (ahead_group == MPI_COMM_NULL) return;
+bool Membership::State::await_ahead_port(MPI_Comm children) {
+  const double started = MPI_Wtime();
+  Message m;
+  MPI_Status st;
+  while (MPI_Wtime() - started <= o.agree_seconds) {
+    if (receive_on(children, m, st) && st.MPI_TAG == kAheadPortTag) {
+      ahead_port.assign(m.begin(), m.end());
+      ahead->port = ahead_port;
+      ahead_children = children;
+      return true;
+    }
+    sleep_seconds(o.spare_sleep_seconds);
+  }
+  ahead_children = children;
+  tell_children(0);
+  return false;
+}
+
+void Membership::State::tell_children(std::int64_t go) {
   int n = 0;
-  MPI_Comm_size(ahead_group, &n);
-  for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {0}, ahead_group);
-  MPI_Close_port(ahead_port.c_str());
+  MPI_Comm_remote_size(ahead_children, &n);
+  for (int c = 0; c < n; ++c) send(c, kAheadGoTag, {go}, ahead_children);
+  if (go == 0) {
+    ahead_children = MPI_COMM_NULL;  // never freed, as the others
+    ahead_port.clear();
+  }
+}
+
+void Membership::State::release_ahead() {
+  if (ahead_children != MPI_COMM_NULL) tell_children(0);
 }
 
 void Membership::State::propose_ahead_merge(const std::vector<int>& dead) {
@@ -124,20 +142,28 @@ void Membership::State::propose_ahead_merge(const std::vector<int>& dead) {
   offer_refill(r, dead);
 }
 
-bool Membership::State::await_ahead_merge(MPI_Comm group, std::int64_t spawner_pid,
+bool Membership::State::await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::int64_t spawner_pid,
                                           std::uint64_t spawner_host) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+  if (rank == 0) {
+    detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
+    send(0, kAheadPortTag, Message(port.data(), port.data() + std::strlen(port.data())), parent);
+  }
+  auto close_port = [&] {
+    if (rank == 0) MPI_Close_port(port.data());
+  };
   Message m;
   MPI_Status st;
   while (true) {
-    int flag = 0;
-    detail::check_mpi(MPI_Iprobe(0, kAheadGoTag, group, &flag, &st), "MPI_Iprobe");
-    if (flag != 0) {
-      m.assign(1, 0);
-      detail::check_mpi(MPI_Recv(m.data(), 1, MPI_INT64_T, 0, kAheadGoTag, group, &st), "MPI_Recv");
-      if (m[0] == 0) return false;
-      break;
+    if (receive_on(parent, m, st) && st.MPI_TAG == kAheadGoTag && m.size() == 1) {
+      if (m[0] == 1) break;
+      close_port();
+      return false;
     }
     if (spawner_host == host && !detail::process_alive(spawner_pid)) {
+      close_port();
       throw Error("paramwin: Membership: the spare that spawned this process (pid " +
                   std::to_string(spawner_pid) + ") died before it merged it into the population");
     }
@@ -145,7 +171,9 @@ bool Membership::State::await_ahead_merge(MPI_Comm group, std::int64_t spawner_p
   }
   if (tracing()) trace("spawned ahead: told to merge");
   MPI_Comm inter = MPI_COMM_NULL;
-  detail::check_mpi(MPI_Comm_accept(nullptr, MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+  detail::check_mpi(MPI_Comm_accept(port.data(), MPI_INFO_NULL, 0, world, &inter),
+                    "MPI_Comm_accept");
+  close_port();
   if (tracing()) trace("spawned ahead: accepted");
   MPI_Comm universe = MPI_COMM_NULL;
   detail::check_mpi(MPI_Intercomm_merge(inter, 1, &universe), "MPI_Intercomm_merge");
@@ -154,26 +182,17 @@ bool Membership::State::await_ahead_merge(MPI_Comm group, std::int64_t spawner_p
 }
 
 void Membership::State::enter_ahead_merge(const Refill& r, double started) {
-  MPI_Comm inter = MPI_COMM_NULL;
-  if (r.spawner == world_rank) {
-    int n = 0;
-    MPI_Comm_size(ahead_group, &n);
-    for (int c = 1; c < n; ++c) send(c, kAheadGoTag, {1}, ahead_group);
-    detail::check_mpi(MPI_Comm_accept(ahead_port.c_str(), MPI_INFO_NULL, 0, ahead_group, &inter),
-                      "MPI_Comm_accept");
-    MPI_Close_port(ahead_port.c_str());
-  } else {
-    MPI_Comm live = live_comm(r);
-    std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
-    if (r.live[static_cast<std::size_t>(r.root)] == world_rank && ahead) {  // the proposer's
-      std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1), port.begin());
-    }
-    detail::check_mpi(MPI_Bcast(port.data(), MPI_MAX_PORT_NAME, MPI_CHAR, r.root, live),
-                      "MPI_Bcast");
-    if (tracing()) trace("connects to " + std::string(port.data()));
-    detail::check_mpi(MPI_Comm_connect(port.data(), MPI_INFO_NULL, r.root, live, &inter),
-                      "MPI_Comm_connect");
+  if (r.spawner == world_rank) tell_children(1);
+  MPI_Comm live = live_comm(r);
+  std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
+  if (r.live[static_cast<std::size_t>(r.root)] == world_rank && ahead) {  // the proposer's
+    std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1), port.begin());
   }
+  detail::check_mpi(MPI_Bcast(port.data(), MPI_MAX_PORT_NAME, MPI_CHAR, r.root, live), "MPI_Bcast");
+  if (tracing()) trace("connects to " + std::string(port.data()));
+  MPI_Comm inter = MPI_COMM_NULL;
+  detail::check_mpi(MPI_Comm_connect(port.data(), MPI_INFO_NULL, r.root, live, &inter),
+                    "MPI_Comm_connect");
   if (tracing()) trace("refill " + std::to_string(r.id) + ": connected");
   ++refill_stats.refills;
   refill_stats.spawned += static_cast<std::uint64_t>(r.nspawn);

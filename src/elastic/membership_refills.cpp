@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "detail/mpi_check.hpp"
 #include "elastic/membership_state.hpp"
 #include "paramwin/error.hpp"
@@ -123,15 +125,20 @@ void Membership::State::offer_refill(Refill& r, const std::vector<int>& dead) {
     if (alive) r.live.push_back(w);
   }
   for (int w : spares) {
-    if (!process_gone(w) && w != r.spawner) {
+    if (!process_gone(w)) {
       r.spares.push_back(w);
       r.live.push_back(w);
     }
   }
+  if (r.join == 2 && std::find(r.live.begin(), r.live.end(), r.spawner) == r.live.end()) {
+    // The spawner died (or took a slot) since it was ready: its new processes end alone.
+    if (tracing()) trace("forgets the spawn ahead of " + std::to_string(r.spawner));
+    ahead.reset();
+    return;
+  }
   r.root = static_cast<int>(std::find(r.live.begin(), r.live.end(), world_rank) - r.live.begin());
   const Message msg = refill_message(r);
   std::vector<int> targets;
-  if (r.spawner >= 0) targets.push_back(r.spawner);
   for (int w : r.live) {
     if (w != world_rank) targets.push_back(w);
   }
@@ -181,11 +188,9 @@ bool Membership::State::refill_proposed(const std::vector<int>& dead, std::size_
 void Membership::State::on_refill(const Message& m, int proposer) {
   Refill r;
   const bool parsed = parse_refill(m, r);
-  // The spawner of a spawn ahead takes part in its merge from outside the live processes.
-  const bool part =
-      parsed && (r.join == 2 && r.spawner == world_rank
-                     ? ahead_group != MPI_COMM_NULL
-                     : std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end());
+  // The spawner of a spawn ahead takes part in its merge only while it holds its processes.
+  const bool part = parsed && std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end() &&
+                    (r.join != 2 || r.spawner != world_rank || ahead_children != MPI_COMM_NULL);
   const bool ok = parsed && part && !pending &&
                   (role == MemberRole::member || role == MemberRole::spare) &&
                   r.members.size() == static_cast<std::size_t>(nslots) &&
@@ -225,7 +230,7 @@ void Membership::State::enter_refill(const Refill& r, double started) {
   int nnew = r.nspawn;
   if (r.join == 1) {
     if (!connect_joiner(r, live, inter, nnew)) return;
-  } else if (!spawn_spares(r, live, inter)) {
+  } else if (!spawn_spares(r, live, inter, /*spawned_ahead=*/false)) {
     return;
   }
   if (tracing()) trace("refill " + std::to_string(r.id) + ": " + std::to_string(nnew) + " new");
@@ -234,9 +239,9 @@ void Membership::State::enter_refill(const Refill& r, double started) {
 }
 
 MPI_Comm Membership::State::live_comm(const Refill& r) const {
-  return create_comm(r.live,
-                     kRefillTagBase +
-                         static_cast<int>((refill_stats.refills + refill_stats.joins) % 700));
+  // The tag from the refill's id, which every live process has alike (their counts of
+  // refills need not agree: a spawner ahead counted its own spawn).
+  return create_comm(r.live, kRefillTagBase + static_cast<int>(r.id % 700));
 }
 
 bool Membership::State::connect_joiner(const Refill& r, MPI_Comm live, MPI_Comm& inter, int& nnew) {
@@ -259,7 +264,8 @@ bool Membership::State::connect_joiner(const Refill& r, MPI_Comm live, MPI_Comm&
   return true;
 }
 
-bool Membership::State::spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& inter) {
+bool Membership::State::spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& inter,
+                                     bool spawned_ahead) {
   const std::string& command = spawn_command;
   std::vector<char*> argv;
   std::vector<std::string> args = spawn_args;  // MPI_Comm_spawn takes char**
@@ -286,23 +292,23 @@ bool Membership::State::spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& i
     return false;
   }
   refill_stats.spawned += static_cast<std::uint64_t>(r.nspawn);
+  MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+  int me = 0;
+  MPI_Comm_rank(live, &me);
+  if (me == r.root) {
+    const Message word = spawned_ahead ? Message{1, static_cast<std::int64_t>(getpid()),
+                                                 static_cast<std::int64_t>(host)}
+                                       : Message{0, 0, 0};
+    for (int c = 0; c < r.nspawn; ++c) send(c, kSpawnWordTag, word, inter);
+  }
   return true;
 }
 
 void Membership::State::adopt_refill(const Refill& r, MPI_Comm inter, int nnew, double started) {
   MPI_Comm universe = MPI_COMM_NULL;
-  const bool spawner_here = r.join == 2 && r.spawner == world_rank;  // the high side
-  detail::check_mpi(MPI_Intercomm_merge(inter, spawner_here ? 1 : 0, &universe),
-                    "MPI_Intercomm_merge");
-  if (r.join == 0) {  // to the processes just spawned: merged already (0), not ahead
-    std::int64_t word[3] = {0, 0, 0};
-    detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, universe), "MPI_Bcast");
-  }
-  // The order of the merged communicator: the live processes, then the spawner of a
-  // spawn ahead, then the new processes.
-  std::vector<int> ordered = r.live;
-  if (r.join == 2) ordered.push_back(r.spawner);
+  detail::check_mpi(MPI_Intercomm_merge(inter, 0, &universe), "MPI_Intercomm_merge");
   // The live processes keep their order in the merged communicator; the new ones follow.
+  const std::vector<int>& ordered = r.live;
   std::vector<int> to_new(static_cast<std::size_t>(world_size), -1);
   for (std::size_t i = 0; i < ordered.size(); ++i) {
     to_new[static_cast<std::size_t>(ordered[i])] = static_cast<int>(i);
@@ -314,7 +320,6 @@ void Membership::State::adopt_refill(const Refill& r, MPI_Comm inter, int nnew, 
     return out;
   };
   std::vector<int> new_spares = mapped(r.spares);
-  if (r.join == 2) new_spares.push_back(to_new[static_cast<std::size_t>(r.spawner)]);
   for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(ordered.size()) + j);
   Message header{static_cast<std::int64_t>(epoch),
                  nslots,
@@ -350,7 +355,7 @@ void Membership::State::adopt_refill(const Refill& r, MPI_Comm inter, int nnew, 
   refill_stats.total_seconds += refill_stats.last_seconds;
   if (r.join == 2) {
     ahead.reset();
-    ahead_group = MPI_COMM_NULL;  // the spawner's: never freed, as the others
+    ahead_children = MPI_COMM_NULL;  // the spawner's: never freed, as the others
     ahead_port.clear();
   }
 }
@@ -428,20 +433,34 @@ void Membership::State::join_population(MPI_Comm world) {
   refill_stats.joined_here = true;
 }
 
-void Membership::State::start_spawned(MPI_Comm parent) {
-  MPI_Comm merged = MPI_COMM_NULL;
-  detail::check_mpi(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
-  MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
-  std::int64_t word[3] = {0, 0, 0};
-  detail::check_mpi(MPI_Bcast(word, 3, MPI_INT64_T, 0, merged), "MPI_Bcast");
+void Membership::State::start_spawned(MPI_Comm world, MPI_Comm parent) {
+  MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
   refill_stats.spawned_here = true;
+  const Message word = await_spawn_word(parent);
   if (word[0] == 0) {
+    MPI_Comm merged = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
     adopt_universe(merged, {});
-  } else if (!await_ahead_merge(merged, word[1], static_cast<std::uint64_t>(word[2]))) {
+  } else if (!await_ahead_merge(world, parent, word[1], static_cast<std::uint64_t>(word[2]))) {
     role = MemberRole::finished;
     return;
   }
   become_new_spare();
+}
+
+Membership::State::Message Membership::State::await_spawn_word(MPI_Comm parent) {
+  const double started = MPI_Wtime();
+  Message m;
+  MPI_Status st;
+  while (true) {
+    if (receive_on(parent, m, st) && st.MPI_TAG == kSpawnWordTag && m.size() == 3) return m;
+    if (MPI_Wtime() - started > o.agree_seconds) {
+      throw Error("paramwin: Membership: the processes that spawned this one sent no word within "
+                  "agree_seconds (" +
+                  std::to_string(o.agree_seconds) + " s): the spawner died during the spawn");
+    }
+    sleep_seconds(o.spare_sleep_seconds);
+  }
 }
 
 void Membership::State::become_new_spare() {

@@ -49,18 +49,25 @@ enum Tag : int {
   // which spare is busy: [id, nspawn, spawner] to every process of the population.
   kAhead = 14,
   // The spawner's outcome, to every process: [id, nspawn, outcome, port...] (1: its new
-  // processes wait for the merge, a kRefill with join 2, at the port it opened, one char per
-  // value; 0: the spawn failed, refills stop; -1: it declined, no longer a spare).
+  // processes wait for the merge, a kRefill with join 2, at the port the first of them opened,
+  // one char per value; 0: the spawn failed, refills stop; -1: it declined, no longer a
+  // spare).
   kAheadReady = 15,
 };
-// On a spawn ahead's own communicator (the spawner and its new processes): the spawner's word
-// to them, [1] merge (they accept the population's connection at its port) or [0] stop.
+// On the intercommunicator of a spawn (the spawning processes and their new ones), point to
+// point only, so that a new process never waits in a collective with a spawner that may die:
+// the spawner's go, [1] merge (accept the population's connection) or [0] stop; the first word
+// to the new processes, [0, 0, 0] (merge with the spawning processes now) or [1, pid, host]
+// (spawned ahead by the spare of that pid and host, whose death ends their wait); a spawn
+// ahead's port, one char per value, from its first new process to the spawner.
 constexpr int kAheadGoTag = 7;
+constexpr int kSpawnWordTag = 8;
+constexpr int kAheadPortTag = 9;
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
 constexpr int kCommTagBase = 1000;
 constexpr int kMembersTagBase = 31000;
-// A refill's MPI_Comm_create_group over the live processes: kRefillTagBase + refills % 700.
+// A refill's MPI_Comm_create_group over the live processes: kRefillTagBase + its id % 700.
 constexpr int kRefillTagBase = 32000;
 inline int epoch_tag(std::uint64_t epoch) { return kCommTagBase + static_cast<int>(epoch % 30000); }
 
@@ -181,9 +188,10 @@ struct Membership::State {
     double since = 0.0;  // when this process learned of it
   };
   std::optional<Ahead> ahead;
-  bool spawn_due = false;                // this spare was asked to spawn ahead
-  MPI_Comm ahead_group = MPI_COMM_NULL;  // the spawner: itself and its new processes
-  std::string ahead_port;                // the spawner: the port its group accepts at
+  bool spawn_due = false;                   // this spare was asked to spawn ahead
+  MPI_Comm ahead_children = MPI_COMM_NULL;  // the spawner: the intercommunicator to its new
+                                            // processes (never freed, as the others)
+  std::string ahead_port;  // the spawner: where its new processes accept (the first opened it)
 
   // --- trace (PARAMWIN_MEMBERSHIP_TRACE; membership_epochs.cpp) ---------------------------
 
@@ -305,7 +313,7 @@ struct Membership::State {
     std::vector<int> members;  // per slot, current rank (-1: none alive)
     std::vector<int> spares;   // current ranks
     std::int64_t join = 0;  // 1: connect to a joiner's port (JoinOptions); 2: merge a spawn ahead
-    int spawner = -1;       // join 2: the spare that spawned ahead (not in live), current rank
+    int spawner = -1;       // join 2: the spare that spawned ahead (one of live), current rank
   };
 
   static Message refill_message(const Refill& r);
@@ -331,8 +339,9 @@ struct Membership::State {
   void propose_refill(int nspawn, const std::vector<int>& dead, const std::string& port = {});
 
   /// The coordinator: proposes @p r (its kind, count and spawner set) to every live process
-  /// (the members alive by @p dead, the live spares but a spawner ahead) and the spawner, if
-  /// any; on yes from all, commits and takes part.
+  /// (the members alive by @p dead, the live spares, a spawner ahead among them); on yes from
+  /// all, commits and takes part. A merge of a spawn ahead whose spawner is no longer a live
+  /// spare is forgotten instead.
   void offer_refill(Refill& r, const std::vector<int>& dead);
 
   /// The coordinator's refill decision at a check (spares first: enough for the @p ndead
@@ -366,9 +375,17 @@ struct Membership::State {
   void on_ahead_ready(const Message& m);
 
   /// The spawner (a spare, in wait_for_slot): spawns ahead->nspawn processes over itself
-  /// alone, merges with them into ahead_group and tells everyone the outcome. The others go
-  /// on meanwhile; the new processes wait (sleeping) for the merge or a stop.
+  /// alone, waits for the port the first of them opened, and tells everyone the outcome. The
+  /// others go on meanwhile; the new processes wait (sleeping) for its go or stop.
   void spawn_ahead();
+
+  /// The spawner: the port its first new process opened, from @p children (false when none
+  /// came within agree_seconds; then its new processes are told to stop).
+  bool await_ahead_port(MPI_Comm children);
+
+  /// The spawner: tells its new processes @p go (1: accept the population's connection; 0:
+  /// stop).
+  void tell_children(std::int64_t go);
 
   /// The spawner, when the population finished: its new processes stop waiting, its port
   /// closes.
@@ -378,9 +395,14 @@ struct Membership::State {
   /// with join 2: the live processes and the spawner's group build one communicator).
   void propose_ahead_merge(const std::vector<int>& dead);
 
-  /// A process a spawn ahead started, merged with its spawner into @p group: waits (sleeping)
-  /// for the spawner's word, then merges with the population (true) or stops (false).
-  bool await_ahead_merge(MPI_Comm group, std::int64_t spawner_pid, std::uint64_t spawner_host);
+  /// A process a spawn ahead started (@p world: the spawn's new processes, @p parent: the
+  /// intercommunicator to the spawner): the first of them opens a port and sends it to the
+  /// spawner; every one waits (sleeping) for the spawner's go, then accepts the population's
+  /// connection over @p world and merges with it (true), or stops (false). Throws Error when
+  /// the spawner's process is gone (on this host) before its go: no collective with it ever
+  /// waits.
+  bool await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::int64_t spawner_pid,
+                         std::uint64_t spawner_host);
 
   // --- refills entered: the spawn, the join's connection, the merge, a new process's start
   //     (membership_refills.cpp; enter_ahead_merge: membership_ahead.cpp) -----------------
@@ -399,10 +421,10 @@ struct Membership::State {
   /// The communicator over the live processes of refill @p r (collective over them).
   MPI_Comm live_comm(const Refill& r) const;
 
-  /// The committed merge of a spawn ahead: the spawner's group (told to go on) accepts at the
-  /// spawner's port, the live processes (a communicator over them) connect to it, the root's
-  /// copy of the port sent to them, and both merge over the connection. Collective over the
-  /// live processes, the spawner and its new processes; no process starts.
+  /// The committed merge of a spawn ahead: the spawner tells its new processes to go on (they
+  /// accept at their port), the live processes, the spawner among them, connect to it over a
+  /// communicator of theirs (the root's copy of the port sent to them), and both merge over
+  /// the connection. Collective over the live processes and the new ones; no process starts.
   void enter_ahead_merge(const Refill& r, double started);
 
   /// A join's connection: the root's port to every live process (each remembers it), then
@@ -410,9 +432,10 @@ struct Membership::State {
   /// remembered, nothing else changed) when the connection failed on any live process.
   bool connect_joiner(const Refill& r, MPI_Comm live, MPI_Comm& inter, int& nnew);
 
-  /// A refill's spawn over @p live (the new processes' intercommunicator in @p inter). False
-  /// when it failed on any live process (refills stop).
-  bool spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& inter);
+  /// A refill's spawn over @p live (the new processes' intercommunicator in @p inter); the
+  /// root then sends each new process its first word (@p spawned_ahead: by this process
+  /// alone). False when it failed on any live process (refills stop).
+  bool spawn_spares(const Refill& r, MPI_Comm live, MPI_Comm& inter, bool spawned_ahead);
 
   /// After a refill's spawn or a join's connection: merges with the @p nnew new processes
   /// over @p inter and takes the result as the communicator of every process (the dead and
@@ -432,11 +455,16 @@ struct Membership::State {
   /// (MPI_Comm_accept), merges with it, and waits as a spare. Collective over @p world.
   void join_population(MPI_Comm world);
 
-  /// A process a refill started (@p parent: MPI_Comm_get_parent): merges with its parents.
-  /// Their first word: merged already (0: the population's communicator), or spawned ahead
-  /// by one spare (1: the population merges with them later; then the spawner's pid and
-  /// host). Then a spare, or finished when the population ended before it was merged.
-  void start_spawned(MPI_Comm parent);
+  /// A process a refill started (@p world: the refill's new processes, @p parent:
+  /// MPI_Comm_get_parent). The spawning processes' first word: merge with them now (0: the
+  /// population's communicator follows), or spawned ahead by one spare (1: the population
+  /// connects later; then the spawner's pid and host). Then a spare, or finished when the
+  /// population ended before it was merged. Throws Error when no word came within
+  /// agree_seconds (the spawner died during the spawn).
+  void start_spawned(MPI_Comm world, MPI_Comm parent);
+
+  /// A process a refill started: the spawning processes' first word (kSpawnWordTag).
+  Message await_spawn_word(MPI_Comm parent);
 
   /// A process a refill or join brought in, once it adopted its population: a spare.
   void become_new_spare();

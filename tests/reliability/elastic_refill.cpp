@@ -19,15 +19,30 @@
 // spawns ahead (SpawnOptions::ahead): the spare of the start spawns 2 at once, and again after
 // the second death (or, should the third death come first, every live process spawns 2):
 // checked, exactly two refills of 4 processes in all.
+// `ahead_dies <path>` (the UCX PML): as `ahead`, but the spare of the start, busy spawning ahead,
+// is killed (SIGKILL) by the first of its new processes as soon as that one is started, before
+// the spawner could merge them into the population (the spare writes its pid to <path>.pid; the
+// first new process to create <path>.killed kills it). The population forgets the spawn and
+// refills again; the spawn's orphaned processes, which got no word from it, must end within
+// agree_seconds (5 s here; each writes <path>.orphan.<pid> and ends) instead of waiting forever,
+// which would keep the job from ending. Checked, besides the slots: two orphans ended, and the
+// spawner was killed.
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "death_test_util.hpp"
 #include "elastic_test_util.hpp"
@@ -44,6 +59,32 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// Files under @p path that start with @p prefix's file name (the orphans' marks).
+int count_marks(const std::string& prefix) {
+  const std::filesystem::path p(prefix);
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    if (e.path().filename().string().rfind(p.filename().string(), 0) == 0) ++n;
+  }
+  return n;
+}
+
+/// ahead_dies: the first process started by a spawn kills the spawner (its pid in
+/// <path>.pid), once.
+void kill_spawner_once(const std::string& path) {
+  const int fd = open((path + ".killed").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) return;  // another one did, or will
+  close(fd);
+  long pid = 0;
+  std::ifstream(path + ".pid") >> pid;
+  if (pid > 0) {
+    kill(static_cast<pid_t>(pid), SIGKILL);
+    std::printf("killed the spawner, pid %ld, at %.6f\n", pid, monotonic_seconds());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,7 +94,34 @@ int main(int argc, char** argv) {
   // with the same arguments.
   const int members = argc > 2 ? std::atoi(argv[2]) : 4;
   const bool low = argc > 3 && std::string(argv[3]) == "low";
-  const bool ahead = argc > 3 && std::string(argv[3]) == "ahead";
+  const bool ahead_dies = argc > 4 && std::string(argv[3]) == "ahead_dies";
+  const bool ahead = ahead_dies || (argc > 3 && std::string(argv[3]) == "ahead");
+  const std::string path = ahead_dies ? argv[4] : "";
+  MPI_Comm parent = MPI_COMM_NULL;
+  MPI_Comm_get_parent(&parent);
+  if (ahead_dies && parent == MPI_COMM_NULL) {  // the start: clean, then the spare's pid
+    if (run.rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove(path + ".pid", ec);
+      std::filesystem::remove(path + ".killed", ec);
+      for (const auto& e :
+           std::filesystem::directory_iterator(std::filesystem::path(path).parent_path(), ec)) {
+        if (e.path()
+                .filename()
+                .string()
+                .rfind(std::filesystem::path(path + ".orphan").filename().string(), 0) == 0)
+          std::filesystem::remove(e.path(), ec);
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (run.rank == members) {
+      std::ofstream(path + ".tmp") << getpid() << "\n";
+      std::filesystem::rename(path + ".tmp", path + ".pid");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else if (ahead_dies) {
+    kill_spawner_once(path);
+  }
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -65,8 +133,21 @@ int main(int argc, char** argv) {
   membership.spawn.pool = low || ahead ? 3 : 1;
   membership.spawn.low = low ? 1 : ahead ? 2 : 0;
   membership.spawn.ahead = ahead;
-  pw::ElasticAgent<> agent(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
-                           membership);
+  // ahead_dies: the orphans wait agree_seconds for a word their killed spawner never sent.
+  if (ahead_dies) membership.agree_seconds = 5.0;
+  std::optional<pw::ElasticAgent<>> made;
+  try {
+    made.emplace(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
+                 membership);
+  } catch (const pw::Error& e) {
+    if (!ahead_dies || parent == MPI_COMM_NULL) throw;
+    // An orphan of the killed spawner: it must get here, not wait forever.
+    std::ofstream(path + ".orphan." + std::to_string(getpid())) << e.what() << "\n";
+    std::printf("orphan %d ended: %s\n", static_cast<int>(getpid()), e.what());
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  pw::ElasticAgent<>& agent = *made;
   p.agent = &agent;
   const bool spawned = agent.membership().refills().spawned_here;
   const bool original = !spawned && agent.membership().role() == pw::MemberRole::member;
@@ -117,8 +198,15 @@ int main(int argc, char** argv) {
   const std::uint64_t counts[2] = {refills.refills, refills.spawned};
   std::uint64_t most[2] = {0, 0};
   MPI_Allreduce(counts, most, 2, MPI_UINT64_T, MPI_MAX, last);
-  const bool refills_ok =
-      low ? most[0] == 1 && most[1] == 3 : !ahead || (most[0] == 2 && most[1] == 4);
+  // ahead_dies: the orphans end within agree_seconds of their start.
+  int orphans = 0;
+  if (ahead_dies) {
+    for (int i = 0; i < 200 && (orphans = count_marks(path + ".orphan.")) < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const bool refills_ok = low          ? most[0] == 1 && most[1] == 3
+                          : ahead_dies ? orphans == 2 && std::filesystem::exists(path + ".killed")
+                                       : !ahead || (most[0] == 2 && most[1] == 4);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);
@@ -133,10 +221,10 @@ int main(int argc, char** argv) {
     } else {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
                   "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3; "
-                  "ahead: 2, 4)\n",
+                  "ahead: 2, 4), %d orphans ended (ahead_dies: want 2)\n",
                   sums[0], sums[1], sums[2], size, members,
                   static_cast<unsigned long long>(most[0]),
-                  static_cast<unsigned long long>(most[1]));
+                  static_cast<unsigned long long>(most[1]), orphans);
     }
   }
   std::fflush(stdout);
