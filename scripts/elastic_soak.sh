@@ -55,7 +55,12 @@ agent_arg+=("dead_after=$dead_after" "${agent_arg_extra[@]}")
 case "$launcher" in
   mpiexec) ;;
   slurm)
-    [ "$spawn" = 0 ] || { echo "elastic_soak.sh: --spawn needs --launcher mpiexec" >&2; exit 2; } ;;
+    # Spawning needs Open MPI's mpirun as the job's launcher: the batch script uses it for kill
+    # and mixed faults (Slurm's pmix plugin would cancel the step at a SIGKILL).
+    if [ "$spawn" != 0 ] && { [ "$mpi" != openmpi ] || { [ "$kind" != kill ] && [ "$kind" != mixed ]; }; }; then
+      echo "elastic_soak.sh: --spawn with --launcher slurm needs --mpi openmpi and --kind kill or mixed" >&2
+      exit 2
+    fi ;;
   *) echo "elastic_soak.sh: --launcher takes mpiexec or slurm, not '$launcher'" >&2; exit 2 ;;
 esac
 if [ "$mpi" = openmpi ]; then
@@ -95,7 +100,7 @@ if [ "$launcher" = slurm ]; then
   jid=$(PARAMWIN_SRUN_MPI=$srun_mpi \
         sbatch --parsable --ntasks="$np" -o "$out/job-%j.out" scripts/slurm/elastic_soak.sbatch \
         "$PWD/$build/tests/elastic_soak" "$out" "$members" "$seconds" "$faults" "$kind" \
-        "$replacement" "${agent_arg[@]}")
+        "$replacement" "spawn=$spawn" "spawn_low=$spawn_low" "${agent_arg[@]}")
   check_name=elastic_soak.sh
   # shellcheck source=slurm/common.sh
   source scripts/slurm/common.sh
