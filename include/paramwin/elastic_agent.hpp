@@ -65,12 +65,8 @@ class ElasticAgent : public detail::ElasticSlots<Agent<MemorySpace>> {
   /// EvictedError when this process was judged dead while it stalled: it has dropped its slot
   /// without publishing and is a spare now (call wait_for_slot()).
   StepEvent step(std::int64_t iteration, double metric, std::span<const LayerRef> params) {
-    agent_type& a = this->before_step([&](agent_type& slot) {
-      std::vector<ConstLayerRef> out;
-      out.reserve(params.size());
-      for (const LayerRef& p : params) out.push_back(p.as_const());
-      (void)slot.publish(out);
-    });
+    agent_type& a =
+        this->before_step([&](agent_type& slot) { (void)slot.publish(const_refs(params)); });
     return a.step(iteration, metric, params);
   }
   /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)

@@ -18,6 +18,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "paramwin/dtype.hpp"
 
@@ -251,5 +252,13 @@ class LayerRef {
   bool contiguous_ = true;
   detail::ViewShape shape_;
 };
+
+/// @p refs as read-only refs (what publish and save_checkpoint take), same order.
+[[nodiscard]] inline std::vector<ConstLayerRef> const_refs(std::span<const LayerRef> refs) {
+  std::vector<ConstLayerRef> out;
+  out.reserve(refs.size());
+  for (const LayerRef& r : refs) out.push_back(r.as_const());
+  return out;
+}
 
 }  // namespace paramwin

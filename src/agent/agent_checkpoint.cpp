@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "agent/agent_core.hpp"
-#include "agent/rebirth_executor.hpp"  // const_refs
+#include "agent/rebirth_executor.hpp"  // RebirthExecutor, seconds_since
 #include "checkpoint/agent_state.hpp"
 #include "checkpoint/async_save.hpp"
 #include "checkpoint/file.hpp"

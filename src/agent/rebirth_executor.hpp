@@ -30,14 +30,6 @@ using StepClock = std::chrono::steady_clock;  ///< the clock of the step's phase
   return std::chrono::duration<double>(StepClock::now() - t).count();
 }
 
-/// @p refs as read-only refs (what publish takes), same order.
-[[nodiscard]] inline std::vector<ConstLayerRef> const_refs(std::span<const LayerRef> refs) {
-  std::vector<ConstLayerRef> out;
-  out.reserve(refs.size());
-  for (const LayerRef& r : refs) out.push_back(r.as_const());
-  return out;
-}
-
 /// What every rank of the agent agreed on at the start of a step.
 struct StepAgreement {
   double metric = 0.0;               ///< the agent's metric (a group's: the mean of its ranks')

@@ -428,10 +428,7 @@ void TorchAgent::save_checkpoint(const std::string& path) {
   Impl& impl = live();
   impl.bind();
   impl.sync_hyperparameters();
-  std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl.refs.size());
-  for (const LayerRef& p : impl.refs) as_const.push_back(p.as_const());
-  impl.agent->save_checkpoint(path, as_const);
+  impl.agent->save_checkpoint(path, const_refs(impl.refs));
 }
 
 CheckpointLoad TorchAgent::load_checkpoint(const std::string& path) {
@@ -452,10 +449,7 @@ PublishResult TorchAgent::publish() {
   Impl& impl = live();
   impl.bind();
   impl.sync_hyperparameters();
-  std::vector<ConstLayerRef> as_const;
-  as_const.reserve(impl.refs.size());
-  for (const LayerRef& p : impl.refs) as_const.push_back(p.as_const());
-  return impl.agent->publish(as_const);
+  return impl.agent->publish(const_refs(impl.refs));
 }
 
 void TorchAgent::pause() { live().agent->pause(); }

@@ -156,13 +156,6 @@ void synchronize_current(const ::torch::Device& device) {
   guard.getStream(device).synchronize();
 }
 
-std::vector<ConstLayerRef> const_refs(const std::vector<LayerRef>& refs) {
-  std::vector<ConstLayerRef> in;
-  in.reserve(refs.size());
-  for (const LayerRef& r : refs) in.push_back(r.as_const());
-  return in;
-}
-
 /// A device window's layers for @p mt: every tensor's own memory, CUDA tensors tagged as
 /// device memory (read once the device's current stream has produced them; momentum reads
 /// the current values too); the window checks each layer's memory and device. Nothing is

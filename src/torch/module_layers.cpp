@@ -80,11 +80,6 @@ void ModuleLayers::take_layers(bool keep_own_counts) {
   }
 }
 
-std::vector<ConstLayerRef> ModuleLayers::const_refs() const {
-  std::vector<ConstLayerRef> out;
-  out.reserve(refs_.size());
-  for (const LayerRef& r : refs_) out.push_back(r.as_const());
-  return out;
-}
+std::vector<ConstLayerRef> ModuleLayers::const_refs() const { return paramwin::const_refs(refs_); }
 
 }  // namespace paramwin::torch::detail
