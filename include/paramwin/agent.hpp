@@ -146,18 +146,7 @@ class Agent final : public AgentInterface {
   /// its versions. Nothing is published: publish() before others may read this agent.
   /// InvalidArgument (nothing changed) when rank, size or layout differ. Local.
   void replace_window(window_type&& window) {
-    if (window.rank() != window_.rank() || window.size() != window_.size() ||
-        window.fingerprint() != window_.fingerprint()) {
-      throw InvalidArgument("paramwin: Agent::replace_window: the new window has rank " +
-                            std::to_string(window.rank()) + " of " + std::to_string(window.size()) +
-                            " and fingerprint " + std::to_string(window.fingerprint()) +
-                            ", the agent's has rank " + std::to_string(window_.rank()) + " of " +
-                            std::to_string(window_.size()) + " and fingerprint " +
-                            std::to_string(window_.fingerprint()));
-    }
-    window.continue_versions(window_.version() + 1);
-    window.set_status(window_.status());
-    window_.abandon();
+    window.continue_from(window_, "paramwin: Agent::replace_window");
     window_ = std::move(window);
     core_.rebound();
   }

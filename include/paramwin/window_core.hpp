@@ -12,6 +12,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "paramwin/bound_layers.hpp"
@@ -102,6 +103,12 @@ class Window {
   /// version() + 1 (versions never go backwards), so that a resumed population numbers its
   /// publishes as the uninterrupted one did.
   void continue_versions(std::uint64_t next);
+  /// Makes this window (a new one over a new communicator: a membership epoch,
+  /// docs/elastic.md) the successor of @p previous, an agent's window until now: this one
+  /// continues its versions and status, and @p previous is abandoned (never freed: it may
+  /// hold a dead rank). InvalidArgument (nothing changed), its message starting with
+  /// @p caller, when the rank, size or layout differ. Local.
+  void continue_from(Window& previous, std::string_view caller);
   /// A new life of this rank's agent in the window (an elastic process re-entering a slot of
   /// a standing window): draws a new RosterEntry::liveness incarnation, so that readers judge
   /// the process afresh, forgetting what they had concluded about the previous one. Local.

@@ -469,20 +469,9 @@ void AveragingAgent::abandon() noexcept {
 
 void AveragingAgent::replace_window(Window&& window) {
   detail::AveragingState& s = state();
-  if (window.rank() != s.rank_ || window.size() != s.size_ ||
-      window.fingerprint() != s.window_.fingerprint()) {
-    throw InvalidArgument("paramwin: AveragingAgent::replace_window: the new window has rank " +
-                          std::to_string(window.rank()) + " of " + std::to_string(window.size()) +
-                          " and fingerprint " + std::to_string(window.fingerprint()) +
-                          ", the agent's has rank " + std::to_string(s.rank_) + " of " +
-                          std::to_string(s.size_) + " and fingerprint " +
-                          std::to_string(s.window_.fingerprint()));
-  }
-  s.quiesce();  // the worker reads the window: idle before it changes
+  s.quiesce();  // the worker reads the window: idle before it changes (or the check throws)
+  window.continue_from(s.window_, "paramwin: AveragingAgent::replace_window");
   s.pending_ = false;
-  window.continue_versions(s.window_.version() + 1);
-  window.set_status(s.window_.status());
-  s.window_.abandon();
   s.window_ = std::move(window);
 }
 int AveragingAgent::rank() const { return state().rank_; }

@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <string>
+#include <string_view>
 
 #include "paramwin/error.hpp"
 #include "window/window_impl.hpp"
@@ -88,6 +89,21 @@ const std::string& Window::site() const { return impl().site(); }
 Transport Window::transport_for(int rank) const { return impl().transport_for(rank); }
 std::uint64_t Window::version() const { return impl().version(); }
 void Window::continue_versions(std::uint64_t next) { impl().continue_versions(next); }
+
+void Window::continue_from(Window& previous, std::string_view caller) {
+  if (rank() != previous.rank() || size() != previous.size() ||
+      fingerprint() != previous.fingerprint()) {
+    throw InvalidArgument(std::string(caller) + ": the new window has rank " +
+                          std::to_string(rank()) + " of " + std::to_string(size()) +
+                          " and fingerprint " + std::to_string(fingerprint()) +
+                          ", the agent's has rank " + std::to_string(previous.rank()) + " of " +
+                          std::to_string(previous.size()) + " and fingerprint " +
+                          std::to_string(previous.fingerprint()));
+  }
+  continue_versions(previous.version() + 1);
+  set_status(previous.status());
+  previous.abandon();
+}
 void Window::renew_incarnation() { impl().renew_incarnation(); }
 std::size_t Window::wire_bytes() const { return impl().wire_bytes(); }
 std::uint64_t Window::fingerprint() const { return impl().fingerprint(); }

@@ -480,6 +480,34 @@ TEST(AgentJoin, AJoinedAgentIsRebornFromDonorsInANewIncarnation) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(AgentReplaceWindow, RefusesAnotherShapeAndChangesNothing) {
+  // (A replacement that succeeds abandons the old window, and MPI_Finalize, which this program
+  // calls, fails on abandoned windows; the elastic tests' new-window runs replace them.)
+  const int rank = pw::test::world_rank();
+  pw::Agent<> agent(MPI_COMM_WORLD, layout(), quiet_options(), {.name = "replace"});
+  Params p;
+  p.fill(rank, 1);
+  (void)agent.step(0, 1.0, p.refs());
+  const std::uint64_t version = agent.window().version();
+  pw::Layout other;
+  other.add("w", kW + 1);
+  pw::ParameterWindow<> wrong(MPI_COMM_WORLD, other, {.name = "replace.wrong"});
+  std::string message;
+  try {
+    agent.replace_window(std::move(wrong));
+  } catch (const pw::InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("Agent::replace_window: the new window has rank"), std::string::npos)
+      << message;
+  EXPECT_TRUE(wrong.valid());  // NOLINT(bugprone-use-after-move): not taken
+  EXPECT_EQ(agent.window().version(), version);
+  EXPECT_EQ(agent.window().name(), "replace");
+  (void)agent.step(1, 1.0, p.refs());
+  EXPECT_EQ(agent.window().version(), version + 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // --- end to end ---------------------------------------------------------------------------
 
 TEST(AgentEndToEnd, DeathsAtDrawnAgesRebornFromExactDonorAverages) {
