@@ -4,9 +4,24 @@ run without) and prints issue 35's soak figures as a Markdown table (docs/elasti
 
     /usr/bin/python3 scripts/elastic_soak.py FAULTS.log BASELINE.log SLOTS
 """
+import dataclasses
 import re
 import statistics
 import sys
+
+
+@dataclasses.dataclass
+class SoakLog:
+    """What one run's log says (its processes' lines, merged)."""
+    faults: list          # (slot, time) per fault injected
+    joins: list           # (slot, time, first loss, donors' mean loss) per join
+    resumes: list         # (slot, time) per stopped process that stepped on in its slot
+    procs: list           # per process: its step counts and times (the "steps" line)
+    finished: tuple       # (last epoch, slots finished), or None
+    kinds: dict           # fault kind -> count
+    refills: tuple        # (refills, processes spawned, failed): the population's counts
+    refill_seconds: list  # per refill, the longest any member spent in it, ascending
+    final: list           # the finished slots' final losses
 
 
 def parse(path):
@@ -42,19 +57,20 @@ def parse(path):
         m = re.match(r"soak: epoch (\d+), (\d+) slots finished", line)
         if m:
             finished = (int(m[1]), int(m[2]))
-    refills = refills + (sorted(refill_seconds.values()),)
-    return faults, joins, resumes, procs, finished, kinds, refills, final
+    return SoakLog(faults, joins, resumes, procs, finished, kinds, refills,
+                   sorted(refill_seconds.values()), final)
 
 
 def main():
     faults_log, base_log, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    faults, joins, resumes, procs, finished, kinds, refills, final = parse(faults_log)
-    _, _, _, base_procs, base_finished, _, _, base_final = parse(base_log)
+    run, base = parse(faults_log), parse(base_log)
+    faults, joins, procs, finished = run.faults, run.joins, run.procs, run.finished
+    base_procs, base_finished, base_final = base.procs, base.finished, base.final
     # Each join, or resume of a stopped process in its slot, answers the earliest fault of its
     # slot not answered yet (when two are open, the longer delay: the pessimistic reading);
     # only joins are replacements (their delays are measured).
     open_faults = sorted(faults, key=lambda f: f[1])
-    events = [(j[0], j[1], True) for j in joins] + [(r[0], r[1], False) for r in resumes]
+    events = [(j[0], j[1], True) for j in joins] + [(r[0], r[1], False) for r in run.resumes]
     delays, resumed = [], 0
     for slot, at, joined in sorted(events, key=lambda e: e[1]):
         for i in range(len(open_faults)):
@@ -78,11 +94,11 @@ def main():
     q = statistics.quantiles(delays, n=20) if len(delays) >= 2 else [float("nan")] * 19
     rows = [
         ("faults injected", f"{len(faults)} ("
-         + ", ".join(f"{kinds[k]} {k}" for k in sorted(kinds)) + ")"),
+         + ", ".join(f"{run.kinds[k]} {k}" for k in sorted(run.kinds)) + ")"),
         ("refills of the spares by MPI_Comm_spawn (processes spawned, failed)",
-         f"{refills[0]} ({refills[1]}, {refills[2]})"),
+         f"{run.refills[0]} ({run.refills[1]}, {run.refills[2]})"),
         ("the members' time in each refill, longest to shortest (s)",
-         ", ".join(f"{t:.2f}" for t in reversed(refills[3])) or "-"),
+         ", ".join(f"{t:.2f}" for t in reversed(run.refill_seconds)) or "-"),
         ("slots a spare took (joins)", f"{len(joins)}"),
         ("stops the process outlived in its slot (it stepped on: nothing to replace)",
          f"{resumed}"),
@@ -105,8 +121,8 @@ def main():
          f"{min(ratios):.3f}, {statistics.median(ratios):.3f}, {max(ratios):.3f}"
          if ratios else "-"),
         ("finished slots' final loss, mean: with faults / without",
-         f"{statistics.mean(final):.4g} / {statistics.mean(base_final):.4g}"
-         if final and base_final else "-"),
+         f"{statistics.mean(run.final):.4g} / {statistics.mean(base_final):.4g}"
+         if run.final and base_final else "-"),
         ("baseline: slots finished", f"{base_finished[1] if base_finished else 0}"),
     ]
     print("| figure | measured |")
