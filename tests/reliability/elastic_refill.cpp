@@ -20,13 +20,13 @@
 // the second death (or, should the third death come first, every live process spawns 2):
 // checked, exactly two refills of 4 processes in all.
 // `ahead_dies <path>` (the UCX PML): as `ahead`, but the spare of the start, busy spawning ahead,
-// is killed (SIGKILL) by the first of its new processes as soon as that one is started, before
-// the spawner could merge them into the population (the spare writes its pid to <path>.pid; the
-// first new process to create <path>.killed kills it). The population forgets the spawn and
-// refills again; the spawn's orphaned processes, which got no word from it, must end within
-// agree_seconds (5 s here; each writes <path>.orphan.<pid> and ends) instead of waiting forever,
-// which would keep the job from ending. Checked, besides the slots: two orphans ended, and the
-// spawner was killed.
+// is killed (SIGKILL) by the first of its new processes as soon as that one is started (after
+// its MPI_Init, mostly before the spawner sent them its word; the spare writes its pid to
+// <path>.pid; the first new process to create <path>.killed kills it). The population forgets the
+// spawn and refills again; the spawn's orphaned processes, which got no word from it, must end
+// within agree_seconds (5 s here; each writes <path>.orphan.<pid> and ends) instead of waiting
+// forever, which would keep the job from ending. Checked, besides the slots: two orphans ended, and
+// the spawner was killed.
 #include <mpi.h>
 
 #include <chrono>
@@ -59,15 +59,15 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/// Files under @p path that start with @p prefix's file name (the orphans' marks).
-int count_marks(const std::string& prefix) {
+/// The files of @p prefix's folder whose names start with its file name (the orphans' marks).
+std::vector<std::filesystem::path> marks(const std::string& prefix) {
   const std::filesystem::path p(prefix);
-  int n = 0;
+  std::vector<std::filesystem::path> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec)) {
-    if (e.path().filename().string().rfind(p.filename().string(), 0) == 0) ++n;
+    if (e.path().filename().string().rfind(p.filename().string(), 0) == 0) out.push_back(e.path());
   }
-  return n;
+  return out;
 }
 
 /// ahead_dies: the first process started by a spawn kills the spawner (its pid in
@@ -104,14 +104,8 @@ int main(int argc, char** argv) {
       std::error_code ec;
       std::filesystem::remove(path + ".pid", ec);
       std::filesystem::remove(path + ".killed", ec);
-      for (const auto& e :
-           std::filesystem::directory_iterator(std::filesystem::path(path).parent_path(), ec)) {
-        if (e.path()
-                .filename()
-                .string()
-                .rfind(std::filesystem::path(path + ".orphan").filename().string(), 0) == 0)
-          std::filesystem::remove(e.path(), ec);
-      }
+      for (const std::filesystem::path& m : marks(path + ".orphan."))
+        std::filesystem::remove(m, ec);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (run.rank == members) {
@@ -201,7 +195,8 @@ int main(int argc, char** argv) {
   // ahead_dies: the orphans end within agree_seconds of their start.
   int orphans = 0;
   if (ahead_dies) {
-    for (int i = 0; i < 200 && (orphans = count_marks(path + ".orphan.")) < 2; ++i)
+    for (int i = 0; i < 200 && (orphans = static_cast<int>(marks(path + ".orphan.").size())) < 2;
+         ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const bool refills_ok = low          ? most[0] == 1 && most[1] == 3
