@@ -1,6 +1,8 @@
 // Membership spawns ahead (docs/elastic.md, "Refilling the spares", SpawnOptions::ahead): a
-// live spare spawns the new spares alone while the members train on, opens a port, and the
-// population merges with its group through MPI_Comm_connect / MPI_Comm_accept.
+// live spare spawns the new spares alone while the members train on; the first new process
+// opens a port, and the population (the spare among it) connects to the new processes there
+// (MPI_Comm_connect / MPI_Comm_accept). The new processes meet their spawner only by point-to-
+// point messages, so they end when it dies.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
