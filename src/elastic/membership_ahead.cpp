@@ -3,10 +3,10 @@
 // opens a port, and the population (the spare among it) connects to the new processes there
 // (MPI_Comm_connect / MPI_Comm_accept). The new processes meet their spawner only by point-to-
 // point messages, so they end when it dies.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +65,7 @@ void Membership::State::on_ahead_ready(const Message& m) {
   if (m[2] == 1) {
     ahead->ready = true;
     ahead->nspawn = static_cast<int>(m[1]);  // what it holds (an offer of older ones)
-    ahead->port.clear();
-    for (std::size_t i = 3; i < m.size(); ++i) ahead->port.push_back(static_cast<char>(m[i]));
+    ahead->port.assign(m.begin() + 3, m.end());
     return;
   }
   if (m[2] == 0) ++refill_stats.failed;  // as a failed refill: no more are proposed
@@ -103,21 +102,15 @@ void Membership::State::spawn_ahead() {
 }
 
 bool Membership::State::await_ahead_port(MPI_Comm children) {
-  const double started = MPI_Wtime();
-  Message m;
-  MPI_Status st;
-  while (MPI_Wtime() - started <= o.agree_seconds) {
-    if (receive_on(children, m, st) && st.MPI_TAG == kAheadPortTag) {
-      ahead_port.assign(m.begin(), m.end());
-      ahead->port = ahead_port;
-      ahead_children = children;
-      return true;
-    }
-    sleep_seconds(o.spare_sleep_seconds);
-  }
   ahead_children = children;
-  tell_children(0);
-  return false;
+  const std::optional<Message> port = receive_within(children, kAheadPortTag, -1, o.agree_seconds);
+  if (!port) {
+    tell_children(0);
+    return false;
+  }
+  ahead_port.assign(port->begin(), port->end());
+  ahead->port = ahead_port;
+  return true;
 }
 
 void Membership::State::tell_children(std::int64_t go) {
@@ -186,14 +179,12 @@ bool Membership::State::await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::
 void Membership::State::enter_ahead_merge(const Refill& r, double started) {
   if (r.spawner == world_rank) tell_children(1);
   MPI_Comm live = live_comm(r);
-  std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
-  if (r.live[static_cast<std::size_t>(r.root)] == world_rank && ahead) {  // the proposer's
-    std::copy_n(ahead->port.begin(), std::min(ahead->port.size(), port.size() - 1), port.begin());
-  }
-  detail::check_mpi(MPI_Bcast(port.data(), MPI_MAX_PORT_NAME, MPI_CHAR, r.root, live), "MPI_Bcast");
-  if (tracing()) trace("connects to " + std::string(port.data()));
+  const bool proposer = r.live[static_cast<std::size_t>(r.root)] == world_rank;
+  const std::string port =
+      share_port(proposer && ahead ? ahead->port : std::string(), r.root, live);
+  if (tracing()) trace("connects to " + port);
   MPI_Comm inter = MPI_COMM_NULL;
-  detail::check_mpi(MPI_Comm_connect(port.data(), MPI_INFO_NULL, r.root, live, &inter),
+  detail::check_mpi(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, r.root, live, &inter),
                     "MPI_Comm_connect");
   if (tracing()) trace("refill " + std::to_string(r.id) + ": connected");
   ++refill_stats.refills;

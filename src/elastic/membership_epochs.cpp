@@ -90,6 +90,29 @@ bool Membership::State::receive_on(MPI_Comm on, Message& msg, MPI_Status& status
   return true;
 }
 
+std::optional<Membership::State::Message> Membership::State::receive_within(MPI_Comm on, int tag,
+                                                                            std::ptrdiff_t size,
+                                                                            double seconds) {
+  const double started = MPI_Wtime();
+  Message m;
+  MPI_Status st;
+  while (true) {
+    if (receive_on(on, m, st) && st.MPI_TAG == tag &&
+        (size < 0 || m.size() == static_cast<std::size_t>(size)))
+      return m;
+    if (MPI_Wtime() - started > seconds) return std::nullopt;
+    sleep_seconds(o.spare_sleep_seconds);
+  }
+}
+
+std::string Membership::State::share_port(std::string port, int root, MPI_Comm on) {
+  auto n = static_cast<std::int64_t>(port.size());
+  detail::check_mpi(MPI_Bcast(&n, 1, MPI_INT64_T, root, on), "MPI_Bcast");
+  port.resize(static_cast<std::size_t>(n));
+  detail::check_mpi(MPI_Bcast(port.data(), static_cast<int>(n), MPI_CHAR, root, on), "MPI_Bcast");
+  return port;
+}
+
 bool Membership::State::process_gone(int world) const {
   if (world < 0) return true;  // a slot whose process a refill left out
   return hosts[static_cast<std::size_t>(world)] == host &&

@@ -245,11 +245,7 @@ MPI_Comm Membership::State::live_comm(const Refill& r) const {
 }
 
 bool Membership::State::connect_joiner(const Refill& r, MPI_Comm live, MPI_Comm& inter, int& nnew) {
-  std::int64_t n = static_cast<std::int64_t>(join_port.size());
-  detail::check_mpi(MPI_Bcast(&n, 1, MPI_INT64_T, r.root, live), "MPI_Bcast");
-  join_port.resize(static_cast<std::size_t>(n));
-  detail::check_mpi(MPI_Bcast(join_port.data(), static_cast<int>(n), MPI_CHAR, r.root, live),
-                    "MPI_Bcast");
+  join_port = share_port(join_port, r.root, live);
   ports_joined.push_back(join_port);
   const int rc = MPI_Comm_connect(join_port.c_str(), MPI_INFO_NULL, r.root, live, &inter);
   int failed = rc != MPI_SUCCESS ? 1 : 0;
@@ -308,10 +304,9 @@ void Membership::State::adopt_refill(const Refill& r, MPI_Comm inter, int nnew, 
   MPI_Comm universe = MPI_COMM_NULL;
   detail::check_mpi(MPI_Intercomm_merge(inter, 0, &universe), "MPI_Intercomm_merge");
   // The live processes keep their order in the merged communicator; the new ones follow.
-  const std::vector<int>& ordered = r.live;
   std::vector<int> to_new(static_cast<std::size_t>(world_size), -1);
-  for (std::size_t i = 0; i < ordered.size(); ++i) {
-    to_new[static_cast<std::size_t>(ordered[i])] = static_cast<int>(i);
+  for (std::size_t i = 0; i < r.live.size(); ++i) {
+    to_new[static_cast<std::size_t>(r.live[i])] = static_cast<int>(i);
   }
   auto mapped = [&](const std::vector<int>& ranks) {
     std::vector<int> out;
@@ -320,7 +315,7 @@ void Membership::State::adopt_refill(const Refill& r, MPI_Comm inter, int nnew, 
     return out;
   };
   std::vector<int> new_spares = mapped(r.spares);
-  for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(ordered.size()) + j);
+  for (int j = 0; j < nnew; ++j) new_spares.push_back(static_cast<int>(r.live.size()) + j);
   Message header{static_cast<std::int64_t>(epoch),
                  nslots,
                  static_cast<std::int64_t>(refill_stats.refills),
@@ -449,18 +444,13 @@ void Membership::State::start_spawned(MPI_Comm world, MPI_Comm parent) {
 }
 
 Membership::State::Message Membership::State::await_spawn_word(MPI_Comm parent) {
-  const double started = MPI_Wtime();
-  Message m;
-  MPI_Status st;
-  while (true) {
-    if (receive_on(parent, m, st) && st.MPI_TAG == kSpawnWordTag && m.size() == 3) return m;
-    if (MPI_Wtime() - started > o.agree_seconds) {
-      throw Error("paramwin: Membership: the processes that spawned this one sent no word within "
-                  "agree_seconds (" +
-                  std::to_string(o.agree_seconds) + " s): the spawner died during the spawn");
-    }
-    sleep_seconds(o.spare_sleep_seconds);
+  std::optional<Message> word = receive_within(parent, kSpawnWordTag, 3, o.agree_seconds);
+  if (!word) {
+    throw Error("paramwin: Membership: the processes that spawned this one sent no word within "
+                "agree_seconds (" +
+                std::to_string(o.agree_seconds) + " s): the spawner died during the spawn");
   }
+  return *word;
 }
 
 void Membership::State::become_new_spare() {

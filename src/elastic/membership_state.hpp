@@ -224,6 +224,14 @@ struct Membership::State {
   /// One message on @p on, if one has arrived.
   bool receive_on(MPI_Comm on, Message& msg, MPI_Status& status);
 
+  /// Waits (sleeping spare_sleep_seconds between looks) up to @p seconds for a message of
+  /// @p tag on @p on, of @p size values if @p size >= 0; other messages there are dropped.
+  /// std::nullopt when none came.
+  std::optional<Message> receive_within(MPI_Comm on, int tag, std::ptrdiff_t size, double seconds);
+
+  /// @p port, significant at @p root of @p on, on every process of @p on (collective).
+  static std::string share_port(std::string port, int root, MPI_Comm on);
+
   // --- judgement (membership_epochs.cpp) --------------------------------------------------
 
   [[nodiscard]] bool process_gone(int world) const;
