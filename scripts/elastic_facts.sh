@@ -3,11 +3,37 @@
 # (docs/elastic.md, "What the MPIs allow"). Builds tests/reliability/mpi_death_facts.cpp with
 # MPICH's and Open MPI's compiler wrappers and runs 4 ranks per case, each under a 20 s
 # timeout; prints one line per case: what the launcher did, and what the survivors reported.
-#   scripts/elastic_facts.sh
+# --spawn [JOBS]: instead, whether Open MPI's MPI_Comm_spawn hangs when the processes of an
+# earlier spawn end while it runs (tests/reliability/mpi_spawn_facts.cpp): JOBS jobs (default
+# 30) of 3 ranks that spawn 3 processes 5 times, for each of "stay", "one" and "all"; prints
+# per case the spawns made and the jobs that hung in a spawn (no "done" within 20 s).
+#   scripts/elastic_facts.sh [--spawn [JOBS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+if [[ ${1:-} == --spawn ]]; then
+  jobs=${2:-30}
+  mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  # The UCX PML (as the spawn tests): over this VM's loopback only with every transport allowed.
+  export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any
+  for mode in stay one all; do
+    made=0
+    hung=0
+    for ((j = 0; j < jobs; ++j)); do
+      out=$(timeout -k 2 20 mpirun.openmpi --enable-recovery --mca pml ucx -n 3 \
+        "$work/spawn_facts" "$mode" 5 2>&1)
+      made=$((made + $(grep -c '^spawned' <<<"$out")))
+      grep -q '^done' <<<"$out" || hung=$((hung + 1))
+      pkill -9 -f "$work/spawn_facts" 2>/dev/null
+    done
+    printf 'Open MPI --enable-recovery, spawned processes end: %-4s spawns made %3d, jobs hung %2d of %d\n' \
+      "$mode" "$made" "$hung" "$jobs"
+  done
+  exit 0
+fi
 src=tests/reliability/mpi_death_facts.cpp
 mpicxx.mpich -O1 -o "$work/facts_mpich" "$src" || exit 1
 mpicxx.openmpi -O1 -o "$work/facts_ompi" "$src" || exit 1

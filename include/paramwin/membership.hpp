@@ -56,6 +56,8 @@ struct SpawnOptions {
   /// part in the spawn and waits for the new processes' start.
   bool ahead = false;
   /// The program the spares run; empty: this process's own executable (/proc/self/exe).
+  /// Not an executable file (a path, or a name in PATH): refused with InvalidArgument (Open
+  /// MPI's spawn of a missing program hangs).
   std::string command{};
   /// Its arguments; std::nullopt: this process's own (/proc/self/cmdline without argv[0]).
   /// A spawned process must construct the same Membership options (its MPI_Comm_get_parent

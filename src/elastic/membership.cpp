@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,6 +17,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "detail/mpi_check.hpp"
 #include "elastic/membership_state.hpp"
@@ -49,6 +52,24 @@ std::vector<std::string> own_arguments() {
   }
   if (!args.empty()) args.erase(args.begin());  // argv[0]
   return args;
+}
+
+/// Whether @p command names an executable file: as a path when it holds a '/', else in PATH
+/// (as MPI_Comm_spawn looks it up).
+bool executable(const std::string& command) {
+  if (command.find('/') != std::string::npos) return access(command.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    std::string file = end > start ? dirs.substr(start, end - start) : ".";
+    file += '/';
+    file += command;
+    if (access(file.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 /// Whether this MPI has MPI_Comm_spawn here (Open MPI; MPICH's ch4:ucx has not).
@@ -92,6 +113,9 @@ Membership::Membership(MPI_Comm world, MembershipOptions options) : s_(std::make
   } else if (options.spawn.pool > 0 && s.spawn_command.empty()) {
     bad = "SpawnOptions::command is empty and this process's executable is unknown "
           "(/proc/self/exe)";
+  } else if (options.spawn.pool > 0 && !executable(s.spawn_command)) {
+    // Open MPI's MPI_Comm_spawn of a missing program hangs instead of failing.
+    bad = "SpawnOptions::command '" + s.spawn_command + "' is not an executable file";
   } else if (!options.join.service.empty() && options.replacement != Replacement::new_window) {
     bad = "JoinOptions::service needs Replacement::new_window (the standing window is over the "
           "processes of the start: a joiner could never take a slot in it)";

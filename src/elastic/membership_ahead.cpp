@@ -124,7 +124,14 @@ void Membership::State::tell_children(std::int64_t go) {
 }
 
 void Membership::State::release_ahead() {
-  if (ahead_children != MPI_COMM_NULL) tell_children(0);
+  if (ahead_children == MPI_COMM_NULL) return;
+  tell_children(0);
+  // The stop must leave before this process ends: they would take its end for its death.
+  const double until = MPI_Wtime() + kReleaseSeconds;
+  while (!outbox.empty() && MPI_Wtime() < until) {
+    reap();
+    sleep_seconds(0.0005);
+  }
 }
 
 void Membership::State::propose_ahead_merge(const std::vector<int>& dead) {

@@ -128,8 +128,10 @@ std::vector<int> Membership::State::judge(std::span<const RosterEntry> roster) {
   const double now = MPI_Wtime();
   std::vector<int> dead(static_cast<std::size_t>(nslots), 0);
   for (int s = 0; s < nslots; ++s) {
-    if (s == slot) continue;
     const auto i = static_cast<std::size_t>(s);
+    // A slot that finished is never replaced: its member stamps no more while it waits for the
+    // others (or has ended), however long they train on.
+    if (s == slot || done[i] != 0) continue;
     if (gone[i] != 0 || process_gone(members[i])) {
       dead[i] = 1;
       continue;

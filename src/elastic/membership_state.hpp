@@ -63,6 +63,9 @@ enum Tag : int {
 constexpr int kAheadGoTag = 7;
 constexpr int kSpawnWordTag = 8;
 constexpr int kAheadPortTag = 9;
+// How long a spare released at the end waits for its stop to its new processes to leave
+// (release_ahead()): they would take its end for its death.
+constexpr double kReleaseSeconds = 1.0;
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
 constexpr int kCommTagBase = 1000;

@@ -87,6 +87,24 @@ TEST(MembershipOptions, RefillsNeedTheNewWindowAndAnMpiThatSpawns) {
   EXPECT_EQ(m.world_rank(), rank_of());
   EXPECT_EQ(m.refills().refills, 0U);
   EXPECT_FALSE(m.refills().spawned_here);
+  // A program that is not there is refused (Open MPI's spawn of it would hang).
+  expect_refused(
+      [](pw::MembershipOptions& bad) {
+        bad.spawn.pool = 1;
+        bad.spawn.command = "/nonexistent/paramwin-spare";
+      },
+      "SpawnOptions::command '/nonexistent/paramwin-spare' is not an executable file");
+  expect_refused(
+      [](pw::MembershipOptions& bad) {
+        bad.spawn.pool = 1;
+        bad.spawn.command = "paramwin-no-such-program";
+      },
+      "SpawnOptions::command 'paramwin-no-such-program' is not an executable file");
+  // A name found in PATH is accepted.
+  pw::MembershipOptions in_path;
+  in_path.spawn.pool = 1;
+  in_path.spawn.command = "sh";
+  EXPECT_NO_THROW(pw::Membership(MPI_COMM_WORLD, in_path));
 #else
   expect_refused([](pw::MembershipOptions& o) { o.spawn.pool = 1; },
                  "SpawnOptions::pool needs Open MPI", /*everywhere=*/true);
