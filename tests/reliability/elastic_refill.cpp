@@ -27,7 +27,7 @@
 // within agree_seconds (5 s here; each writes <path>.orphan.<pid> and ends) instead of waiting
 // forever, which would keep the job from ending. Each orphan then waits for the population's
 // end (<path>.done, at most 30 s) before its process exits: in Open MPI 4.1.4 an MPI_Comm_spawn
-// after spawned processes ended hangs about once in 20 (docs/elastic.md, "What the MPIs
+// after spawned processes ended hangs about once in 25 (docs/elastic.md, "What the MPIs
 // allow"), and the population's next refill would be one. Checked, besides the slots: two
 // orphans ended their Membership, and the spawner was killed.
 #include <mpi.h>
