@@ -13,10 +13,10 @@
 //             step, before finish(); the others judge it dead and end without it (no epoch
 //             at the end), and when it wakes its finish() must throw EvictedError: it never
 //             finishes in a population that ended without it.
-// --early-finish (any position): every member trains 600 iterations, and slot 0 drops its 5 ms
-// sleep from iteration 100 on (after the faults), so it finishes seconds before the others and
-// waits in finish() longer than the silence bound (1.5 s): it must not be judged dead and
-// replaced (no third epoch).
+// --early-finish (any position): every member trains 800 iterations, and slot 0 drops its 5 ms
+// sleep from iteration 200 on (well after the faults' epochs), so it finishes about 3 s before
+// the others and waits in finish() longer than the silence bound (1.5 s): it must not be
+// judged dead and replaced (no third epoch).
 // Checked by every process of the last epoch: each joined spare's first step was a rebirth
 // (reason joined) from live donors only, and its parameters, captured in on_rebirth, are the
 // exact mix of the donors' recorded versions (a member's snapshot at version v is, by
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   const int members = run.size - kSpares;
   // --sigstop: long enough for the silence bound (1.5 s) and the stall (4 s) to pass.
   const bool early_finish = has_arg(argc, argv, "--early-finish");
-  const std::int64_t steps = how == "--sigstop" ? 900 : early_finish ? 600 : 150;
+  const std::int64_t steps = how == "--sigstop" ? 900 : early_finish ? 800 : 150;
   const bool stall_at_end = how == "--stall-at-end";
   pw::Layout layout;
   layout.add("w", kN);
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
           std::printf("joined first step at %.6f\n", monotonic_seconds());
         }
         first = false;
-        if (!early_finish || slot != 0 || it < 100) {
+        if (!early_finish || slot != 0 || it < 200) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         const bool victim_slot =
