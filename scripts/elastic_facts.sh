@@ -3,8 +3,8 @@
 # (docs/elastic.md, "What the MPIs allow"). Builds tests/reliability/mpi_death_facts.cpp with
 # MPICH's and Open MPI's compiler wrappers and runs 4 ranks per case, each under a 20 s
 # timeout; prints one line per case: what the launcher did, and what the survivors reported.
-# --spawn [JOBS]: instead, whether Open MPI's MPI_Comm_spawn hangs when the processes of an
-# earlier spawn end while it runs (tests/reliability/mpi_spawn_facts.cpp): JOBS jobs (default
+# --spawn [JOBS]: instead, whether Open MPI's MPI_Comm_spawn hangs once processes of an
+# earlier spawn have ended (tests/reliability/mpi_spawn_facts.cpp): JOBS jobs (default
 # 30) of 3 ranks that spawn 3 processes 5 times, for each of "stay", "one" and "all"; prints
 # per case the spawns made and the jobs that hung in a spawn (no "done" within 20 s).
 #   scripts/elastic_facts.sh [--spawn [JOBS]]

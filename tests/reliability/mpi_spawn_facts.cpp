@@ -1,10 +1,10 @@
-// Whether Open MPI's MPI_Comm_spawn hangs when the processes of an earlier spawn end while it
-// runs (docs/elastic.md, "What the MPIs allow"): run by `scripts/elastic_facts.sh --spawn`
+// Whether Open MPI's MPI_Comm_spawn hangs once processes of an earlier spawn have ended
+// (docs/elastic.md, "What the MPIs allow"): run by `scripts/elastic_facts.sh --spawn`
 // under `mpirun --enable-recovery`. The world spawns 3 processes argv[2] times in a row (the
 // default 5), merges with them and meets them in a barrier; each spawned process then does
 // what argv[1] says: "stay" (every one waits for the end), "one" (its rank 0 ends at once with
-// std::_Exit(0), the others wait), "all" (every one ends at once), so that with "one" and "all"
-// the next spawn overlaps their end. Rank 0 prints "spawned <i>" after each spawn and "done"
+// std::_Exit(0), the others wait), "all" (every one ends at once); with "one" and "all" the
+// next spawn follows their end at once. Rank 0 prints "spawned <i>" after each spawn and "done"
 // at the end, when it releases the waiting ones. A job that prints no "done" hung in a spawn.
 // Plain MPI, nothing of paramwin.
 #include <mpi.h>
