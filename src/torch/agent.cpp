@@ -61,7 +61,8 @@ struct TorchAgent::Impl {
   ResetCallback user_reset;
   // The module's own layers (the window's layout less the optimizer's state layers).
   Layout module_layout;
-  // With TorchAgentOptions::inherit_optimizer_state: the state layers and their buffers.
+  // With TorchAgentOptions::inherit_optimizer_state: the state layers (the optimizer's own
+  // state tensors in place where they fit, else buffers).
   std::optional<detail::OptimizerStateLayers> state_layers;
   std::uint64_t states_inherited = 0;
   // With TorchAgentOptions::hyperparameters: the optimizer options published.
@@ -79,6 +80,7 @@ struct TorchAgent::Impl {
   detail::TensorWatch watch;
   std::unique_ptr<detail::LayerSource> layers;
   std::vector<LayerRef> refs;
+  mutable TorchStagingStats stats;  // staging_stats()'s answer
 
   ::torch::optim::Optimizer& optimizer() { return owned ? *owned : *borrowed; }
 
@@ -138,7 +140,9 @@ struct TorchAgent::Impl {
             "paramwin::torch: TorchAgentOptions::inherit_optimizer_state is not supported for "
             "grouped agents (AgentGroups) yet; use reset or a builder");
       }
-      state_layers.emplace(optimizer(), mt);
+      // In place unless the module is forced through host buffers (the device path's copies).
+      state_layers.emplace(optimizer(), mt, "TorchAgentOptions::inherit_optimizer_state",
+                           !options.module.stage_through_host);
       state_layers->append_to(layout);
       // MixingKind::reset re-initialises the module's layers (the user's callback sees only
       // those) and resets the optimizer's state (zeros, step 0: restore() erases it).
@@ -261,19 +265,36 @@ struct TorchAgent::Impl {
     if (hyper->read(optimizer(), values)) agent->set_hyperparameters(values);
   }
 
-  /// Makes refs point at the window's layers for the module's current tensors: a cheap
-  /// comparison each call; the module is collected and checked against the layout again
-  /// only when its tensors changed (InvalidArgument naming the tensor if they no longer fit).
+  /// Makes refs point at the window's layers for the module's current tensors (and the
+  /// optimizer's current state tensors, when it is inherited): a cheap comparison each call;
+  /// the module is collected and checked against the layout again only when its tensors
+  /// changed (InvalidArgument naming the tensor if they no longer fit).
   void bind() {
     std::vector<::torch::Tensor> all = detail::listed(*module, options.module);
-    if (watch.unchanged(all)) return;
+    if (watch.unchanged(all)) {
+      if (state_layers && state_layers->bind(optimizer(), layers->tensors())) take_refs();
+      return;
+    }
     ModuleTensors mt = collect(*module, options.module);
     check_against(mt, module_layout);
     layers->bind(std::move(mt));
     watch.record(all);
+    if (state_layers) state_layers->bind(optimizer(), layers->tensors());
+    take_refs();
+  }
+
+  void take_refs() {
     refs = layers->refs();
     if (state_layers)
       refs.insert(refs.end(), state_layers->refs().begin(), state_layers->refs().end());
+  }
+
+  /// The staging's statistics with the state layers' count in place.
+  const TorchStagingStats& staging_stats() const {
+    stats = layers->stats();
+    stats.state_layers_in_place = state_layers ? state_layers->in_place() : 0;
+    stats.state_copies = state_layers ? state_layers->copies() : 0;
+    return stats;
   }
 
   /// Gives the window's layers the module's values (and the optimizer's state, when it is
@@ -489,7 +510,7 @@ const std::vector<std::string>& TorchAgent::skipped() const { return live().skip
 std::uint64_t TorchAgent::optimizers_built() const { return live().built; }
 std::uint64_t TorchAgent::optimizer_states_reset() const { return live().states_reset; }
 std::uint64_t TorchAgent::optimizer_states_inherited() const { return live().states_inherited; }
-const TorchStagingStats& TorchAgent::staging_stats() const { return live().layers->stats(); }
+const TorchStagingStats& TorchAgent::staging_stats() const { return live().staging_stats(); }
 
 void TorchAgent::close() {
   if (!impl_) return;  // moved from: the agent it moved to closes (as ParameterWindow::close)

@@ -38,7 +38,8 @@ Layout ModuleLayers::prepare(const WindowOptions& window, std::string_view who) 
   module_layout_ = mt.layout;
   Layout layout = mt.layout;
   if (options_.mix_optimizer_state) {
-    state_layers_.emplace(*optimizer_, mt, "TorchAveragingOptions::mix_optimizer_state");
+    state_layers_.emplace(*optimizer_, mt, "TorchAveragingOptions::mix_optimizer_state",
+                          !options_.module.stage_through_host);
     state_layers_->append_to(layout);
   }
   bind_collected(std::move(mt));
@@ -49,6 +50,11 @@ void ModuleLayers::bind_collected(ModuleTensors mt) {
   const std::vector<::torch::Tensor> all = listed(*module_, options_.module);
   staging_.bind(std::move(mt));
   watch_.record(all);
+  if (state_layers_) state_layers_->bind(*optimizer_, staging_.tensors());
+  take_refs();
+}
+
+void ModuleLayers::take_refs() {
   refs_ = staging_.refs();
   if (state_layers_) {
     refs_.insert(refs_.end(), state_layers_->refs().begin(), state_layers_->refs().end());
@@ -56,7 +62,10 @@ void ModuleLayers::bind_collected(ModuleTensors mt) {
 }
 
 void ModuleLayers::bind() {
-  if (watch_.unchanged(listed(*module_, options_.module))) return;
+  if (watch_.unchanged(listed(*module_, options_.module))) {
+    if (state_layers_ && state_layers_->bind(*optimizer_, staging_.tensors())) take_refs();
+    return;
+  }
   ModuleTensors mt = collect(*module_, options_.module);
   check_against(mt, module_layout_);
   bind_collected(std::move(mt));
@@ -81,5 +90,12 @@ void ModuleLayers::take_layers(bool keep_own_counts) {
 }
 
 std::vector<ConstLayerRef> ModuleLayers::const_refs() const { return paramwin::const_refs(refs_); }
+
+const TorchStagingStats& ModuleLayers::staging_stats() const {
+  stats_ = staging_.stats();
+  stats_.state_layers_in_place = state_layers_ ? state_layers_->in_place() : 0;
+  stats_.state_copies = state_layers_ ? state_layers_->copies() : 0;
+  return stats_;
+}
 
 }  // namespace paramwin::torch::detail

@@ -70,12 +70,14 @@ class ModuleLayers {
   [[nodiscard]] ::torch::nn::Module& module() const noexcept { return *module_; }
   [[nodiscard]] ::torch::optim::Optimizer* optimizer() const noexcept { return optimizer_; }
   [[nodiscard]] const std::vector<std::string>& skipped() const noexcept { return skipped_; }
-  [[nodiscard]] const TorchStagingStats& staging_stats() const { return staging_.stats(); }
+  /// The staging's statistics, with the state layers in place.
+  [[nodiscard]] const TorchStagingStats& staging_stats() const;
   /// Optimizer state entries written from a mix so far.
   [[nodiscard]] std::uint64_t states_mixed() const noexcept { return states_mixed_; }
 
  private:
   void bind_collected(ModuleTensors mt);
+  void take_refs();  // refs_ from the staging's and the state layers' refs
 
   ::torch::nn::Module* module_;
   ::torch::optim::Optimizer* optimizer_;  // borrowed; may be null
@@ -86,7 +88,8 @@ class ModuleLayers {
   std::uint64_t states_mixed_ = 0;
   DeviceStaging staging_;
   TensorWatch watch_;
-  std::vector<LayerRef> refs_;  // the staging's refs, then the state layers'
+  std::vector<LayerRef> refs_;       // the staging's refs, then the state layers'
+  mutable TorchStagingStats stats_;  // staging_stats()'s answer
 };
 
 }  // namespace paramwin::torch::detail

@@ -66,25 +66,27 @@ bool amsgrad_of(const ::torch::optim::OptimizerOptions& options) {
   return static_cast<const Options&>(options).amsgrad();
 }
 
-/// Buffer @p buffer as a state tensor of parameter @p like: written into @p current, the
-/// entry's tensor, when that has @p like's shape, dtype and device (no allocation: a fresh
-/// tensor of a large model's size is page-faulted in on its first write, which cost more than
-/// the copy itself), else a fresh copy with @p like's device and dtype.
+/// Layer memory @p buffer as a state tensor of parameter @p like: @p current itself when
+/// the layer is that tensor (in place: nothing to copy); written into @p current, the entry's
+/// tensor, when that has @p like's shape, dtype and device (no allocation: a fresh tensor of a
+/// large model's size is page-faulted in on its first write, which cost more than the copy
+/// itself); else a fresh copy with @p like's device and dtype.
 ::torch::Tensor to_param(const ::torch::Tensor& buffer, const ::torch::Tensor& like,
                          const ::torch::Tensor& current = {}) {
   if (current.defined() && current.sizes() == like.sizes() &&
       current.scalar_type() == like.scalar_type() && current.device() == like.device() &&
       current.is_contiguous()) {
-    current.copy_(buffer.view(like.sizes()));
+    if (current.data_ptr() != buffer.data_ptr()) current.copy_(buffer.view(like.sizes()));
     return current;
   }
   return buffer.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
 }
 
-/// Copies @p value (undefined: zeros) into @p buffer.
+/// Copies @p value (undefined: zeros) into @p buffer (nothing when @p buffer is @p value's
+/// memory: the layer is in place).
 void copy_or_zero(::torch::Tensor& buffer, const ::torch::Tensor& value) {
   if (value.defined()) {
-    buffer.copy_(value.detach());
+    if (buffer.data_ptr() != value.data_ptr()) buffer.copy_(value.detach());
   } else {
     buffer.zero_();
   }
@@ -141,8 +143,11 @@ std::string optimizer_type_name(const ::torch::optim::Optimizer& optimizer) {
 }
 
 OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
-                                           const ModuleTensors& module_tensors, std::string option)
-    : option_(std::move(option)), family_(family_of(optimizer, option_)) {
+                                           const ModuleTensors& module_tensors, std::string option,
+                                           bool in_place)
+    : option_(std::move(option)),
+      family_(family_of(optimizer, option_)),
+      in_place_allowed_(in_place) {
   for (std::size_t i = 0; i < module_tensors.tensors.size(); ++i) {
     if (module_tensors.is_buffer[i]) continue;
     const ::torch::Tensor& param = module_tensors.tensors[i];
@@ -173,8 +178,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
       Field f;
       f.param = i;
       f.field = field;
-      std::vector<std::int64_t> sizes(shape.begin(), shape.end());
-      f.buffer = ::torch::zeros(sizes, ::torch::TensorOptions().dtype(type).device(::torch::kCPU));
+      f.type = type;
       f.spec.name = "optimizer/" + pspec.name + "/" + field;
       f.spec.shape = std::move(shape);
       f.spec.count = pspec.count;
@@ -186,6 +190,7 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
     }
     add(scalar, {}, DType::float64, ::torch::kDouble);
     fields_.back().spec.count = 1;
+    fields_.back().scalar = true;
   }
   if (fields_.empty()) {
     throw InvalidArgument(
@@ -193,10 +198,88 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
         " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
         "parameter of the module in its groups)");
   }
+  for (Field& f : fields_) own_buffer(f, ::torch::kCPU);
+  make_refs();
+}
+
+void OptimizerStateLayers::own_buffer(Field& f, const ::torch::Device& device) {
+  std::vector<std::int64_t> sizes(f.spec.shape.begin(), f.spec.shape.end());
+  f.memory = ::torch::zeros(sizes, ::torch::TensorOptions().dtype(f.type).device(device));
+  f.own = true;
+}
+
+void OptimizerStateLayers::make_refs() {
+  refs_.clear();
   refs_.reserve(fields_.size());
+  in_place_ = 0;
   for (const Field& f : fields_) {
-    refs_.emplace_back(f.spec.name, f.buffer.data_ptr(), f.spec.count, f.spec.dtype);
+    if (on_device_) {
+      refs_.emplace_back(f.spec.name, f.memory.data_ptr(), f.spec.count, f.spec.dtype,
+                         device_memory);
+    } else {
+      refs_.emplace_back(f.spec.name, f.memory.data_ptr(), f.spec.count, f.spec.dtype);
+    }
+    if (!f.own) ++in_place_;
   }
+}
+
+::torch::Tensor OptimizerStateLayers::state_tensor(const ::torch::optim::OptimizerParamState* entry,
+                                                   const Field& f) const {
+  if (entry == nullptr || f.scalar) return {};
+  switch (family_) {
+    case OptimizerFamily::adam:
+    case OptimizerFamily::adamw: {
+      // AdamParamState and AdamWParamState have the same fields (and no common base).
+      const auto get = [&](const auto& state) {
+        if (f.field == "exp_avg") return state.exp_avg();
+        if (f.field == "exp_avg_sq") return state.exp_avg_sq();
+        return state.max_exp_avg_sq();
+      };
+      return family_ == OptimizerFamily::adam
+                 ? get(static_cast<const ::torch::optim::AdamParamState&>(*entry))
+                 : get(static_cast<const ::torch::optim::AdamWParamState&>(*entry));
+    }
+    case OptimizerFamily::sgd:
+      return static_cast<const ::torch::optim::SGDParamState&>(*entry).momentum_buffer();
+  }
+  return {};
+}
+
+bool OptimizerStateLayers::fits(const ::torch::Tensor& t, const Field& f) const {
+  return in_place_allowed_ && !on_device_ && t.defined() && t.device().is_cpu() &&
+         t.scalar_type() == f.type && t.is_contiguous() &&
+         static_cast<std::size_t>(t.numel()) == f.spec.count && t.data_ptr() != nullptr;
+}
+
+bool OptimizerStateLayers::bind(::torch::optim::Optimizer& optimizer,
+                                const std::vector<::torch::Tensor>& params) {
+  if (!in_place_allowed_ || on_device_) return false;
+  check_family(optimizer);
+  auto& state = optimizer.state();
+  bool changed = false;
+  const ::torch::optim::OptimizerParamState* entry = nullptr;
+  std::size_t entry_of = fields_.size();  // the parameter whose entry `entry` is
+  for (Field& f : fields_) {
+    if (f.scalar) continue;
+    if (entry_of != f.param) {
+      const auto it = state.find(state_key(state, params[f.param]));
+      entry = it == state.end() ? nullptr : it->second.get();
+      entry_of = f.param;
+    }
+    const ::torch::Tensor t = state_tensor(entry, f);
+    if (fits(t, f)) {
+      if (f.own || f.memory.data_ptr() != t.data_ptr()) {
+        f.memory = t;  // the buffer of its own, if any, is released
+        f.own = false;
+        changed = true;
+      }
+    } else if (!f.own) {
+      own_buffer(f, ::torch::kCPU);
+      changed = true;
+    }
+  }
+  if (changed) make_refs();
+  return changed;
 }
 
 void OptimizerStateLayers::append_to(Layout& layout) const {
@@ -221,20 +304,22 @@ void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
     const auto it = state.find(state_key(state, params[f.param]));
     const ::torch::optim::OptimizerParamState* entry =
         it == state.end() ? nullptr : it->second.get();
+    const ::torch::Tensor value = state_tensor(entry, f);
+    if (value.defined() && value.data_ptr() != f.memory.data_ptr()) ++copies_;
     switch (family_) {
       case OptimizerFamily::adam:
-        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.buffer);
+        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.memory);
         break;
       case OptimizerFamily::adamw:
-        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.buffer);
+        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.memory);
         break;
       case OptimizerFamily::sgd: {
         const auto* sgd = static_cast<const ::torch::optim::SGDParamState*>(entry);
         const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
         if (f.field == "momentum_buffer") {
-          copy_or_zero(f.buffer, present ? sgd->momentum_buffer() : ::torch::Tensor());
+          copy_or_zero(f.memory, present ? sgd->momentum_buffer() : ::torch::Tensor());
         } else {
-          f.buffer.fill_(present ? 1.0 : 0.0);
+          f.memory.fill_(present ? 1.0 : 0.0);
         }
         break;
       }
@@ -256,7 +341,7 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
     while (end < fields_.size() && fields_[end].param == fields_[begin].param) ++end;
     const ::torch::Tensor& param = params[fields_[begin].param];
     const auto key = state_key(state, param);
-    const double mixed = fields_[end - 1].buffer.item<double>();
+    const double mixed = fields_[end - 1].memory.item<double>();
     auto count = static_cast<std::int64_t>(std::llround(std::isfinite(mixed) ? mixed : 0.0));
     if (keep_own_counts) {
       const auto it = state.find(key);
@@ -266,25 +351,32 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
       state.erase(key);
     } else {
       auto& slot = state[key];
+      for (std::size_t i = begin; i < end; ++i) {
+        const ::torch::Tensor current = state_tensor(slot.get(), fields_[i]);
+        if (!fields_[i].scalar &&
+            (!current.defined() || current.data_ptr() != fields_[i].memory.data_ptr())) {
+          ++copies_;
+        }
+      }
       switch (family_) {
         case OptimizerFamily::adam:
           if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamParamState>();
           for (std::size_t i = begin; i < end; ++i) {
             restore_adam(static_cast<::torch::optim::AdamParamState&>(*slot), fields_[i].field,
-                         fields_[i].buffer, param, count);
+                         fields_[i].memory, param, count);
           }
           break;
         case OptimizerFamily::adamw:
           if (slot == nullptr) slot = std::make_unique<::torch::optim::AdamWParamState>();
           for (std::size_t i = begin; i < end; ++i) {
             restore_adam(static_cast<::torch::optim::AdamWParamState&>(*slot), fields_[i].field,
-                         fields_[i].buffer, param, count);
+                         fields_[i].memory, param, count);
           }
           break;
         case OptimizerFamily::sgd: {
           if (slot == nullptr) slot = std::make_unique<::torch::optim::SGDParamState>();
           auto& sgd = static_cast<::torch::optim::SGDParamState&>(*slot);
-          sgd.momentum_buffer(to_param(fields_[begin].buffer, param, sgd.momentum_buffer()));
+          sgd.momentum_buffer(to_param(fields_[begin].memory, param, sgd.momentum_buffer()));
           break;
         }
       }
@@ -296,15 +388,13 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
 }
 
 void OptimizerStateLayers::clear() {
-  for (Field& f : fields_) f.buffer.zero_();
+  for (Field& f : fields_) f.memory.zero_();
 }
 
 void OptimizerStateLayers::place_on(const ::torch::Device& device) {
-  refs_.clear();
-  for (Field& f : fields_) {
-    f.buffer = ::torch::zeros_like(f.buffer, ::torch::TensorOptions().device(device));
-    refs_.emplace_back(f.spec.name, f.buffer.data_ptr(), f.spec.count, f.spec.dtype, device_memory);
-  }
+  on_device_ = true;
+  for (Field& f : fields_) own_buffer(f, device);
+  make_refs();
 }
 
 std::string optimizer_archive(::torch::optim::Optimizer& optimizer) {

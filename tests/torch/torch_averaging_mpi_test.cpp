@@ -491,6 +491,12 @@ TEST(TorchAveragingOptimizer, AdamStateIsMixedWithTheParametersWeightsWhenAsked)
   }
   EXPECT_GT(mixed, 0);
   EXPECT_EQ(agent.optimizer_states_mixed(), 3U * static_cast<std::uint64_t>(mixed));
+  // Adam has made its moments on every rank by now: the rounds mix them in place (the 6
+  // moment layers are Adam's own tensors) and a further round copies nothing for them.
+  EXPECT_EQ(agent.staging_stats().state_layers_in_place, 6U);
+  const std::uint64_t copies = agent.staging_stats().state_copies;
+  (void)agent.step();
+  EXPECT_EQ(agent.staging_stats().state_copies, copies);
 }
 
 namespace {

@@ -275,6 +275,7 @@ TEST(TorchOptimizerState, SgdMomentumBuffersInheritedAfterRealSteps) {
   pw::AgentOptions ao = rank0_dies_at(1);
   pwt::TorchAgent agent(MPI_COMM_WORLD, *model, sgd, std::move(ao), to);
   (void)agent.publish();
+  EXPECT_EQ(agent.staging_stats().state_layers_in_place, 3U);  // the 3 momentum buffers
   // Every rank's buffers, gathered for the check (flattened fc.weight buffer, 6 values).
   const torch::Tensor mine =
       static_cast<torch::optim::SGDParamState&>(*sgd.state().at(key_of(model->fc->weight)))
@@ -302,6 +303,68 @@ TEST(TorchOptimizerState, SgdMomentumBuffersInheritedAfterRealSteps) {
     EXPECT_EQ(agent.optimizer_states_inherited(), 3U);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(TorchOptimizerState, StateLayersAreTheOptimizersOwnTensors) {
+  PARAMWIN_REQUIRE_RANKS(2);
+  // On the CPU the window reads and writes Adam's moments in place, once Adam has made them:
+  // a publish and a rebirth copy nothing for them; the layers follow tensors the optimizer
+  // replaced since the last step (else every publish would copy them again). Forced through
+  // host buffers (stage_through_host) nothing is in place, every publish copies the 6 moments,
+  // and the rebirth gives the same state.
+  for (const bool staged : {false, true}) {
+    Tiny model;
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+    pwt::TorchAgentOptions to;
+    to.inherit_optimizer_state = true;
+    to.module.stage_through_host = staged;
+    pwt::TorchAgent agent(MPI_COMM_WORLD, *model, adam, rank0_dies_at(1), to);
+    const auto copies = [&] { return agent.staging_stats().state_copies; };
+    (void)agent.publish();
+    EXPECT_EQ(agent.staging_stats().state_layers_in_place, 0U) << "no state yet";
+    EXPECT_EQ(copies(), 0U);  // no state: zeros, nothing to copy
+    train_step(model, adam);  // Adam makes its moments
+    (void)agent.publish();
+    EXPECT_EQ(agent.staging_stats().state_layers_in_place, staged ? 0U : 6U);
+    EXPECT_EQ(copies(), staged ? 6U : 0U);
+    // New tensors for every entry: rank-specific values the donors publish.
+    set_adam_state<torch::optim::AdamParamState>(adam, *model, world_rank());
+    (void)agent.publish();
+    EXPECT_EQ(agent.staging_stats().state_layers_in_place, staged ? 0U : 6U);
+    EXPECT_EQ(copies(), staged ? 12U : 0U) << "the layers follow the replaced tensors";
+    std::vector<const void*> own;
+    for (const torch::Tensor& p : model->parameters()) {
+      own.push_back(static_cast<torch::optim::AdamParamState&>(*adam.state().at(key_of(p)))
+                        .exp_avg()
+                        .data_ptr());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::uint64_t before = copies();
+    const pw::StepEvent ev = agent.step(0, 1.0);
+    if (world_rank() == 0) {
+      ASSERT_TRUE(ev.died) << ev.note;
+      expect_mean_state<torch::optim::AdamParamState>(adam, *model, ev.donors,
+                                                      std::vector<bool>(
+                                                          static_cast<std::size_t>(world_size())));
+      std::vector<const void*> now;
+      for (const torch::Tensor& p : model->parameters()) {
+        now.push_back(static_cast<torch::optim::AdamParamState&>(*adam.state().at(key_of(p)))
+                          .exp_avg()
+                          .data_ptr());
+      }
+      EXPECT_EQ(now, own) << "the mix is written into Adam's own tensors";
+      // Staged: the pull into the buffers and their write into Adam (6), no capture before
+      // a pull that overwrites the layers. In place: nothing.
+      EXPECT_EQ(copies() - before, staged ? 6U : 0U);
+      // Adam goes on from the inherited state in the same tensors.
+      train_step(model, adam);
+      (void)agent.publish();
+      EXPECT_EQ(agent.staging_stats().state_layers_in_place, staged ? 0U : 6U);
+    } else {
+      EXPECT_EQ(copies() - before, staged ? 6U : 0U);  // the donor's publish
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 TEST(TorchOptimizerState, UnsupportedOptimizerRefusedOnEveryRank) {

@@ -80,6 +80,15 @@ struct TorchStagingStats {
   /// The agent's window is a device window: the tensors are read and written in place on
   /// the GPU, nothing is staged.
   bool device_window = false;
+  /// Optimizer state layers (TorchAgentOptions::inherit_optimizer_state,
+  /// TorchAveragingOptions::mix_optimizer_state) that are the optimizer's own state tensors
+  /// (last binding): the window reads and writes them in place, nothing is copied for them.
+  /// CPU state tensors are, once the optimizer has made them (its first step), unless
+  /// ModuleOptions::stage_through_host; the scalar layers (Adam's step count) never are.
+  std::size_t state_layers_in_place = 0;
+  /// Tensor copies between the optimizer's state and the state layers' own buffers (a
+  /// publish's capture, a rebirth's or a round's write into the optimizer).
+  std::uint64_t state_copies = 0;
 };
 
 /// One member of a population training a LibTorch module. Owns one agent, held as an
