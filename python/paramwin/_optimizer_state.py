@@ -183,7 +183,15 @@ class OptimizerStateLayers:
                 return False
         entry = optimizer.state[param]  # a defaultdict: created when missing
         for f in fields[:-1]:
-            entry[f.field] = f.buffer.to(device=param.device, dtype=param.dtype, copy=True)
+            own = entry.get(f.field)
+            if (isinstance(own, _torch.Tensor) and own.shape == param.shape
+                    and own.dtype == param.dtype and own.device == param.device
+                    and own.is_contiguous()):
+                # Into the entry's own tensor: no allocation (a fresh tensor of a large model's
+                # size is page-faulted in on its first write, which costs more than the copy).
+                own.copy_(f.buffer.view(param.shape))
+            else:
+                entry[f.field] = f.buffer.to(device=param.device, dtype=param.dtype, copy=True)
         if self._family != "SGD":
             entry["step"] = self._step_tensor(optimizer, param, entry.get("step"), count)
         return True

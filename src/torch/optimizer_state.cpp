@@ -198,8 +198,8 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
         " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
         "parameter of the module in its groups)");
   }
-  for (Field& f : fields_) own_buffer(f, ::torch::kCPU);
-  make_refs();
+  // No memory yet: bind() gives each layer the optimizer's tensor or a buffer of its own (a
+  // large model's Adam state is then never held twice).
 }
 
 void OptimizerStateLayers::own_buffer(Field& f, const ::torch::Device& device) {
@@ -253,33 +253,45 @@ bool OptimizerStateLayers::fits(const ::torch::Tensor& t, const Field& f) const 
 
 bool OptimizerStateLayers::bind(::torch::optim::Optimizer& optimizer,
                                 const std::vector<::torch::Tensor>& params) {
-  if (!in_place_allowed_ || on_device_) return false;
-  check_family(optimizer);
+  if (on_device_) return false;  // place_on() gave every layer a buffer of its own for good
+  if (in_place_allowed_) check_family(optimizer);
   auto& state = optimizer.state();
   bool changed = false;
   const ::torch::optim::OptimizerParamState* entry = nullptr;
   std::size_t entry_of = fields_.size();  // the parameter whose entry `entry` is
   for (Field& f : fields_) {
-    if (f.scalar) continue;
-    if (entry_of != f.param) {
-      const auto it = state.find(state_key(state, params[f.param]));
-      entry = it == state.end() ? nullptr : it->second.get();
-      entry_of = f.param;
+    ::torch::Tensor t;
+    if (in_place_allowed_ && !f.scalar) {
+      if (entry_of != f.param) {
+        const auto it = state.find(state_key(state, params[f.param]));
+        entry = it == state.end() ? nullptr : it->second.get();
+        entry_of = f.param;
+      }
+      t = state_tensor(entry, f);
     }
-    const ::torch::Tensor t = state_tensor(entry, f);
     if (fits(t, f)) {
       if (f.own || f.memory.data_ptr() != t.data_ptr()) {
         f.memory = t;  // the buffer of its own, if any, is released
         f.own = false;
         changed = true;
       }
-    } else if (!f.own) {
+    } else if (!f.own || !f.memory.defined()) {
       own_buffer(f, ::torch::kCPU);
       changed = true;
     }
   }
   if (changed) make_refs();
   return changed;
+}
+
+void OptimizerStateLayers::ensure_memory() {
+  bool changed = false;
+  for (Field& f : fields_) {
+    if (f.memory.defined()) continue;
+    own_buffer(f, ::torch::kCPU);
+    changed = true;
+  }
+  if (changed) make_refs();
 }
 
 void OptimizerStateLayers::append_to(Layout& layout) const {
@@ -298,6 +310,7 @@ void OptimizerStateLayers::check_family(::torch::optim::Optimizer& optimizer) co
 void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
                                    const std::vector<::torch::Tensor>& params) {
   check_family(optimizer);
+  ensure_memory();
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
   for (Field& f : fields_) {
@@ -331,6 +344,7 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
                                           const std::vector<::torch::Tensor>& params,
                                           bool keep_own_counts) {
   check_family(optimizer);
+  ensure_memory();
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
   std::size_t written = 0;
@@ -388,6 +402,7 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
 }
 
 void OptimizerStateLayers::clear() {
+  ensure_memory();
   for (Field& f : fields_) f.memory.zero_();
 }
 

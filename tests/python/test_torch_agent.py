@@ -214,6 +214,37 @@ def test_reborn_adam_state_is_the_donors_mix(comm, builder, where):
                             if r[0] == "reborn" for j in range(count))
 
 
+def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
+    """Without a builder a reborn agent's Adam keeps its moment tensors: the donor's mix is
+    copied into them (no new tensor of the model's size per rebirth), values and all."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if n < 2:
+        pytest.skip("needs a donor")
+    torch.manual_seed(rank)
+    net = Net().double()
+    adam = torch.optim.Adam(net.parameters(), lr=1e-2)
+    net(torch.randn(4, 3, dtype=torch.float64) * (rank + 1)).pow(2).mean().backward()
+    adam.step()  # Adam makes its moments; every rank's differ
+    age = (1, 1) if rank == 0 else (1000, 1000)
+    with TorchAgent(net, adam, comm, inherit_optimizer_state=True, seed=5, age=age, k=1,
+                    shortfall="clamp") as agent:
+        agent.publish()
+        mine = {name: adam.state[p]["exp_avg"] for name, p in net.named_parameters()}
+        at = {name: t.data_ptr() for name, t in mine.items()}
+        published = {name: adam.state[p]["exp_avg"].clone() for name, p in net.named_parameters()}
+        comm.Barrier()
+        event = agent.step(0, 1.0)
+        everyone = comm.allgather(published)
+        if rank == 0:
+            assert event.died
+            donor = event.donors[0].rank
+            for name, p in net.named_parameters():
+                now = adam.state[p]["exp_avg"]
+                assert now is mine[name] and now.data_ptr() == at[name], name
+                torch.testing.assert_close(now, everyone[donor][name], rtol=0, atol=0)
+        comm.Barrier()
+
+
 def test_optimizer_state_inheritance_refuses_bad_input_on_every_rank(comm):
     rank = comm.Get_rank()
     net = Net()
