@@ -7,9 +7,12 @@ snapshots and checkpoints of both agree): Adam and AdamW ``optimizer/p/exp_avg``
 ``optimizer/p/exp_avg_sq`` (``amsgrad``: ``optimizer/p/max_exp_avg_sq``) in the parameter's
 dtype and a float64 scalar ``optimizer/p/step``; SGD with momentum
 ``optimizer/p/momentum_buffer`` and a float64 scalar ``optimizer/p/has_momentum_buffer``.
-``capture`` copies the optimizer's state into the buffers (zeros and step 0 for a parameter
-without state: what the optimizer starts from), the agent publishes and mixes the buffers
-with the parameters, and ``restore`` writes the buffers back into the optimizer.
+``layers`` maps each tensor layer to the optimizer's own state tensor where one fits (a CPU
+tensor, contiguous, of the layer's dtype and size: the layer is *in place*, as in C++) and to a
+buffer of its own otherwise; ``capture`` copies the optimizer's state into the buffers (zeros
+and step 0 for a parameter without state: what the optimizer starts from; nothing for a layer
+in place), the agent publishes and mixes the layers with the parameters, and ``restore``
+writes them back into the optimizer (nothing to copy for a layer in place).
 """
 
 from __future__ import annotations
@@ -68,10 +71,19 @@ def _fields_of(family: str, group: Dict[str, Any]) -> Tuple[List[str], str]:
 
 
 class _Field:
-    __slots__ = ("param", "field", "name", "buffer")
+    """One layer: ``buffer`` its own memory (allocated when first needed), ``memory`` what the
+    layer is now (``buffer``, or the optimizer's state tensor: in place)."""
+    __slots__ = ("param", "field", "name", "shape", "dtype", "buffer", "memory")
 
-    def __init__(self, param: int, field: str, name: str, buffer: Any):
-        self.param, self.field, self.name, self.buffer = param, field, name, buffer
+    def __init__(self, param: int, field: str, name: str, shape: Any, dtype: Any):
+        self.param, self.field, self.name = param, field, name
+        self.shape, self.dtype = tuple(shape), dtype
+        self.buffer: Any = None
+        self.memory: Any = None
+
+    @property
+    def scalar(self) -> bool:
+        return self.field in ("step", "has_momentum_buffer")
 
 
 class OptimizerStateLayers:
@@ -94,29 +106,59 @@ class OptimizerStateLayers:
             if not tensors:
                 continue
             for field in tensors:
-                self._add(i, name, field, _torch.zeros(param.shape, dtype=param.dtype,
-                                                       device=self._device))
-            self._add(i, name, scalar, _torch.zeros((), dtype=_torch.float64,
-                                                    device=self._device))
+                self._fields.append(_Field(i, field, f"optimizer/{name}/{field}", param.shape,
+                                           param.dtype))
+            self._fields.append(_Field(i, scalar, f"optimizer/{name}/{scalar}", (),
+                                       _torch.float64))
         if not self._fields:
             raise InvalidArgument(
                 f"paramwin: {option}: the {self._family} optimizer keeps no state for any "
                 "exchanged parameter (SGD without momentum, or no parameter of the module in its "
                 "groups)")
 
-    def _add(self, param: int, name: str, field: str, buffer: Any) -> None:
-        self._fields.append(_Field(param, field, f"optimizer/{name}/{field}", buffer))
-
     def append_to(self, layout: Any) -> None:
         """Declares the state layers in ``layout`` (after the module's)."""
         for f in self._fields:
             dtype = {_torch.float32: "float32", _torch.float64: "float64",
-                     _torch.bfloat16: "bfloat16", _torch.float16: "float16"}[f.buffer.dtype]
-            layout.add(f.name, tuple(f.buffer.shape), dtype)
+                     _torch.bfloat16: "bfloat16", _torch.float16: "float16"}[f.dtype]
+            layout.add(f.name, f.shape, dtype)
 
-    def layers(self) -> Dict[str, Any]:
-        """The buffers by layer name (the agent reads and writes them in place)."""
-        return {f.name: f.buffer for f in self._fields}
+    def _own(self, f: _Field) -> Any:
+        if f.buffer is None:
+            f.buffer = _torch.zeros(f.shape, dtype=f.dtype, device=self._device)
+        return f.buffer
+
+    def _fits(self, t: Any, f: _Field) -> bool:
+        return (self._device.type == "cpu" and isinstance(t, _torch.Tensor)
+                and t.device.type == "cpu" and t.dtype == f.dtype and t.is_contiguous()
+                and tuple(t.shape) == f.shape and t.numel() > 0)
+
+    def layers(self, optimizer: Any, params: Sequence[Any]) -> Dict[str, Any]:
+        """The layers by name, for ``optimizer``'s current state of ``params`` (the module's
+        parameters in layout order): a tensor layer is the optimizer's own state tensor when
+        one fits (in place: the agent reads and writes it where it is, and its own buffer is
+        released), else its own buffer. Call it for every call into the agent (the optimizer
+        may have replaced or dropped its tensors since)."""
+        out = {}
+        for f in self._fields:
+            state = None if f.scalar else optimizer.state.get(params[f.param])
+            t = state.get(f.field) if state else None
+            if self._fits(t, f):
+                f.memory, f.buffer = t, None
+            else:
+                f.memory = self._own(f)
+            out[f.name] = f.memory
+        return out
+
+    @property
+    def in_place(self) -> int:
+        """How many layers the last ``layers()`` gave in place (the optimizer's own tensors)."""
+        return sum(1 for f in self._fields if f.memory is not None and f.memory is not f.buffer)
+
+    def _memory(self, f: _Field) -> Any:
+        if f.memory is None:
+            f.memory = self._own(f)
+        return f.memory
 
     @property
     def names(self) -> List[str]:
@@ -138,14 +180,16 @@ class OptimizerStateLayers:
         self._check_family(optimizer)
         for f in self._fields:
             state = optimizer.state.get(params[f.param])
+            memory = self._memory(f)
             if f.field == "has_momentum_buffer":
-                f.buffer.fill_(1.0 if state and state.get("momentum_buffer") is not None else 0.0)
+                memory.fill_(1.0 if state and state.get("momentum_buffer") is not None else 0.0)
             elif f.field == "step":
-                f.buffer.fill_(float(state["step"]) if state and "step" in state else 0.0)
+                memory.fill_(float(state["step"]) if state and "step" in state else 0.0)
             elif state and state.get(f.field) is not None:
-                f.buffer.copy_(state[f.field].detach())
+                if state[f.field].data_ptr() != memory.data_ptr():  # else: in place
+                    memory.copy_(state[f.field].detach())
             else:
-                f.buffer.zero_()
+                memory.zero_()
         if self._device.type == "cuda":
             _torch.cuda.current_stream(self._device).synchronize()
 
@@ -176,22 +220,24 @@ class OptimizerStateLayers:
         if keep_own_counts:
             count = int(float(state["step"])) if state and "step" in state else 0
         else:
-            mixed = float(fields[-1].buffer)
+            mixed = float(self._memory(fields[-1]))
             count = round(mixed) if mixed == mixed and abs(mixed) != float("inf") else 0
             if count <= 0:
                 optimizer.state.pop(param, None)
                 return False
         entry = optimizer.state[param]  # a defaultdict: created when missing
         for f in fields[:-1]:
-            own = entry.get(f.field)
+            own, memory = entry.get(f.field), self._memory(f)
             if (isinstance(own, _torch.Tensor) and own.shape == param.shape
                     and own.dtype == param.dtype and own.device == param.device
                     and own.is_contiguous()):
                 # Into the entry's own tensor: no allocation (a fresh tensor of a large model's
-                # size is page-faulted in on its first write, which costs more than the copy).
-                own.copy_(f.buffer.view(param.shape))
+                # size is page-faulted in on its first write, which costs more than the copy);
+                # nothing to copy when the layer is that tensor (in place).
+                if own.data_ptr() != memory.data_ptr():
+                    own.copy_(memory.view(param.shape))
             else:
-                entry[f.field] = f.buffer.to(device=param.device, dtype=param.dtype, copy=True)
+                entry[f.field] = memory.to(device=param.device, dtype=param.dtype, copy=True)
         if self._family != "SGD":
             entry["step"] = self._step_tensor(optimizer, param, entry.get("step"), count)
         return True
@@ -211,6 +257,6 @@ class OptimizerStateLayers:
         return _torch.tensor(float(count))
 
     def clear(self) -> None:
-        """Zeros every buffer (step 0: restore() then erases every entry)."""
+        """Zeros every layer (step 0: restore() then erases every entry)."""
         for f in self._fields:
-            f.buffer.zero_()
+            self._memory(f).zero_()

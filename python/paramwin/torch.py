@@ -134,7 +134,7 @@ class _TorchMember:
                         f"a device window on cuda:{self._device} (keep the module there, or "
                         "use device_windows=\"never\")")
         if self._state is not None:
-            data.update(self._state.layers())
+            data.update(self._state.layers(self.optimizer, self._params))
         return data
 
     def _after_rebirth(self) -> None:
@@ -593,8 +593,8 @@ class _ModuleAveraging:
     def _data(self) -> Dict[str, _torch.Tensor]:
         data = {name: p.data for name, p in zip(self._names, self._params)}
         if self._state is not None:
+            data.update(self._state.layers(self.optimizer, self._params))
             self._state.capture(self.optimizer, self._params)
-            data.update(self._state.layers())
         return data
 
     def _mixed(self, r: "_core.AveragingRound",

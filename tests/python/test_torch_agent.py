@@ -215,8 +215,9 @@ def test_reborn_adam_state_is_the_donors_mix(comm, builder, where):
 
 
 def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
-    """Without a builder a reborn agent's Adam keeps its moment tensors: the donor's mix is
-    copied into them (no new tensor of the model's size per rebirth), values and all."""
+    """Without a builder a reborn agent's Adam keeps its moment tensors: the layers are those
+    tensors (in place), so the pull writes the donor's values into them (no new tensor of the
+    model's size per rebirth)."""
     rank, n = comm.Get_rank(), comm.Get_size()
     if n < 2:
         pytest.skip("needs a donor")
@@ -229,6 +230,8 @@ def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
     with TorchAgent(net, adam, comm, inherit_optimizer_state=True, seed=5, age=age, k=1,
                     shortfall="clamp") as agent:
         agent.publish()
+        # The moment layers are Adam's own tensors (in place; the step counts are not).
+        assert agent._state.in_place == 2 * len(list(net.parameters()))
         mine = {name: adam.state[p]["exp_avg"] for name, p in net.named_parameters()}
         at = {name: t.data_ptr() for name, t in mine.items()}
         published = {name: adam.state[p]["exp_avg"].clone() for name, p in net.named_parameters()}
