@@ -74,7 +74,8 @@ def _check_one_lr(optimizer: Optional[_torch.optim.Optimizer],
 
 def _state_hooks(ref: Any, options: Dict[str, Any]) -> None:
     """inherit_optimizer_state: replaces ``options``' prepare_params hook by one that copies
-    the optimizer's state into the agent's state layers and then calls the user's, and its
+    the optimizer's state into the agent's state layers (those not in place) and then calls
+    the user's, and its
     reset hook (mixing "reset") by the user's followed by zeroing the layers. ``ref``: a weak
     reference to the torch agent (its ``_state``, ``optimizer`` and ``_params``)."""
     user_prepare = options.pop("prepare_params", None)
@@ -289,8 +290,8 @@ class TorchAgent(_TorchMember):
                        named: List[Tuple[str, _torch.nn.Parameter]], layout: "_core.Layout",
                        options: Dict[str, Any], ref: "weakref.ref[TorchAgent]") -> None:
         """inherit_optimizer_state: the state layers (agreed over ``comm``) appended to
-        ``layout``; the agent's prepare_params hook copies the state into them (then calls
-        the user's), its reset hook (mixing "reset") zeros them after the user's."""
+        ``layout``; the agent's prepare_params hook copies the state into those not in place
+        (then calls the user's), its reset hook (mixing "reset") zeros them after the user's."""
         if groups is not None:
             raise InvalidArgument("paramwin: TorchAgent: inherit_optimizer_state is not supported "
                                   "for grouped agents (AgentGroups) yet; use the reset or a "

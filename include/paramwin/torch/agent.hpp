@@ -43,8 +43,11 @@ struct TorchAgentOptions {
   /// with momentum), published with the weights in the same snapshot. On a rebirth the
   /// optimizer (borrowed, or the builder's new one) gets the donors' state mixed like the
   /// weights instead of a reset; the step count is mixed too and rounded (see docs/torch.md,
-  /// "Optimizer state"). Other optimizers, SGD without momentum, live exposure and grouped
-  /// agents are refused with InvalidArgument on every rank. Off (the default): reset.
+  /// "Optimizer state inheritance"). On the CPU the state layers are the optimizer's own state
+  /// tensors once it has made them (in place: nothing is copied for them; see
+  /// TorchStagingStats::state_layers_in_place). Other optimizers, SGD without momentum, live
+  /// exposure and grouped agents are refused with InvalidArgument on every rank. Off (the
+  /// default): reset.
   bool inherit_optimizer_state = false;
   /// Options of the optimizer's parameter groups published as float64 hyperparameters of the
   /// agent's layout (population-based training): "lr" for any optimizer; "weight_decay",
