@@ -92,22 +92,6 @@ void copy_or_zero(::torch::Tensor& buffer, const ::torch::Tensor& value) {
   }
 }
 
-/// capture() for the Adam family (AdamParamState and AdamWParamState have the same fields).
-template <class State>
-void capture_adam(const State* state, const std::string& field, ::torch::Tensor& buffer) {
-  if (state == nullptr) {
-    buffer.zero_();
-  } else if (field == "step") {
-    buffer.fill_(static_cast<double>(state->step()));
-  } else if (field == "exp_avg") {
-    copy_or_zero(buffer, state->exp_avg());
-  } else if (field == "exp_avg_sq") {
-    copy_or_zero(buffer, state->exp_avg_sq());
-  } else {
-    copy_or_zero(buffer, state->max_exp_avg_sq());
-  }
-}
-
 /// restore() for the Adam family: @p fields are the fields of one parameter.
 template <class State>
 void restore_adam(State& state, const std::string& field, const ::torch::Tensor& buffer,
@@ -198,8 +182,9 @@ OptimizerStateLayers::OptimizerStateLayers(::torch::optim::Optimizer& optimizer,
         " optimizer keeps no state for any exchanged parameter (SGD without momentum, or no "
         "parameter of the module in its groups)");
   }
-  // No memory yet: bind() gives each layer the optimizer's tensor or a buffer of its own (a
-  // large model's Adam state is then never held twice).
+  // Each layer the optimizer's tensor where it has one, else a buffer of its own (a large
+  // model's Adam state is never held twice).
+  (void)bind(optimizer, module_tensors.tensors);
 }
 
 void OptimizerStateLayers::own_buffer(Field& f, const ::torch::Device& device) {
@@ -284,16 +269,6 @@ bool OptimizerStateLayers::bind(::torch::optim::Optimizer& optimizer,
   return changed;
 }
 
-void OptimizerStateLayers::ensure_memory() {
-  bool changed = false;
-  for (Field& f : fields_) {
-    if (f.memory.defined()) continue;
-    own_buffer(f, ::torch::kCPU);
-    changed = true;
-  }
-  if (changed) make_refs();
-}
-
 void OptimizerStateLayers::append_to(Layout& layout) const {
   for (const Field& f : fields_) layout.add(f.spec.name, f.spec.shape, f.spec.dtype);
 }
@@ -310,32 +285,21 @@ void OptimizerStateLayers::check_family(::torch::optim::Optimizer& optimizer) co
 void OptimizerStateLayers::capture(::torch::optim::Optimizer& optimizer,
                                    const std::vector<::torch::Tensor>& params) {
   check_family(optimizer);
-  ensure_memory();
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
   for (Field& f : fields_) {
     const auto it = state.find(state_key(state, params[f.param]));
     const ::torch::optim::OptimizerParamState* entry =
         it == state.end() ? nullptr : it->second.get();
-    const ::torch::Tensor value = state_tensor(entry, f);
-    if (value.defined() && value.data_ptr() != f.memory.data_ptr()) ++copies_;
-    switch (family_) {
-      case OptimizerFamily::adam:
-        capture_adam(static_cast<const ::torch::optim::AdamParamState*>(entry), f.field, f.memory);
-        break;
-      case OptimizerFamily::adamw:
-        capture_adam(static_cast<const ::torch::optim::AdamWParamState*>(entry), f.field, f.memory);
-        break;
-      case OptimizerFamily::sgd: {
-        const auto* sgd = static_cast<const ::torch::optim::SGDParamState*>(entry);
-        const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
-        if (f.field == "momentum_buffer") {
-          copy_or_zero(f.memory, present ? sgd->momentum_buffer() : ::torch::Tensor());
-        } else {
-          f.memory.fill_(present ? 1.0 : 0.0);
-        }
-        break;
-      }
+    if (!f.scalar) {
+      const ::torch::Tensor value = state_tensor(entry, f);
+      if (value.defined() && value.data_ptr() != f.memory.data_ptr()) ++copies_;
+      copy_or_zero(f.memory, value);
+    } else if (family_ == OptimizerFamily::sgd) {  // has_momentum_buffer
+      const auto* sgd = static_cast<const ::torch::optim::SGDParamState*>(entry);
+      f.memory.fill_(sgd != nullptr && sgd->momentum_buffer().defined() ? 1.0 : 0.0);
+    } else {  // Adam's step count
+      f.memory.fill_(static_cast<double>(own_step(family_, entry)));
     }
   }
 }
@@ -344,7 +308,6 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
                                           const std::vector<::torch::Tensor>& params,
                                           bool keep_own_counts) {
   check_family(optimizer);
-  ensure_memory();
   ::torch::NoGradGuard no_grad;
   auto& state = optimizer.state();
   std::size_t written = 0;
@@ -402,7 +365,6 @@ std::size_t OptimizerStateLayers::restore(::torch::optim::Optimizer& optimizer,
 }
 
 void OptimizerStateLayers::clear() {
-  ensure_memory();
   for (Field& f : fields_) f.memory.zero_();
 }
 

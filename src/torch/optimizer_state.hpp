@@ -44,8 +44,8 @@ class OptimizerStateLayers {
 
   /// Appends the state layers to @p layout (after the module's).
   void append_to(Layout& layout) const;
-  /// Refs to the layers' memory, in the order append_to() added the layers (empty before the
-  /// first bind() or place_on()); valid until a bind() that returns true or a place_on().
+  /// Refs to the layers' memory, in the order append_to() added the layers; valid until a
+  /// bind() that returns true or a place_on().
   [[nodiscard]] const std::vector<LayerRef>& refs() const noexcept { return refs_; }
   /// Number of state layers.
   [[nodiscard]] std::size_t size() const noexcept { return fields_.size(); }
@@ -58,7 +58,7 @@ class OptimizerStateLayers {
   /// Points each tensor layer at @p optimizer's own state tensor of its parameter in @p params
   /// (the module's exchanged tensors in layout order) when that fits, else at a buffer of its
   /// own (zeros when newly allocated). Returns whether a ref changed (the caller takes refs()
-  /// again; true on the first call). A cheap comparison when nothing changed; call it before refs()
+  /// again). A cheap comparison when nothing changed; call it before refs()
   /// are handed to the core, every time (the optimizer may have replaced or erased its state
   /// since).
   bool bind(::torch::optim::Optimizer& optimizer, const std::vector<::torch::Tensor>& params);
@@ -105,8 +105,6 @@ class OptimizerStateLayers {
   [[nodiscard]] bool fits(const ::torch::Tensor& t, const Field& f) const;
   /// Gives @p f a zeroed buffer of its own on @p device (host: the CPU).
   static void own_buffer(Field& f, const ::torch::Device& device);
-  /// Gives every layer without memory yet (before the first bind()) a buffer of its own.
-  void ensure_memory();
   void make_refs();
 
   std::string option_;
