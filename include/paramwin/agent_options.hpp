@@ -40,11 +40,11 @@ struct MixingOptions {
   NonFinitePolicy non_finite = NonFinitePolicy::fail;  ///< donors holding NaN/inf
 };
 
-/// Publishing cadence. The agent publishes on its first step, right after every rebirth,
-/// after a skipped publish, and whenever either condition below is met. With both
-/// conditions off (every = 0 and interval_ms = 0) it publishes only when the caller calls
-/// publish(), and after rebirths (never on the first step by itself). A paused agent
-/// ignores the cadence (see AgentInterface::pause).
+/// Publishing cadence. The agent publishes on its first step, right after every rebirth (or
+/// in the step after it: defer_rebirth), after a skipped publish, and whenever either
+/// condition below is met. With both conditions off (every = 0 and interval_ms = 0) it
+/// publishes only when the caller calls publish(), and after rebirths (never on the first
+/// step by itself). A paused agent ignores the cadence (see AgentInterface::pause).
 struct PublishOptions {
   std::int64_t every = 1;    ///< publish every N steps (0: no step-based publishing)
   double interval_ms = 0.0;  ///< publish when this many ms passed since the last (0: off)
@@ -53,6 +53,13 @@ struct PublishOptions {
   /// ones in the roster at once; past it the publish stays pending for the next step.
   /// 0: one try. Publishes outside a rebirth never wait.
   double rebirth_wait_ms = 50.0;
+  /// Leave the rebirth's republish to the agent's next step (which publishes whatever the
+  /// cadence says): the rebirth's step then moves the donors' parameters (and inherited
+  /// optimizer state) once, into the caller's memory, instead of twice — the pull, and the
+  /// copy into the agent's own slot, which its next training step would overwrite anyway
+  /// with every = 1. Until that publish the agent is no donor (mid-rebirth in the roster);
+  /// it is still ranked with the metric it reported. false: the rebirth's step publishes.
+  bool defer_rebirth = false;
 };
 
 /// How an agent reads other agents inside step(): the bound on its waiting and the pull's

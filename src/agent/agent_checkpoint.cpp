@@ -296,10 +296,12 @@ void AgentCore::republish_loaded(RebirthExecutor& ex, bool reborn, const AgentSn
   // Others find this agent as a donor with the saved version number (a group: the saved
   // publish stamp), as in the run that saved.
   if (!reborn) ex.continue_versions(s.version);
+  bool out = false;  // the loaded parameters are published
   if (reborn || s.version > 0) {
     const BoundLayers<ConstLayerRef> refs = ordered.as_const();
     ex.advance_stamp();
     const PublishResult r = ex.publish(refs, hyper_);
+    out = r.published;
     if (r.published) last_publish_ = Clock::now();
     // A group rank whose slot was pinned still advertises the older publish: the next
     // step publishes again, on every rank of the agent (its agreement sees this).
@@ -311,6 +313,10 @@ void AgentCore::republish_loaded(RebirthExecutor& ex, bool reborn, const AgentSn
     status.generation = policy_.generation();
     status.state = AgentState::active;
   }
+  // Saved between a deferred rebirth and its publish (publish.defer_rebirth): the
+  // parameters are out now, or mid-rebirth until the next step publishes them.
+  rebirth_unpublished_ = status.state == AgentState::rebirth && !out;
+  if (status.state == AgentState::rebirth && out) status.state = AgentState::active;
   advertised_ = status.state;
   ex.set_status(status);
 }

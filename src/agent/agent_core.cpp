@@ -153,6 +153,7 @@ void AgentCore::published(const PublishResult& r) {
   if (r.published) {
     steps_since_publish_ = 0;
     last_publish_ = Clock::now();
+    rebirth_unpublished_ = false;
   }
 }
 
@@ -173,7 +174,13 @@ PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayer
   prepare_params(unused);
   ex.advance_stamp();
   PublishResult r = ex.publish(ordered, hyper_);
+  const bool was_unpublished = rebirth_unpublished_;
   published(r);
+  if (was_unpublished && !rebirth_unpublished_ && !left_) {
+    // A deferred rebirth's parameters are out: a donor again.
+    const RosterEntry own = ex.own_roster();
+    set_status(ex, resting_state(), own.status.iteration, own.status.metric);
+  }
   return r;
 }
 
@@ -201,8 +208,10 @@ void AgentCore::pause(RebirthExecutor& ex) {
 void AgentCore::resume(RebirthExecutor& ex) {
   if (!paused_ || left_) return;
   const RosterEntry own = ex.own_roster();
-  set_status(ex, resume_state_, own.status.iteration, own.status.metric);
   paused_ = false;
+  // A rebirth whose parameters are not out yet stays mid-rebirth until its publish.
+  set_status(ex, rebirth_unpublished_ ? AgentState::rebirth : resume_state_, own.status.iteration,
+             own.status.metric);
 }
 
 double AgentCore::time_left() const { return deadline_ > 0.0 ? deadline_ - MPI_Wtime() : 0.0; }
@@ -407,17 +416,19 @@ AgentCore::Attempts AgentCore::try_pulls(RebirthExecutor& ex, std::span<const La
 }
 
 void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered,
-                             StepEvent& event, bool reborn) {
+                             StepEvent& event, bool wait_for_pins) {
   const auto t = Clock::now();
-  double prepared = 0.0;  // counted in the publish timer below
+  const bool reborn = rebirth_unpublished_;
+  rebirth_publish_deferred_ = false;  // this is its try
+  double prepared = 0.0;              // counted in the publish timer below
   prepare_params(prepared);
   const BoundLayers<ConstLayerRef> refs = ordered.as_const();
   const auto wait = std::chrono::duration<double, std::milli>(
-      reborn ? policy_.options().publish.rebirth_wait_ms : 0.0);
+      wait_for_pins ? policy_.options().publish.rebirth_wait_ms : 0.0);
   PublishResult r = ex.publish(refs, hyper_);
   event.publish_attempts = 1;
   // A pin is held by a reader of the older snapshot for the length of one read: after a
-  // rebirth, wait for it (bounded) rather than keep advertising the dead parameters.
+  // rebirth, wait for it (bounded) rather than keep the reborn agent out of the donors.
   while (!r.published && Clock::now() - t < wait) {
     ex.progress();
     std::this_thread::yield();
@@ -428,6 +439,8 @@ void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& o
   event.published = r.published;
   event.publish_skipped = !r.published;
   published(r);
+  // The reborn parameters are out: a donor again (the roster said mid-rebirth until now).
+  if (reborn && r.published) set_status(ex, resting_state(), event.iteration, event.metric);
 }
 
 StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::int64_t iteration,
@@ -539,10 +552,21 @@ void AgentCore::finish_step(RebirthExecutor& ex, std::span<const LayerRef> param
   // From a rebirth on, the caller's parameters hold the mix: whatever happens next (a
   // throwing callback included), they are published by this step or the next. A paused
   // agent holds every publish (the rebirth's too) for its first step after resume().
+  // publish.defer_rebirth leaves it to the next step, and until then the roster says
+  // mid-rebirth (the slot holds the dead parameters every step until then, not by chance).
   const bool owed = died || publish_pending || a.publish_due;
-  const bool publish = owed && !in.paused;
+  const bool deferred = died && policy_.options().publish.defer_rebirth;
+  if (deferred) rebirth_unpublished_ = true;
+  const bool publish = owed && !in.paused && !deferred;
+  // The rebirth's own publish (its first try, in this step or the next) waits for pins.
+  const bool wait_for_pins = died || rebirth_publish_deferred_;
+  if (deferred) rebirth_publish_deferred_ = true;
   if (owed) publish_pending_ = true;
-  if (died && in.paused) append_note(a.note, "paused: the republish waits for resume()");
+  if (died && in.paused) {
+    append_note(a.note, "paused: the republish waits for resume()");
+  } else if (deferred) {
+    append_note(a.note, "publish.defer_rebirth: the republish waits for the next step");
+  }
   event.note = ex.leader() ? a.note : std::string();
   event.generation = counters_.generation;
   event.next_max_age = counters_.max_age;
@@ -557,7 +581,7 @@ void AgentCore::finish_step(RebirthExecutor& ex, std::span<const LayerRef> param
     policy_.options().on_rebirth(event, params);
     event.seconds.mix += seconds_since(t);
   }
-  if (publish) publish_step(ex, ordered, event, died);
+  if (publish) publish_step(ex, ordered, event, wait_for_pins);
   event.version = ex.version();
   event.hyper = hyper_;
   stats_.record(event);
@@ -582,7 +606,7 @@ StepEvent AgentCore::run_step(RebirthExecutor& ex, std::int64_t iteration, doubl
   if (sync_step) {
     if (!in.paused) {
       ex.advance_stamp();
-      publish_step(ex, ordered, event, /*reborn=*/true);
+      publish_step(ex, ordered, event, /*wait_for_pins=*/true);
       publish_pending = publish_pending_;
     }
     agreed_ = agreed_ranking(ex, iteration, in.metric, in.paused);

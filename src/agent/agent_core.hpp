@@ -143,9 +143,12 @@ class AgentCore {
   using Clock = std::chrono::steady_clock;
 
   void set_status(RebirthExecutor& ex, AgentState state, std::int64_t iteration, double metric);
-  /// The state the roster returns to outside a rebirth: paused or active.
+  /// The state the roster returns to outside a rebirth: paused, or active — once the
+  /// parameters of a rebirth whose publish was deferred (publish.defer_rebirth) are out;
+  /// mid-rebirth until then.
   [[nodiscard]] AgentState resting_state() const noexcept {
-    return paused_ ? AgentState::paused : AgentState::active;
+    if (paused_) return AgentState::paused;
+    return rebirth_unpublished_ ? AgentState::rebirth : AgentState::active;
   }
   RebirthPlan plan(RebirthExecutor& ex, const StepEvent& event, bool first,
                    std::span<const int> exclude);
@@ -177,10 +180,12 @@ class AgentCore {
   void finish_step(RebirthExecutor& ex, std::span<const LayerRef> params,
                    const BoundLayers<LayerRef>& ordered, const StepAgreement& in,
                    bool publish_pending, Attempts& a, StepEvent& event);
-  /// Publishes the step's parameters; after a rebirth (@p reborn) a publish skipped for a
-  /// reader's pin is retried for up to publish.rebirth_wait_ms.
+  /// Publishes the step's parameters; with @p wait_for_pins (a rebirth's own publish, in its
+  /// step or the next with publish.defer_rebirth; a synchronous interval's) a publish that a
+  /// reader's pin skips is retried for up to publish.rebirth_wait_ms. Advertises the resting
+  /// state once a rebirth's parameters are out.
   void publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered, StepEvent& event,
-                    bool reborn);
+                    bool wait_for_pins);
   void published(const PublishResult& r);
   /// Seconds left until this step's deadline (read.timeout_seconds; meaningless without).
   [[nodiscard]] double time_left() const;
@@ -205,10 +210,12 @@ class AgentCore {
   EventLog log_;
   AgentCounters counters_{};
   AgentState advertised_ = AgentState::active;  // the state this rank last set in its roster
-  bool publish_pending_ = true;   // first step publishes (unless publishing is manual only)
-  bool left_ = false;             // leave() was called: step() is refused from then on
-  bool paused_ = false;           // pause() is in force
-  bool params_prepared_ = false;  // prepare_params ran in the step()/publish() in progress
+  bool publish_pending_ = true;       // first step publishes (unless publishing is manual only)
+  bool rebirth_unpublished_ = false;  // defer_rebirth: a rebirth's mix, not yet published
+  bool rebirth_publish_deferred_ = false;  // defer_rebirth: the next publish is the rebirth's
+  bool left_ = false;                      // leave() was called: step() is refused from then on
+  bool paused_ = false;                    // pause() is in force
+  bool params_prepared_ = false;           // prepare_params ran in the step()/publish() in progress
   AgentState resume_state_ = AgentState::active;  // what resume() advertises
   std::int64_t steps_since_publish_ = 0;
   Clock::time_point last_publish_{};

@@ -37,6 +37,21 @@ class SoloCore {
     pw::detail::SoloExecutor<W> ex(w, fingerprint_);
     return core_.step(ex, pw::detail::solo_comms(w), iteration, metric, params);
   }
+  template <class W>
+  pw::PublishResult publish(W& w, std::span<const pw::ConstLayerRef> params) {
+    pw::detail::SoloExecutor<W> ex(w, fingerprint_);
+    return core_.publish(ex, params);
+  }
+  template <class W>
+  void pause(W& w) {
+    pw::detail::SoloExecutor<W> ex(w, fingerprint_);
+    core_.pause(ex);
+  }
+  template <class W>
+  void resume(W& w) {
+    pw::detail::SoloExecutor<W> ex(w, fingerprint_);
+    core_.resume(ex);
+  }
 
  private:
   pw::detail::AgentCore core_;
@@ -170,6 +185,70 @@ TEST(RebirthPublish, ZeroWaitTriesOnceAndLeavesThePublishPending) {
   EXPECT_EQ(next.version, 2U);
 }
 
+pw::AgentOptions deferring(std::int64_t every) {
+  pw::AgentOptions o = dies_at_age_2(50.0);
+  o.publish.defer_rebirth = true;
+  o.publish.every = every;
+  return o;
+}
+
+TEST(DeferredRebirth, TheRebirthOnlyPullsAndTheNextStepPublishes) {
+  for (const std::int64_t every : {1, 0}) {  // 0: the rebirth's publish is still owed
+    PinnedWindow win(layout());
+    SoloCore core(deferring(every), 0, 2, win.layout());
+    std::vector<float> w(8, 0.0F);
+    const pw::LayerRef params[] = {pw::LayerRef(w)};
+    const pw::StepEvent first = core.step(win, 1, 0.5, params);
+    EXPECT_EQ(first.published, every == 1);
+    if (every == 0) {
+      const pw::ConstLayerRef out[] = {pw::ConstLayerRef(std::span<const float>(w))};
+      ASSERT_TRUE(core.publish(win, out).published);
+    }
+    win.publish_calls = 0;
+    const pw::StepEvent death = core.step(win, 2, 0.5, params);
+    ASSERT_TRUE(death.died) << death.note;
+    EXPECT_EQ(w, std::vector<float>(8, 1.0F)) << "the pull wrote the caller's parameters";
+    EXPECT_FALSE(death.published);
+    EXPECT_FALSE(death.publish_skipped) << "not tried, not skipped";
+    EXPECT_EQ(win.publish_calls, 0) << "every = " << every;
+    EXPECT_EQ(death.version, 1U);
+    EXPECT_NE(death.note.find("defer_rebirth"), std::string::npos) << death.note;
+    EXPECT_EQ(win.roster(0).status.state, pw::AgentState::rebirth)
+        << "its slot holds the dead parameters: no donor";
+    const pw::StepEvent next = core.step(win, 3, 0.4, params);
+    EXPECT_FALSE(next.died);
+    EXPECT_TRUE(next.published) << "every = " << every;
+    EXPECT_EQ(next.version, 2U);
+    EXPECT_EQ(win.publish_calls, 1);
+    EXPECT_EQ(win.roster(0).status.state, pw::AgentState::active);
+    EXPECT_EQ(win.roster(0).status.metric, 0.4);
+  }
+}
+
+TEST(DeferredRebirth, APauseOrAPinnedSlotKeepsTheAgentMidRebirthUntilItsPublish) {
+  PinnedWindow win(layout());
+  SoloCore core(deferring(1), 0, 2, win.layout());
+  std::vector<float> w(8, 0.0F);
+  const pw::LayerRef params[] = {pw::LayerRef(w)};
+  (void)core.step(win, 1, 0.5, params);
+  ASSERT_TRUE(core.step(win, 2, 0.5, params).died);
+  core.pause(win);
+  EXPECT_EQ(win.roster(0).status.state, pw::AgentState::paused);
+  core.resume(win);
+  EXPECT_EQ(win.roster(0).status.state, pw::AgentState::rebirth)
+      << "resumed with the rebirth's parameters still unpublished";
+  win.skips = 1 << 30;  // a reader that never lets go: the owed publish waits, then stays owed
+  const pw::StepEvent pinned = core.step(win, 3, 0.5, params);
+  EXPECT_TRUE(pinned.publish_skipped);
+  EXPECT_GT(pinned.publish_attempts, 1U) << "the deferred republish waits for pins as any";
+  EXPECT_EQ(win.roster(0).status.state, pw::AgentState::rebirth);
+  win.skips = 0;
+  const pw::ConstLayerRef out[] = {pw::ConstLayerRef(std::span<const float>(w))};
+  ASSERT_TRUE(core.publish(win, out).published);
+  EXPECT_EQ(win.roster(0).status.state, pw::AgentState::active)
+      << "an explicit publish puts the parameters out too";
+}
+
 TEST(RebirthPublish, TheWaitIsBoundedAndOrdinaryPublishesNeverWait) {
   PinnedWindow win(layout());
   SoloCore core(dies_at_age_2(30.0), 0, 2, win.layout());
@@ -217,6 +296,9 @@ TEST(RebirthPublish, WaitIsValidatedAndParsed) {
   o.publish.rebirth_wait_ms = -1.0;
   EXPECT_THROW(pw::validate(o, 2), pw::InvalidArgument);
   EXPECT_EQ(pw::parse_agent_options("publish_rebirth_wait_ms=7.5").publish.rebirth_wait_ms, 7.5);
+  EXPECT_FALSE(o.publish.defer_rebirth);
+  EXPECT_TRUE(pw::parse_agent_options("publish_defer_rebirth=true").publish.defer_rebirth);
+  EXPECT_THROW((void)pw::parse_agent_options("publish_defer_rebirth=later"), pw::InvalidArgument);
 }
 
 // --- Direct landing: a pull that fails midway (PartialPullError) -------------------------

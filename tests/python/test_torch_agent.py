@@ -248,6 +248,41 @@ def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
         comm.Barrier()
 
 
+def test_deferred_rebirth_publishes_in_the_next_step(comm):
+    """publish_defer_rebirth: the rebirth's step only pulls (no publish) and the roster says
+    mid-rebirth, so no one takes the dead parameters still in its slot; the next step
+    publishes the reborn weights and Adam's state, and the agent is a donor again."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if n < 2:
+        pytest.skip("needs a donor")
+    torch.manual_seed(rank)
+    net = Net().double()
+    adam = torch.optim.Adam(net.parameters(), lr=1e-2)
+    net(torch.randn(4, 3, dtype=torch.float64) * (rank + 1)).pow(2).mean().backward()
+    adam.step()
+    age = (2, 2) if rank == 0 else (1000, 1000)  # rank 0 dies in its second step only
+    with TorchAgent(net, adam, comm, inherit_optimizer_state=True, seed=5, age=age, k=1,
+                    shortfall="clamp", publish_defer_rebirth=True) as agent:
+        assert agent.step(0, 1.0).published
+        comm.Barrier()
+        event = agent.step(1, 1.0)
+        comm.Barrier()
+        state = agent.roster_all()[0].status.state
+        assert state == paramwin.AgentState.rebirth, state
+        if rank == 0:
+            assert event.died and not event.published and not event.publish_skipped
+            assert "defer_rebirth" in event.note
+            assert event.version == 1
+        comm.Barrier()
+        event = agent.step(2, 1.0)
+        assert event.published and not event.died
+        comm.Barrier()
+        assert agent.roster_all()[0].status.state == paramwin.AgentState.active
+        if rank == 0:
+            assert event.version == 2
+        comm.Barrier()
+
+
 def test_optimizer_state_inheritance_refuses_bad_input_on_every_rank(comm):
     rank = comm.Get_rank()
     net = Net()
