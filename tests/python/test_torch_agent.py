@@ -267,8 +267,8 @@ def test_deferred_rebirth_publishes_in_the_next_step(comm):
         comm.Barrier()
         event = agent.step(1, 1.0)
         comm.Barrier()
-        state = agent.roster_all()[0].status.state
-        assert state == paramwin.AgentState.rebirth, state
+        state = agent.roster_all()[0].state
+        assert state == "rebirth", state
         if rank == 0:
             assert event.died and not event.published and not event.publish_skipped
             assert "defer_rebirth" in event.note
@@ -277,7 +277,7 @@ def test_deferred_rebirth_publishes_in_the_next_step(comm):
         event = agent.step(2, 1.0)
         assert event.published and not event.died
         comm.Barrier()
-        assert agent.roster_all()[0].status.state == paramwin.AgentState.active
+        assert agent.roster_all()[0].state == "active"
         if rank == 0:
             assert event.version == 2
         comm.Barrier()
