@@ -214,18 +214,26 @@ def test_reborn_adam_state_is_the_donors_mix(comm, builder, where):
                             if r[0] == "reborn" for j in range(count))
 
 
-def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
-    """Without a builder a reborn agent's Adam keeps its moment tensors: the layers are those
-    tensors (in place), so the pull writes the donor's values into them (no new tensor of the
-    model's size per rebirth)."""
-    rank, n = comm.Get_rank(), comm.Get_size()
-    if n < 2:
+def _adam_with_state(comm):
+    """A float64 Net and its Adam after one step (its moments exist; every rank's differ);
+    skips on one rank (the tests need a donor)."""
+    rank = comm.Get_rank()
+    if comm.Get_size() < 2:
         pytest.skip("needs a donor")
     torch.manual_seed(rank)
     net = Net().double()
     adam = torch.optim.Adam(net.parameters(), lr=1e-2)
     net(torch.randn(4, 3, dtype=torch.float64) * (rank + 1)).pow(2).mean().backward()
-    adam.step()  # Adam makes its moments; every rank's differ
+    adam.step()
+    return net, adam
+
+
+def test_rebirth_writes_adam_state_into_its_own_tensors(comm):
+    """Without a builder a reborn agent's Adam keeps its moment tensors: the layers are those
+    tensors (in place), so the pull writes the donor's values into them (no new tensor of the
+    model's size per rebirth)."""
+    rank = comm.Get_rank()
+    net, adam = _adam_with_state(comm)
     age = (1, 1) if rank == 0 else (1000, 1000)
     with TorchAgent(net, adam, comm, inherit_optimizer_state=True, seed=5, age=age, k=1,
                     shortfall="clamp") as agent:
@@ -252,14 +260,8 @@ def test_deferred_rebirth_publishes_in_the_next_step(comm):
     """publish_defer_rebirth: the rebirth's step only pulls (no publish) and the roster says
     mid-rebirth, so no one takes the dead parameters still in its slot; the next step
     publishes the reborn weights and Adam's state, and the agent is a donor again."""
-    rank, n = comm.Get_rank(), comm.Get_size()
-    if n < 2:
-        pytest.skip("needs a donor")
-    torch.manual_seed(rank)
-    net = Net().double()
-    adam = torch.optim.Adam(net.parameters(), lr=1e-2)
-    net(torch.randn(4, 3, dtype=torch.float64) * (rank + 1)).pow(2).mean().backward()
-    adam.step()
+    rank = comm.Get_rank()
+    net, adam = _adam_with_state(comm)
     age = (2, 2) if rank == 0 else (1000, 1000)  # rank 0 dies in its second step only
     with TorchAgent(net, adam, comm, inherit_optimizer_state=True, seed=5, age=age, k=1,
                     shortfall="clamp", publish_defer_rebirth=True) as agent:
