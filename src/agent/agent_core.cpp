@@ -147,13 +147,19 @@ void AgentCore::set_hyperparameters(const Hyperparameters& values) {
   hyper_ = values;
 }
 
-void AgentCore::published(const PublishResult& r) {
+void AgentCore::published(RebirthExecutor& ex, const PublishResult& r) {
   // A reader pinned the slot: never wait for it, the next step tries again.
   publish_pending_ = !r.published;
-  if (r.published) {
-    steps_since_publish_ = 0;
-    last_publish_ = Clock::now();
+  if (!r.published) return;
+  steps_since_publish_ = 0;
+  last_publish_ = Clock::now();
+  if (rebirth_unpublished_) {
+    // A deferred rebirth's parameters are out: a donor again (mid-rebirth until now).
     rebirth_unpublished_ = false;
+    if (!left_) {
+      const RosterEntry own = ex.own_roster();
+      set_status(ex, resting_state(), own.status.iteration, own.status.metric);
+    }
   }
 }
 
@@ -174,13 +180,7 @@ PublishResult AgentCore::publish(RebirthExecutor& ex, std::span<const ConstLayer
   prepare_params(unused);
   ex.advance_stamp();
   PublishResult r = ex.publish(ordered, hyper_);
-  const bool was_unpublished = rebirth_unpublished_;
-  published(r);
-  if (was_unpublished && !rebirth_unpublished_ && !left_) {
-    // A deferred rebirth's parameters are out: a donor again.
-    const RosterEntry own = ex.own_roster();
-    set_status(ex, resting_state(), own.status.iteration, own.status.metric);
-  }
+  published(ex, r);
   return r;
 }
 
@@ -418,7 +418,6 @@ AgentCore::Attempts AgentCore::try_pulls(RebirthExecutor& ex, std::span<const La
 void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered,
                              StepEvent& event, bool wait_for_pins) {
   const auto t = Clock::now();
-  const bool reborn = rebirth_unpublished_;
   rebirth_publish_deferred_ = false;  // this is its try
   double prepared = 0.0;              // counted in the publish timer below
   prepare_params(prepared);
@@ -438,9 +437,7 @@ void AgentCore::publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& o
   event.seconds.publish = seconds_since(t);
   event.published = r.published;
   event.publish_skipped = !r.published;
-  published(r);
-  // The reborn parameters are out: a donor again (the roster said mid-rebirth until now).
-  if (reborn && r.published) set_status(ex, resting_state(), event.iteration, event.metric);
+  published(ex, r);
 }
 
 StepEvent AgentCore::step(RebirthExecutor& ex, const CheckpointComms& c, std::int64_t iteration,
@@ -556,11 +553,13 @@ void AgentCore::finish_step(RebirthExecutor& ex, std::span<const LayerRef> param
   // mid-rebirth (the slot holds the dead parameters every step until then, not by chance).
   const bool owed = died || publish_pending || a.publish_due;
   const bool deferred = died && policy_.options().publish.defer_rebirth;
-  if (deferred) rebirth_unpublished_ = true;
   const bool publish = owed && !in.paused && !deferred;
   // The rebirth's own publish (its first try, in this step or the next) waits for pins.
   const bool wait_for_pins = died || rebirth_publish_deferred_;
-  if (deferred) rebirth_publish_deferred_ = true;
+  if (deferred) {
+    rebirth_unpublished_ = true;
+    rebirth_publish_deferred_ = true;
+  }
   if (owed) publish_pending_ = true;
   if (died && in.paused) {
     append_note(a.note, "paused: the republish waits for resume()");

@@ -186,7 +186,9 @@ class AgentCore {
   /// state once a rebirth's parameters are out.
   void publish_step(RebirthExecutor& ex, const BoundLayers<LayerRef>& ordered, StepEvent& event,
                     bool wait_for_pins);
-  void published(const PublishResult& r);
+  /// After a publish try: the cadence's counters and, once a deferred rebirth's parameters
+  /// are out, the roster's resting state.
+  void published(RebirthExecutor& ex, const PublishResult& r);
   /// Seconds left until this step's deadline (read.timeout_seconds; meaningless without).
   [[nodiscard]] double time_left() const;
   /// The bound of a roster read now: read.roster_timeout_seconds within the time left.
