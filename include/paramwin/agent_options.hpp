@@ -51,7 +51,8 @@ struct PublishOptions {
   /// After a rebirth, a publish that a reader's pin skips is retried (letting MPI progress
   /// between tries) for up to this many ms, so that the reborn parameters replace the dead
   /// ones in the roster at once; past it the publish stays pending for the next step.
-  /// 0: one try. Publishes outside a rebirth never wait.
+  /// 0: one try. Other publishes never wait (the deferred one of defer_rebirth, the
+  /// rebirth's own, does).
   double rebirth_wait_ms = 50.0;
   /// Leave the rebirth's republish to the agent's next step (which publishes whatever the
   /// cadence says): the rebirth's step then moves the donors' parameters (and inherited
