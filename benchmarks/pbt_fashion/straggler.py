@@ -75,3 +75,43 @@ def calibrate(train_split, seed: int, rank: int, hyper: Dict[str, float]) -> flo
         if i >= 5:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def ceiling(condition: str, seed: int, size: int, steps: int, interval: int) -> Dict[str, float]:
+    """What the condition's delays alone allow a population that never waits, against one that
+    meets every @p interval steps (checkpoint-file PBT, paramwin's synchronous mode): each
+    rank's time for @p steps steps of one unit plus its delays (the very draws run.py's ranks
+    make for @p seed), without a meeting point, over the time with one (every interval as long
+    as its slowest rank's). Each rank on a device of its own: the CPU a sleeping rank leaves to
+    the others on a shared machine is not modelled. Returns the fastest, mean and slowest
+    rank's ratio."""
+    delays = []
+    for rank in range(size):
+        s = Straggler(condition, rank, size, seed, 1.0)
+        delays.append([1.0 + s.delay() for _ in range(steps)])
+    met = sum(max(sum(d[i:i + interval]) for d in delays) for i in range(0, steps, interval))
+    alone = [sum(d) / met for d in delays]
+    return {"fastest": min(alone), "mean": statistics.mean(alone), "slowest": max(alone)}
+
+
+def main() -> None:
+    import argparse
+    p = argparse.ArgumentParser(description="The wall time a population that never waits needs, "
+                                "as a fraction of one that meets every interval (ceiling())")
+    p.add_argument("--condition", default="random", choices=CONDITIONS[1:])
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--interval", type=int, default=100)
+    o = p.parse_args()
+    print("| seed | fastest rank | mean | slowest rank |")
+    print("| ---: | ---: | ---: | ---: |")
+    rows = [ceiling(o.condition, s, o.size, o.steps, o.interval) for s in range(1, o.seeds + 1)]
+    for seed, r in enumerate(rows, 1):
+        print(f"| {seed} | {r['fastest']:.3f} | {r['mean']:.3f} | {r['slowest']:.3f} |")
+    med = {k: statistics.median(r[k] for r in rows) for k in ("fastest", "mean", "slowest")}
+    print(f"| median | {med['fastest']:.3f} | {med['mean']:.3f} | {med['slowest']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
