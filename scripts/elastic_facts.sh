@@ -7,12 +7,35 @@
 # earlier spawn have ended (tests/reliability/mpi_spawn_facts.cpp): JOBS jobs (default
 # 30) of 3 ranks that spawn 3 processes 5 times, for each of "stay", "one" and "all"; prints
 # per case the spawns made and the jobs that hung in a spawn (no "done" within 20 s).
-#   scripts/elastic_facts.sh [--spawn [JOBS]]
+# --spawn-fail [JOBS]: whether an Open MPI job outlives a spawn that fails (on a host that
+# does not exist) and a spawn after it, JOBS jobs (default 3) of 3 ranks, with and without
+# --enable-recovery.
+#   scripts/elastic_facts.sh [--spawn [JOBS] | --spawn-fail [JOBS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+if [[ ${1:-} == --spawn-fail ]]; then
+  jobs=${2:-3}
+  mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  for recovery in "" --enable-recovery; do
+    failed=0 alive=0 again=0 ended=0
+    for ((j = 0; j < jobs; ++j)); do
+      out=$(timeout -k 2 30 mpirun.openmpi $recovery -n 3 "$work/spawn_facts" fail 3 2>&1)
+      rc=$?
+      grep -q '^failed' <<<"$out" && failed=$((failed + 1))
+      grep -q '^alive' <<<"$out" && alive=$((alive + 1))
+      grep -q '^spawned again' <<<"$out" && again=$((again + 1))
+      [ "$rc" -ne 0 ] && ! grep -q '^spawned again\|^failed again' <<<"$out" && ended=$((ended + 1))
+      pkill -9 -f "$work/spawn_facts" 2>/dev/null
+    done
+    printf 'Open MPI%s, a spawn on a missing host: failed in %d of %d jobs, the job alive 3 s later in %d; a second spawn made in %d, the job ended by it (mpirun status != 0) in %d\n' \
+      "${recovery:+ $recovery}" "$failed" "$jobs" "$alive" "$again" "$ended"
+  done
+  exit 0
+fi
 if [[ ${1:-} == --spawn ]]; then
   jobs=${2:-30}
   mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
