@@ -113,7 +113,8 @@ struct MembershipOptions {
 struct RefillStats {
   std::uint64_t refills = 0;   ///< refills this process took part in (or, spawned, was made by)
   std::uint64_t spawned = 0;   ///< processes those refills started
-  std::uint64_t failed = 0;    ///< refills whose MPI_Comm_spawn failed (no more are proposed)
+  std::uint64_t failed = 0;    ///< refills whose spawn failed: no more are proposed (under Open
+                               ///< MPI 4.1 the next spawn would end the job)
   std::uint64_t joins = 0;     ///< joins (JoinOptions) this process took part in, or made
   std::uint64_t joined = 0;    ///< processes those joins brought in
   double last_seconds = 0.0;   ///< the last refill, from its proposal to the new communicator

@@ -50,7 +50,8 @@ int spawn_fails(char* program, int rank, int seconds) {
   }
   // A second spawn, where the job runs.
   char* quit[] = {const_cast<char*>("all"), nullptr};
-  const int again = MPI_Comm_spawn(program, quit, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, &errcode);
+  const int again =
+      MPI_Comm_spawn(program, quit, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, &errcode);
   if (again == MPI_SUCCESS) {
     MPI_Comm merged = MPI_COMM_NULL;
     MPI_Intercomm_merge(inter, 0, &merged);
@@ -94,7 +95,8 @@ int main(int argc, char** argv) {
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (std::strcmp(mode, "fail") == 0) return spawn_fails(argv[0], rank, argc > 2 ? std::atoi(argv[2]) : 6);
+  if (std::strcmp(mode, "fail") == 0)
+    return spawn_fails(argv[0], rank, argc > 2 ? std::atoi(argv[2]) : 6);
   const int spawns = argc > 2 ? std::atoi(argv[2]) : 5;
   std::vector<MPI_Comm> all;
   char* args[] = {const_cast<char*>(mode), nullptr};
