@@ -249,6 +249,7 @@ bool Membership::wait_for_slot() {
       s.spawn_ahead();
       continue;
     }
+    s.beat_children();  // a spawn ahead's new processes, if it holds them
     sleep_seconds(s.o.spare_sleep_seconds);
   }
 }

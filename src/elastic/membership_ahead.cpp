@@ -2,10 +2,13 @@
 // live spare spawns the new spares alone while the members train on; the first new process
 // opens a port, and the population (the spare among it) connects to the new processes there
 // (MPI_Comm_connect / MPI_Comm_accept). The new processes meet their spawner only by point-to-
-// point messages, so they end when it dies.
+// point messages, so they end when it dies: on its host when its pid is gone, elsewhere when its
+// beats stop.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,21 +106,55 @@ void Membership::State::spawn_ahead() {
 
 bool Membership::State::await_ahead_port(MPI_Comm children) {
   ahead_children = children;
-  const std::optional<Message> port = receive_within(children, kAheadPortTag, -1, o.agree_seconds);
-  if (!port) {
-    tell_children(0);
-    return false;
+  int n = 0;
+  MPI_Comm_remote_size(children, &n);
+  for (Outgoing& b : beats) {  // an earlier spawn's beats still on their way: the outbox keeps them
+    if (b.request != MPI_REQUEST_NULL) outbox.push_back(std::move(b));
   }
-  ahead_port.assign(port->begin(), port->end());
+  beats.clear();
+  beats.resize(static_cast<std::size_t>(n));
+  next_beat = 0.0;
+  const double started = MPI_Wtime();
+  Message port;
+  MPI_Status st;
+  while (!receive_on(children, port, st) || st.MPI_TAG != kAheadPortTag) {
+    if (MPI_Wtime() - started > o.agree_seconds) {
+      tell_children(kGoStop);
+      return false;
+    }
+    beat_children();
+    sleep_seconds(o.spare_sleep_seconds);
+  }
+  ahead_port.assign(port.begin(), port.end());
   ahead->port = ahead_port;
   return true;
+}
+
+void Membership::State::beat_children() {
+  if (ahead_children == MPI_COMM_NULL) return;
+  const double now = MPI_Wtime();
+  if (now < next_beat) return;
+  next_beat = now + std::min(kBeatSeconds, o.agree_seconds / 4);
+  for (std::size_t c = 0; c < beats.size(); ++c) {
+    Outgoing& b = beats[c];
+    if (b.request != MPI_REQUEST_NULL) {
+      int sent = 0;
+      MPI_Test(&b.request, &sent, MPI_STATUS_IGNORE);
+      if (sent == 0) continue;  // the last one is still on its way (or the process ended)
+    }
+    b.data = std::make_unique<Message>(Message{kGoBeat});
+    if (MPI_Isend(b.data->data(), 1, MPI_INT64_T, static_cast<int>(c), kAheadGoTag, ahead_children,
+                  &b.request) != MPI_SUCCESS) {
+      b.request = MPI_REQUEST_NULL;
+    }
+  }
 }
 
 void Membership::State::tell_children(std::int64_t go) {
   int n = 0;
   MPI_Comm_remote_size(ahead_children, &n);
   for (int c = 0; c < n; ++c) send(c, kAheadGoTag, {go}, ahead_children);
-  if (go == 0) {
+  if (go == kGoStop) {
     ahead_children = MPI_COMM_NULL;  // never freed, as the others
     ahead_port.clear();
   }
@@ -125,7 +162,7 @@ void Membership::State::tell_children(std::int64_t go) {
 
 void Membership::State::release_ahead() {
   if (ahead_children == MPI_COMM_NULL) return;
-  tell_children(0);
+  tell_children(kGoStop);
   // The stop must leave before this process ends: they would take its end for its death.
   const double until = MPI_Wtime() + kReleaseSeconds;
   while (!outbox.empty() && MPI_Wtime() < until) {
@@ -151,23 +188,39 @@ bool Membership::State::await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::
   std::vector<char> port(MPI_MAX_PORT_NAME + 1, '\0');
   if (rank == 0) {
     detail::check_mpi(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port");
-    send(0, kAheadPortTag, Message(port.data(), port.data() + std::strlen(port.data())), parent);
+    // Posted, not checked: a spawner that died already is found below (its pid, its beats).
+    (void)post(0, kAheadPortTag, Message(port.data(), port.data() + std::strlen(port.data())),
+               parent);
   }
   auto close_port = [&] {
     if (rank == 0) MPI_Close_port(port.data());
   };
   Message m;
   MPI_Status st;
-  while (true) {
-    if (receive_on(parent, m, st) && st.MPI_TAG == kAheadGoTag && m.size() == 1) {
-      if (m[0] == 1) break;
-      close_port();
-      return false;
+  double heard = MPI_Wtime();  // its word, just now
+  bool merge = false;
+  while (!merge) {
+    while (!merge && receive_on(parent, m, st)) {
+      heard = MPI_Wtime();
+      if (st.MPI_TAG != kAheadGoTag || m.size() != 1 || m[0] == kGoBeat) continue;
+      if (m[0] != kGoMerge) {
+        close_port();
+        return false;
+      }
+      merge = true;
     }
+    if (merge) break;
     if (spawner_host == host && !detail::process_alive(spawner_pid)) {
       close_port();
       throw Error("paramwin: Membership: the spare that spawned this process (pid " +
                   std::to_string(spawner_pid) + ") died before it merged it into the population");
+    }
+    if (spawner_host != host && MPI_Wtime() - heard > o.agree_seconds) {
+      close_port();
+      throw Error("paramwin: Membership: the spare that spawned this process (pid " +
+                  std::to_string(spawner_pid) + ", on another host) sent nothing for " +
+                  std::to_string(o.agree_seconds) +
+                  " s (agree_seconds) before it merged it into the population: taken for dead");
     }
     sleep_seconds(o.spare_sleep_seconds);
   }
@@ -184,7 +237,7 @@ bool Membership::State::await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::
 }
 
 void Membership::State::enter_ahead_merge(const Refill& r, double started) {
-  if (r.spawner == world_rank) tell_children(1);
+  if (r.spawner == world_rank) tell_children(kGoMerge);
   MPI_Comm live = live_comm(r);
   const bool proposer = r.live[static_cast<std::size_t>(r.root)] == world_rank;
   const std::string port =

@@ -56,7 +56,9 @@ enum Tag : int {
 };
 // On the intercommunicator of a spawn (the spawning processes and their new ones), point to
 // point only, so that a new process never waits in a collective with a spawner that may die:
-// the spawner's go, [1] merge (accept the population's connection) or [0] stop; the first word
+// the spawner's go, [1] merge (accept the population's connection) or [0] stop, and its beat,
+// [2], every kBeatSeconds while it holds them (a new process on another host, which cannot
+// watch the spawner's pid, takes agree_seconds without one for its death); the first word
 // to the new processes, [0, 0, 0] (merge with the spawning processes now) or [1, pid, host]
 // (spawned ahead by the spare of that pid and host, whose death ends their wait); a spawn
 // ahead's port, one char per value, from its first new process to the spawner.
@@ -66,6 +68,12 @@ constexpr int kAheadPortTag = 9;
 // How long a spare released at the end waits for its stop to its new processes to leave
 // (release_ahead()): they would take its end for its death.
 constexpr double kReleaseSeconds = 1.0;
+// How often a spare that spawned ahead tells its new processes it lives (at most; a quarter of
+// agree_seconds when that is shorter).
+constexpr double kBeatSeconds = 0.25;
+constexpr std::int64_t kGoStop = 0;
+constexpr std::int64_t kGoMerge = 1;
+constexpr std::int64_t kGoBeat = 2;
 // MPI_Comm_create_group's tags: an epoch's kCommTagBase + epoch % 30000, create_members_comm's
 // kMembersTagBase + epoch % 1000 (all below 32767, the least MPI_TAG_UB allowed).
 constexpr int kCommTagBase = 1000;
@@ -194,7 +202,9 @@ struct Membership::State {
   bool spawn_due = false;                   // this spare was asked to spawn ahead
   MPI_Comm ahead_children = MPI_COMM_NULL;  // the spawner: the intercommunicator to its new
                                             // processes (never freed, as the others)
-  std::string ahead_port;  // the spawner: where its new processes accept (the first opened it)
+  std::string ahead_port;       // the spawner: where its new processes accept (the first opened it)
+  std::vector<Outgoing> beats;  // the spawner: the last beat to each new process (one in flight)
+  double next_beat = 0.0;       // the spawner: when it beats next
 
   // --- trace (PARAMWIN_MEMBERSHIP_TRACE; membership_epochs.cpp) ---------------------------
 
@@ -391,8 +401,13 @@ struct Membership::State {
   void spawn_ahead();
 
   /// The spawner: the port its first new process opened, from @p children (false when none
-  /// came within agree_seconds; then its new processes are told to stop).
+  /// came within agree_seconds; then its new processes are told to stop). Beats meanwhile.
   bool await_ahead_port(MPI_Comm children);
+
+  /// The spawner, while it holds its new processes (in wait_for_slot, await_ahead_port):
+  /// tells each it lives, every kBeatSeconds, one beat in flight per process at most (a
+  /// process that ended gets no more).
+  void beat_children();
 
   /// The spawner: tells its new processes @p go (1: accept the population's connection; 0:
   /// stop).
@@ -410,8 +425,8 @@ struct Membership::State {
   /// intercommunicator to the spawner): the first of them opens a port and sends it to the
   /// spawner; every one waits (sleeping) for the spawner's go, then accepts the population's
   /// connection over @p world and merges with it (true), or stops (false). Throws Error when
-  /// the spawner's process is gone (on this host) before its go: no collective with it ever
-  /// waits.
+  /// the spawner's process is gone (on this host) or, on another host, it sent nothing (no
+  /// beat) for agree_seconds before its go: no collective with it ever waits.
   bool await_ahead_merge(MPI_Comm world, MPI_Comm parent, std::int64_t spawner_pid,
                          std::uint64_t spawner_host);
 

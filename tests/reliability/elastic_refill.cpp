@@ -30,6 +30,14 @@
 // after spawned processes ended hangs about once in 25 (docs/elastic.md, "What the MPIs
 // allow"), and the population's next refill would be one. Checked, besides the slots: two
 // orphans ended their Membership, and the spawner was killed.
+// `ahead_dies_elsewhere <path> <other_host.sh>` (the UCX PML, root): as `ahead_dies`, but the
+// first spawn's processes run in a UTS namespace of their own under another hostname
+// (other_host.sh, the spawn command), so paramwin's liveness takes them for processes on
+// another host than their spawner, whose pid they cannot watch; and the spawner is killed 2 s
+// after their start, once it has sent them its word: they wait for its go, and only the end of
+// its beats can tell them it died (the members wait at their iteration 20 for the kill, so
+// that the population refills again before its slots need spares). Checked, besides the
+// slots: both orphans ended with "sent nothing for" (the beats' silence), not "sent no word".
 #include <mpi.h>
 
 #include <chrono>
@@ -38,6 +46,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -74,8 +83,11 @@ std::vector<std::filesystem::path> marks(const std::string& prefix) {
 }
 
 /// ahead_dies: the first process started by a spawn kills the spawner (its pid in
-/// <path>.pid), once.
-void kill_spawner_once(const std::string& path) {
+/// <path>.pid), once; @p after_seconds after its start (elsewhere: once the spawner sent its
+/// word).
+void kill_spawner_once(const std::string& path, double after_seconds) {
+  if (std::filesystem::exists(path + ".killed")) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(after_seconds));
   const int fd = open((path + ".killed").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
   if (fd < 0) return;  // another one did, or will
   close(fd);
@@ -97,11 +109,18 @@ int main(int argc, char** argv) {
   // with the same arguments.
   const int members = argc > 2 ? std::atoi(argv[2]) : 4;
   const bool low = argc > 3 && std::string(argv[3]) == "low";
-  const bool ahead_dies = argc > 4 && std::string(argv[3]) == "ahead_dies";
+  const bool elsewhere = argc > 5 && std::string(argv[3]) == "ahead_dies_elsewhere";
+  const bool ahead_dies = elsewhere || (argc > 4 && std::string(argv[3]) == "ahead_dies");
   const bool ahead = ahead_dies || (argc > 3 && std::string(argv[3]) == "ahead");
   const std::string path = ahead_dies ? argv[4] : "";
   MPI_Comm parent = MPI_COMM_NULL;
   MPI_Comm_get_parent(&parent);
+  if (elsewhere && geteuid() != 0) {
+    if (run.rank == 0) std::printf("elastic_refill: SKIPPED: ahead_dies_elsewhere needs root\n");
+    std::fflush(stdout);
+    MPI_Finalize();
+    return 77;
+  }
   if (ahead_dies && parent == MPI_COMM_NULL) {  // the start: clean, then the spare's pid
     if (run.rank == 0) {
       std::error_code ec;
@@ -118,7 +137,7 @@ int main(int argc, char** argv) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   } else if (ahead_dies) {
-    kill_spawner_once(path);
+    kill_spawner_once(path, elsewhere ? 2.0 : 0.0);
   }
   pw::Layout layout;
   layout.add("w", kN);
@@ -133,6 +152,13 @@ int main(int argc, char** argv) {
   membership.spawn.ahead = ahead;
   // ahead_dies: the orphans wait agree_seconds for a word their killed spawner never sent.
   if (ahead_dies) membership.agree_seconds = 5.0;
+  if (elsewhere) {  // the spawns run through other_host.sh, on "another host" until the kill
+    membership.spawn.command = argv[5];
+    std::vector<std::string> args{path + ".killed",
+                                  std::filesystem::read_symlink("/proc/self/exe").string()};
+    for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+    membership.spawn.args = args;
+  }
   std::optional<pw::ElasticAgent<>> made;
   try {
     made.emplace(MPI_COMM_WORLD, layout, options, pw::test::test_window("elastic_refill"),
@@ -155,6 +181,7 @@ int main(int argc, char** argv) {
   int spawned_joins = 0;
   int bad = 0;
   bool finished = false;
+  const double hold_until = monotonic_seconds() + 30.0;  // elsewhere: the longest hold
   while (agent.wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
@@ -170,6 +197,16 @@ int main(int argc, char** argv) {
         ++bad;
       first = false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (elsewhere && original && it == 20 && !std::filesystem::exists(path + ".killed") &&
+          monotonic_seconds() < hold_until) {
+        // The faults come after the spawner's death (its spawn keeps the one spare busy), so
+        // that the population refills again before its slots need spares: the members step
+        // at iteration 20 until then (stepping: a member that stopped would be taken for
+        // silent).
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        --it;
+        continue;
+      }
       const bool victim = original && ((it == 30 && slot == members - 1) ||
                                        (it == 80 && slot == 1) || (it == 130 && slot == 2));
       if (victim) {
@@ -201,13 +238,25 @@ int main(int argc, char** argv) {
   // ahead_dies: the orphans end within agree_seconds of their start.
   int orphans = 0;
   if (ahead_dies) {
-    for (int i = 0; i < 200 && (orphans = static_cast<int>(marks(path + ".orphan.").size())) < 2;
+    for (int i = 0; i < 400 && (orphans = static_cast<int>(marks(path + ".orphan.").size())) < 2;
          ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (elsewhere) {  // only the orphans that the beats' silence ended
+    orphans = 0;
+    for (const std::filesystem::path& m : marks(path + ".orphan.")) {
+      std::ifstream in(m);
+      const std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (why.find("sent nothing for") != std::string::npos) ++orphans;
+    }
   }
   const bool refills_ok = low          ? most[0] == 1 && most[1] == 3
                           : ahead_dies ? orphans == 2 && std::filesystem::exists(path + ".killed")
                                        : !ahead || (most[0] == 2 && most[1] == 4);
+  // One epoch per death; elsewhere the three deaths come close together, after the refill,
+  // and two of them may share one.
+  const std::uint64_t epoch = agent.membership().epoch();
+  const bool epoch_ok = elsewhere ? epoch == 2 || epoch == 3 : epoch == 3;
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);
@@ -216,16 +265,17 @@ int main(int argc, char** argv) {
     std::printf("last epoch %llu, %d slots finished, %d joins (%d by spawned processes)\n",
                 static_cast<unsigned long long>(agent.membership().epoch()), size, sums[1],
                 sums[2]);
-    if (sums[0] == 0 && sums[1] == 3 && sums[2] >= 2 && size == members &&
-        agent.membership().epoch() == 3 && refills_ok) {
+    if (sums[0] == 0 && sums[1] == 3 && sums[2] >= 2 && size == members && epoch_ok && refills_ok) {
       std::printf("elastic: spawned spares took every dead slot\n");
     } else {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
                   "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3; "
-                  "ahead: 2, 4), %d orphans ended (ahead_dies: want 2)\n",
+                  "ahead: 2, 4), %d orphans ended (ahead_dies: want 2), last epoch %llu "
+                  "(want 3; elsewhere 2 or 3)\n",
                   sums[0], sums[1], sums[2], size, members,
                   static_cast<unsigned long long>(most[0]),
-                  static_cast<unsigned long long>(most[1]), orphans);
+                  static_cast<unsigned long long>(most[1]), orphans,
+                  static_cast<unsigned long long>(epoch));
     }
     if (ahead_dies) std::ofstream(path + ".done") << "\n";  // the orphans may end now
   }
