@@ -898,7 +898,9 @@ def main():
       "emulated hosts, [benchmarks-multihost.md](benchmarks-multihost.md); two builds side by "
       "side (before / after a change, `scripts/bench_compare.py`), "
       "[benchmarks-compare.md](benchmarks-compare.md); `import paramwin` (Python) against the "
-      "C++ pull, [benchmarks-python.md](benchmarks-python.md). The kernel rows on an Intel Xeon "
+      "C++ pull, [benchmarks-python.md](benchmarks-python.md); a PBT exploit against the "
+      "checkpoint file's, by model size, [pbt-exploit-cost.md](pbt-exploit-cost.md). The kernel "
+      "rows on an Intel Xeon "
       "(AVX-512), where the store loops first lost to memcpy, and the streaming stores that "
       "fixed it: [benchmarks-intel.md](benchmarks-intel.md).\n")
 
