@@ -15,11 +15,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+if [[ ${1:-} == --spawn || ${1:-} == --spawn-fail ]]; then
+  mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
+fi
 
 if [[ ${1:-} == --spawn-fail ]]; then
   jobs=${2:-3}
-  mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   for recovery in "" --enable-recovery; do
     failed=0 alive=0 again=0 ended=0
     for ((j = 0; j < jobs; ++j)); do
@@ -38,8 +40,6 @@ if [[ ${1:-} == --spawn-fail ]]; then
 fi
 if [[ ${1:-} == --spawn ]]; then
   jobs=${2:-30}
-  mpicxx.openmpi -O1 -o "$work/spawn_facts" tests/reliability/mpi_spawn_facts.cpp || exit 1
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   # The UCX PML (as the spawn tests): over this VM's loopback only with every transport allowed.
   export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any
   for mode in stay one all; do
@@ -60,7 +60,6 @@ fi
 src=tests/reliability/mpi_death_facts.cpp
 mpicxx.mpich -O1 -o "$work/facts_mpich" "$src" || exit 1
 mpicxx.openmpi -O1 -o "$work/facts_ompi" "$src" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_hwloc_base_binding_policy=none
 
 run_case() {  # label, command...

@@ -114,18 +114,12 @@ bool Membership::State::await_ahead_port(MPI_Comm children) {
   beats.clear();
   beats.resize(static_cast<std::size_t>(n));
   next_beat = 0.0;
-  const double started = MPI_Wtime();
-  Message port;
-  MPI_Status st;
-  while (!receive_on(children, port, st) || st.MPI_TAG != kAheadPortTag) {
-    if (MPI_Wtime() - started > o.agree_seconds) {
-      tell_children(kGoStop);
-      return false;
-    }
-    beat_children();
-    sleep_seconds(o.spare_sleep_seconds);
+  const std::optional<Message> port = receive_within(children, kAheadPortTag, -1, o.agree_seconds);
+  if (!port) {
+    tell_children(kGoStop);
+    return false;
   }
-  ahead_port.assign(port.begin(), port.end());
+  ahead_port.assign(port->begin(), port->end());
   ahead->port = ahead_port;
   return true;
 }

@@ -101,6 +101,7 @@ std::optional<Membership::State::Message> Membership::State::receive_within(MPI_
         (size < 0 || m.size() == static_cast<std::size_t>(size)))
       return m;
     if (MPI_Wtime() - started > seconds) return std::nullopt;
+    beat_children();  // a spawner ahead waiting for its new processes' port
     sleep_seconds(o.spare_sleep_seconds);
   }
 }

@@ -237,9 +237,10 @@ struct Membership::State {
   /// One message on @p on, if one has arrived.
   bool receive_on(MPI_Comm on, Message& msg, MPI_Status& status);
 
-  /// Waits (sleeping spare_sleep_seconds between looks) up to @p seconds for a message of
-  /// @p tag on @p on, of @p size values if @p size >= 0; other messages there are dropped.
-  /// std::nullopt when none came.
+  /// Waits (sleeping spare_sleep_seconds between looks, beating to a spawn ahead's new
+  /// processes if this process holds them) up to @p seconds for a message of @p tag on @p on,
+  /// of @p size values if @p size >= 0; other messages there are dropped. std::nullopt when
+  /// none came.
   std::optional<Message> receive_within(MPI_Comm on, int tag, std::ptrdiff_t size, double seconds);
 
   /// @p port, significant at @p root of @p on, on every process of @p on (collective).
@@ -404,7 +405,7 @@ struct Membership::State {
   /// came within agree_seconds; then its new processes are told to stop). Beats meanwhile.
   bool await_ahead_port(MPI_Comm children);
 
-  /// The spawner, while it holds its new processes (in wait_for_slot, await_ahead_port):
+  /// The spawner, while it holds its new processes (in wait_for_slot, receive_within):
   /// tells each it lives, every kBeatSeconds, one beat in flight per process at most (a
   /// process that ended gets no more).
   void beat_children();

@@ -9,7 +9,9 @@
 // "fail" (`scripts/elastic_facts.sh --spawn-fail`): whether a job outlives a spawn that fails;
 // the world spawns 1 process on a host that does not exist (the "host" info key), with
 // MPI_ERRORS_RETURN; rank 0 prints "failed <error class>" (or "spawned"), then every rank
-// sleeps argv[2] seconds (the default 6) and rank 0 prints "alive" after it.
+// sleeps argv[2] seconds (the default 6) and rank 0 prints "alive" after it; then the world
+// spawns 1 process where the job runs, and rank 0 prints "spawned again" or "failed again"
+// (if the job still lives).
 // Plain MPI, nothing of paramwin.
 #include <mpi.h>
 
