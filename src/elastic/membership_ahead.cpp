@@ -39,7 +39,15 @@ void Membership::State::start_ahead(int nspawn, int spawner) {
 void Membership::State::on_ahead(const Message& m) {
   if (m.size() != 3) return;
   ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}, MPI_Wtime()};
-  if (ahead->spawner != world_rank) return;
+  if (ahead->spawner != world_rank) {
+    // Another spare spawns: the population forgot this one's spawn (not ready in time), whose
+    // processes would wait for a go that never comes, and keep this spare from any slot.
+    if (ahead_children != MPI_COMM_NULL) {
+      if (tracing()) trace("releases the processes of a forgotten spawn ahead");
+      tell_children(kGoStop);
+    }
+    return;
+  }
   if (role == MemberRole::spare && ahead_children == MPI_COMM_NULL) {
     spawn_due = true;
   } else if (role == MemberRole::spare) {
@@ -50,6 +58,7 @@ void Membership::State::on_ahead(const Message& m) {
     ahead->nspawn = n;
     ahead->ready = true;
     ahead->port = ahead_port;
+    if (tracing()) trace("offers the processes it still holds from a forgotten spawn ahead");
     announce_ahead(1);
   } else {  // given a slot meanwhile: someone else may spawn
     announce_ahead(-1);

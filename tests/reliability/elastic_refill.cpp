@@ -38,6 +38,13 @@
 // its beats can tell them it died (the members wait at their iteration 20 for the kill, so
 // that the population refills again before its slots need spares). Checked, besides the
 // slots: both orphans ended with "sent nothing for" (the beats' silence), not "sent no word".
+// `ahead_late <path> <late_start.sh>` (the UCX PML): as `ahead`, but the first spawn's first
+// process starts 7 s late (late_start.sh, the spawn command), longer than agree_seconds (5 s):
+// the coordinator forgets the spawn (not ready in time) and asks the last live spare, the same
+// one, to spawn again; that spare, which still holds the late processes, offers those instead
+// (the members wait at their iteration 20 for the merge). Checked, besides the slots and the
+// refills (2 of 4 processes, as `ahead`): exactly 4 processes were spawned (each writes
+// <path>.spawned.<pid>), and every one of them was merged into the population.
 #include <mpi.h>
 
 #include <chrono>
@@ -111,8 +118,9 @@ int main(int argc, char** argv) {
   const bool low = argc > 3 && std::string(argv[3]) == "low";
   const bool elsewhere = argc > 5 && std::string(argv[3]) == "ahead_dies_elsewhere";
   const bool ahead_dies = elsewhere || (argc > 4 && std::string(argv[3]) == "ahead_dies");
-  const bool ahead = ahead_dies || (argc > 3 && std::string(argv[3]) == "ahead");
-  const std::string path = ahead_dies ? argv[4] : "";
+  const bool late = argc > 5 && std::string(argv[3]) == "ahead_late";
+  const bool ahead = ahead_dies || late || (argc > 3 && std::string(argv[3]) == "ahead");
+  const std::string path = ahead_dies || late ? argv[4] : "";
   MPI_Comm parent = MPI_COMM_NULL;
   MPI_Comm_get_parent(&parent);
   if (elsewhere && geteuid() != 0) {
@@ -139,6 +147,15 @@ int main(int argc, char** argv) {
   } else if (ahead_dies) {
     kill_spawner_once(path, elsewhere ? 2.0 : 0.0);
   }
+  if (late && parent == MPI_COMM_NULL) {  // the start: clean
+    if (run.rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove(path + ".late", ec);
+      for (const std::filesystem::path& m : marks(path + ".spawned."))
+        std::filesystem::remove(m, ec);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -151,11 +168,13 @@ int main(int argc, char** argv) {
   membership.spawn.low = low ? 1 : ahead ? 2 : 0;
   membership.spawn.ahead = ahead;
   // ahead_dies: the orphans wait agree_seconds for a word their killed spawner never sent.
-  if (ahead_dies) membership.agree_seconds = 5.0;
-  if (elsewhere) {  // the spawns run through other_host.sh, on "another host" until the kill
+  // ahead_late: the coordinator forgets a spawn not ready within agree_seconds (7 s late).
+  if (ahead_dies || late) membership.agree_seconds = 5.0;
+  if (elsewhere || late) {  // the spawns run through other_host.sh or late_start.sh
     membership.spawn.command = argv[5];
-    std::vector<std::string> args{path + ".killed",
-                                  std::filesystem::read_symlink("/proc/self/exe").string()};
+    std::vector<std::string> args = late ? std::vector<std::string>{path + ".late", "7"}
+                                         : std::vector<std::string>{path + ".killed"};
+    args.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
     for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
     membership.spawn.args = args;
   }
@@ -176,12 +195,16 @@ int main(int argc, char** argv) {
   pw::ElasticAgent<>& agent = *made;
   p.agent = &agent;
   const bool spawned = agent.membership().refills().spawned_here;
+  if (late && spawned) {  // merged, or told to stop (its spawn forgotten and dropped)
+    const bool merged = agent.membership().role() != pw::MemberRole::finished;
+    std::ofstream(path + ".spawned." + std::to_string(getpid())) << (merged ? "merged" : "stopped");
+  }
   const bool original = !spawned && agent.membership().role() == pw::MemberRole::member;
   int joins = 0;
   int spawned_joins = 0;
   int bad = 0;
   bool finished = false;
-  const double hold_until = monotonic_seconds() + 30.0;  // elsewhere: the longest hold
+  const double hold_until = monotonic_seconds() + 30.0;  // the longest hold (elsewhere, late)
   while (agent.wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
@@ -203,6 +226,13 @@ int main(int argc, char** argv) {
         // that the population refills again before its slots need spares: the members step
         // at iteration 20 until then (stepping: a member that stopped would be taken for
         // silent).
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        --it;
+        continue;
+      }
+      if (late && original && it == 20 && agent.membership().spares().size() < 3 &&
+          monotonic_seconds() < hold_until) {
+        // The faults come after the late spawn merged (3 spares), as in `ahead`.
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         --it;
         continue;
@@ -250,9 +280,21 @@ int main(int argc, char** argv) {
       if (why.find("sent nothing for") != std::string::npos) ++orphans;
     }
   }
+  // ahead_late: 4 processes spawned, every one merged.
+  int merged = 0;
+  int spawned_marks = 0;
+  if (late) {
+    for (const std::filesystem::path& m : marks(path + ".spawned.")) {
+      ++spawned_marks;
+      std::string word;
+      std::ifstream(m) >> word;
+      if (word == "merged") ++merged;
+    }
+  }
   const bool refills_ok = low          ? most[0] == 1 && most[1] == 3
                           : ahead_dies ? orphans == 2 && std::filesystem::exists(path + ".killed")
-                                       : !ahead || (most[0] == 2 && most[1] == 4);
+                          : late ? most[0] == 2 && most[1] == 4 && spawned_marks == 4 && merged == 4
+                                 : !ahead || (most[0] == 2 && most[1] == 4);
   // One epoch per death; elsewhere the three deaths come close together, after the refill,
   // and two of them may share one.
   const std::uint64_t epoch = agent.membership().epoch();
@@ -270,11 +312,12 @@ int main(int argc, char** argv) {
     } else {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
                   "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3; "
-                  "ahead: 2, 4), %d orphans ended (ahead_dies: want 2), last epoch %llu "
-                  "(want 3; elsewhere 2 or 3)\n",
+                  "ahead: 2, 4), %d orphans ended (ahead_dies: want 2), %d of %d spawned "
+                  "processes merged (ahead_late: want 4 of 4), last epoch %llu (want 3; "
+                  "elsewhere 2 or 3)\n",
                   sums[0], sums[1], sums[2], size, members,
                   static_cast<unsigned long long>(most[0]),
-                  static_cast<unsigned long long>(most[1]), orphans,
+                  static_cast<unsigned long long>(most[1]), orphans, merged, spawned_marks,
                   static_cast<unsigned long long>(epoch));
     }
     if (ahead_dies) std::ofstream(path + ".done") << "\n";  // the orphans may end now
