@@ -6,6 +6,8 @@ optimizer state with ``torch.save`` (Ray checkpoints the upper quantile), and ea
 bottom ceil(q·n) loads a random top agent's file with ``torch.load`` and explores its
 hyperparameters (resample with probability 0.25, else perturb by 0.8 or 1.2, as Ray).
 Each exploit's cost is recorded: the donor's save and the loader's load, in seconds.
+With ``anneal`` (method checkpoint_pbt_cosine) the searched learning rate is the peak of a
+cosine schedule over the agent's steps (model.anneal_lr), as random_cosine's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from common import Context, explore, pbt_counts, polite_allgather, polite_barrie
 QUANTILE = 0.25
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context, anneal: bool = False) -> None:
     hyper = M.initial_hyper(torch.Generator().manual_seed(ctx.agent_seed()))
     net = M.make_model(ctx.agent_seed(1))
     opt = M.make_optimizer(net, hyper)
@@ -32,23 +34,25 @@ def run(ctx: Context) -> None:
     step = 0
     done = False
     while not done:
+        lr_now = M.anneal_lr(opt, hyper, step, ctx.steps) if anneal else None
         ctx.train_step(net, opt, batches)
         step += 1
         if step % ctx.interval:
             continue
         val = ctx.evaluate(net)
+        now = {"lr_now": lr_now} if anneal else {}
         # Every agent stops at the same boundary (one agent out of budget stops them all),
         # so the collectives below always match.
         rows = polite_allgather(ctx.comm, (val, ctx.rank, ctx.out_of_budget(step)))
         done = any(r[2] for r in rows)
         if done:
-            ctx.record(step, val, net, hyper)
+            ctx.record(step, val, net, hyper, **now)
             break
         order = sorted(rows, key=lambda r: (-r[0], r[1]))  # best first, ties by rank
         tail = pbt_counts(ctx.size, QUANTILE)
         top = [r[1] for r in order[:tail]]
         bottom = [r[1] for r in order[len(order) - tail:]]
-        extra = {}
+        extra = dict(now)
         if ctx.rank in top:
             t0 = time.perf_counter()
             path = os.path.join(ckpt_dir, f"{ctx.rank}.pt")

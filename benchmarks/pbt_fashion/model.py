@@ -52,6 +52,18 @@ def apply_hyper(optimizer: torch.optim.Optimizer, hyper: Dict[str, float]) -> No
         group["weight_decay"] = float(hyper["weight_decay"])
 
 
+def anneal_lr(optimizer: torch.optim.Optimizer, hyper: Dict[str, float], step: int,
+              steps: int) -> float:
+    """The PBT methods' `_cosine` forms: sets every param group's lr to the searched rate
+    hyper["lr"] annealed to 0 over the agent's steps, the rate for its training step @p step
+    (0-based): the same cosine as random_cosine's CosineAnnealingLR (T_max = steps), so that the
+    search acts on the schedule's peak. Returns the rate."""
+    lr = float(hyper["lr"]) * 0.5 * (1.0 + math.cos(math.pi * min(step, steps) / steps))
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
 def initial_hyper(rng: torch.Generator) -> Dict[str, float]:
     """A log-uniform draw from SPACE: the same draw for every method, given the seed."""
     out = {}

@@ -8,7 +8,9 @@ buffers are inherited with the parameters (``inherit_optimizer_state``). Each re
 ``exploit_seconds`` (the step's pull phase: reading the donor's parameters into the model, the
 counterpart of the baseline's torch.save + torch.load) and ``rebirth_seconds`` (the whole
 ``step`` call: ranking, selection, the pull, explore, the republish, and in the synchronous
-mode the wait for the other agents).
+mode the wait for the other agents). paramwin_pbt_cosine: the asynchronous preset searching the
+peak of a cosine learning-rate schedule over the agent's steps (model.anneal_lr), as
+random_cosine's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
     # first draws the donor among the top agents). Same seed, same draws: the two methods
     # make the same decisions, so any difference between their runs is the exploit's own.
     "paramwin_pbt_sync_twin": {"preset": "pbt", "worst_every": 1, "sync": True},
+    "paramwin_pbt_cosine": {"preset": "pbt", "worst_every": 1},
 }
+
+
+def searched(ctx: Context, name: str) -> str:
+    """The agent's name of a hyperparameter of M.SPACE. The _cosine form searches the
+    schedule's peak as "lr_peak": TorchAgent's "lr" is the optimizer's current rate (it takes a
+    schedule's change at every step), which the schedule lowers at every step."""
+    return "lr_peak" if name == "lr" and ctx.method.endswith("_cosine") else name
 
 
 def options(ctx: Context) -> Dict[str, Any]:
@@ -43,7 +53,7 @@ def options(ctx: Context) -> Dict[str, Any]:
     opts = {"seed": ctx.seed, "direction": "higher_is_better", "inherit_optimizer_state": True,
             "event_log": os.path.join(ctx.out_dir, f"events-{ctx.method}-seed{ctx.seed}-{{rank}}.jsonl")}
     for name, (lo, hi) in M.SPACE.items():
-        opts[f"explore.{name}"] = f"log_uniform:{lo!r}..{hi!r}"
+        opts[f"explore.{searched(ctx, name)}"] = f"log_uniform:{lo!r}..{hi!r}"
     opts.update(METHOD_OPTIONS[ctx.method])
     return opts
 
@@ -68,10 +78,20 @@ def run(ctx: Context) -> None:
     opt = M.make_optimizer(net, hyper)
     batches = M.Batches(ctx.data.train, ctx.agent_seed(2))
     hooks = {"custom_explore": baseline_explore(ctx)} if ctx.method.endswith("_twin") else {}
-    with TorchAgent(net, opt, ctx.comm, hyperparameters=hyper, **options(ctx), **hooks) as agent:
+    declared = {searched(ctx, k): v for k, v in hyper.items()}
+
+    def plain(values: Dict[str, Any]) -> Dict[str, Any]:  # M.SPACE's names, for the records
+        return {k: v for k, v in values.items() if k != "lr_peak"} | (
+            {"lr": values["lr_peak"]} if "lr_peak" in values else {})
+
+    with TorchAgent(net, opt, ctx.comm, hyperparameters=declared, **options(ctx), **hooks) as agent:
         agent.publish()
         step = 0
+        anneal = ctx.method.endswith("_cosine")
+        lr_now = None
         while True:
+            if anneal:
+                lr_now = M.anneal_lr(opt, plain(agent.hyperparameters), step, ctx.steps)
             ctx.train_step(net, opt, batches)
             step += 1
             if step % ctx.interval:
@@ -84,8 +104,10 @@ def run(ctx: Context) -> None:
             t0 = time.perf_counter()
             event = agent.step(step // ctx.interval, val)
             seconds = time.perf_counter() - t0
-            hyper = dict(agent.hyperparameters)
+            hyper = plain(dict(agent.hyperparameters))
             extra: Dict[str, Any] = {"step_seconds": seconds}
+            if anneal:
+                extra["lr_now"] = lr_now
             if event.died:
                 M.apply_hyper(agent.optimizer, hyper)  # lr is TorchAgent's; weight decay ours
                 extra.update({"died": True, "rebirth_seconds": seconds, "val_before": val,

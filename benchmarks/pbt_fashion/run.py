@@ -38,8 +38,11 @@ METHODS = {
     "random_cosine": random_cosine.run,
     "optuna_tpe": optuna_tpe.run,
     "checkpoint_pbt": checkpoint_pbt.run,
+    # The searched learning rate is the peak of a cosine schedule (model.anneal_lr).
+    "checkpoint_pbt_cosine": lambda ctx: checkpoint_pbt.run(ctx, anneal=True),
 }
-PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin")
+PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin",
+                    "paramwin_pbt_cosine")
 
 
 def calibration(comm, o, train) -> float:
