@@ -13,7 +13,8 @@
 # last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
 # step times at random, 1.5x slower on average).
 # --quick: the suite's short version (6,000 training and 2,000 test images, 200 steps, one
-# seed, every method, random_cosine and paramwin_pbt_sync_twin too, in one launch, no plot;
+# seed, every method, random_cosine, paramwin_pbt_sync_twin and the PBTs' _cosine forms too,
+# in one launch, no plot;
 # the report fails when the twin's evaluations differ from checkpoint_pbt's). Needs the Open MPI build
 # with the Python package (scripts/setup.sh --mpi openmpi, build-openmpi) and Debian's
 # dataset-fashion-mnist and python3-optuna (setup.sh installs them).
@@ -59,7 +60,8 @@ if [ "$task" = schedule ]; then
   out=${out:-out/pbt_fashion_schedule}
 fi
 defaults=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
-[ "$quick" = 1 ] && methods=${methods:-$defaults,random_cosine,paramwin_pbt_sync_twin}  # every method
+every=$defaults,random_cosine,paramwin_pbt_sync_twin,checkpoint_pbt_cosine,paramwin_pbt_cosine
+[ "$quick" = 1 ] && methods=${methods:-$every}  # every method
 methods=${methods:-$defaults}
 out=${out:-out/pbt_fashion}
 if [ "$quick" = 1 ]; then

@@ -12,8 +12,9 @@ the spread over seeds at the end of the equal step budget and at the equal wall-
 accuracy at the end, the rebirths and the exploit cost per rebirth, and the time each method
 takes to reach checkpoint-file PBT's final accuracy (same seed) as a fraction of that
 baseline's run time (the slow-agents target of issue 36). A second table holds paramwin_pbt
-against every other method (means, their difference against the seeds' spread, per-seed paired
-differences: issue 36's schedule-task target). --check exits non-zero
+(--versus: another method) against every other method (means, their difference against the
+seeds' spread, per-seed paired differences: issue 36's schedule-task target). --check exits
+non-zero
 when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
 an exploiting method never exploited, or when paramwin_pbt_sync_twin's runs differ from
 checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
@@ -216,16 +217,16 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def versus(rows: List[dict]) -> str:
-    """paramwin_pbt's final best held-out accuracy against every other method's: the means
+def versus(rows: List[dict], pbt: str = PBT) -> str:
+    """@p pbt's (paramwin_pbt's) final best held-out accuracy against every other method's: the means
     and standard deviations over seeds, the difference of the means, and the per-seed (paired:
     the same seed gives every method the same initial draws) differences. "Above by more than
     the spread": the difference of the means exceeds the larger of the two standard
     deviations."""
-    mine = next((r for r in rows if r["method"] == PBT), None)
+    mine = next((r for r in rows if r["method"] == pbt), None)
     if mine is None or len(mine["seeds"]) < 2:
         return ""
-    lines = [f"| {PBT} against | its mean ± sd (%) | the other's mean ± sd (%) | difference "
+    lines = [f"| {pbt} against | its mean ± sd (%) | the other's mean ± sd (%) | difference "
              "of the means (points) | paired per seed: mean ± sd (min–max) | above by more "
              "than the spread | at least as high |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
@@ -293,6 +294,8 @@ def main() -> int:
     p.add_argument("--check", action="store_true")
     p.add_argument("--methods", default=",".join(ORDER))
     p.add_argument("--seeds", type=int, default=0, help="seeds every method must have (--check)")
+    p.add_argument("--versus", default=PBT, help="the method the second table holds against "
+                   f"every other ({PBT})")
     o = p.parse_args()
     by = load(o.runs)
     if o.check:
@@ -318,7 +321,7 @@ def main() -> int:
             print("report: paramwin_pbt_sync_twin differs from checkpoint_pbt", file=sys.stderr)
             return 1
     text = markdown(rows)
-    table = versus(rows)
+    table = versus(rows, o.versus)
     if table:
         text += "\n\n" + table
     print(text)
