@@ -43,8 +43,8 @@ METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
 
 def searched(ctx: Context, name: str) -> str:
     """The agent's name of a hyperparameter of M.SPACE. The _cosine form searches the
-    schedule's peak as "lr_peak": TorchAgent's "lr" is the optimizer's current rate (it takes a
-    schedule's change at every step), which the schedule lowers at every step."""
+    schedule's peak as "lr_peak": a TorchAgent hyperparameter named "lr" is the optimizer's
+    current rate (each step takes it from the optimizer), which the schedule lowers."""
     return "lr_peak" if name == "lr" and ctx.method.endswith("_cosine") else name
 
 
