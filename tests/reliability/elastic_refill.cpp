@@ -53,6 +53,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -87,6 +88,15 @@ std::vector<std::filesystem::path> marks(const std::string& prefix) {
     if (e.path().filename().string().rfind(p.filename().string(), 0) == 0) out.push_back(e.path());
   }
   return out;
+}
+
+/// The start of a run: removes <path><name> for each of @p names and the marks of
+/// <path><prefix> that an earlier run left.
+void clean(const std::string& path, std::initializer_list<const char*> names,
+           const std::string& prefix) {
+  std::error_code ec;
+  for (const char* name : names) std::filesystem::remove(path + name, ec);
+  for (const std::filesystem::path& m : marks(path + prefix)) std::filesystem::remove(m, ec);
 }
 
 /// ahead_dies: the first process started by a spawn kills the spawner (its pid in
@@ -130,14 +140,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (ahead_dies && parent == MPI_COMM_NULL) {  // the start: clean, then the spare's pid
-    if (run.rank == 0) {
-      std::error_code ec;
-      std::filesystem::remove(path + ".pid", ec);
-      std::filesystem::remove(path + ".killed", ec);
-      std::filesystem::remove(path + ".done", ec);
-      for (const std::filesystem::path& m : marks(path + ".orphan."))
-        std::filesystem::remove(m, ec);
-    }
+    if (run.rank == 0) clean(path, {".pid", ".killed", ".done"}, ".orphan.");
     MPI_Barrier(MPI_COMM_WORLD);
     if (run.rank == members) {
       std::ofstream(path + ".tmp") << getpid() << "\n";
@@ -148,12 +151,7 @@ int main(int argc, char** argv) {
     kill_spawner_once(path, elsewhere ? 2.0 : 0.0);
   }
   if (late && parent == MPI_COMM_NULL) {  // the start: clean
-    if (run.rank == 0) {
-      std::error_code ec;
-      std::filesystem::remove(path + ".late", ec);
-      for (const std::filesystem::path& m : marks(path + ".spawned."))
-        std::filesystem::remove(m, ec);
-    }
+    if (run.rank == 0) clean(path, {".late"}, ".spawned.");
     MPI_Barrier(MPI_COMM_WORLD);
   }
   pw::Layout layout;
