@@ -81,8 +81,7 @@ def run(ctx: Context) -> None:
     declared = {searched(ctx, k): v for k, v in hyper.items()}
 
     def plain(values: Dict[str, Any]) -> Dict[str, Any]:  # M.SPACE's names, for the records
-        return {k: v for k, v in values.items() if k != "lr_peak"} | (
-            {"lr": values["lr_peak"]} if "lr_peak" in values else {})
+        return {("lr" if k == "lr_peak" else k): v for k, v in values.items()}
 
     with TorchAgent(net, opt, ctx.comm, hyperparameters=declared, **options(ctx), **hooks) as agent:
         agent.publish()
@@ -90,8 +89,8 @@ def run(ctx: Context) -> None:
         anneal = ctx.method.endswith("_cosine")
         lr_now = None
         while True:
-            if anneal:
-                lr_now = M.anneal_lr(opt, plain(agent.hyperparameters), step, ctx.steps)
+            if anneal:  # hyper: the agent's, as its last step left them
+                lr_now = M.anneal_lr(opt, hyper, step, ctx.steps)
             ctx.train_step(net, opt, batches)
             step += 1
             if step % ctx.interval:
