@@ -34,7 +34,7 @@ namespace paramwin {
 ///           train(params);
 ///           agent.step(it, metric, params);    // may move to a new epoch first
 ///         }
-///         agent.finish();
+///         agent.finish(params);               // fills a slot that dies meanwhile too
 ///         break;
 ///       } catch (const paramwin::EvictedError&) {  // stalled past the bound: a spare now
 ///       } catch (const std::exception&) { agent.resign(); }  // give the slot to a spare
@@ -72,6 +72,19 @@ class ElasticAgent : public detail::ElasticSlots<Agent<MemorySpace>> {
   /// @copydoc step(std::int64_t, double, std::span<const LayerRef>)
   StepEvent step(std::int64_t iteration, double metric, std::initializer_list<LayerRef> params) {
     return step(iteration, metric, std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
+  using base::finish;
+  /// finish() with the parameters of the last step: under Replacement::new_window a slot
+  /// that dies while this member waits is given to a spare too (this member republishes
+  /// @p params in the new epoch's window, which every member creates; they must stay valid
+  /// until finish returns). Under standing_window the same as finish().
+  void finish(std::span<const LayerRef> params) {
+    this->finish_taking_epochs([&](agent_type& slot) { (void)slot.publish(const_refs(params)); });
+  }
+  /// @copydoc finish(std::span<const LayerRef>)
+  void finish(std::initializer_list<LayerRef> params) {
+    finish(std::span<const LayerRef>(params.begin(), params.size()));
   }
 
   /// The slot's agent (InvalidArgument unless member()).

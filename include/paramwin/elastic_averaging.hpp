@@ -40,7 +40,7 @@ struct ElasticCore<AveragingAgent> {
 ///           train(params);
 ///           agent.step(params);                // a joined spare's first step: the members' mix
 ///         }
-///         agent.finish();
+///         agent.finish(params);               // fills a slot that dies meanwhile too
 ///         break;
 ///       } catch (const paramwin::EvictedError&) {  // stalled past the bound: a spare now
 ///       } catch (const std::exception&) { agent.resign(); }  // give the slot to a spare
@@ -80,10 +80,24 @@ class ElasticAveragingAgent : public detail::ElasticSlots<AveragingAgent> {
     return step(std::span<const LayerRef>(params.begin(), params.size()));
   }
 
+  using base::finish;
+  /// finish() with the parameters of the last step: under Replacement::new_window a slot
+  /// that dies while this member waits is given to a spare too (this member republishes
+  /// @p params in the new epoch's window, whose mix the joiner starts from; they must stay
+  /// valid until finish returns). Under standing_window the same as finish().
+  void finish(std::span<const LayerRef> params);
+  /// @copydoc finish(std::span<const LayerRef>)
+  void finish(std::initializer_list<LayerRef> params) {
+    finish(std::span<const LayerRef>(params.begin(), params.size()));
+  }
+
   /// The slot's agent (InvalidArgument unless member()).
   [[nodiscard]] AveragingAgent& agent() { return this->live(); }
 
  private:
+  /// Publishes @p params in @p slot's window (a new epoch's), unless it is still joining.
+  static void republish(AveragingAgent& slot, std::span<const LayerRef> params);
+
   /// The constructor after the options were checked on every process.
   ElasticAveragingAgent(MPI_Comm world, Layout&& layout, const AveragingOptions& options,
                         MembershipOptions&& membership, int checked);

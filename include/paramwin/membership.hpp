@@ -138,6 +138,9 @@ struct EpochChange {
   std::vector<int> reasons_pid;  ///< of dead: 1 when judged by its process gone, 0 by silence
   std::vector<int> joined;       ///< slots a spare took (the same as dead)
   std::vector<int> members;      ///< world rank of every slot in the new epoch
+  /// Slots whose member had finished (Membership::finish) when the epoch was proposed: never
+  /// judged dead, never replaced.
+  std::vector<int> finished;
   /// Per slot of dead: the iteration its member's roster last said (the joiner resumes there).
   std::vector<std::int64_t> iterations;
   double judged_at = 0.0;      ///< MPI_Wtime at which the coordinator judged the death
@@ -227,17 +230,39 @@ class Membership {
   /// A member at the end of its training: tells the others and answers their messages
   /// until every slot has finished or is dead (@p read_roster: the epoch's roster, for the
   /// silence rule), then the lowest live slot releases the spares (their wait_for_slot()
-  /// returns false). role() is finished afterwards.
+  /// returns false). role() is finished afterwards. A slot that dies meanwhile is given to a
+  /// spare as during training, this member taking part in the new epoch, under
+  /// Replacement::standing_window; under new_window it answers no (the new epoch's window
+  /// would need it: use the form with @p on_epoch), and such a slot is not filled.
   template <class ReadRoster>
   void finish(ReadRoster&& read_roster) {
     start_finish();
-    while (!finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{})) {
+    while (finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, false) !=
+           FinishProgress::finished) {
+    }
+  }
+  /// The same, taking part in every new epoch while it waits (a slot that died after this
+  /// member finished, given to a spare): after it entered one (comm() and epoch() are the new
+  /// epoch's), @p on_epoch() runs; under Replacement::new_window it must do what a member's
+  /// step does for a new epoch: create the epoch's window over comm() with the others
+  /// (collective), publish this member's parameters there, and meet them (MPI_Barrier over
+  /// comm()) before the joiner reads.
+  template <class ReadRoster, class OnEpoch>
+  void finish(ReadRoster&& read_roster, OnEpoch&& on_epoch) {
+    start_finish();
+    while (true) {
+      const FinishProgress p =
+          finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, true);
+      if (p == FinishProgress::finished) return;
+      if (p == FinishProgress::epoch) on_epoch();
     }
   }
 
  private:
+  enum class FinishProgress { waiting, epoch, finished };
   void start_finish();
-  bool finish_step(std::span<const RosterEntry> roster);
+  /// @p takes_epochs: a new_window epoch is answered yes (the caller makes its window).
+  FinishProgress finish_step(std::span<const RosterEntry> roster, bool takes_epochs);
 
   struct State;
   std::unique_ptr<State> s_;

@@ -29,7 +29,7 @@ class ElasticAgent:
                 for it in range(agent.resume_iteration, steps):
                     loss = train(params)
                     agent.step(it, loss, params)
-                agent.finish()
+                agent.finish(params)        # also fills a slot that dies meanwhile
                 finished = True
             except paramwin.EvictedError:   # stalled past the bound: a spare now
                 pass
@@ -132,11 +132,22 @@ class ElasticAgent:
         becomes a spare (call wait_for_slot())."""
         self._agent.resign()
 
-    def finish(self) -> None:
+    def finish(self, params: Optional[Params] = None) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares. Raises EvictedError when this process was judged dead while it stalled
-        before it finished (a spare now: wait_for_slot() returns False at the end)."""
-        self._agent.finish()
+        the spares. A slot that dies meanwhile is given to a spare, this member taking part
+        in the new epoch; under "new_window" only when ``params`` (the last step's) are given,
+        which it republishes in the new epoch's window (without them that slot stays empty).
+        Raises EvictedError when this process was judged dead while it stalled before it
+        finished (a spare now: wait_for_slot() returns False at the end)."""
+        if params is None:
+            self._agent.finish()
+            return
+        batch = Layers(params, True, device_window=False)
+        self._batch = batch
+        try:
+            self._agent.finish(batch.descriptors)
+        finally:
+            self._batch = None
 
     def members_gather(self, value: float) -> List[float]:
         """Every last-epoch member's ``value``, in slot order (collective over them: call it
@@ -234,7 +245,7 @@ class ElasticAveragingAgent:
                 for it in range(agent.resume_iteration, steps):
                     train(params)
                     agent.step(params)      # a joined spare's first step: the members' mix
-                agent.finish()
+                agent.finish(params)        # also fills a slot that dies meanwhile
                 finished = True
             except paramwin.EvictedError:
                 pass
@@ -284,10 +295,17 @@ class ElasticAveragingAgent:
         becomes a spare (call wait_for_slot())."""
         self._agent.resign()
 
-    def finish(self) -> None:
+    def finish(self, params: Optional[Params] = None) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares (no synchronous mean: nothing collective runs over the population)."""
-        self._agent.finish()
+        the spares (no synchronous mean: nothing collective runs over the population). A slot
+        that dies meanwhile is given to a spare; under "new_window" only when ``params`` (the
+        last step's) are given, which this member republishes in the new epoch's window."""
+        if params is None:
+            self._agent.finish()
+            return
+        batch = Layers(params, True, device_window=False)
+        batch.prepare()
+        self._agent.finish(batch.descriptors)
 
     def members_gather(self, value: float) -> List[float]:
         """Every last-epoch member's ``value``, in slot order (collective over them: call it

@@ -555,8 +555,11 @@ class TorchElasticAgent(_ElasticSlot, _TorchMember):
 
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares (EvictedError: see paramwin.ElasticAgent.finish)."""
-        self._agent.finish()
+        the spares; a slot that dies meanwhile is given to a spare, this member republishing
+        the module's parameters in the new epoch's window (EvictedError: see
+        paramwin.ElasticAgent.finish)."""
+        with _torch.no_grad():
+            self._agent.finish(self._data())
 
     @property
     def agent(self) -> ElasticAgent:
@@ -834,8 +837,11 @@ class TorchElasticAveragingAgent(_ElasticSlot, _ModuleAveraging):
 
     def finish(self) -> None:
         """At the end of training: waits until every slot finished or is dead, then releases
-        the spares (no mean: nothing collective runs over the population)."""
-        self._agent.finish()
+        the spares (no mean: nothing collective runs over the population); a slot that dies
+        meanwhile is given to a spare, this member republishing the module's parameters in
+        the new epoch's window."""
+        with _torch.no_grad():
+            self._agent.finish(self._data())
 
     @property
     def agent(self) -> ElasticAveragingAgent:

@@ -91,6 +91,20 @@ MembershipOptions membership_options(int members, const std::string& replacement
   return mo;
 }
 
+/// finish(layers=None): finish() without @p layers; with them (the last step's, bound to
+/// @p layout) finish(refs), which also fills a slot that dies meanwhile under new_window.
+template <class E>
+void finish_with(E& a, const py::object& layers, const Layout& layout) {
+  if (layers.is_none()) {
+    const py::gil_scoped_release release;
+    a.finish();
+    return;
+  }
+  const LayerList list(layers, layout);
+  const py::gil_scoped_release release;
+  a.finish(list.refs());
+}
+
 /// Every last-epoch member's @p value in slot order (collective over them, after finish()).
 template <class E>
 std::vector<double> members_gather(E& a, double value) {
@@ -135,11 +149,12 @@ void bind_elastic_averaging(py::module_& m) {
           },
           py::arg("layers"))
       .def("resign", [](PyElasticAveraging& a) { a.resign(); })
-      .def("finish",
-           [](PyElasticAveraging& a) {
-             const py::gil_scoped_release release;
-             a.finish();
-           })
+      .def(
+          "finish",
+          [](PyElasticAveraging& a, const py::object& layers) {
+            finish_with(a, layers, a.agent().layout());  // not a member: "holds no slot"
+          },
+          py::arg("layers") = py::none())
       .def("members_gather", &members_gather<PyElasticAveraging>, py::arg("value"))
       .def_property_readonly("member", [](const PyElasticAveraging& a) { return a.member(); })
       .def_property_readonly("slot",
@@ -221,11 +236,12 @@ void bind_elastic(py::module_& m) {
       // Lambdas, not member pointers: these members are ElasticSlots' (the base), which
       // pybind11 would take as the self type.
       .def("resign", [](PyElastic& a) { a.resign(); })
-      .def("finish",
-           [](PyElastic& a) {
-             const py::gil_scoped_release release;
-             a.finish();
-           })
+      .def(
+          "finish",
+          [](PyElastic& a, const py::object& layers) {
+            finish_with(a, layers, a.agent().window().layout());  // not a member: "holds no slot"
+          },
+          py::arg("layers") = py::none())
       .def("members_gather", &members_gather<PyElastic>, py::arg("value"));
   bind_elastic_state(cls);
   bind_elastic_averaging(m);

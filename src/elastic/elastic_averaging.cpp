@@ -104,18 +104,24 @@ ElasticAveragingAgent::ElasticAveragingAgent(MPI_Comm world, Layout&& layout,
           },
           options.window, std::move(membership), slot_options(options)) {}
 
+void ElasticAveragingAgent::republish(AveragingAgent& slot, std::span<const LayerRef> params) {
+  if (slot.joining()) {
+    return;  // nothing of its own to show yet: its join reads the members
+  }
+  std::vector<ConstLayerRef> out;
+  out.reserve(params.size());
+  for (const LayerRef& p : params) {
+    out.push_back(p.as_const());
+  }
+  (void)slot.publish(out);
+}
+
+void ElasticAveragingAgent::finish(std::span<const LayerRef> params) {
+  this->finish_taking_epochs([&](AveragingAgent& slot) { republish(slot, params); });
+}
+
 AveragingRound ElasticAveragingAgent::step(std::span<const LayerRef> params) {
-  AveragingAgent& a = this->before_step([&](AveragingAgent& slot) {
-    if (slot.joining()) {
-      return;  // nothing of its own to show yet: its join reads the members
-    }
-    std::vector<ConstLayerRef> out;
-    out.reserve(params.size());
-    for (const LayerRef& p : params) {
-      out.push_back(p.as_const());
-    }
-    (void)slot.publish(out);
-  });
+  AveragingAgent& a = this->before_step([&](AveragingAgent& slot) { republish(slot, params); });
   if (this->standing() && members_epoch_ != membership().epoch()) {
     a.set_members(membership().members());  // the slots' ranks in the one window
     members_epoch_ = membership().epoch();

@@ -227,9 +227,10 @@ bool Membership::wait_for_slot() {
         s.role = MemberRole::finished;
         return false;
       }
-      if (st.MPI_TAG == kPropose && s.ahead_children != MPI_COMM_NULL) {
-        s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // holds a spawn ahead
-      } else if (st.MPI_TAG == kPropose) {
+      if (st.MPI_TAG == kPropose) {
+        // A proposer counts a spare that spawns ahead as busy: a slot for this one means the
+        // spawn it may still hold was forgotten (not ready in time).
+        s.let_go_of_forgotten_spawn("given a slot");
         // A spare learns the epoch from the proposal itself.
         if (!m.empty() && m[0] >= 1) s.epoch = static_cast<std::uint64_t>(m[0]) - 1;
         if (s.on_proposal(m, st.MPI_SOURCE)) return true;
@@ -322,7 +323,7 @@ std::optional<EpochChange> Membership::poll(std::span<const RosterEntry> roster)
     if (tracing()) s.trace("drops its answer to " + std::to_string(s.pending->proposer));
     s.pending.reset();
   }
-  if (s.coordinator(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
+  if (s.proposer(dead) != s.slot || MPI_Wtime() < s.backoff_until) return std::nullopt;
   const auto ndead = static_cast<std::size_t>(
       std::count_if(dead.begin(), dead.end(), [](int d) { return d != 0; }));
   if (s.refill_proposed(dead, ndead)) return std::nullopt;  // the dead slots: at the next check
@@ -367,26 +368,34 @@ void Membership::start_finish() {
   }
 }
 
-bool Membership::finish_step(std::span<const RosterEntry> roster) {
+Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> roster,
+                                                   bool takes_epochs) {
   State& s = *s_;
-  if (s.role != MemberRole::member) return true;
+  if (s.role != MemberRole::member) return FinishProgress::finished;
   Message m;
   MPI_Status st;
+  // The joiner of an epoch entered here must hear that this slot is done (it would judge it
+  // by stamps this member no longer makes).
+  auto tell_done = [&s] {
+    for (int r : s.members) {
+      if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
+    }
+  };
   while (s.receive(m, st)) {
     if (s.settles_pending(m, st)) {
-      // A yes given before finishing: the epoch holds (nothing collective), and its joiner
-      // must hear that this slot is done.
-      if (s.settle(st)) {
-        for (int r : s.members) {
-          if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
-        }
-      }
+      // A yes of the standing window: the epoch holds (nothing collective).
+      if (s.settle(st)) tell_done();
     } else if (st.MPI_TAG == kPropose) {
-      s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});  // no new epoch at the end
+      if (s.pending || (!s.standing && !takes_epochs)) {
+        s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});
+      } else if (s.on_proposal(m, st.MPI_SOURCE)) {  // new_window: entered, its comm built
+        tell_done();
+        return FinishProgress::epoch;
+      }
     } else if (st.MPI_TAG == kEvict) {
       // Judged dead while it stalled (a SIGSTOP, a long pause) and woken at the end: its slot
       // is another process's; it ends evicted (ElasticAgent::finish throws EvictedError).
-      if (s.evicted_by(m)) return true;
+      if (s.evicted_by(m)) return FinishProgress::finished;
     } else {
       (void)s.bookkeeping(m, st);
     }
@@ -399,7 +408,7 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
     const auto i = static_cast<std::size_t>(k);
     if ((s.done[i] == 0 && dead[i] == 0) || !settled) {
       sleep_seconds(0.001);
-      return false;
+      return FinishProgress::waiting;
     }
   }
   if (s.coordinator(dead) == s.slot) {
@@ -434,7 +443,7 @@ bool Membership::finish_step(std::span<const RosterEntry> roster) {
     }
   }
   s.role = MemberRole::finished;
-  return true;
+  return FinishProgress::finished;
 }
 
 }  // namespace paramwin

@@ -40,12 +40,8 @@ void Membership::State::on_ahead(const Message& m) {
   if (m.size() != 3) return;
   ahead = Ahead{m[0], static_cast<int>(m[1]), static_cast<int>(m[2]), false, {}, MPI_Wtime()};
   if (ahead->spawner != world_rank) {
-    // Another spare spawns: the population forgot this one's spawn (not ready in time), whose
-    // processes would wait for a go that never comes, and keep this spare from any slot.
-    if (ahead_children != MPI_COMM_NULL) {
-      if (tracing()) trace("releases the processes of a forgotten spawn ahead");
-      tell_children(kGoStop);
-    }
+    // Another spare spawns: the population forgot this one's spawn (not ready in time).
+    let_go_of_forgotten_spawn("another spare spawns");
     return;
   }
   if (role == MemberRole::spare && ahead_children == MPI_COMM_NULL) {
@@ -171,6 +167,18 @@ void Membership::State::release_ahead() {
   while (!outbox.empty() && MPI_Wtime() < until) {
     reap();
     sleep_seconds(0.0005);
+  }
+}
+
+void Membership::State::let_go_of_forgotten_spawn(const char* why) {
+  // Its processes would wait for a go that never comes, and a spare that holds them answers no
+  // to every slot: a dead slot proposed to it would never be filled.
+  if (ahead_children == MPI_COMM_NULL) return;
+  if (tracing()) trace(std::string("releases the processes of a forgotten spawn ahead: ") + why);
+  tell_children(kGoStop);
+  if (ahead && ahead->spawner == world_rank) {
+    announce_ahead(-1);
+    ahead.reset();
   }
 }
 

@@ -158,6 +158,14 @@ int Membership::State::coordinator(const std::vector<int>& dead) const {
   return slot;
 }
 
+int Membership::State::proposer(const std::vector<int>& dead) const {
+  for (int s = 0; s < nslots; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    if (dead[i] == 0 && done[i] == 0) return s;
+  }
+  return -1;
+}
+
 MPI_Comm Membership::State::create_comm(const std::vector<int>& ranks, int tag) const {
   MPI_Group world_group = MPI_GROUP_NULL;
   MPI_Group group = MPI_GROUP_NULL;
@@ -196,7 +204,14 @@ bool Membership::State::parse_proposal(const Message& m, EpochChange& change,
   const std::int64_t sp = next();
   spares_left.clear();
   for (std::int64_t k = 0; k < sp; ++k) spares_left.push_back(static_cast<int>(next()));
-  return i <= m.size();
+  const std::int64_t f = next();
+  change.finished.clear();
+  for (std::int64_t k = 0; k < f; ++k) {
+    const std::int64_t s = next();
+    if (s < 0 || s >= n) return false;
+    change.finished.push_back(static_cast<int>(s));
+  }
+  return f >= 0 && i <= m.size();
 }
 
 EpochChange Membership::State::enter(EpochChange change, const std::vector<int>& spares_left,
@@ -219,6 +234,9 @@ EpochChange Membership::State::enter(EpochChange change, const std::vector<int>&
   }
   slot = mine;
   role = MemberRole::member;
+  // A joiner learns here which slots finished (their members stamp no more), whatever order
+  // their kDone and the commit reach it in.
+  for (int k : change.finished) done[static_cast<std::size_t>(k)] = 1;
   std::fill(gone.begin(), gone.end(), 0);
   std::fill(seen.begin(), seen.end(), Seen{});
   for (const LaterResign& r : later_resigns) {  // read before this process entered the epoch
@@ -465,6 +483,9 @@ std::optional<EpochChange> Membership::State::propose(const std::vector<int>& de
     change.members[static_cast<std::size_t>(s)] = live_spares[next_spare++];
   }
   change.joined = change.dead;
+  for (int s = 0; s < nslots; ++s) {
+    if (done[static_cast<std::size_t>(s)] != 0) change.finished.push_back(s);
+  }
   std::vector<int> spares_left(live_spares.begin() + static_cast<std::ptrdiff_t>(next_spare),
                                live_spares.end());
   if (ahead && !process_gone(ahead->spawner)) spares_left.push_back(ahead->spawner);
@@ -478,6 +499,8 @@ std::optional<EpochChange> Membership::State::propose(const std::vector<int>& de
   }
   msg.push_back(static_cast<std::int64_t>(spares_left.size()));
   for (int r : spares_left) msg.push_back(r);
+  msg.push_back(static_cast<std::int64_t>(change.finished.size()));
+  for (int s : change.finished) msg.push_back(s);
   std::vector<int> targets;
   for (int r : change.members) {
     if (r != world_rank) targets.push_back(r);

@@ -188,6 +188,10 @@ bool Membership::State::refill_proposed(const std::vector<int>& dead, std::size_
 void Membership::State::on_refill(const Message& m, int proposer) {
   Refill r;
   const bool parsed = parse_refill(m, r);
+  // A spawn by every live process, or the merge of another spare's spawn ahead: the proposer
+  // knows of no spawn ahead of this one's.
+  if (parsed && (r.join == 0 || (r.join == 2 && r.spawner != world_rank)))
+    let_go_of_forgotten_spawn("the population refills without it");
   // The spawner of a spawn ahead takes part in its merge only while it holds its processes.
   const bool part = parsed && std::find(r.live.begin(), r.live.end(), world_rank) != r.live.end() &&
                     (r.join != 2 || r.spawner != world_rank || ahead_children != MPI_COMM_NULL);
@@ -196,6 +200,11 @@ void Membership::State::on_refill(const Message& m, int proposer) {
                   r.members.size() == static_cast<std::size_t>(nslots) &&
                   r.live[static_cast<std::size_t>(r.root)] == proposer;
   send(proposer, kRefillAnswer, {r.id, ok ? 1 : 0});
+  if (parsed && r.join == 2 && r.spawner == world_rank && ahead_children == MPI_COMM_NULL) {
+    // The merge of a spawn this process let go of (or never made): every process that still
+    // takes it for ready drops it, or its coordinator would propose it again and again.
+    tell_everyone(kAheadReady, {r.id, r.nspawn, -1});
+  }
   if (!ok) return;
   const double started = MPI_Wtime();
   Message in;

@@ -257,6 +257,9 @@ struct Membership::State {
 
   /// The lowest slot not judged dead in @p dead.
   [[nodiscard]] int coordinator(const std::vector<int>& dead) const;
+  /// Who proposes epochs: the lowest slot neither judged dead in @p dead nor finished (a
+  /// member in finish() answers proposals but makes none); -1 when there is none.
+  [[nodiscard]] int proposer(const std::vector<int>& dead) const;
 
   // --- epochs (membership_epochs.cpp) -----------------------------------------------------
 
@@ -417,6 +420,12 @@ struct Membership::State {
   /// The spawner, when the population finished: its new processes stop waiting, its port
   /// closes.
   void release_ahead();
+
+  /// A spare that still holds the processes of a spawn ahead the population forgot (it gives
+  /// this spare a slot, or spawns without it; @p why, for the trace): tells them to stop, and
+  /// every process that still takes its spawn for pending or ready to drop it (kAheadReady,
+  /// -1). Nothing when it holds none.
+  void let_go_of_forgotten_spawn(const char* why);
 
   /// The coordinator: proposes to merge the ready spawn ahead into the population (a refill
   /// with join 2: the live processes and the spawner's group build one communicator).

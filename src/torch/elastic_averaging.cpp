@@ -88,7 +88,14 @@ AveragingRound ElasticAveragingAgent::step() {
 }
 
 void ElasticAveragingAgent::resign() { live().elastic->resign(); }
-void ElasticAveragingAgent::finish() { live().elastic->finish(); }
+void ElasticAveragingAgent::finish() {
+  Impl& impl = live();
+  // The module's parameters, republished in a new epoch's window while this member waits (a
+  // slot that dies meanwhile is filled too).
+  impl.layers.bind();
+  impl.layers.stage_in();
+  impl.elastic->finish(impl.layers.refs());
+}
 bool ElasticAveragingAgent::member() const { return live().elastic->member(); }
 std::int64_t ElasticAveragingAgent::resume_iteration() const {
   return live().elastic->resume_iteration();

@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         pw::test::spare_test_fault(how, original && !joined, run.rank, slot, members, it);
       }
-      agent.finish();
+      agent.finish({pw::LayerRef(w), pw::LayerRef(v)});
       finished = true;
       break;
     } catch (const pw::EvictedError& e) {

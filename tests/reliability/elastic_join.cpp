@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
         pw::test::die(kill);
       }
     }
-    agent.finish();
+    agent.finish({pw::LayerRef(p.w), pw::LayerRef(p.v)});
     finished = true;
     break;
   }

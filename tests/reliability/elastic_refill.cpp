@@ -45,6 +45,14 @@
 // (the members wait at their iteration 20 for the merge). Checked, besides the slots and the
 // refills (2 of 4 processes, as `ahead`): exactly 4 processes were spawned (each writes
 // <path>.spawned.<pid>), and every one of them was merged into the population.
+// `ahead_forgotten <path> <late_start.sh>` (the UCX PML): the same late spawn, with the last slot
+// killed 2 s into it. No spare is left over when the coordinator forgets the spawn (at 5 s),
+// so every live process spawns (the spawner too, once its own spawn returned), and the next
+// proposal gives the dead slot to the spawner, which must let go of the late processes to
+// take it (before, it answered every proposal no while it held them: the slot was never
+// filled). The members wait at their iteration 20 for that epoch. Checked, besides the slots:
+// 6 processes spawned, the 2 late ones told to stop, the 4 of the two refills merged, and the
+// spare of the start took a slot (2 joins by spawned processes).
 #include <mpi.h>
 
 #include <chrono>
@@ -128,7 +136,8 @@ int main(int argc, char** argv) {
   const bool low = argc > 3 && std::string(argv[3]) == "low";
   const bool elsewhere = argc > 5 && std::string(argv[3]) == "ahead_dies_elsewhere";
   const bool ahead_dies = elsewhere || (argc > 4 && std::string(argv[3]) == "ahead_dies");
-  const bool late = argc > 5 && std::string(argv[3]) == "ahead_late";
+  const bool forgotten = argc > 5 && std::string(argv[3]) == "ahead_forgotten";
+  const bool late = forgotten || (argc > 5 && std::string(argv[3]) == "ahead_late");
   const bool ahead = ahead_dies || late || (argc > 3 && std::string(argv[3]) == "ahead");
   const std::string path = ahead_dies || late ? argv[4] : "";
   MPI_Comm parent = MPI_COMM_NULL;
@@ -202,7 +211,8 @@ int main(int argc, char** argv) {
   int spawned_joins = 0;
   int bad = 0;
   bool finished = false;
-  const double hold_until = monotonic_seconds() + 30.0;  // the longest hold (elsewhere, late)
+  const double start = monotonic_seconds();
+  const double hold_until = start + 30.0;  // the longest hold (elsewhere, late)
   while (agent.wait_for_slot()) {
     const int slot = agent.membership().slot();
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
@@ -228,7 +238,20 @@ int main(int argc, char** argv) {
         --it;
         continue;
       }
-      if (late && original && it == 20 && agent.membership().spares().size() < 3 &&
+      if (forgotten && original && it == 20 && agent.membership().epoch() == 0 &&
+          monotonic_seconds() < hold_until) {
+        // The first death comes 2 s into the late spawn (no spare is left for its slot); the
+        // others after its slot was filled, which the spawner can do only once it let go of
+        // the forgotten spawn (the joiner starts at iteration 20, as the others).
+        if (slot == members - 1 && monotonic_seconds() > start + 2.0) {
+          std::printf("fault at %.6f: slot %d SIGKILL\n", monotonic_seconds(), slot);
+          pw::test::die(kill);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        --it;
+        continue;
+      }
+      if (late && !forgotten && original && it == 20 && agent.membership().spares().size() < 3 &&
           monotonic_seconds() < hold_until) {
         // The faults come after the late spawn merged (3 spares), as in `ahead`.
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -243,7 +266,7 @@ int main(int argc, char** argv) {
         pw::test::die(kill);
       }
     }
-    agent.finish();
+    agent.finish({pw::LayerRef(p.w), pw::LayerRef(p.v)});
     finished = true;
     break;
   }
@@ -278,7 +301,8 @@ int main(int argc, char** argv) {
       if (why.find("sent nothing for") != std::string::npos) ++orphans;
     }
   }
-  // ahead_late: 4 processes spawned, every one merged.
+  // ahead_late: 4 processes spawned, every one merged; ahead_forgotten: 6 spawned, the 2 late
+  // ones stopped, the 4 of the two refills merged.
   int merged = 0;
   int spawned_marks = 0;
   if (late) {
@@ -291,6 +315,8 @@ int main(int argc, char** argv) {
   }
   const bool refills_ok = low          ? most[0] == 1 && most[1] == 3
                           : ahead_dies ? orphans == 2 && std::filesystem::exists(path + ".killed")
+                          : forgotten  ? most[0] == 2 && most[1] == 4 && spawned_marks == 6 &&
+                                            merged == 4 && sums[2] == 2
                           : late ? most[0] == 2 && most[1] == 4 && spawned_marks == 4 && merged == 4
                                  : !ahead || (most[0] == 2 && most[1] == 4);
   // One epoch per death; elsewhere the three deaths come close together, after the refill,
@@ -311,7 +337,8 @@ int main(int argc, char** argv) {
       std::printf("FAILED: %d bad joins, %d joins (want 3), %d spawned joins (want >= 2), "
                   "%d slots (want %d), %llu refills spawning %llu processes (low: want 1, 3; "
                   "ahead: 2, 4), %d orphans ended (ahead_dies: want 2), %d of %d spawned "
-                  "processes merged (ahead_late: want 4 of 4), last epoch %llu (want 3; "
+                  "processes merged (ahead_late: want 4 of 4; ahead_forgotten: 4 of 6), last "
+                  "epoch %llu (want 3; "
                   "elsewhere 2 or 3)\n",
                   sums[0], sums[1], sums[2], size, members,
                   static_cast<unsigned long long>(most[0]),

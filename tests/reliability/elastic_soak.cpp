@@ -127,6 +127,8 @@ struct PbtPopulation {
       j.donors_mean += d.metric / static_cast<double>(e.donors.size());
     return j;
   }
+  /// The end: finish() with the last parameters (a slot that dies meanwhile is filled too).
+  void finish(std::vector<float>& w) { agent.finish({pw::LayerRef(w)}); }
 };
 
 /// The averaging population: an ElasticAveragingAgent whose members gossip over a ring of the
@@ -159,6 +161,7 @@ struct AveragingPopulation {
     // A join's "loss" layer is the uniform mix of the members' losses: their mean.
     return {std::string(pw::enum_name(r.kind)), static_cast<double>(loss_layer[0])};
   }
+  void finish(std::vector<float>& w) { agent.finish({pw::LayerRef(w), pw::LayerRef(loss_layer)}); }
 };
 
 /// The soak's settings, the same on every process.
@@ -395,7 +398,7 @@ template <class Population>
           throw Fault("injected");
         }
       }
-      agent.finish();
+      pop.finish(w);
       finished = true;
       break;
     } catch (const Fault&) {

@@ -17,6 +17,13 @@
 // sleep from iteration 200 on (well after the faults' epochs), so it finishes about 3 s before
 // the others and waits in finish() longer than the silence bound (1.5 s): it must not be
 // judged dead and replaced (no third epoch).
+// --after-finish (any position): slot 0 trains 20 iterations only and finishes
+// (finish(params)); the faults wait at their iteration until it has (a mark file), so both
+// slots die while slot 0 waits in finish(). Their spares must still take them (slot 0 takes
+// part in both epochs, republishing its last parameters in new_window's windows), and slot 0
+// must have entered finish() in epoch 0. With --bare-finish too (new_window): slot 0 calls
+// finish() without its parameters, so it cannot take part in a new window: the two slots stay
+// empty (no join, no epoch; 2 slots finish) and the population still ends.
 // Checked by every process of the last epoch: each joined spare's first step was a rebirth
 // (reason joined) from live donors only, and its parameters, captured in on_rebirth, are the
 // exact mix of the donors' recorded versions (a member's snapshot at version v is, by
@@ -140,6 +147,8 @@ int main(int argc, char** argv) {
   const bool early_finish = has_arg(argc, argv, "--early-finish");
   const std::int64_t steps = how == "--sigstop" ? 900 : early_finish ? 800 : 150;
   const bool stall_at_end = how == "--stall-at-end";
+  const bool after_finish = has_arg(argc, argv, "--after-finish");
+  const bool bare_finish = has_arg(argc, argv, "--bare-finish");
   pw::Layout layout;
   layout.add("w", kN);
   layout.add("v", static_cast<std::size_t>(members));
@@ -178,6 +187,10 @@ int main(int argc, char** argv) {
   std::vector<int> pids(static_cast<std::size_t>(run.size));
   const int mine = static_cast<int>(getpid());
   MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  // --after-finish: slot 0 marks that it finished (the file named after world rank 0's pid).
+  const std::string finished_mark =
+      "/tmp/paramwin_elastic_spare_finished." + std::to_string(pids[0]);
+  std::uint64_t finish_epoch = 0;  // the epoch in which this process entered finish()
   const int first_victim = members - 1;
   const int second_victim = 1;
   const bool original = run.rank < members;
@@ -188,8 +201,9 @@ int main(int argc, char** argv) {
     const bool joined = agent.agent().policy().pending() == pw::DeathReason::joined;
     if (joined) ++seen.joins;
     bool first = true;  // the first step since this process was given its slot
+    const std::int64_t last = after_finish && slot == 0 ? 20 : steps;
     try {
-      for (std::int64_t it = agent.resume_iteration(); it < steps; ++it) {
+      for (std::int64_t it = agent.resume_iteration(); it < last; ++it) {
         const std::uint64_t epoch = agent.membership().epoch();
         const pw::StepEvent e =
             device ? agent.step(it, 1.0 * slot, {device->w_ref(), device->v_ref()})
@@ -231,6 +245,10 @@ int main(int argc, char** argv) {
           }).detach();
         }
         if (!victim_slot || how == "--sigstop") continue;  // --stall-at-end: never a victim
+        if (after_finish && access(finished_mark.c_str(), F_OK) != 0) {
+          --it;  // steps (stamps) at the fault's iteration until slot 0 has finished
+          continue;
+        }
         std::printf("fault at %.6f: world rank %d (slot %d) %s\n", monotonic_seconds(), run.rank,
                     slot, how.c_str());
         std::fflush(stdout);
@@ -248,7 +266,21 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         std::_Exit(0);
       }
-      agent.finish();
+      finish_epoch = agent.membership().epoch();
+      if (after_finish && slot == 0 && original) {
+        std::FILE* f = std::fopen(finished_mark.c_str(), "w");
+        if (f != nullptr) std::fclose(f);
+        std::printf("world rank %d (slot 0) finishes at %.6f, epoch %llu\n", run.rank,
+                    monotonic_seconds(), static_cast<unsigned long long>(finish_epoch));
+        std::fflush(stdout);
+      }
+      if (bare_finish) {
+        agent.finish();
+      } else if (device) {
+        agent.finish({device->w_ref(), device->v_ref()});
+      } else {
+        agent.finish({pw::LayerRef(w), pw::LayerRef(v)});
+      }
       finished = true;
       break;
     } catch (const pw::EvictedError& e) {
@@ -269,26 +301,33 @@ int main(int argc, char** argv) {
                 "no rebirth\n",
                 run.rank, seen.bad_mixes, seen.bad_first_steps);
   }
-  int totals[3] = {bad, seen.joins, 0};
+  int totals[4] = {bad, seen.joins, 0, 0};
   totals[2] = static_cast<int>(agent.membership().epoch());
-  int sums[3] = {0, 0, 0};
+  // --after-finish: the lowest epoch any process entered finish() in (slot 0's: want 0).
+  totals[3] = static_cast<int>(finish_epoch);
+  int sums[4] = {0, 0, 0, 0};
   MPI_Allreduce(totals, sums, 2, MPI_INT, MPI_SUM, last);
-  MPI_Allreduce(&totals[2], &sums[2], 1, MPI_INT, MPI_MIN, last);
+  MPI_Allreduce(&totals[2], &sums[2], 2, MPI_INT, MPI_MIN, last);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(last, &rank);
   MPI_Comm_size(last, &size);
-  const int expected_joins = stall_at_end ? 0 : how == "--sigstop" ? 1 : 2;
-  const int expected_slots = stall_at_end ? members - 1 : members;
+  const int expected_joins = stall_at_end || bare_finish ? 0 : how == "--sigstop" ? 1 : 2;
+  const int expected_slots = stall_at_end ? members - 1 : bare_finish ? members - 2 : members;
   if (rank == 0) {
-    std::printf("last epoch %d, %d slots finished, %d joins\n", sums[2], size, sums[1]);
+    if (after_finish) std::remove(finished_mark.c_str());
+    std::printf("last epoch %d, %d slots finished, %d joins, first finish() in epoch %d\n", sums[2],
+                size, sums[1], sums[3]);
     if (sums[0] == 0 && sums[1] == expected_joins && sums[2] == expected_joins &&
-        size == expected_slots) {
-      std::printf("elastic: spares took every dead slot (%s%s%s)\n", how.c_str(),
-                  standing ? ", standing window" : "", on_device ? ", device window" : "");
+        size == expected_slots && (!after_finish || sums[3] == 0)) {
+      std::printf(bare_finish ? "elastic: no slot filled after a bare finish (%s%s%s)\n"
+                              : "elastic: spares took every dead slot (%s%s%s)\n",
+                  how.c_str(), standing ? ", standing window" : "",
+                  on_device ? ", device window" : "");
     } else {
-      std::printf("FAILED: %d bad, %d joins (want %d), epoch %d, %d slots\n", sums[0], sums[1],
-                  expected_joins, sums[2], size);
+      std::printf("FAILED: %d bad, %d joins (want %d), epoch %d, %d slots, first finish() in "
+                  "epoch %d (--after-finish: want 0)\n",
+                  sums[0], sums[1], expected_joins, sums[2], size, sums[3]);
     }
   }
   std::fflush(stdout);

@@ -77,10 +77,13 @@ class ElasticSlots {
   }
 
   /// At the end of training: waits until every slot finished or is dead, answering the
-  /// others, then releases the spares (Membership::finish). The window stays (abandoned at
-  /// destruction); end the process with std::_Exit. EvictedError when this process was
-  /// judged dead while it stalled before it finished (its slot went on without it): it is a
-  /// spare now, and wait_for_slot() returns false once the others finish.
+  /// others, then releases the spares (Membership::finish). A slot that dies meanwhile is
+  /// given to a spare under Replacement::standing_window; under new_window only by the kinds'
+  /// finish(params), which can republish this member's parameters in the new epoch's window
+  /// (here the slot stays empty: a lost agent). The window stays (abandoned at destruction);
+  /// end the process with std::_Exit. EvictedError when this process was judged dead while
+  /// it stalled before it finished (its slot went on without it): it is a spare now, and
+  /// wait_for_slot() returns false once the others finish.
   void finish() {
     core_type& a = live_core();
     membership_.finish([&] { return slot_roster(a); });
@@ -153,6 +156,25 @@ class ElasticSlots {
       }
     }
     return s;
+  }
+
+  /// finish(), taking part in every new epoch while it waits: under Replacement::new_window
+  /// the agent moves to the epoch's window and calls @p republish(slot) there, as
+  /// before_step() does, so that a slot that died after this one finished is filled too.
+  template <class Republish>
+  void finish_taking_epochs(Republish&& republish) {
+    Slot& s = live();
+    core_type& a = ElasticCore<Slot>::of(s);
+    membership_.finish([&] { return slot_roster(a); },
+                       [&] {
+                         if (standing()) return;
+                         a.replace_window(window_type(membership_.comm(), a.window().layout(),
+                                                      epoch_window_options(),
+                                                      std::source_location::current()));
+                         republish(s);
+                         barrier();
+                       });
+    if (membership_.role() == MemberRole::evicted) evicted(membership_.epoch());
   }
 
   /// The slot's agent (InvalidArgument unless member()).

@@ -94,7 +94,9 @@ class ElasticAveragingAgent {
   /// spare now (call wait_for_slot()). Local.
   void resign();
   /// At the end of training: waits until every slot finished or is dead, then releases the
-  /// spares (paramwin::ElasticAveragingAgent's finish: no mean).
+  /// spares (paramwin::ElasticAveragingAgent's finish: no mean). A slot that dies meanwhile
+  /// is given to a spare, this member republishing the module's parameters in the new
+  /// epoch's window (Replacement::new_window).
   void finish();
 
   [[nodiscard]] bool member() const;                    ///< whether this process has a slot

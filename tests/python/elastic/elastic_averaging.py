@@ -84,7 +84,7 @@ while not finished and agent.wait_for_slot():
             if original and not joined and it == 60 and slot == 1:
                 print(f"world rank {rank}: slot 1 exits", flush=True)
                 os._exit(3)
-        agent.finish()
+        agent.finish([w])
         finished = True
     except paramwin.EvictedError:
         pass

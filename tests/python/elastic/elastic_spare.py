@@ -72,7 +72,7 @@ while not finished and agent.wait_for_slot():
             if not joined and slot == 1 and it == 60:
                 sys.stdout.flush()
                 os._exit(3)
-        agent.finish()
+        agent.finish([w])
         finished = True
     except paramwin.EvictedError:
         pass
