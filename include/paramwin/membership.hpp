@@ -232,11 +232,12 @@ class Membership {
   /// silence rule), then the lowest live slot releases the spares (their wait_for_slot()
   /// returns false). role() is finished afterwards. A slot that dies meanwhile is given to a
   /// spare as during training, this member taking part in the new epoch, under
-  /// Replacement::standing_window; under new_window it answers no (the new epoch's window
-  /// would need it: use the form with @p on_epoch), and such a slot is not filled.
+  /// Replacement::standing_window; under new_window the new epoch's window would need it (use
+  /// the form with @p on_epoch), so no epoch is proposed while it waits, and such a slot is
+  /// not filled.
   template <class ReadRoster>
   void finish(ReadRoster&& read_roster) {
-    start_finish();
+    start_finish(false);
     while (finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, false) !=
            FinishProgress::finished) {
     }
@@ -249,7 +250,7 @@ class Membership {
   /// comm()) before the joiner reads.
   template <class ReadRoster, class OnEpoch>
   void finish(ReadRoster&& read_roster, OnEpoch&& on_epoch) {
-    start_finish();
+    start_finish(true);
     while (true) {
       const FinishProgress p =
           finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, true);
@@ -260,7 +261,8 @@ class Membership {
 
  private:
   enum class FinishProgress { waiting, epoch, finished };
-  void start_finish();
+  /// @p takes_epochs: it will answer a new_window epoch yes (the caller makes its window).
+  void start_finish(bool takes_epochs);
   /// @p takes_epochs: a new_window epoch is answered yes (the caller makes its window).
   FinishProgress finish_step(std::span<const RosterEntry> roster, bool takes_epochs);
 

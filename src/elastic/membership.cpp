@@ -358,14 +358,13 @@ void Membership::rejoin_as_spare() {
   s.role = MemberRole::spare;
 }
 
-void Membership::start_finish() {
+void Membership::start_finish(bool takes_epochs) {
   State& s = *s_;
   if (s.role != MemberRole::member) return;
-  s.done[static_cast<std::size_t>(s.slot)] = 1;
+  // The proposers need to know whether this member can take part in a new epoch's window.
+  s.done[static_cast<std::size_t>(s.slot)] = takes_epochs || s.standing ? kDoneOpen : kDoneClosed;
   s.finish_started = MPI_Wtime();
-  for (int r : s.members) {
-    if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
-  }
+  s.tell_done();
 }
 
 Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> roster,
@@ -374,22 +373,17 @@ Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> 
   if (s.role != MemberRole::member) return FinishProgress::finished;
   Message m;
   MPI_Status st;
-  // The joiner of an epoch entered here must hear that this slot is done (it would judge it
-  // by stamps this member no longer makes).
-  auto tell_done = [&s] {
-    for (int r : s.members) {
-      if (r != s.world_rank) s.send(r, kDone, {static_cast<std::int64_t>(s.epoch), s.slot});
-    }
-  };
+  // The joiner of an epoch entered here hears again that this slot is done (its proposal
+  // named it too).
   while (s.receive(m, st)) {
     if (s.settles_pending(m, st)) {
       // A yes of the standing window: the epoch holds (nothing collective).
-      if (s.settle(st)) tell_done();
+      if (s.settle(st)) s.tell_done();
     } else if (st.MPI_TAG == kPropose) {
       if (s.pending || (!s.standing && !takes_epochs)) {
         s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});
       } else if (s.on_proposal(m, st.MPI_SOURCE)) {  // new_window: entered, its comm built
-        tell_done();
+        s.tell_done();
         return FinishProgress::epoch;
       }
     } else if (st.MPI_TAG == kEvict) {

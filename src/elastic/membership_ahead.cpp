@@ -172,11 +172,14 @@ void Membership::State::release_ahead() {
 
 void Membership::State::let_go_of_forgotten_spawn(const char* why) {
   // Its processes would wait for a go that never comes, and a spare that holds them answers no
-  // to every slot: a dead slot proposed to it would never be filled.
-  if (ahead_children == MPI_COMM_NULL) return;
-  if (tracing()) trace(std::string("releases the processes of a forgotten spawn ahead: ") + why);
-  tell_children(kGoStop);
-  if (ahead && ahead->spawner == world_rank) {
+  // to every slot: a dead slot proposed to it would never be filled. A spawn asked for and not
+  // begun yet is dropped too (it would start processes nobody merges).
+  const bool mine = ahead && ahead->spawner == world_rank;
+  if (ahead_children == MPI_COMM_NULL && !(spawn_due && mine)) return;
+  if (tracing()) trace(std::string("lets go of a forgotten spawn ahead: ") + why);
+  if (ahead_children != MPI_COMM_NULL) tell_children(kGoStop);
+  spawn_due = false;
+  if (mine) {
     announce_ahead(-1);
     ahead.reset();
   }

@@ -158,6 +158,13 @@ int Membership::State::coordinator(const std::vector<int>& dead) const {
   return slot;
 }
 
+void Membership::State::tell_done() {
+  const std::int64_t open = done[static_cast<std::size_t>(slot)] == kDoneOpen ? 1 : 0;
+  for (int r : members) {
+    if (r != world_rank) send(r, kDone, {static_cast<std::int64_t>(epoch), slot, open});
+  }
+}
+
 int Membership::State::proposer(const std::vector<int>& dead) const {
   for (int s = 0; s < nslots; ++s) {
     const auto i = static_cast<std::size_t>(s);
@@ -236,7 +243,8 @@ EpochChange Membership::State::enter(EpochChange change, const std::vector<int>&
   role = MemberRole::member;
   // A joiner learns here which slots finished (their members stamp no more), whatever order
   // their kDone and the commit reach it in.
-  for (int k : change.finished) done[static_cast<std::size_t>(k)] = 1;
+  // (In an epoch after they finished, they take part in epochs.)
+  for (int k : change.finished) done[static_cast<std::size_t>(k)] = kDoneOpen;
   std::fill(gone.begin(), gone.end(), 0);
   std::fill(seen.begin(), seen.end(), Seen{});
   for (const LaterResign& r : later_resigns) {  // read before this process entered the epoch
@@ -283,9 +291,9 @@ bool Membership::State::bookkeeping(const Message& m, const MPI_Status& st) {
     case kDone:
       // Only from the slot's holder: a member evicted while it stalled may finish late,
       // and its slot's new holder has not finished then.
-      if (m.size() == 2 && m[1] >= 0 && m[1] < nslots &&
+      if (m.size() == 3 && m[1] >= 0 && m[1] < nslots &&
           members[static_cast<std::size_t>(m[1])] == st.MPI_SOURCE) {
-        done[static_cast<std::size_t>(m[1])] = 1;
+        done[static_cast<std::size_t>(m[1])] = m[2] == 1 ? kDoneOpen : kDoneClosed;
       }
       return true;
     case kEvict:  // read inside an agreement: acted on by the next poll()
@@ -457,6 +465,13 @@ std::optional<EpochChange> Membership::State::propose(const std::vector<int>& de
   std::vector<int> live_spares;
   for (int r : spares) {
     if (!process_gone(r) && !busy_spawning(r)) live_spares.push_back(r);
+  }
+  if (std::find(done.begin(), done.end(), kDoneClosed) != done.end()) {
+    // A member that finished without its parameters cannot make a new window (new_window):
+    // it would answer no to every proposal.
+    if (tracing() && traced_wait != "closed") trace("proposes no epoch: a slot finished closed");
+    traced_wait = "closed";
+    return std::nullopt;
   }
   EpochChange change;
   change.epoch = epoch + 1;

@@ -88,6 +88,11 @@ inline void sleep_seconds(double s) {
   std::this_thread::sleep_for(std::chrono::duration<double>(s));
 }
 
+/// Membership::State::done: a finished slot whose member refuses new windows, and one that
+/// takes part in new epochs.
+constexpr char kDoneClosed = 1;
+constexpr char kDoneOpen = 2;
+
 /// Whether PARAMWIN_MEMBERSHIP_TRACE asks for every decision on stderr (docs/elastic.md,
 /// "When a population does not recover"): set, non-empty and not "0".
 inline bool tracing() {
@@ -134,8 +139,10 @@ struct Membership::State {
   bool standing = false;          // Replacement::standing_window
   std::vector<int> members;       // world rank per slot
   std::vector<int> spares;
-  std::vector<char> gone;             // per slot: resigned in this epoch
-  std::vector<char> done;             // per slot: finished
+  std::vector<char> gone;  // per slot: resigned in this epoch
+  /// Per slot: 0 training, kDoneClosed finished and refusing new windows (new_window, finish()
+  /// without parameters), kDoneOpen finished and taking part in new epochs.
+  std::vector<char> done;
   std::vector<int> finished_members;  // finish(): the world ranks of the slots that finished
   struct Seen {
     bool any = false;
@@ -257,6 +264,9 @@ struct Membership::State {
 
   /// The lowest slot not judged dead in @p dead.
   [[nodiscard]] int coordinator(const std::vector<int>& dead) const;
+  /// A finished member: tells the epoch's other members that its slot is done, and whether it
+  /// takes part in new epochs (kDone: epoch, slot, 1 or 0).
+  void tell_done();
   /// Who proposes epochs: the lowest slot neither judged dead in @p dead nor finished (a
   /// member in finish() answers proposals but makes none); -1 when there is none.
   [[nodiscard]] int proposer(const std::vector<int>& dead) const;
@@ -421,10 +431,10 @@ struct Membership::State {
   /// closes.
   void release_ahead();
 
-  /// A spare that still holds the processes of a spawn ahead the population forgot (it gives
-  /// this spare a slot, or spawns without it; @p why, for the trace): tells them to stop, and
-  /// every process that still takes its spawn for pending or ready to drop it (kAheadReady,
-  /// -1). Nothing when it holds none.
+  /// A spare whose spawn ahead the population forgot (it gives this spare a slot, or spawns
+  /// without it; @p why, for the trace): tells the processes it still holds to stop, drops a
+  /// spawn not begun yet, and tells every process that still takes its spawn for pending or
+  /// ready to drop it (kAheadReady, -1). Nothing when it holds none and has none due.
   void let_go_of_forgotten_spawn(const char* why);
 
   /// The coordinator: proposes to merge the ready spawn ahead into the population (a refill
