@@ -373,8 +373,6 @@ Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> 
   if (s.role != MemberRole::member) return FinishProgress::finished;
   Message m;
   MPI_Status st;
-  // The joiner of an epoch entered here hears again that this slot is done (its proposal
-  // named it too).
   while (s.receive(m, st)) {
     if (s.settles_pending(m, st)) {
       // A yes of the standing window: the epoch holds (nothing collective).
@@ -383,7 +381,7 @@ Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> 
       if (s.pending || (!s.standing && !takes_epochs)) {
         s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});
       } else if (s.on_proposal(m, st.MPI_SOURCE)) {  // new_window: entered, its comm built
-        s.tell_done();
+        s.tell_done();  // the joiner hears it again (its proposal named this slot too)
         return FinishProgress::epoch;
       }
     } else if (st.MPI_TAG == kEvict) {

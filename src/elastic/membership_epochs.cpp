@@ -241,9 +241,8 @@ EpochChange Membership::State::enter(EpochChange change, const std::vector<int>&
   }
   slot = mine;
   role = MemberRole::member;
-  // A joiner learns here which slots finished (their members stamp no more), whatever order
-  // their kDone and the commit reach it in.
-  // (In an epoch after they finished, they take part in epochs.)
+  // A joiner learns here which slots finished (their members stamp no more, and take part in
+  // epochs: they took part in this one), whatever order their kDone and the commit reach it in.
   for (int k : change.finished) done[static_cast<std::size_t>(k)] = kDoneOpen;
   std::fill(gone.begin(), gone.end(), 0);
   std::fill(seen.begin(), seen.end(), Seen{});
