@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
   // --after-finish: slot 0 marks that it finished (the file named after world rank 0's pid).
   const std::string finished_mark =
       "/tmp/paramwin_elastic_spare_finished." + std::to_string(pids[0]);
+  if (after_finish && run.rank == 0) std::remove(finished_mark.c_str());  // a crashed run's
   std::uint64_t finish_epoch = 0;  // the epoch in which this process entered finish()
   const int first_victim = members - 1;
   const int second_victim = 1;
