@@ -238,7 +238,7 @@ class Membership {
   template <class ReadRoster>
   void finish(ReadRoster&& read_roster) {
     start_finish(false);
-    while (finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, false) !=
+    while (finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}) !=
            FinishProgress::finished) {
     }
   }
@@ -253,7 +253,7 @@ class Membership {
     start_finish(true);
     while (true) {
       const FinishProgress p =
-          finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{}, true);
+          finish_step(check_due() ? read_roster() : std::vector<RosterEntry>{});
       if (p == FinishProgress::finished) return;
       if (p == FinishProgress::epoch) on_epoch();
     }
@@ -263,8 +263,9 @@ class Membership {
   enum class FinishProgress { waiting, epoch, finished };
   /// @p takes_epochs: it will answer a new_window epoch yes (the caller makes its window).
   void start_finish(bool takes_epochs);
-  /// @p takes_epochs: a new_window epoch is answered yes (the caller makes its window).
-  FinishProgress finish_step(std::span<const RosterEntry> roster, bool takes_epochs);
+  /// A new_window epoch is answered yes only when start_finish was told the caller makes its
+  /// window (its slot's done mark).
+  FinishProgress finish_step(std::span<const RosterEntry> roster);
 
   struct State;
   std::unique_ptr<State> s_;

@@ -367,8 +367,7 @@ void Membership::start_finish(bool takes_epochs) {
   s.tell_done();
 }
 
-Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> roster,
-                                                   bool takes_epochs) {
+Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> roster) {
   State& s = *s_;
   if (s.role != MemberRole::member) return FinishProgress::finished;
   Message m;
@@ -378,7 +377,7 @@ Membership::FinishProgress Membership::finish_step(std::span<const RosterEntry> 
       // A yes of the standing window: the epoch holds (nothing collective).
       if (s.settle(st)) s.tell_done();
     } else if (st.MPI_TAG == kPropose) {
-      if (s.pending || (!s.standing && !takes_epochs)) {
+      if (s.pending || s.done[static_cast<std::size_t>(s.slot)] == kDoneClosed) {
         s.send(st.MPI_SOURCE, kAnswer, {m.empty() ? 0 : m[0], 0});
       } else if (s.on_proposal(m, st.MPI_SOURCE)) {  // new_window: entered, its comm built
         s.tell_done();  // the joiner hears it again (its proposal named this slot too)

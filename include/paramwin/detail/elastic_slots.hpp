@@ -148,12 +148,7 @@ class ElasticSlots {
     if (membership_.check_due()) roster = slot_roster(a);
     if (std::optional<EpochChange> change = membership_.poll(roster)) {
       if (membership_.role() == MemberRole::evicted) evicted(change->epoch);
-      if (!standing()) {
-        a.replace_window(window_type(membership_.comm(), a.window().layout(),
-                                     epoch_window_options(), std::source_location::current()));
-        std::forward<Republish>(republish)(s);
-        barrier();
-      }
+      enter_epoch_window(s, republish);
     }
     return s;
   }
@@ -165,15 +160,7 @@ class ElasticSlots {
   void finish_taking_epochs(Republish&& republish) {
     Slot& s = live();
     core_type& a = ElasticCore<Slot>::of(s);
-    membership_.finish([&] { return slot_roster(a); },
-                       [&] {
-                         if (standing()) return;
-                         a.replace_window(window_type(membership_.comm(), a.window().layout(),
-                                                      epoch_window_options(),
-                                                      std::source_location::current()));
-                         republish(s);
-                         barrier();
-                       });
+    membership_.finish([&] { return slot_roster(a); }, [&] { enter_epoch_window(s, republish); });
     if (membership_.role() == MemberRole::evicted) evicted(membership_.epoch());
   }
 
@@ -190,6 +177,18 @@ class ElasticSlots {
   }
 
  private:
+  /// A member that entered a new epoch (Replacement::new_window): its agent moves to the
+  /// epoch's window (collective over the members), @p republish(s) publishes there, and a
+  /// barrier lets the joiner read. Nothing under standing_window.
+  template <class Republish>
+  void enter_epoch_window(Slot& s, Republish& republish) {
+    if (standing()) return;
+    core_type& a = ElasticCore<Slot>::of(s);
+    a.replace_window(window_type(membership_.comm(), a.window().layout(), epoch_window_options(),
+                                 std::source_location::current()));
+    republish(s);
+    barrier();
+  }
   [[nodiscard]] core_type& core() { return ElasticCore<Slot>::of(*slot_); }
   [[nodiscard]] core_type& live_core() { return ElasticCore<Slot>::of(live()); }
   /// This process was judged dead while it stalled and @p epoch went on without it: it
