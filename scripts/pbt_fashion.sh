@@ -5,10 +5,11 @@
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
 #                          [--quick] [--no-report]
-# --task: default, or schedule (benchmarks/pbt_fashion/tasks.py: learning rates 1e-4..1,
-# 4,000 steps in 20 intervals of 200; methods random_search, random_cosine, optuna_tpe,
-# checkpoint_pbt and paramwin_pbt unless --methods; out/pbt_fashion_schedule and
-# docs/img/pbt_fashion_schedule.png). --steps and --interval default to the task's.
+# --task: default, schedule (benchmarks/pbt_fashion/tasks.py: learning rates 1e-4..1,
+# 4,000 steps in 20 intervals of 200) or drift (the same on a stream that shifts 3 times:
+# drift.py); the last two run random_search, random_cosine, optuna_tpe, checkpoint_pbt and
+# paramwin_pbt unless --methods, into out/pbt_fashion_TASK and docs/img/pbt_fashion_TASK.png.
+# --steps and --interval default to the task's.
 # --condition: stragglers (benchmarks/pbt_fashion/straggler.py): none (default), slow_rank (the
 # last agent 2x slower: it sleeps its step time before every step) or random (stalls of ten
 # step times at random, 1.5x slower on average).
@@ -55,9 +56,9 @@ print(*(t['steps'], t['interval']) if t else ('', ''))" "$task") || true
 [ -n "${task_steps:-}" ] || { echo "pbt_fashion.sh: unknown --task $task" >&2; exit 2; }
 steps=${steps:-$task_steps}
 interval=${interval:-$task_interval}
-if [ "$task" = schedule ]; then
+if [ "$task" != default ]; then
   methods=${methods:-random_search,random_cosine,optuna_tpe,checkpoint_pbt,paramwin_pbt}
-  out=${out:-out/pbt_fashion_schedule}
+  out=${out:-out/pbt_fashion_$task}
 fi
 defaults=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
 every=$defaults,random_cosine,paramwin_pbt_sync_twin,checkpoint_pbt_cosine,paramwin_pbt_cosine

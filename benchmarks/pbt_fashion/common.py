@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 import torch
 
 import model as M
+from drift import Drift
 from straggler import Straggler
 
 
@@ -64,7 +65,9 @@ class Context:
     out_dir: str
     straggler: Straggler  # the condition's delay before each training step
     task: str = "default"  # tasks.TASKS: the search space and budget (recorded)
+    drift: Drift = field(default_factory=lambda: Drift(0, 1, 0))  # the task's stream (drift.py)
     clock: Clock = field(default_factory=Clock)
+    stream_step: int = 0  # training steps so far, over all trials: the drift's clock
 
     def __post_init__(self) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
@@ -78,25 +81,33 @@ class Context:
         """One training step on the next mini-batch, after the condition's delay (on the
         clock: a slow agent's sleep is its slower device)."""
         self.straggler.wait()
-        M.train_step(net, opt, *batches.next())
+        x, y = batches.next()
+        M.train_step(net, opt, self.drift.images(x, self.stream_step), y)
+        self.stream_step += 1
+
+    def _now_images(self, x: torch.Tensor) -> torch.Tensor:
+        """Images as the stream shows them after the last training step (its phase)."""
+        return self.drift.images(x, max(0, self.stream_step - 1))
 
     def out_of_budget(self, step: int) -> bool:
         return step >= self.steps or self.clock.now() >= self.budget_seconds
 
     def evaluate(self, net: torch.nn.Module) -> float:
         """The validation accuracy the methods rank and prune on (counted in the clock)."""
-        return M.accuracy(net, self.data.validation, self.val_limit)
+        return M.accuracy(net, self.data.validation, self.val_limit, self._now_images)
 
     def record(self, step: int, val: float, net: torch.nn.Module, hyper: Dict[str, float],
                **extra: Any) -> None:
         """Measures held-out (test) accuracy outside the clock and writes one record."""
         t0 = time.perf_counter()
-        test = M.accuracy(net, self.data.test)
+        test = M.accuracy(net, self.data.test, images=self._now_images)
         self.clock.exclude(time.perf_counter() - t0)
         row = {"method": self.method, "condition": self.straggler.condition, "task": self.task,
                "seed": self.seed, "rank": self.rank, "step": step,
                "clock": self.clock.now(), "val": val, "test": test,
                "hyper": {k: float(v) for k, v in hyper.items()}}
+        if self.drift.shift_steps:
+            row["phase"] = self.drift.phase(max(0, self.stream_step - 1))
         row.update(extra)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()

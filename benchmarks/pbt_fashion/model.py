@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import torch
 
@@ -102,9 +102,13 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x, y) -
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, split: Split, limit: int = 0) -> float:
-    """Fraction of ``split`` (its first ``limit`` images when > 0) classified correctly."""
+def accuracy(model: torch.nn.Module, split: Split, limit: int = 0,
+             images: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> float:
+    """Fraction of ``split`` (its first ``limit`` images when > 0) classified correctly;
+    ``images`` (the drift task's) maps the images to what the stream shows now."""
     x, y = (split.x, split.y) if limit <= 0 else (split.x[:limit], split.y[:limit])
+    if images is not None:
+        x = images(x)
     correct = 0
     for i in range(0, len(y), 2048):
         correct += int((model(x[i:i + 2048]).argmax(1) == y[i:i + 2048]).sum())

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import checkpoint_pbt  # noqa: E402
 import data as D  # noqa: E402
+from drift import Drift  # noqa: E402
 import optuna_tpe  # noqa: E402
 import model as M  # noqa: E402
 import random_cosine  # noqa: E402
@@ -90,8 +91,9 @@ def main() -> int:
     p.add_argument("--condition", default="none", choices=S.CONDITIONS,
                    help="stragglers: none, slow_rank (the last rank 2x slower), random (stalls)")
     p.add_argument("--task", default="default", choices=sorted(M.TASKS),
-                   help="the search space (tasks.TASKS): default, or schedule (learning rates "
-                        "1e-4..1, a range whose ends are clearly wrong)")
+                   help="the search space (tasks.TASKS): default, schedule (learning rates "
+                        "1e-4..1, a range whose ends are clearly wrong) or drift (the same "
+                        "range on a stream whose pixels are permuted anew 3 times)")
     p.add_argument("--out", default="out/pbt_fashion")
     o = p.parse_args()
     if min(o.steps, o.interval, o.val_limit) < 1 or o.budget_seconds <= 0:
@@ -111,8 +113,9 @@ def main() -> int:
     for method in methods:
         straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
         polite_barrier(comm)  # every agent starts its clock together
+        drift = Drift(o.seed, o.steps, M.TASKS[o.task].get("shifts", 0))
         ctx = Context(comm, rank, size, o.seed, method, o.steps, o.budget_seconds, o.interval,
-                      o.val_limit, data, o.out, straggler, o.task)
+                      o.val_limit, data, o.out, straggler, o.task, drift)
         if method in PARAMWIN_METHODS:
             import paramwin_pbt  # only these need paramwin
             paramwin_pbt.run(ctx)
