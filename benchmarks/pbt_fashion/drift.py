@@ -26,8 +26,9 @@ class Drift:
     (phase 0 keeps the images as they are). No shifts: every call leaves the data alone."""
 
     def __init__(self, seed: int, steps: int, shifts: int) -> None:
-        if shifts < 0 or steps < 1:
-            raise ValueError(f"Drift: steps {steps} and shifts {shifts}: steps >= 1, shifts >= 0")
+        if shifts < 0 or steps <= shifts:
+            raise ValueError(f"Drift: {shifts} shifts over {steps} steps: shifts >= 0 and "
+                             "fewer than the steps")
         rng = torch.Generator().manual_seed(7919 * seed + 5)
         spacing = steps / (shifts + 1)
         jitter = int(0.3 * spacing)

@@ -55,7 +55,10 @@ def load(runs: str) -> Dict[str, Dict[int, List[dict]]]:
 
 
 def best_at(rows: List[dict], t: float) -> float:
-    """Test accuracy of the best-by-validation latest evaluation of each agent/trial by t."""
+    """Test accuracy of the best-by-validation latest evaluation of each agent/trial by t.
+    On the drift task (records with a "phase") only the evaluations of the stream's latest
+    phase by t count: an Optuna trial that ended in an earlier phase was measured on images
+    the stream no longer shows."""
     latest = {}
     for r in rows:
         if r["clock"] <= t:
@@ -64,6 +67,9 @@ def best_at(rows: List[dict], t: float) -> float:
                 latest[key] = r
     if not latest:
         return float("nan")
+    if any("phase" in r for r in latest.values()):
+        now = max(r.get("phase", 0) for r in latest.values())
+        latest = {k: r for k, r in latest.items() if r.get("phase", 0) == now}
     return max(latest.values(), key=lambda r: (r["val"], -r["rank"]))["test"]
 
 
