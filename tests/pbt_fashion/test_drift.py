@@ -91,3 +91,18 @@ def test_context_trains_and_evaluates_on_the_current_phase(tmp_path):
         assert torch.equal(net.seen, drift.images(split.x, step)), step
     assert ctx.stream_step == 40
     ctx.close()
+
+
+def test_the_report_reads_only_the_latest_phase():
+    import report
+    rows = [  # an Optuna-like run: a trial that ended in phase 0 with the best validation
+        {"rank": 0, "trial": 0, "step": 10, "clock": 1.0, "val": 0.90, "test": 0.89, "phase": 0},
+        {"rank": 1, "trial": 1, "step": 10, "clock": 1.0, "val": 0.70, "test": 0.69, "phase": 0},
+        {"rank": 1, "trial": 1, "step": 20, "clock": 2.0, "val": 0.60, "test": 0.61, "phase": 1},
+        {"rank": 0, "trial": 2, "step": 20, "clock": 2.5, "val": 0.50, "test": 0.52, "phase": 1},
+    ]
+    assert report.best_at(rows, 1.5) == 0.89  # phase 0 is the stream's latest by then
+    assert report.best_at(rows, 2.2) == 0.61  # trial 0 was measured on phase 0's images
+    assert report.best_at(rows, float("inf")) == 0.61
+    stationary = [{k: v for k, v in r.items() if k != "phase"} for r in rows]
+    assert report.best_at(stationary, float("inf")) == 0.89  # no phases: every trial counts
