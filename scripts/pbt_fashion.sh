@@ -4,7 +4,8 @@
 # step and wall-clock budget; then the table and the plot.
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
-#                          [--quick] [--no-report]
+#                          [--agents N] [--quick] [--no-report]
+# --agents: the population (MPI ranks, one agent each; 4 unless told).
 # --task: default, schedule (benchmarks/pbt_fashion/tasks.py: learning rates 1e-4..1,
 # 4,000 steps in 20 intervals of 200) or drift (the same on a stream that shifts 3 times:
 # drift.py); the last two run random_search, random_cosine, optuna_tpe, checkpoint_pbt and
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --methods) methods=$2; shift 2 ;;
     --condition) condition=$2; shift 2 ;;
     --task) task=$2; shift 2 ;;
+    --agents) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-report) report=0; shift ;;
@@ -81,7 +83,7 @@ mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.journal "$out"/calibration-*.json
 rm -rf "$out"/ckpt-*
 { date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"
-  echo "task $task, $steps steps, interval $interval"; } > "$out/run.txt"
+  echo "task $task, $steps steps, interval $interval, $ranks agents"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"
 [ "$quick" = 1 ] && method_list=("$methods")  # one launch runs them all
 for seed in $(seq 1 "$seeds"); do

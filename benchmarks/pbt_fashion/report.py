@@ -283,7 +283,9 @@ def plot(by, png: str) -> None:
     stragglers = "" if conditions == ["none"] else f" ({', '.join(conditions)})"
     tasks = sorted({r.get("task", "default") for m in by for rows in by[m].values() for r in rows})
     task = "" if tasks == ["default"] else f", task {', '.join(tasks)}"
-    ax.set_title(f"Fashion-MNIST, 4 agents{stragglers}{task}: median over seeds, band min–max")
+    agents = len({r["rank"] for m in by for rows in by[m].values() for r in rows})
+    ax.set_title(f"Fashion-MNIST, {agents} agents{stragglers}{task}: median over seeds, "
+                 "band min–max")
     ax.set_ylim(bottom=70)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
