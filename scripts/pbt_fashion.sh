@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Fashion-MNIST population benchmark (issue 26, docs/pbt-fashion.md): every method of
-# benchmarks/pbt_fashion/ on 4 agents (one MPI rank each, one thread each), 5 seeds, the same
-# step and wall-clock budget; then the table and the plot.
+# benchmarks/pbt_fashion/ on 4 agents unless --agents (one MPI rank each, one thread each), 5
+# seeds, the same step and wall-clock budget; then the table and the plot.
 #   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
 #                          [--agents N] [--quick] [--no-report]
@@ -56,6 +56,8 @@ import sys, tasks
 t = tasks.TASKS.get(sys.argv[1])
 print(*(t['steps'], t['interval']) if t else ('', ''))" "$task") || true
 [ -n "${task_steps:-}" ] || { echo "pbt_fashion.sh: unknown --task $task" >&2; exit 2; }
+[[ "$ranks" =~ ^[0-9]+$ ]] && [ "$ranks" -ge 2 ] || {
+  echo "pbt_fashion.sh: --agents $ranks: a population of at least 2" >&2; exit 2; }
 steps=${steps:-$task_steps}
 interval=${interval:-$task_interval}
 if [ "$task" != default ]; then
