@@ -85,9 +85,13 @@ class Context:
         M.train_step(net, opt, self.drift.images(x, self.stream_step), y)
         self.stream_step += 1
 
+    def _last_step(self) -> int:
+        """The training step the stream is at: the last one taken (0 before any)."""
+        return max(0, self.stream_step - 1)
+
     def _now_images(self, x: torch.Tensor) -> torch.Tensor:
         """Images as the stream shows them after the last training step (its phase)."""
-        return self.drift.images(x, max(0, self.stream_step - 1))
+        return self.drift.images(x, self._last_step())
 
     def out_of_budget(self, step: int) -> bool:
         return step >= self.steps or self.clock.now() >= self.budget_seconds
@@ -107,7 +111,7 @@ class Context:
                "clock": self.clock.now(), "val": val, "test": test,
                "hyper": {k: float(v) for k, v in hyper.items()}}
         if self.drift.shift_steps:
-            row["phase"] = self.drift.phase(max(0, self.stream_step - 1))
+            row["phase"] = self.drift.phase(self._last_step())
         row.update(extra)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()

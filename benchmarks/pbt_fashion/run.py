@@ -110,10 +110,10 @@ def main() -> int:
     step_time = 0.0  # no delay to scale without stragglers
     if o.condition != "none":
         step_time = calibration(comm, o, data.train)
+    drift = Drift(o.seed, o.steps, M.TASKS[o.task].get("shifts", 0))  # the seed's, every method's
     for method in methods:
         straggler = S.Straggler(o.condition, rank, size, o.seed, step_time)
         polite_barrier(comm)  # every agent starts its clock together
-        drift = Drift(o.seed, o.steps, M.TASKS[o.task].get("shifts", 0))
         ctx = Context(comm, rank, size, o.seed, method, o.steps, o.budget_seconds, o.interval,
                       o.val_limit, data, o.out, straggler, o.task, drift)
         if method in PARAMWIN_METHODS:
