@@ -66,6 +66,7 @@ if [ "$task" != default ]; then
 fi
 defaults=random_search,optuna_tpe,checkpoint_pbt,paramwin_pbt,paramwin_pbt_sync,paramwin_pb2
 every=$defaults,random_cosine,paramwin_pbt_sync_twin,checkpoint_pbt_cosine,paramwin_pbt_cosine
+every+=,paramwin_pbt_same
 [ "$quick" = 1 ] && methods=${methods:-$every}  # every method
 methods=${methods:-$defaults}
 out=${out:-out/pbt_fashion}

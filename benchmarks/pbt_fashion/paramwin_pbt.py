@@ -10,7 +10,8 @@ counterpart of the baseline's torch.save + torch.load) and ``rebirth_seconds`` (
 ``step`` call: ranking, selection, the pull, explore, the republish, and in the synchronous
 mode the wait for the other agents). paramwin_pbt_cosine: the asynchronous preset searching the
 peak of a cosine learning-rate schedule over the agent's steps (model.anneal_lr), as
-random_cosine's.
+random_cosine's. paramwin_pbt_same: the asynchronous preset ranking at the same iteration
+(same_iteration=true).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ METHOD_OPTIONS: Dict[str, Dict[str, Any]] = {
     # make the same decisions, so any difference between their runs is the exploit's own.
     "paramwin_pbt_sync_twin": {"preset": "pbt", "worst_every": 1, "sync": True},
     "paramwin_pbt_cosine": {"preset": "pbt", "worst_every": 1},
+    # The asynchronous preset ranking each agent with the others at iterations both have
+    # reported (docs/agent.md, "Ranking at the same iteration").
+    "paramwin_pbt_same": {"preset": "pbt", "worst_every": 1, "same_iteration": True},
 }
 
 

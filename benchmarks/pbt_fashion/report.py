@@ -36,7 +36,7 @@ from typing import Dict, List
 BASELINE = "checkpoint_pbt"
 ORDER = ["random_search", "random_cosine", "optuna_tpe", "checkpoint_pbt", "paramwin_pbt",
          "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin", "checkpoint_pbt_cosine",
-         "paramwin_pbt_cosine"]
+         "paramwin_pbt_cosine", "paramwin_pbt_same"]
 # paramwin's synchronous PBT deciding with the baseline's explore stream (paramwin_pbt.py):
 # twin() checks that its runs are the baseline's, evaluation for evaluation.
 TWIN = "paramwin_pbt_sync_twin"

@@ -43,7 +43,7 @@ METHODS = {
     "checkpoint_pbt_cosine": lambda ctx: checkpoint_pbt.run(ctx, anneal=True),
 }
 PARAMWIN_METHODS = ("paramwin_pbt", "paramwin_pbt_sync", "paramwin_pb2", "paramwin_pbt_sync_twin",
-                    "paramwin_pbt_cosine")
+                    "paramwin_pbt_cosine", "paramwin_pbt_same")
 
 
 def calibration(comm, o, train) -> float:

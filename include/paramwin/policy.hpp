@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -57,6 +58,32 @@ class Pb2Explorer;  // src/decision/pb2.hpp: PB2's state, private to the library
 [[nodiscard]] std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self,
                                           double own_metric, std::uint64_t fingerprint,
                                           MetricDirection direction, double fraction);
+
+/// What rank_at_same_iteration() found.
+struct SameIterationRank {
+  bool worst = false;         ///< @p self is in the worst quantile
+  std::size_t ranked = 0;     ///< agents ranked, @p self included
+  std::size_t worse = 0;      ///< ranked agents worse than @p self
+  std::size_t count = 0;      ///< quantile_count(ranked, fraction)
+  std::size_t ahead = 0;      ///< of the ranked, compared by their latest metric (> 1 report ahead)
+  std::size_t unmatched = 0;  ///< left out: behind every report in @p own_reports
+};
+
+/// The worst-fraction check of WorstFractionTrigger::same_iteration: @p self is ranked with
+/// each other agent (the agents worst_ranks() ranks) at one iteration c, the latest both have
+/// reported. The other's report: its roster's latest when its iteration is at most
+/// @p self's latest, else its previous report (RosterEntry::previous) when that one is; an
+/// agent further ahead is compared by its latest metric with @p self's latest. @p self's
+/// report at c: the latest of @p own_reports (ascending iterations, the last one now) at an
+/// iteration <= c; an agent behind all of them is not ranked (unmatched). @p self is worst
+/// when fewer than quantile_count(ranked, @p fraction) ranked agents are worse (ties: the
+/// higher rank is worse; NaN is worst), the same rule as worst_ranks(). InvalidArgument for
+/// empty @p own_reports, iterations not ascending, or a fraction outside [0, 1].
+[[nodiscard]] SameIterationRank rank_at_same_iteration(std::span<const RosterEntry> rosters,
+                                                       int self,
+                                                       std::span<const MetricReport> own_reports,
+                                                       std::uint64_t fingerprint,
+                                                       MetricDirection direction, double fraction);
 
 /// Positive weights summing to 1 for donors given best first (by @p metrics), larger for
 /// better donors (equal metrics: equal weights). NaN metrics count as the worst.
@@ -157,6 +184,12 @@ class Policy {
   [[nodiscard]] std::int64_t max_age() const noexcept { return max_age_; }  ///< drawn max age
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }  ///< rebirths
   [[nodiscard]] DeathReason pending() const noexcept { return pending_; }  ///< death awaiting
+  /// worst_fraction.same_iteration: this agent's reports since its latest rebirth that
+  /// decide() keeps (ascending iterations, the latest last), at most kReportHistory.
+  [[nodiscard]] const std::deque<MetricReport>& reports() const noexcept { return reports_; }
+  /// How many of its own reports a policy keeps for worst_fraction.same_iteration: an agent
+  /// further behind is not ranked with it.
+  static constexpr std::size_t kReportHistory = 64;
   /// True when a death is allowed at the current step (past warm-up and cooldown).
   [[nodiscard]] bool death_allowed() const noexcept;
 
@@ -185,6 +218,8 @@ class Policy {
   [[nodiscard]] std::vector<int> custom_choice(std::vector<int> eligible, std::size_t want,
                                                const std::function<double(int)>& metric_of,
                                                const std::function<bool(int, int)>& better);
+  /// worst_fraction.same_iteration: keeps (@p iteration, @p metric) in reports_.
+  void record_report(std::int64_t iteration, double metric);
   [[nodiscard]] DeathReason decide_now(std::int64_t iteration, double metric,
                                        const RosterReader& rosters, std::uint64_t fingerprint);
 
@@ -203,6 +238,9 @@ class Policy {
   std::int64_t rebirth_step_ = 0;
   std::uint64_t generation_ = 0;
   DeathReason pending_ = DeathReason::none;
+  // worst_fraction.same_iteration: this agent's reports since its latest rebirth, ascending
+  // iterations, at most kReportHistory (the oldest dropped first).
+  std::deque<MetricReport> reports_{};
   std::unique_ptr<detail::Pb2Explorer> pb2_;  // explore.kind pb2 only
   std::string explore_note_{};
 };

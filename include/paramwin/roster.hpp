@@ -4,6 +4,7 @@
 /// fitness metric, generation, layout fingerprint and state.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,12 @@ struct AgentStatus {
   AgentState state = AgentState::fresh;  ///< what donor selection may do with this agent
 };
 
+/// One report of an agent: a trainer iteration and the metric it set with it.
+struct MetricReport {
+  std::int64_t iteration = 0;  ///< trainer's step counter
+  double metric = 0.0;         ///< the metric reported at that iteration
+};
+
 /// What an agent's segment says of its process: written at window creation (pid, host,
 /// incarnation) and by every set_status, i.e. every agent step (heartbeat). See
 /// docs/elastic.md.
@@ -66,6 +73,11 @@ struct RosterEntry {
   std::uint64_t status_updates = 0;  ///< number of set_status calls (changes on every update)
   double publish_time = 0.0;         ///< MPI_Wtime of the latest publish (0 if none)
   AgentStatus status;                ///< the owner's self-reported fields
+  /// The owner's report before its latest iteration: the iteration and metric of its last
+  /// status before status.iteration changed (the window keeps it; a fresh status is no
+  /// report). Empty until the owner's second iteration. Read under the roster's seqlock, with
+  /// status. What ranking at the same iteration needs of an agent one report ahead.
+  std::optional<MetricReport> previous{};
   /// The hyperparameters of the agent's latest publish (empty when the layout declares
   /// none; zeros before the first publish). Read under the roster's seqlock, with status.
   Hyperparameters hyper{};

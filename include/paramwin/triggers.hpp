@@ -44,6 +44,15 @@ struct WorstFractionTrigger {
   /// interval); only this trigger may be on; one-rank Agents only (GroupAgent refuses it). See
   /// docs/agent.md, "PBT".
   bool synchronous = false;
+  /// Asynchronous mode only: compare this agent with each other agent at one iteration, the
+  /// latest both have reported (this agent's own earlier reports since its latest rebirth, an
+  /// agent one report ahead by its roster's previous report), instead of everyone's latest
+  /// report whatever its iteration (Ray Tune's asynchronous rule). Only agents it can be
+  /// compared with count towards the quantile; an agent more than one report ahead is
+  /// compared by its latest metric. For metrics that move for every agent at once (a data
+  /// stream that shifts). See docs/agent.md, "Ranking at the same iteration", and
+  /// rank_at_same_iteration().
+  bool same_iteration = false;
 };
 
 /// What a custom trigger sees.

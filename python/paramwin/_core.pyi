@@ -130,6 +130,7 @@ class RosterEntry:
     age: int
     metric: float
     generation: int
+    previous: Optional[Tuple[int, float]]
     state: str
 
 class PhaseSeconds:

@@ -89,6 +89,13 @@ void bind_roster_records(py::module_& m) {
       .def_property_readonly("age", [](const RosterEntry& e) { return e.status.age; })
       .def_property_readonly("metric", [](const RosterEntry& e) { return e.status.metric; })
       .def_property_readonly("generation", [](const RosterEntry& e) { return e.status.generation; })
+      .def_property_readonly(
+          "previous",
+          [](const RosterEntry& e) -> py::object {
+            if (!e.previous) return py::none();
+            return py::make_tuple(e.previous->iteration, e.previous->metric);
+          },
+          "(iteration, metric) of the report before the latest iteration, or None")
       .def_property_readonly("state",
                              [](const RosterEntry& e) {
                                return std::string(state_name(e.status.state));

@@ -104,6 +104,13 @@ void check_worst_fraction(const TriggerOptions& t, int population) {
     bad("triggers.worst_fraction is enabled in a population of " + std::to_string(population) +
         ": it ranks at least 2 agents, so it can never fire");
   }
+  if (w.same_iteration && (!w.enabled || w.synchronous)) {
+    bad(std::string("triggers.worst_fraction.same_iteration ranks the asynchronous mode's "
+                    "worst-fraction checks: ") +
+        (w.enabled ? "the synchronous mode already ranks every agent at the same iteration; "
+                     "turn one of them off"
+                   : "the worst-fraction trigger is not enabled"));
+  }
   if (w.synchronous) {
     if (!w.enabled) {
       bad("triggers.worst_fraction.synchronous needs the worst-fraction trigger enabled (its "

@@ -1,6 +1,7 @@
 // Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -70,6 +71,7 @@ Policy::Policy(const Policy& other)
       rebirth_step_(other.rebirth_step_),
       generation_(other.generation_),
       pending_(other.pending_),
+      reports_(other.reports_),
       pb2_(other.pb2_ ? std::make_unique<detail::Pb2Explorer>(*other.pb2_) : nullptr),
       explore_note_(other.explore_note_) {}
 
@@ -117,14 +119,29 @@ DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterRe
                            std::uint64_t fingerprint) {
   ++steps_;
   ++age_;
+  const std::deque<MetricReport> reports = reports_;
+  record_report(iteration, metric);
   try {
     return decide_now(iteration, metric, rosters, fingerprint);
   } catch (...) {
     // A throwing custom trigger or roster read leaves the policy as if the step never ran.
     --steps_;
     --age_;
+    reports_ = reports;
     throw;
   }
+}
+
+void Policy::record_report(std::int64_t iteration, double metric) {
+  if (!options_.triggers.worst_fraction.same_iteration) return;
+  // The same iteration again replaces its report; an earlier one (a trainer that went back)
+  // starts the history anew.
+  if (!reports_.empty() && reports_.back().iteration >= iteration) {
+    if (reports_.back().iteration > iteration) reports_.clear();
+    else reports_.pop_back();
+  }
+  reports_.push_back({.iteration = iteration, .metric = metric});
+  if (reports_.size() > kReportHistory) reports_.pop_front();
 }
 
 DeathReason Policy::decide_now(std::int64_t iteration, double metric, const RosterReader& rosters,
@@ -147,10 +164,19 @@ DeathReason Policy::decide_now(std::int64_t iteration, double metric, const Rost
   } else if (t.worst_fraction.enabled && steps_ % t.worst_fraction.every == 0 &&
              t.worst_fraction.fraction > 0.0) {
     const std::vector<RosterEntry> all = rosters ? rosters() : std::vector<RosterEntry>{};
-    const std::vector<int> worst =
-        worst_ranks(all, rank_, metric, fingerprint, options_.direction, t.worst_fraction.fraction);
-    if (std::find(worst.begin(), worst.end(), rank_) != worst.end()) {
-      reason = DeathReason::worst_fraction;
+    if (t.worst_fraction.same_iteration) {
+      const std::vector<MetricReport> own(reports_.begin(), reports_.end());
+      if (rank_at_same_iteration(all, rank_, own, fingerprint, options_.direction,
+                                 t.worst_fraction.fraction)
+              .worst) {
+        reason = DeathReason::worst_fraction;
+      }
+    } else {
+      const std::vector<int> worst = worst_ranks(all, rank_, metric, fingerprint,
+                                                 options_.direction, t.worst_fraction.fraction);
+      if (std::find(worst.begin(), worst.end(), rank_) != worst.end()) {
+        reason = DeathReason::worst_fraction;
+      }
     }
   }
   if (reason == DeathReason::none && t.custom) {
@@ -366,6 +392,8 @@ std::vector<double> Policy::mixing_weights(std::span<const double> metrics_best_
 }
 
 void Policy::reborn() {
+  // The reports so far were the dead agent's: none of them is this one's to be ranked by.
+  reports_.clear();
   age_ = 0;
   ++generation_;
   max_age_ = draw_max_age();

@@ -46,7 +46,15 @@ double staleness_of(std::span<const RosterEntry> rosters, int rank, double now) 
 
 void choose_donors(Policy& policy, const PlanInput& in, const Policy::RosterReader& read,
                    RebirthPlan& plan) {
-  const std::vector<RosterEntry> rosters = read();
+  std::vector<RosterEntry> rosters = read();
+  // The roster holds this agent's previous report until the step ends: truncation ranks it
+  // with the metric this step judged, as the trigger did (and Ray Tune does).
+  for (RosterEntry& e : rosters) {
+    if (e.rank == policy.rank()) {
+      e.status.iteration = in.iteration;
+      e.status.metric = in.metric;
+    }
+  }
   const double now = in.now();
   const DonorChoice choice = policy.select_donors(rosters, in.fingerprint, in.exclude, now);
   if (choice.ranks.empty()) {

@@ -81,6 +81,13 @@ std::size_t quantile_count(std::size_t n, double fraction) {
 
 namespace {
 
+// Whether @p e is ranked besides self: it answered, is no suspect, has the same layout and
+// is active or mid-rebirth.
+bool rankable(const RosterEntry& e, std::uint64_t fingerprint) {
+  return e.answered && !e.suspect && e.fingerprint == fingerprint &&
+         (e.status.state == AgentState::active || e.status.state == AgentState::rebirth);
+}
+
 struct Ranked {
   int rank;
   double metric;
@@ -97,8 +104,7 @@ std::vector<Ranked> rank_worst_first(std::span<const RosterEntry> rosters, int s
     if (e.rank == self) {
       ranked.push_back({self, own_metric});
       self_seen = true;
-    } else if (e.answered && !e.suspect && e.fingerprint == fingerprint &&
-               (e.status.state == AgentState::active || e.status.state == AgentState::rebirth)) {
+    } else if (rankable(e, fingerprint)) {
       ranked.push_back({e.rank, e.status.metric});
     }
   }
@@ -150,6 +156,73 @@ std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self, doub
                             std::uint64_t fingerprint, MetricDirection direction, double fraction) {
   return quantile_end("best_ranks", rosters, self, own_metric, fingerprint, direction, fraction,
                       true);
+}
+
+namespace {
+
+void check_reports(std::span<const MetricReport> own) {
+  if (own.empty()) {
+    throw InvalidArgument("paramwin: rank_at_same_iteration: no own report (the latest one is "
+                          "the metric being judged)");
+  }
+  for (std::size_t i = 1; i < own.size(); ++i) {
+    if (own[i].iteration <= own[i - 1].iteration) {
+      throw InvalidArgument("paramwin: rank_at_same_iteration: own reports must have ascending "
+                            "iterations; report " +
+                            std::to_string(i) + " is at iteration " +
+                            std::to_string(own[i].iteration) + " after " +
+                            std::to_string(own[i - 1].iteration));
+    }
+  }
+}
+
+// Self's report at iteration @p c: the latest at an iteration <= c (null when none is).
+const MetricReport* own_at(std::span<const MetricReport> own, std::int64_t c) {
+  const auto after =
+      std::upper_bound(own.begin(), own.end(), c,
+                       [](std::int64_t x, const MetricReport& r) { return x < r.iteration; });
+  return after == own.begin() ? nullptr : &*(after - 1);
+}
+
+}  // namespace
+
+SameIterationRank rank_at_same_iteration(std::span<const RosterEntry> rosters, int self,
+                                         std::span<const MetricReport> own_reports,
+                                         std::uint64_t fingerprint, MetricDirection direction,
+                                         double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    throw InvalidArgument("paramwin: rank_at_same_iteration: fraction " + std::to_string(fraction) +
+                          " is outside [0, 1]");
+  }
+  check_reports(own_reports);
+  const MetricReport& now = own_reports.back();
+  SameIterationRank out;
+  out.ranked = 1;
+  for (const RosterEntry& e : rosters) {
+    if (e.rank == self || !rankable(e, fingerprint)) continue;
+    MetricReport theirs{.iteration = e.status.iteration, .metric = e.status.metric};
+    const MetricReport* mine = nullptr;
+    if (theirs.iteration <= now.iteration) {
+      mine = own_at(own_reports, theirs.iteration);
+    } else if (e.previous && e.previous->iteration <= now.iteration) {
+      theirs = *e.previous;
+      mine = own_at(own_reports, theirs.iteration);
+    } else {
+      mine = &now;  // more than one report ahead: its latest metric against ours
+      ++out.ahead;
+    }
+    if (mine == nullptr) {
+      ++out.unmatched;
+      continue;
+    }
+    ++out.ranked;
+    const bool worse = is_better(direction, mine->metric, theirs.metric) ||
+                       (!is_better(direction, theirs.metric, mine->metric) && e.rank > self);
+    if (worse) ++out.worse;
+  }
+  out.count = quantile_count(out.ranked, fraction);
+  out.worst = out.worse < out.count;
+  return out;
 }
 
 std::vector<double> fitness_weights(std::span<const double> metrics, MetricDirection direction,

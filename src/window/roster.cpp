@@ -29,6 +29,13 @@ void WindowImpl::set_status(const AgentStatus& status) {
   h.metric.store(std::bit_cast<std::uint64_t>(status.metric), std::memory_order_relaxed);
   h.generation.store(status.generation, std::memory_order_relaxed);
   h.state.store(static_cast<std::uint64_t>(status.state), std::memory_order_relaxed);
+  // A new iteration: the outgoing report becomes the previous one (a fresh status is none).
+  if (status.iteration != status_.iteration && status_.state != AgentState::fresh) {
+    h.previous_iteration.store(static_cast<std::uint64_t>(status_.iteration),
+                               std::memory_order_relaxed);
+    h.previous_metric.store(std::bit_cast<std::uint64_t>(status_.metric),
+                            std::memory_order_relaxed);
+  }
   h.status_seq.store(seq + 2, std::memory_order_release);
   status_ = status;
   heartbeat_.beat(h);
@@ -52,6 +59,10 @@ RosterEntry make_entry(int rank, const HeadWords& head, const StatusWords& s,
   e.status.age = static_cast<std::int64_t>(s.age);
   e.status.metric = std::bit_cast<double>(s.metric);
   e.status.generation = s.generation;
+  if (s.previous_iteration != kNoReport) {
+    e.previous = MetricReport{.iteration = static_cast<std::int64_t>(s.previous_iteration),
+                              .metric = std::bit_cast<double>(s.previous_metric)};
+  }
   // An unknown state (a newer library's?) is read as left: never chosen, never ranked.
   e.status.state = s.state <= static_cast<std::uint64_t>(AgentState::paused)
                        ? static_cast<AgentState>(s.state)
@@ -79,6 +90,8 @@ RosterEntry WindowImpl::read_local_roster(int rank, const SegmentHeader& h) cons
     s.metric = h.metric.load(std::memory_order_relaxed);
     s.generation = h.generation.load(std::memory_order_relaxed);
     s.state = h.state.load(std::memory_order_relaxed);
+    s.previous_iteration = h.previous_iteration.load(std::memory_order_relaxed);
+    s.previous_metric = h.previous_metric.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < slots_.hyper_count; ++i) {
       hyper[i] = h.roster_hyper[i].load(std::memory_order_relaxed);
     }

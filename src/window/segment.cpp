@@ -10,7 +10,7 @@ static_assert(offsetof(SegmentHeader, publish_time) == kPublishTimeOffset);
 static_assert(offsetof(SegmentHeader, heartbeat) == kLivenessOffset);
 static_assert(offsetof(SegmentHeader, pins) == kPinsOffset);
 static_assert(offsetof(SegmentHeader, status_seq) == kStatusOffset);
-static_assert(offsetof(SegmentHeader, state) + 8 == kStatusOffset + kStatusBytes);
+static_assert(offsetof(SegmentHeader, previous_metric) + 8 == kStatusOffset + kStatusBytes);
 static_assert(offsetof(SegmentHeader, verify) == kVerifyOffset);
 static_assert(offsetof(SegmentHeader, bad_layer) == kBadLayerOffset);
 static_assert(offsetof(SegmentHeader, roster_hyper) == kRosterHyperOffset);

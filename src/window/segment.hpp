@@ -67,6 +67,10 @@ struct alignas(64) SegmentHeader {
   std::atomic<std::uint64_t> metric;  // bits of a double
   std::atomic<std::uint64_t> generation;
   std::atomic<std::uint64_t> state;
+  // The owner's report before its latest iteration (set_status keeps it when the iteration
+  // changes): kNoReport in previous_iteration until there is one.
+  std::atomic<std::uint64_t> previous_iteration;
+  std::atomic<std::uint64_t> previous_metric;  // bits of a double
 
   // line 5: verification pattern written at creation
   alignas(64) std::atomic<std::uint64_t> verify[8];
@@ -99,7 +103,7 @@ inline constexpr std::size_t kBegunOffset = 72;
 inline constexpr std::size_t kPublishTimeOffset = 80;
 inline constexpr std::size_t kBadLayerOffset = 88;
 inline constexpr std::size_t kStatusOffset = 256;
-inline constexpr std::size_t kStatusBytes = 48;
+inline constexpr std::size_t kStatusBytes = 64;
 inline constexpr std::size_t kVerifyOffset = 320;
 inline constexpr std::size_t kRosterHyperOffset = 384;
 inline constexpr std::size_t kLivenessOffset = 640;
@@ -117,8 +121,11 @@ static_assert(sizeof(HeadWords) == 128);
 
 /// The roster block (status sequence word and fields) as plain words.
 struct StatusWords {
-  std::uint64_t seq, iteration, age, metric, generation, state;
+  std::uint64_t seq, iteration, age, metric, generation, state, previous_iteration, previous_metric;
 };
+
+/// previous_iteration of a roster with no previous report (INT64_MIN: no iteration is).
+inline constexpr std::uint64_t kNoReport = std::uint64_t{1} << 63;
 static_assert(sizeof(StatusWords) == kStatusBytes);
 
 /// The liveness line (heartbeat, pid, host, incarnation, beat interval) as plain words.

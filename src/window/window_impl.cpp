@@ -277,6 +277,7 @@ void WindowImpl::init_segment() {
   h->host_slots.store(host_slots_, std::memory_order_relaxed);
   h->memory.store(static_cast<std::uint64_t>(options_.memory), std::memory_order_relaxed);
   h->state.store(static_cast<std::uint64_t>(AgentState::fresh), std::memory_order_relaxed);
+  h->previous_iteration.store(kNoReport, std::memory_order_relaxed);
   init_liveness(*h);
 
   shm_win_.lock_all(MPI_MODE_NOCHECK);

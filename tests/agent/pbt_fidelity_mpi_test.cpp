@@ -1,4 +1,6 @@
 // PBT fidelity under MPI (issue 26), on populations of 4 and 8 with the pbt preset:
+// - asynchronous, ranked at the same iteration: after a shift of every agent's metric, the
+//   first agent past it is not ranked against the others' reports from before it;
 // - asynchronous: every rebirth in the event logs replaces an agent of the bottom
 //   quantile_count(n, q) with a copy of an agent of the top quantile, the donors spread
 //   uniformly over the top quantile (chi-square over hundreds of deaths), the copy exact;
@@ -198,6 +200,70 @@ TEST(PbtFidelity, AsyncRebirthsReplaceTheBottomWithUniformCopiesOfTheTop) {
   run_async("async25", 0.25, 201);
   MPI_Barrier(MPI_COMM_WORLD);
   run_async("async50", 0.5, 201);
+}
+
+// --- asynchronous, ranked at the same iteration -------------------------------------------
+
+// A metric that shifts for everyone at iteration 2 (every loss jumps by 5), the agents
+// reaching it one at a time. Ray Tune's asynchronous rule ranks each one past the shift
+// against the others' losses from before it, and it dies; ranked at the same iteration, only
+// the agents that were the worst at iteration 1 and are the worst at 2 (the last ranks) die,
+// as the agreed ranking of the synchronous mode would decide. Returns the ranks that died.
+std::vector<int> deaths_after_a_shift(bool same_iteration) {
+  const int n = pw::test::world_size();
+  const int rank = pw::test::world_rank();
+  pw::AgentOptions o = pw::parse_agent_options(
+      "preset=pbt worst_every=1 warmup=1 seed=3 explore.lr=log_uniform:1e-4..1e-1");
+  o.triggers.worst_fraction.same_iteration = same_iteration;
+  bool died = false;
+  {
+    pw::Agent<> agent(MPI_COMM_WORLD, layout(), o);
+    std::vector<float> w(kW, static_cast<float>(rank));
+    const std::vector<pw::LayerRef> refs{pw::LayerRef(w)};
+    (void)agent.step(1, 0.1 + 0.01 * rank, refs);  // the warm-up step: reports, no ranking
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int turn = 0; turn < n; ++turn) {
+      if (turn == rank) {
+        const pw::StepEvent ev = agent.step(2, 5.1 + 0.01 * rank, refs);
+        died = ev.died;
+        if (died) {
+          EXPECT_EQ(ev.reason, pw::DeathReason::worst_fraction);
+        }
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+  // Everyone's deaths, for every rank to check.
+  const int mine = died ? 1 : 0;
+  std::vector<int> all(static_cast<std::size_t>(n));
+  MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<std::size_t>(r)] != 0) out.push_back(r);
+  }
+  return out;
+}
+
+TEST(PbtFidelity, AsyncSameIterationRanksTheFirstPastAShiftAtItsPreviousIteration) {
+  PARAMWIN_REQUIRE_RANKS(4);
+  const int n = pw::test::world_size();
+  // Each agent in its turn is the worst of the latest reports: those that went before it
+  // report less than its 5.1x, those still to go their 0.1x of iteration 1. Every agent dies.
+  const std::vector<int> latest = deaths_after_a_shift(false);
+  std::vector<int> everyone(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  EXPECT_EQ(latest, everyone) << ::testing::PrintToString(latest);
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Each agent is compared with those behind at iteration 1 and with those ahead at 2: the
+  // agents that die are the worst quantile_count(n, 0.25) at both, the last ranks, as the
+  // synchronous mode's agreed ranking at 2 would decide.
+  const std::vector<int> same = deaths_after_a_shift(true);
+  std::vector<int> want;
+  for (int r = n - static_cast<int>(pw::quantile_count(static_cast<std::size_t>(n), 0.25)); r < n;
+       ++r) {
+    want.push_back(r);
+  }
+  EXPECT_EQ(same, want) << ::testing::PrintToString(same);
 }
 
 // --- synchronous --------------------------------------------------------------------------

@@ -110,6 +110,11 @@ def test_rosters_status_and_properties(comm):
         assert all(e.version == 1 and e.state == "active" for e in rosters)
         assert [e.metric for e in rosters] == [0.5 * r for r in range(n)]
         assert win.roster((rank + 1) % n).iteration == 7
+        assert win.roster((rank + 1) % n).previous is None  # from the fresh status: no report
+        comm.Barrier()
+        win.set_status(iteration=8, metric=1.5, state="active")
+        comm.Barrier()
+        assert win.roster((rank + 1) % n).previous == (7, 0.5 * ((rank + 1) % n))
         assert win.transport_for((rank + 1) % n) == "rma"
         comm.Barrier()
     assert win.closed

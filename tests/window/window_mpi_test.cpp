@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -238,6 +239,47 @@ TEST_P(WindowTest, RosterIsReadableByEveryone) {
     EXPECT_EQ(one.version, e.version);
     EXPECT_EQ(one.status.iteration, e.status.iteration);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The roster keeps each agent's report before its latest iteration: none until the second
+// iteration (a fresh status is no report), the latest status of the outgoing iteration (its
+// last metric), unchanged by new statuses at the same iteration (a pause, a rebirth).
+TEST_P(WindowTest, RosterKeepsThePreviousIterationsReport) {
+  pw::Layout layout;
+  layout.add("w", std::size_t{8});
+  pw::ParameterWindow<> win(MPI_COMM_WORLD, layout, {.transport = GetParam()});
+  const int rank = win.rank();
+  const auto status = [&](std::int64_t iteration, double metric, pw::AgentState state) {
+    win.set_status({.iteration = iteration, .metric = metric, .state = state});
+  };
+  const auto previous_of = [&](int r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto all = win.roster_all();
+    MPI_Barrier(MPI_COMM_WORLD);
+    return all[static_cast<std::size_t>(r)].previous;
+  };
+  const int peer = (rank + 1) % win.size();
+  EXPECT_FALSE(previous_of(peer).has_value());
+  status(100 + rank, 0.1, pw::AgentState::active);  // iteration changed from the fresh 0
+  EXPECT_FALSE(previous_of(peer).has_value());
+  status(100 + rank, 0.2, pw::AgentState::active);  // same iteration, new metric
+  status(200 + rank, 0.3, pw::AgentState::active);
+  std::optional<pw::MetricReport> p = previous_of(peer);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->iteration, 100 + peer);
+  EXPECT_DOUBLE_EQ(p->metric, 0.2);
+  status(200 + rank, 0.3, pw::AgentState::paused);
+  status(200 + rank, 0.35, pw::AgentState::rebirth);
+  p = previous_of(peer);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_DOUBLE_EQ(p->metric, 0.2);
+  status(300 + rank, 0.4, pw::AgentState::active);
+  p = previous_of(peer);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->iteration, 200 + peer);
+  EXPECT_DOUBLE_EQ(p->metric, 0.35);
+  EXPECT_EQ(win.roster(rank).previous->iteration, 200 + rank);  // its own, read locally
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
