@@ -85,6 +85,18 @@ struct SameIterationRank {
                                                        std::uint64_t fingerprint,
                                                        MetricDirection direction, double fraction);
 
+/// The top quantile of the same ranking as rank_at_same_iteration(), best first: every agent
+/// it ranks ordered by its lead over @p self at their common iteration (its metric there
+/// against @p self's there, in @p direction; @p self leads itself by 0; NaN is worse than any
+/// number; equal leads: the lower rank first), the first quantile_count(ranked, @p fraction).
+/// What truncation selection draws from with WorstFractionTrigger::same_iteration. May hold
+/// @p self. InvalidArgument as rank_at_same_iteration().
+[[nodiscard]] std::vector<int> best_at_same_iteration(std::span<const RosterEntry> rosters,
+                                                      int self,
+                                                      std::span<const MetricReport> own_reports,
+                                                      std::uint64_t fingerprint,
+                                                      MetricDirection direction, double fraction);
+
 /// Positive weights summing to 1 for donors given best first (by @p metrics), larger for
 /// better donors (equal metrics: equal weights). NaN metrics count as the worst.
 [[nodiscard]] std::vector<double> fitness_weights(std::span<const double> metrics,
@@ -149,8 +161,9 @@ class Policy {
   /// @p exclude lists ranks to leave out (e.g. a donor whose pull just failed). @p now
   /// (MPI_Wtime seconds) judges staleness when selection.max_staleness_seconds > 0.
   /// Truncation: the eligible agents of the top quantile (best_ranks(), this agent ranked
-  /// with its roster metric); custom: the user's function (InvalidArgument when it returns
-  /// a rank that is no candidate, a rank twice, or more than wanted).
+  /// with its roster metric; with worst_fraction.same_iteration, best_at_same_iteration()
+  /// with reports(), once decide() kept one); custom: the user's function (InvalidArgument when it
+  /// returns a rank that is no candidate, a rank twice, or more than wanted).
   [[nodiscard]] DonorChoice select_donors(std::span<const RosterEntry> rosters,
                                           std::uint64_t fingerprint,
                                           std::span<const int> exclude = {}, double now = 0.0);

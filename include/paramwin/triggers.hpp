@@ -49,8 +49,9 @@ struct WorstFractionTrigger {
   /// agent one report ahead by its roster's previous report), instead of everyone's latest
   /// report whatever its iteration (Ray Tune's asynchronous rule). Only agents it can be
   /// compared with count towards the quantile; an agent more than one report ahead is
-  /// compared by its latest metric. For metrics that move for every agent at once (a data
-  /// stream that shifts). See docs/agent.md, "Ranking at the same iteration", and
+  /// compared by its latest metric. Truncation selection then draws from the top of the same
+  /// ranking (best_at_same_iteration()). For metrics that move for every agent at once (a
+  /// data stream that shifts). See docs/agent.md, "Ranking at the same iteration", and
   /// rank_at_same_iteration().
   bool same_iteration = false;
 };

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "decision/eligibility.hpp"
 #include "paramwin/error.hpp"
@@ -186,27 +188,37 @@ const MetricReport* own_at(std::span<const MetricReport> own, std::int64_t c) {
 
 }  // namespace
 
-SameIterationRank rank_at_same_iteration(std::span<const RosterEntry> rosters, int self,
-                                         std::span<const MetricReport> own_reports,
-                                         std::uint64_t fingerprint, MetricDirection direction,
-                                         double fraction) {
+namespace {
+
+// One ranked agent against self at their common iteration.
+struct Pairing {
+  int rank;
+  double theirs;  // its metric there
+  double mine;    // self's metric there
+};
+
+// The agents rank_at_same_iteration() ranks besides self, each with the two metrics it is
+// compared by; @p out counts the ahead and the unmatched.
+std::vector<Pairing> pair_at_same_iteration(std::span<const RosterEntry> rosters, int self,
+                                            std::span<const MetricReport> own,
+                                            std::uint64_t fingerprint, const char* what,
+                                            double fraction, SameIterationRank& out) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument("paramwin: rank_at_same_iteration: fraction " + std::to_string(fraction) +
-                          " is outside [0, 1]");
+    throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
+                          std::to_string(fraction) + " is outside [0, 1]");
   }
-  check_reports(own_reports);
-  const MetricReport& now = own_reports.back();
-  SameIterationRank out;
-  out.ranked = 1;
+  check_reports(own);
+  const MetricReport& now = own.back();
+  std::vector<Pairing> pairs;
   for (const RosterEntry& e : rosters) {
     if (e.rank == self || !rankable(e, fingerprint)) continue;
     MetricReport theirs{.iteration = e.status.iteration, .metric = e.status.metric};
     const MetricReport* mine = nullptr;
     if (theirs.iteration <= now.iteration) {
-      mine = own_at(own_reports, theirs.iteration);
+      mine = own_at(own, theirs.iteration);
     } else if (e.previous && e.previous->iteration <= now.iteration) {
       theirs = *e.previous;
-      mine = own_at(own_reports, theirs.iteration);
+      mine = own_at(own, theirs.iteration);
     } else {
       mine = &now;  // more than one report ahead: its latest metric against ours
       ++out.ahead;
@@ -215,13 +227,67 @@ SameIterationRank rank_at_same_iteration(std::span<const RosterEntry> rosters, i
       ++out.unmatched;
       continue;
     }
-    ++out.ranked;
-    const bool worse = is_better(direction, mine->metric, theirs.metric) ||
-                       (!is_better(direction, theirs.metric, mine->metric) && e.rank > self);
+    pairs.push_back({.rank = e.rank, .theirs = theirs.metric, .mine = mine->metric});
+  }
+  return pairs;
+}
+
+// How much better the agent of @p p did than self at their common iteration (> 0: better);
+// NaN is worse than any number, and two NaNs are level.
+double lead(const Pairing& p, MetricDirection direction) {
+  const bool their_nan = std::isnan(p.theirs);
+  const bool my_nan = std::isnan(p.mine);
+  if (their_nan || my_nan) {
+    if (their_nan && my_nan) return 0.0;
+    return their_nan ? -INFINITY : INFINITY;
+  }
+  return direction == MetricDirection::lower_is_better ? p.mine - p.theirs : p.theirs - p.mine;
+}
+
+}  // namespace
+
+SameIterationRank rank_at_same_iteration(std::span<const RosterEntry> rosters, int self,
+                                         std::span<const MetricReport> own_reports,
+                                         std::uint64_t fingerprint, MetricDirection direction,
+                                         double fraction) {
+  SameIterationRank out;
+  const std::vector<Pairing> pairs =
+      pair_at_same_iteration(rosters, self, own_reports, fingerprint, "rank_at_same_iteration",
+                             fraction, out);
+  out.ranked = 1 + pairs.size();
+  for (const Pairing& p : pairs) {
+    const bool worse = is_better(direction, p.mine, p.theirs) ||
+                       (!is_better(direction, p.theirs, p.mine) && p.rank > self);
     if (worse) ++out.worse;
   }
   out.count = quantile_count(out.ranked, fraction);
   out.worst = out.worse < out.count;
+  return out;
+}
+
+std::vector<int> best_at_same_iteration(std::span<const RosterEntry> rosters, int self,
+                                        std::span<const MetricReport> own_reports,
+                                        std::uint64_t fingerprint, MetricDirection direction,
+                                        double fraction) {
+  SameIterationRank counts;
+  std::vector<Pairing> pairs = pair_at_same_iteration(rosters, self, own_reports, fingerprint,
+                                                      "best_at_same_iteration", fraction, counts);
+  const std::size_t count = quantile_count(1 + pairs.size(), fraction);
+  // Self leads itself by 0.
+  pairs.push_back(
+      {.rank = self, .theirs = own_reports.back().metric, .mine = own_reports.back().metric});
+  std::vector<std::pair<double, int>> ranked;
+  ranked.reserve(pairs.size());
+  for (const Pairing& p : pairs)
+    ranked.emplace_back(p.rank == self ? 0.0 : lead(p, direction), p.rank);
+  // Best first: the largest lead; equal leads, the lower rank (worst_ranks' ties reversed).
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    return a.second < b.second;
+  });
+  std::vector<int> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(ranked[i].second);
   return out;
 }
 

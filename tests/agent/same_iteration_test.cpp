@@ -245,3 +245,60 @@ TEST(SameIteration, OptionIsParsedAndValidated) {
         << e.what();
   }
 }
+
+// The top quantile of the same ranking: each agent by its lead over this one at their common
+// iteration. By the latest reports the agent behind the shift is the best; by the leads, the
+// agent that was ahead of this one at 2000 by the most.
+TEST(SameIteration, TheTopQuantileIsTheLargestLeadAtTheCommonIteration) {
+  const std::vector<pw::RosterEntry> r{at(0, 2200, 0.55), at(1, 2000, 0.86),
+                                       at(2, 2400, 0.70,
+                                          pw::MetricReport{.iteration = 2200, .metric = 0.66}),
+                                       at(3, 2200, 0.58)};
+  const std::vector<pw::MetricReport> own{{.iteration = 2000, .metric = 0.85},
+                                          {.iteration = 2200, .metric = 0.55}};
+  EXPECT_EQ(pw::best_ranks(r, 0, 0.55, kFp, kHigher, 0.25), std::vector<int>{1});
+  // Leads: rank 1 +0.01 (at 2000), rank 2 +0.11 (its previous report, at 2200), rank 3 +0.03.
+  EXPECT_EQ(pw::best_at_same_iteration(r, 0, own, kFp, kHigher, 0.5), (std::vector<int>{2, 3}));
+  EXPECT_EQ(pw::best_at_same_iteration(r, 0, own, kFp, kHigher, 0.25), std::vector<int>{2});
+  // Lower is better: the leads change sign; self (lead 0) is then among the best.
+  const std::vector<pw::RosterEntry> losses{at(0, 10, 1.0), at(1, 10, 2.0), at(2, 10, 0.5),
+                                            at(3, 10, std::nan(""))};
+  const std::vector<pw::MetricReport> mine{{.iteration = 10, .metric = 1.0}};
+  EXPECT_EQ(pw::best_at_same_iteration(losses, 0, mine, kFp, pw::MetricDirection::lower_is_better,
+                                       0.5),
+            (std::vector<int>{2, 0}));
+  // Equal leads: the lower rank first.
+  const std::vector<pw::RosterEntry> level{at(0, 10, 1.0), at(2, 10, 1.5), at(1, 10, 1.5)};
+  EXPECT_EQ(pw::best_at_same_iteration(level, 0, mine, kFp, pw::MetricDirection::higher_is_better,
+                                       0.25),
+            std::vector<int>{1});
+  EXPECT_THROW((void)pw::best_at_same_iteration(r, 0, {}, kFp, kHigher, 0.25), pw::InvalidArgument);
+}
+
+// Truncation selection with the option draws from that top quantile: a dying agent after the
+// shift never copies the agent that has not reached it.
+TEST(SameIteration, TruncationDrawsFromTheTopAtTheCommonIteration) {
+  pw::AgentOptions o = same_iteration_options();
+  pw::Policy p(o, 0, 4);
+  const std::vector<pw::RosterEntry> before{at(0, 0, 0.0), at(1, 2000, 0.86), at(2, 2000, 0.80),
+                                            at(3, 2000, 0.81)};
+  (void)p.decide(
+      2000, 0.85, [&] { return before; }, kFp);
+  const std::vector<pw::RosterEntry> after{at(0, 2000, 0.85), at(1, 2000, 0.86),
+                                           at(2, 2400, 0.70,
+                                              pw::MetricReport{.iteration = 2200, .metric = 0.66}),
+                                           at(3, 2200, 0.58)};
+  ASSERT_EQ(p.decide(
+                2200, 0.55, [&] { return after; }, kFp),
+            pw::DeathReason::worst_fraction);
+  for (int i = 0; i < 20; ++i) {
+    const pw::DonorChoice c = p.select_donors(after, kFp);
+    ASSERT_EQ(c.ranks, std::vector<int>{2}) << c.shortfall;
+  }
+  // Without the option, the latest reports make rank 1 the top.
+  o.triggers.worst_fraction.same_iteration = false;
+  pw::Policy latest(o, 0, 4);
+  std::vector<pw::RosterEntry> with_own = after;
+  with_own[0].status.metric = 0.55;
+  EXPECT_EQ(latest.select_donors(with_own, kFp).ranks, std::vector<int>{1});
+}
