@@ -37,6 +37,17 @@ pw::RosterEntry at(int rank, std::int64_t iteration, double metric,
   return e;
 }
 
+// @p call throws InvalidArgument with @p needle in its message.
+template <class Call>
+void expect_invalid(const Call& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "expected InvalidArgument mentioning '" << needle << "'";
+  } catch (const pw::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 pw::AgentOptions same_iteration_options() {
   pw::AgentOptions o = pw::AgentOptions::pbt();  // fraction 0.25
   o.direction = kHigher;
@@ -156,12 +167,8 @@ TEST(SameIteration, RefusesMissingOrUnorderedReportsAndBadFractions) {
   const std::vector<pw::RosterEntry> r{at(0, 10, 0.5), at(1, 10, 0.4)};
   const auto throws = [&](std::span<const pw::MetricReport> own, double fraction,
                           const std::string& needle) {
-    try {
-      (void)pw::rank_at_same_iteration(r, 0, own, kFp, kHigher, fraction);
-      ADD_FAILURE() << "expected InvalidArgument mentioning '" << needle << "'";
-    } catch (const pw::InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    expect_invalid([&] { (void)pw::rank_at_same_iteration(r, 0, own, kFp, kHigher, fraction); },
+                   needle);
   };
   throws({}, 0.25, "no own report");
   const std::vector<pw::MetricReport> back{{.iteration = 10, .metric = 0.5},
@@ -226,24 +233,10 @@ TEST(SameIteration, OptionIsParsedAndValidated) {
   pw::AgentOptions o = same_iteration_options();
   EXPECT_NO_THROW(pw::validate(o, 4));
   o.triggers.worst_fraction.synchronous = true;
-  try {
-    pw::validate(o, 4);
-    ADD_FAILURE() << "same_iteration with synchronous was accepted";
-  } catch (const pw::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("already ranks every agent at the same iteration"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_invalid([&] { pw::validate(o, 4); }, "already ranks every agent at the same iteration");
   o = {};
   o.triggers.worst_fraction.same_iteration = true;
-  try {
-    pw::validate(o, 4);
-    ADD_FAILURE() << "same_iteration without the trigger was accepted";
-  } catch (const pw::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("the worst-fraction trigger is not enabled"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_invalid([&] { pw::validate(o, 4); }, "the worst-fraction trigger is not enabled");
 }
 
 // The top quantile of the same ranking: each agent by its lead over this one at their common
