@@ -334,17 +334,19 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
   // Truncation: only the eligible agents of the top quantile are candidates.
   std::vector<int> outside_top;
   if (s.kind == SelectionKind::truncation) {
-    double own = std::nan("");
-    for (const RosterEntry& e : rosters) {
-      if (e.rank == rank_) own = e.status.metric;
+    std::vector<int> top;
+    if (options_.triggers.worst_fraction.same_iteration && !reports_.empty()) {
+      const std::vector<MetricReport> reports(reports_.begin(), reports_.end());
+      top = best_at_same_iteration(rosters, rank_, reports, fingerprint, options_.direction,
+                                   selection_quantile(options_));
+    } else {
+      double own = std::nan("");
+      for (const RosterEntry& e : rosters) {
+        if (e.rank == rank_) own = e.status.metric;
+      }
+      top = best_ranks(rosters, rank_, own, fingerprint, options_.direction,
+                       selection_quantile(options_));
     }
-    const bool same = options_.triggers.worst_fraction.same_iteration && !reports_.empty();
-    const std::vector<MetricReport> reports(reports_.begin(), reports_.end());
-    const std::vector<int> top =
-        same ? best_at_same_iteration(rosters, rank_, reports, fingerprint, options_.direction,
-                                      selection_quantile(options_))
-             : best_ranks(rosters, rank_, own, fingerprint, options_.direction,
-                          selection_quantile(options_));
     std::erase_if(eligible, [&](int r) {
       if (contains(top, r)) return false;
       outside_top.push_back(r);

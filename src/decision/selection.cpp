@@ -162,15 +162,15 @@ std::vector<int> best_ranks(std::span<const RosterEntry> rosters, int self, doub
 
 namespace {
 
-void check_reports(std::span<const MetricReport> own) {
+void check_reports(std::span<const MetricReport> own, const char* what) {
   if (own.empty()) {
-    throw InvalidArgument("paramwin: rank_at_same_iteration: no own report (the latest one is "
-                          "the metric being judged)");
+    throw InvalidArgument(std::string("paramwin: ") + what +
+                          ": no own report (the latest one is the metric being judged)");
   }
   for (std::size_t i = 1; i < own.size(); ++i) {
     if (own[i].iteration <= own[i - 1].iteration) {
-      throw InvalidArgument("paramwin: rank_at_same_iteration: own reports must have ascending "
-                            "iterations; report " +
+      throw InvalidArgument(std::string("paramwin: ") + what +
+                            ": own reports must have ascending iterations; report " +
                             std::to_string(i) + " is at iteration " +
                             std::to_string(own[i].iteration) + " after " +
                             std::to_string(own[i - 1].iteration));
@@ -207,7 +207,7 @@ std::vector<Pairing> pair_at_same_iteration(std::span<const RosterEntry> rosters
     throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
                           std::to_string(fraction) + " is outside [0, 1]");
   }
-  check_reports(own);
+  check_reports(own, what);
   const MetricReport& now = own.back();
   std::vector<Pairing> pairs;
   for (const RosterEntry& e : rosters) {
@@ -233,7 +233,7 @@ std::vector<Pairing> pair_at_same_iteration(std::span<const RosterEntry> rosters
 }
 
 // How much better the agent of @p p did than self at their common iteration (> 0: better);
-// NaN is worse than any number, and two NaNs are level.
+// NaN is worse than any number, and two NaNs (or two equal infinities) are level.
 double lead(const Pairing& p, MetricDirection direction) {
   const bool their_nan = std::isnan(p.theirs);
   const bool my_nan = std::isnan(p.mine);
@@ -241,7 +241,9 @@ double lead(const Pairing& p, MetricDirection direction) {
     if (their_nan && my_nan) return 0.0;
     return their_nan ? -INFINITY : INFINITY;
   }
-  return direction == MetricDirection::lower_is_better ? p.mine - p.theirs : p.theirs - p.mine;
+  const double d =
+      direction == MetricDirection::lower_is_better ? p.mine - p.theirs : p.theirs - p.mine;
+  return std::isnan(d) ? 0.0 : d;  // two equal infinities are level
 }
 
 }  // namespace
@@ -278,8 +280,9 @@ std::vector<int> best_at_same_iteration(std::span<const RosterEntry> rosters, in
       {.rank = self, .theirs = own_reports.back().metric, .mine = own_reports.back().metric});
   std::vector<std::pair<double, int>> ranked;
   ranked.reserve(pairs.size());
-  for (const Pairing& p : pairs)
+  for (const Pairing& p : pairs) {
     ranked.emplace_back(p.rank == self ? 0.0 : lead(p, direction), p.rank);
+  }
   // Best first: the largest lead; equal leads, the lower rank (worst_ranks' ties reversed).
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first > b.first;

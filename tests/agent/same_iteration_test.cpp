@@ -265,6 +265,14 @@ TEST(SameIteration, TheTopQuantileIsTheLargestLeadAtTheCommonIteration) {
   EXPECT_EQ(pw::best_at_same_iteration(level, 0, mine, kFp, pw::MetricDirection::higher_is_better,
                                        0.25),
             std::vector<int>{1});
+  // Two equal infinities are level (a loss that overflowed on both): the lower rank first.
+  const std::vector<pw::RosterEntry> inf{at(0, 10, INFINITY), at(1, 10, INFINITY), at(2, 10, 3.0)};
+  const std::vector<pw::MetricReport> overflowed{{.iteration = 10, .metric = INFINITY}};
+  const auto lower = pw::MetricDirection::lower_is_better;
+  EXPECT_EQ(pw::best_at_same_iteration(inf, 1, overflowed, kFp, lower, 0.5), std::vector<int>{2});
+  const std::vector<pw::RosterEntry> both_inf{at(0, 10, INFINITY), at(1, 10, INFINITY)};
+  EXPECT_EQ(pw::best_at_same_iteration(both_inf, 1, overflowed, kFp, lower, 0.5),
+            std::vector<int>{0});
   EXPECT_THROW((void)pw::best_at_same_iteration(r, 0, {}, kFp, kHigher, 0.25), pw::InvalidArgument);
 }
 
