@@ -3,12 +3,14 @@
 // of the metric is compared with the others' reports at its previous iteration, an agent one
 // report ahead by its previous report, one further ahead by its latest; agents behind the
 // reports since a rebirth are not ranked; the Policy keeps, bounds, restores and clears its
-// reports; bad inputs are refused.
+// reports; the top quantile (best_at_same_iteration) orders agents by their lead at the common
+// iteration, and truncation draws from it; bad inputs are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
