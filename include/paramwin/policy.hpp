@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -199,7 +198,7 @@ class Policy {
   [[nodiscard]] DeathReason pending() const noexcept { return pending_; }  ///< death awaiting
   /// worst_fraction.same_iteration: this agent's reports since its latest rebirth that
   /// decide() keeps (ascending iterations, the latest last), at most kReportHistory.
-  [[nodiscard]] const std::deque<MetricReport>& reports() const noexcept { return reports_; }
+  [[nodiscard]] const std::vector<MetricReport>& reports() const noexcept { return reports_; }
   /// How many of its own reports a policy keeps for worst_fraction.same_iteration: an agent
   /// further behind is not ranked with it.
   static constexpr std::size_t kReportHistory = 64;
@@ -253,7 +252,7 @@ class Policy {
   DeathReason pending_ = DeathReason::none;
   // worst_fraction.same_iteration: this agent's reports since its latest rebirth, ascending
   // iterations, at most kReportHistory (the oldest dropped first).
-  std::deque<MetricReport> reports_{};
+  std::vector<MetricReport> reports_{};
   std::unique_ptr<detail::Pb2Explorer> pb2_;  // explore.kind pb2 only
   std::string explore_note_{};
 };

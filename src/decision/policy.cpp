@@ -1,13 +1,13 @@
 // Policy: age, warm-up, cooldown, triggers, donor selection and mixing weights.
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
 #include <span>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "decision/eligibility.hpp"
 #include "decision/pb2.hpp"
@@ -119,7 +119,7 @@ DeathReason Policy::decide(std::int64_t iteration, double metric, const RosterRe
                            std::uint64_t fingerprint) {
   ++steps_;
   ++age_;
-  const std::deque<MetricReport> reports = reports_;
+  const std::vector<MetricReport> reports = reports_;
   record_report(iteration, metric);
   try {
     return decide_now(iteration, metric, rosters, fingerprint);
@@ -141,7 +141,7 @@ void Policy::record_report(std::int64_t iteration, double metric) {
     else reports_.pop_back();
   }
   reports_.push_back({.iteration = iteration, .metric = metric});
-  if (reports_.size() > kReportHistory) reports_.pop_front();
+  if (reports_.size() > kReportHistory) reports_.erase(reports_.begin());
 }
 
 DeathReason Policy::decide_now(std::int64_t iteration, double metric, const RosterReader& rosters,
@@ -165,8 +165,7 @@ DeathReason Policy::decide_now(std::int64_t iteration, double metric, const Rost
              t.worst_fraction.fraction > 0.0) {
     const std::vector<RosterEntry> all = rosters ? rosters() : std::vector<RosterEntry>{};
     if (t.worst_fraction.same_iteration) {
-      const std::vector<MetricReport> own(reports_.begin(), reports_.end());
-      if (rank_at_same_iteration(all, rank_, own, fingerprint, options_.direction,
+      if (rank_at_same_iteration(all, rank_, reports_, fingerprint, options_.direction,
                                  t.worst_fraction.fraction)
               .worst) {
         reason = DeathReason::worst_fraction;
@@ -336,8 +335,7 @@ DonorChoice Policy::select_donors(std::span<const RosterEntry> rosters, std::uin
   if (s.kind == SelectionKind::truncation) {
     std::vector<int> top;
     if (options_.triggers.worst_fraction.same_iteration && !reports_.empty()) {
-      const std::vector<MetricReport> reports(reports_.begin(), reports_.end());
-      top = best_at_same_iteration(rosters, rank_, reports, fingerprint, options_.direction,
+      top = best_at_same_iteration(rosters, rank_, reports_, fingerprint, options_.direction,
                                    selection_quantile(options_));
     } else {
       double own = std::nan("");

@@ -69,11 +69,20 @@ std::vector<int> eligible_donors(std::span<const RosterEntry> rosters, int self,
   return out;
 }
 
-std::size_t quantile_count(std::size_t n, double fraction) {
+namespace {
+
+// InvalidArgument naming @p what unless @p fraction is in [0, 1].
+void check_fraction(const char* what, double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument("paramwin: quantile_count: fraction " + std::to_string(fraction) +
-                          " is outside [0, 1]");
+    throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
+                          std::to_string(fraction) + " is outside [0, 1]");
   }
+}
+
+}  // namespace
+
+std::size_t quantile_count(std::size_t n, double fraction) {
+  check_fraction("quantile_count", fraction);
   if (n < 2 || fraction == 0.0) return 0;
   // The tolerance keeps products that are integers in exact arithmetic (0.3 * 10) from
   // rounding up to the next count.
@@ -130,10 +139,7 @@ namespace {
 std::vector<int> quantile_end(const char* what, std::span<const RosterEntry> rosters, int self,
                               double own_metric, std::uint64_t fingerprint,
                               MetricDirection direction, double fraction, bool best) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
-                          std::to_string(fraction) + " is outside [0, 1]");
-  }
+  check_fraction(what, fraction);
   const std::vector<Ranked> ranked =
       rank_worst_first(rosters, self, own_metric, fingerprint, direction);
   const std::size_t count = quantile_count(ranked.size(), fraction);
@@ -186,10 +192,6 @@ const MetricReport* own_at(std::span<const MetricReport> own, std::int64_t c) {
   return after == own.begin() ? nullptr : &*(after - 1);
 }
 
-}  // namespace
-
-namespace {
-
 // One ranked agent against self at their common iteration.
 struct Pairing {
   int rank;
@@ -203,10 +205,7 @@ std::vector<Pairing> pair_at_same_iteration(std::span<const RosterEntry> rosters
                                             std::span<const MetricReport> own,
                                             std::uint64_t fingerprint, const char* what,
                                             double fraction, SameIterationRank& out) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw InvalidArgument(std::string("paramwin: ") + what + ": fraction " +
-                          std::to_string(fraction) + " is outside [0, 1]");
-  }
+  check_fraction(what, fraction);
   check_reports(own, what);
   const MetricReport& now = own.back();
   std::vector<Pairing> pairs;
@@ -275,14 +274,12 @@ std::vector<int> best_at_same_iteration(std::span<const RosterEntry> rosters, in
   std::vector<Pairing> pairs = pair_at_same_iteration(rosters, self, own_reports, fingerprint,
                                                       "best_at_same_iteration", fraction, counts);
   const std::size_t count = quantile_count(1 + pairs.size(), fraction);
-  // Self leads itself by 0.
+  // Self against itself: a lead of 0 (lead() makes two NaNs or equal infinities level).
   pairs.push_back(
       {.rank = self, .theirs = own_reports.back().metric, .mine = own_reports.back().metric});
   std::vector<std::pair<double, int>> ranked;
   ranked.reserve(pairs.size());
-  for (const Pairing& p : pairs) {
-    ranked.emplace_back(p.rank == self ? 0.0 : lead(p, direction), p.rank);
-  }
+  for (const Pairing& p : pairs) ranked.emplace_back(lead(p, direction), p.rank);
   // Best first: the largest lead; equal leads, the lower rank (worst_ranks' ties reversed).
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first > b.first;
