@@ -2,9 +2,11 @@
 # The Fashion-MNIST population benchmark (issue 26, docs/pbt-fashion.md): every method of
 # benchmarks/pbt_fashion/ on 4 agents unless --agents (one MPI rank each, one thread each), 5
 # seeds, the same step and wall-clock budget; then the table and the plot.
-#   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--steps N] [--interval N]
+#   scripts/pbt_fashion.sh [--build-dir DIR] [--seeds N] [--first-seed N] [--steps N] [--interval N]
 #                          [--methods a,b,...] [--condition C] [--task T] [--out DIR]
 #                          [--agents N] [--quick] [--no-report]
+# --first-seed: the first seed of the --seeds seeds (1 unless told): --first-seed 6 --seeds 5
+# runs seeds 6-10, to add seeds to an earlier run (into another --out: the script empties it).
 # --agents: the population (MPI ranks, one agent each; 4 unless told).
 # --task: default, schedule (benchmarks/pbt_fashion/tasks.py: learning rates 1e-4..1,
 # 4,000 steps in 20 intervals of 200) or drift (the same on a stream that shifts 3 times:
@@ -24,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-openmpi
 seeds=5
+first_seed=1
 steps=""
 interval=""
 ranks=4
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
+    --first-seed) first_seed=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --interval) interval=$2; shift 2 ;;
     --methods) methods=$2; shift 2 ;;
@@ -58,6 +62,9 @@ print(*(t['steps'], t['interval']) if t else ('', ''))" "$task") || true
 [ -n "${task_steps:-}" ] || { echo "pbt_fashion.sh: unknown --task $task" >&2; exit 2; }
 [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$ranks" -ge 2 ] || {
   echo "pbt_fashion.sh: --agents $ranks: a population of at least 2" >&2; exit 2; }
+[[ "$seeds" =~ ^[0-9]+$ ]] && [ "$seeds" -ge 1 ] && [[ "$first_seed" =~ ^[0-9]+$ ]] \
+  && [ "$first_seed" -ge 1 ] || {
+  echo "pbt_fashion.sh: --seeds $seeds --first-seed $first_seed: positive integers" >&2; exit 2; }
 steps=${steps:-$task_steps}
 interval=${interval:-$task_interval}
 if [ "$task" != default ]; then
@@ -71,7 +78,7 @@ every+=,paramwin_pbt_same
 methods=${methods:-$defaults}
 out=${out:-out/pbt_fashion}
 if [ "$quick" = 1 ]; then
-  seeds=1; steps=200; interval=25
+  seeds=1; first_seed=1; steps=200; interval=25
   extra=(--train-subset 6000 --test-subset 2000 --val-limit 1000)
 fi
 [ -d "$build_dir/python/paramwin" ] || {
@@ -86,10 +93,11 @@ mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.journal "$out"/calibration-*.json
 rm -rf "$out"/ckpt-*
 { date -Is; git rev-parse --short HEAD; cat /proc/loadavg; echo "condition $condition"
-  echo "task $task, $steps steps, interval $interval, $ranks agents"; } > "$out/run.txt"
+  echo "task $task, $steps steps, interval $interval, $ranks agents"
+  echo "seeds $first_seed..$((first_seed + seeds - 1))"; } > "$out/run.txt"
 IFS=, read -r -a method_list <<< "$methods"
 [ "$quick" = 1 ] && method_list=("$methods")  # one launch runs them all
-for seed in $(seq 1 "$seeds"); do
+for seed in $(seq "$first_seed" $((first_seed + seeds - 1))); do
   for m in "${method_list[@]}"; do
     t0=$(date +%s)
     PYTHONPATH="$package_dir" "${launcher[@]}" /usr/bin/python3 \
