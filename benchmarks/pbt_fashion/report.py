@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables and plots the Fashion-MNIST runs of scripts/pbt_fashion.sh.
 
-    /usr/bin/python3 benchmarks/pbt_fashion/report.py --runs out/pbt_fashion \
+    /usr/bin/python3 benchmarks/pbt_fashion/report.py --runs out/pbt_fashion[,DIR...] \
         [--png docs/img/pbt_fashion.png] [--markdown FILE] [--check]
 
 For every method and seed, the population's held-out accuracy at a time t is the test accuracy
@@ -11,11 +11,13 @@ the spread over seeds at the end of the equal step budget and at the equal wall-
 (the earliest time by which every method's every seed has finished), the median agent's
 accuracy at the end, the rebirths and the exploit cost per rebirth, and the time each method
 takes to reach checkpoint-file PBT's final accuracy (same seed) as a fraction of that
-baseline's run time (the slow-agents target of issue 36). A second table holds paramwin_pbt
-(--versus: another method) against every other method (means, their difference against the
-seeds' spread, per-seed paired differences: issue 36's schedule-task target). --check exits
-non-zero
-when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
+baseline's run time (the slow-agents target of issue 36). A second table gives each method's
+final best held-out accuracy per seed, a third holds paramwin_pbt (--versus: another method)
+against every other method (means, their difference against the seeds' spread, per-seed paired
+differences with their median, t statistic and sign count: issue 36's schedule-task target).
+--runs takes several directories (comma-separated: seeds added to an earlier run with
+scripts/pbt_fashion.sh --first-seed); a method's seed found in two of them is an error.
+--check exits non-zero when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
 an exploiting method never exploited, or when paramwin_pbt_sync_twin's runs differ from
 checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
 version uses it).
@@ -45,12 +47,32 @@ PBT = "paramwin_pbt"  # the method the comparison table holds against every othe
 
 
 def load(runs: str) -> Dict[str, Dict[int, List[dict]]]:
+    """The records of one run directory, or of several (comma-separated), by method and seed.
+    ValueError when a directory has no records, is given twice, or two directories hold the
+    same method's seed (which of the two a table shows would be an accident)."""
     by = defaultdict(lambda: defaultdict(list))
-    for path in sorted(glob.glob(os.path.join(runs, "*-seed*-rank*.jsonl"))):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                by[row["method"]][row["seed"]].append(row)
+    source: Dict[tuple, str] = {}
+    dirs = [d for d in runs.split(",") if d]
+    real = [os.path.realpath(d) for d in dirs]
+    for i, r in enumerate(real):
+        if r in real[:i]:
+            raise ValueError(f"{dirs[i]} is given twice")
+    for d in dirs:
+        paths = sorted(glob.glob(os.path.join(d, "*-seed*-rank*.jsonl")))
+        if not paths:
+            raise ValueError(f"no run records (*-seed*-rank*.jsonl) in {d}")
+        mine = set()
+        for path in paths:
+            with open(path) as f:
+                for line in f:
+                    row = json.loads(line)
+                    key = (row["method"], row["seed"])
+                    if source.get(key, d) != d:
+                        raise ValueError(f"{key[0]} seed {key[1]} is in both {source[key]} "
+                                         f"and {d}")
+                    mine.add(key)
+                    by[key[0]][key[1]].append(row)
+        source.update({k: d for k in mine})
     return by
 
 
@@ -223,6 +245,32 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_seed(rows: List[dict]) -> str:
+    """Each method's final best held-out accuracy per seed (blank: the seed was not run)."""
+    seeds = sorted({s for r in rows for s in r["seeds"]})
+    lines = ["| seed | " + " | ".join(str(s) for s in seeds) + " |",
+             "| --- |" + " ---: |" * len(seeds)]
+    for r in rows:
+        final = dict(zip(r["seeds"], r["final"]))
+        lines.append(f"| {r['method']} | " + " | ".join(
+            f"{100 * final[s]:.2f}" if s in final else "" for s in seeds) + " |")
+    return "\n".join(lines)
+
+
+def paired(a: List[float], b: List[float]) -> dict:
+    """The per-seed differences a - b: mean, standard deviation, median, extremes, the paired
+    t statistic (mean over its standard error; infinite when every difference is equal and
+    non-zero, 0 when all are 0) and the number of seeds where a is higher."""
+    d = [x - y for x, y in zip(a, b)]
+    mean, sd = statistics.fmean(d), statistics.stdev(d)
+    if sd > 0:
+        t = mean / (sd / math.sqrt(len(d)))
+    else:
+        t = math.copysign(math.inf, mean) if mean else 0.0
+    return {"mean": mean, "sd": sd, "median": statistics.median(d), "min": min(d),
+            "max": max(d), "t": t, "higher": sum(1 for x in d if x > 0), "n": len(d)}
+
+
 def versus(rows: List[dict], pbt: str = PBT) -> str:
     """@p pbt's (paramwin_pbt's) final best held-out accuracy against every other method's: the means
     and standard deviations over seeds, the difference of the means, and the per-seed (paired:
@@ -233,9 +281,9 @@ def versus(rows: List[dict], pbt: str = PBT) -> str:
     if mine is None or len(mine["seeds"]) < 2:
         return ""
     lines = [f"| {pbt} against | its mean ± sd (%) | the other's mean ± sd (%) | difference "
-             "of the means (points) | paired per seed: mean ± sd (min–max) | above by more "
-             "than the spread | at least as high |",
-             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+             "of the means (points) | above by more than the spread | paired per seed: mean ± "
+             "sd (median; min–max) | paired t | higher in |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     own = dict(zip(mine["seeds"], mine["final"]))
     for r in rows:
         if r is mine:
@@ -248,17 +296,19 @@ def versus(rows: List[dict], pbt: str = PBT) -> str:
         b = [100 * other[s] for s in common]
         diff = statistics.fmean(a) - statistics.fmean(b)
         spread = max(statistics.stdev(a), statistics.stdev(b))
-        paired = [x - y for x, y in zip(a, b)]
+        p = paired(a, b)
         lines.append(
             f"| {r['method']} | {statistics.fmean(a):.2f} ± {statistics.stdev(a):.2f} | "
             f"{statistics.fmean(b):.2f} ± {statistics.stdev(b):.2f} | {diff:+.2f} | "
-            f"{statistics.fmean(paired):+.2f} ± {statistics.stdev(paired):.2f} "
-            f"({min(paired):+.2f}–{max(paired):+.2f}) | {'yes' if diff > spread else 'no'} "
-            f"({diff:+.2f} vs {spread:.2f}) | {'yes' if diff >= 0 else 'no'} |")
+            f"{'yes' if diff > spread else 'no'} ({diff:+.2f} vs {spread:.2f}) | "
+            f"{p['mean']:+.2f} ± {p['sd']:.2f} ({p['median']:+.2f}; {p['min']:+.2f}–"
+            f"{p['max']:+.2f}) | {p['t']:+.2f} | {p['higher']} of {p['n']} |")
     lines.append("")
     lines.append("Final best held-out accuracy (the first table's first column), over the seeds "
                  "both methods ran. Above by more than the spread: the difference of the means "
-                 "exceeds the larger of the two standard deviations over seeds.")
+                 "exceeds the larger of the two standard deviations over seeds. Paired t: the "
+                 "mean of the per-seed differences over its standard error (n - 1 degrees of "
+                 "freedom). Higher in: the seeds where it is strictly higher.")
     return "\n".join(lines)
 
 
@@ -296,7 +346,8 @@ def plot(by, png: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default="out/pbt_fashion")
+    p.add_argument("--runs", default="out/pbt_fashion",
+                   help="a run directory, or several, comma-separated")
     p.add_argument("--png", default="")
     p.add_argument("--markdown", default="")
     p.add_argument("--check", action="store_true")
@@ -305,7 +356,11 @@ def main() -> int:
     p.add_argument("--versus", default=PBT, help="the method the second table holds against "
                    f"every other ({PBT})")
     o = p.parse_args()
-    by = load(o.runs)
+    try:
+        by = load(o.runs)
+    except ValueError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
     if o.check:
         bad = [m for m in o.methods.split(",") if m not in by or len(by[m]) < max(1, o.seeds)]
         if bad:
@@ -328,7 +383,7 @@ def main() -> int:
         if o.check and any(line.startswith("DIFFERS") for line in twins):
             print("report: paramwin_pbt_sync_twin differs from checkpoint_pbt", file=sys.stderr)
             return 1
-    text = markdown(rows)
+    text = markdown(rows) + "\n\nPer seed (final best held-out accuracy, %):\n\n" + per_seed(rows)
     table = versus(rows, o.versus)
     if table:
         text += "\n\n" + table
