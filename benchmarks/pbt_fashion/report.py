@@ -17,9 +17,9 @@ against every other method (means, their difference against the seeds' spread, p
 differences with their median, t statistic and sign count: issue 36's schedule-task target).
 --runs takes several directories (comma-separated: seeds added to an earlier run with
 scripts/pbt_fashion.sh --first-seed); a method's seed found in two of them is an error.
---check exits non-zero when a run is missing, when a method's best agent stays below 60 % held-out accuracy, or when
-an exploiting method never exploited, or when paramwin_pbt_sync_twin's runs differ from
-checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
+--check exits non-zero when a run is missing, when a method's best agent stays below 60 %
+held-out accuracy, when an exploiting method never exploited, or when paramwin_pbt_sync_twin's
+runs differ from checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
 version uses it).
 """
 
