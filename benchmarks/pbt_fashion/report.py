@@ -19,8 +19,8 @@ differences with their median, t statistic and sign count: issue 36's schedule-t
 scripts/pbt_fashion.sh --first-seed); a method's seed found in two of them is an error.
 --check exits non-zero when a run is missing, when a method's best agent stays below 60 %
 held-out accuracy, when an exploiting method never exploited, or when paramwin_pbt_sync_twin's
-runs differ from checkpoint_pbt's (twin(): the same decisions must give the same evaluations; the suite's short
-version uses it).
+runs differ from checkpoint_pbt's (twin(): the same decisions must give the same
+evaluations; the suite's short version uses it).
 """
 
 from __future__ import annotations
@@ -272,8 +272,8 @@ def paired(a: List[float], b: List[float]) -> dict:
 
 
 def versus(rows: List[dict], pbt: str = PBT) -> str:
-    """@p pbt's (paramwin_pbt's) final best held-out accuracy against every other method's: the means
-    and standard deviations over seeds, the difference of the means, and the per-seed (paired:
+    """@p pbt's (paramwin_pbt's) final best held-out accuracy against every other method's: the
+    means and standard deviations over seeds, the difference of the means, and the per-seed (paired:
     the same seed gives every method the same initial draws) differences. "Above by more than
     the spread": the difference of the means exceeds the larger of the two standard
     deviations."""
