@@ -61,18 +61,15 @@ def load(runs: str) -> Dict[str, Dict[int, List[dict]]]:
         paths = sorted(glob.glob(os.path.join(d, "*-seed*-rank*.jsonl")))
         if not paths:
             raise ValueError(f"no run records (*-seed*-rank*.jsonl) in {d}")
-        mine = set()
         for path in paths:
             with open(path) as f:
                 for line in f:
                     row = json.loads(line)
                     key = (row["method"], row["seed"])
-                    if source.get(key, d) != d:
+                    if source.setdefault(key, d) != d:
                         raise ValueError(f"{key[0]} seed {key[1]} is in both {source[key]} "
                                          f"and {d}")
-                    mine.add(key)
                     by[key[0]][key[1]].append(row)
-        source.update({k: d for k in mine})
     return by
 
 
